@@ -1,0 +1,93 @@
+"""Configuration of Kimi Linear with Attention Residuals: `KimiLinearConfig` plus three fields.
+
+Self-contained on purpose (it imports only transformers): `save_pretrained` copies this file next to the weights so a
+folder loads with `trust_remote_code=True`.
+"""
+from __future__ import annotations
+
+import os
+
+from huggingface_hub.dataclasses import strict
+from transformers import KimiLinearConfig
+
+ATTN_RES_MODES = ("standard", "block", "full")
+ATTN_RES_BACKENDS = ("auto", "torch", "triton")
+BACKEND_ENV_VAR = "ATTNRES_BACKEND"
+
+
+@strict
+class KimiLinearAttnResConfig(KimiLinearConfig):
+    r"""
+    attn_res_mode (`str`, *optional*):
+        How sub-layers read the depth stream: `"standard"` (PreNorm residual sum, identical to Kimi Linear), `"block"`
+        (Block AttnRes) or `"full"` (Full AttnRes). Unset, it follows Kimi K3: block mode when `attn_res_block_size > 0`,
+        standard otherwise.
+    attn_res_block_size (`int`, defaults to 0):
+        Decoder layers per block in block mode (K3: 12 of 93 layers; the paper's 48B model: 3 of 27). It need not
+        divide `num_hidden_layers`; a size >= the layer count makes a single block.
+    attn_res_backend (`str`, defaults to `"auto"`):
+        Kernel backend of every mix: `"auto"` (Triton on CUDA, PyTorch elsewhere), `"torch"` or `"triton"`. The
+        environment variable `ATTNRES_BACKEND` overrides it for the whole process.
+    """
+
+    model_type = "kimi_linear_attnres"
+
+    attn_res_mode: str | None = None
+    attn_res_block_size: int = 0
+    attn_res_backend: str = "auto"
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        if self.attn_res_mode is None:
+            self.attn_res_mode = "block" if self.attn_res_block_size > 0 else "standard"
+        self.check_attn_res()
+
+    def check_attn_res(self):
+        """Raise a ValueError naming the field when an AttnRes field (or the layer plan it relies on) is invalid.
+
+        Runs at construction, before `@strict`'s own validators, so the error is a plain ValueError.
+        """
+        if self.attn_res_mode not in ATTN_RES_MODES:
+            raise ValueError(f"attn_res_mode must be one of {ATTN_RES_MODES}, got {self.attn_res_mode!r}")
+        if self.attn_res_mode == "block" and self.attn_res_block_size < 1:
+            raise ValueError(
+                f"attn_res_block_size must be >= 1 in block mode (decoder layers per block), got {self.attn_res_block_size}"
+            )
+        if self.attn_res_block_size < 0:
+            raise ValueError(f"attn_res_block_size must be >= 0, got {self.attn_res_block_size}")
+        if self.attn_res_backend not in ATTN_RES_BACKENDS:
+            raise ValueError(f"attn_res_backend must be one of {ATTN_RES_BACKENDS}, got {self.attn_res_backend!r}")
+        for field in ("layer_types", "mlp_layer_types"):
+            types = getattr(self, field)
+            if types is not None and len(types) != self.num_hidden_layers:
+                raise ValueError(
+                    f"{field} has {len(types)} entries but num_hidden_layers is {self.num_hidden_layers}: one per layer"
+                )
+
+    @property
+    def attn_res_num_blocks(self) -> int:
+        """Number of depth blocks: N in the paper (the embedding is one more source)."""
+        if self.attn_res_mode == "block":
+            return -(-self.num_hidden_layers // self.attn_res_block_size)
+        return self.num_hidden_layers if self.attn_res_mode == "full" else 1
+
+    def resolved_backend(self) -> str:
+        """The backend in force: the environment variable wins over the config field."""
+        backend = os.environ.get(BACKEND_ENV_VAR, self.attn_res_backend)
+        if backend not in ATTN_RES_BACKENDS:
+            raise ValueError(f"{BACKEND_ENV_VAR} must be one of {ATTN_RES_BACKENDS}, got {backend!r}")
+        return backend
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        # A Kimi K3 config.json nests the language model under `text_config`: its text part is a Kimi Linear config
+        if "text_config" in config_dict and "num_hidden_layers" not in config_dict:
+            text_config = dict(config_dict["text_config"])
+            for key in ("torch_dtype", "dtype", "transformers_version"):
+                if key in config_dict and key not in text_config:
+                    text_config[key] = config_dict[key]
+            config_dict = text_config
+        return super().from_dict(config_dict, **kwargs)
+
+
+__all__ = ["KimiLinearAttnResConfig", "ATTN_RES_MODES", "ATTN_RES_BACKENDS", "BACKEND_ENV_VAR"]

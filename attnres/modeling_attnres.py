@@ -1,0 +1,329 @@
+"""Kimi Linear with Attention Residuals: Kimi Linear, except the residual.
+
+Every sub-module (MLA, KDA, MoE, MLP, RMSNorm, cache, masks) is transformers' own. What changes is how the depth stream
+is carried. A layer receives the current *depth sources* and returns the ones it adds or updates:
+
+- standard: one source, the residual stream; a sub-layer output is added to it (PreNorm, identical to Kimi Linear).
+- block:    the embedding, one sum per completed block, and the running partial sum of the current block (last).
+            A block's first attention output opens a new partial sum; every other output is added to the partial sum.
+- full:     the embedding and every sub-layer output, each its own source.
+
+Before each sub-layer and before the final norm, a learned pseudo-query mixes the sources by softmax over depth
+(`attnres.ops.attn_res`, Kimi K3's numerics). With a single source the mix is the identity and is skipped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
+from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast
+from transformers.modeling_utils import slice_logits_to_keep
+from transformers.models.kimi_linear.modeling_kimi_linear import (
+    KimiLinearAttention,
+    KimiLinearDecoderLayer,
+    KimiLinearForCausalLM,
+    KimiLinearPreTrainedModel,
+    KimiLinearRMSNorm,
+    KimiLinearTopkRouter,
+)
+from transformers.utils import can_return_tuple
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from attnres import kda_device_guard
+from attnres.ops import attn_res
+
+from .configuration_attnres import KimiLinearAttnResConfig
+
+kda_device_guard.install()
+
+
+@dataclass
+class AttnResModelOutputWithPast(MoeModelOutputWithPast):
+    """`attn_res_weights`: with `output_attn_res_weights=True`, one fp32 tensor [batch, seq, n_sources] per mix point,
+    in order: layer 0 attention, layer 0 MLP, ..., the final (output) mix. A point with one source has weight 1."""
+
+    attn_res_weights: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class AttnResCausalLMOutputWithPast(MoeCausalLMOutputWithPast):
+    attn_res_weights: tuple[torch.Tensor, ...] | None = None
+
+
+class PseudoQuery(nn.Linear):
+    """A mix point's learned depth query, Linear(hidden, 1, bias=False) as in K3. Zero at init: uniform softmax."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__(hidden_size, 1, bias=False)
+
+
+class AttnResMixing:
+    """The mix at one point: its RMSNorm gain (keys) and pseudo-query live on the owning module as
+    `{point}_res_norm` / `{point}_res_proj` (K3's tensor names)."""
+
+    def add_mix_point(self, point: str, config: KimiLinearAttnResConfig) -> None:
+        setattr(self, f"{point}_res_norm", KimiLinearRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
+        setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
+
+    def mix(self, point: str, sources: tuple[torch.Tensor, ...], weights: list | None) -> torch.Tensor:
+        if len(sources) == 1:  # softmax over one source is exactly 1: skip the arithmetic (K3 does too)
+            if weights is not None:
+                weights.append(sources[0].new_ones(*sources[0].shape[:-1], 1, dtype=torch.float32))
+            return sources[0]
+        norm = getattr(self, f"{point}_res_norm")
+        query = getattr(self, f"{point}_res_proj").weight[0]
+        backend = self.config.resolved_backend()
+        if weights is None:
+            return attn_res(sources, query, norm.weight, norm.variance_epsilon, backend=backend)
+        mixed, probs = attn_res(sources, query, norm.weight, norm.variance_epsilon, return_weights=True, backend=backend)
+        weights.append(probs)
+        return mixed
+
+
+class KimiLinearAttnResDecoderLayer(AttnResMixing, KimiLinearDecoderLayer):
+    """Kimi Linear's decoder layer, reading its input from the depth sources instead of one residual stream."""
+
+    def __init__(self, config: KimiLinearAttnResConfig, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.config = config
+        mode = config.attn_res_mode
+        # Whether this layer's attention output starts a new depth source (else it joins the last source's sum)
+        self.opens_source = mode == "full" or (mode == "block" and layer_idx % config.attn_res_block_size == 0)
+        # Full AttnRes adds two sources per layer; block and standard replace (or open) the one partial sum
+        self.num_new_sources = 2 if mode == "full" else 1
+        if mode != "standard":
+            self.add_mix_point("self_attention", config)
+            self.add_mix_point("mlp", config)
+
+    def attention(self, hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs):
+        """Kimi Linear's attention dispatch (KDA or MLA), without the residual add that its `forward` fuses in."""
+        if self.block_type == "linear_attention":
+            return self.self_attn(
+                hidden_states=hidden_states, cache_params=past_key_values, attention_mask=attention_mask, **kwargs
+            )
+        hidden_states, _ = self.self_attn(
+            hidden_states=hidden_states,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return hidden_states
+
+    def forward(
+        self,
+        *sources: torch.Tensor,
+        attention_mask=None,
+        position_ids=None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = False,
+        output_attn_res_weights: bool = False,
+        **kwargs,
+    ) -> tuple[torch.Tensor, ...]:
+        """Sources come positionally: reentrant checkpointing only tracks gradients of positional tensors.
+
+        Returns the new sources (1, or 2 in full mode) followed by the mix weights when asked: a flat tuple of tensors.
+        """
+        weights = [] if output_attn_res_weights else None
+        x = self.mix("self_attention", sources, weights)
+        attn_out = self.attention(
+            self.input_layernorm(x), attention_mask, position_ids, past_key_values, use_cache, **kwargs
+        )
+        if self.opens_source:
+            kept, partial = sources, attn_out
+        else:
+            kept, partial = sources[:-1], sources[-1] + attn_out
+        x = self.mix("mlp", (*kept, partial), weights)
+        mlp_out = self.mlp(self.post_attention_layernorm(x))
+        new_sources = (partial, mlp_out) if self.num_new_sources == 2 else (partial + mlp_out,)
+        return (*new_sources, *(weights or ()))
+
+
+class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
+    config: KimiLinearAttnResConfig
+    config_class = KimiLinearAttnResConfig
+    _no_split_modules = ["KimiLinearAttnResDecoderLayer"]
+    # hidden states are collected by the model itself: what a layer "outputs" depends on the AttnRes mode
+    _can_record_outputs = {
+        "router_logits": OutputRecorder(KimiLinearTopkRouter, index=0),
+        "attentions": KimiLinearAttention,
+    }
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, PseudoQuery):
+            init.zeros_(module.weight)
+
+
+class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
+    def __init__(self, config: KimiLinearAttnResConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
+        self.layers = nn.ModuleList(
+            [KimiLinearAttnResDecoderLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
+        )
+        self.norm = KimiLinearRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        if config.attn_res_mode != "standard":
+            self.add_mix_point("output_attn", config)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def check_inputs(self, input_ids, inputs_embeds, attention_mask) -> None:
+        """Clear errors for bad input, before it becomes an index error deep inside a kernel."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        reference = input_ids if input_ids is not None else inputs_embeds
+        if input_ids is not None and input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape [batch, seq_len], got {tuple(input_ids.shape)}")
+        if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size):
+            raise ValueError(
+                f"inputs_embeds must have shape [batch, seq_len, {self.config.hidden_size}], got {tuple(inputs_embeds.shape)}"
+            )
+        if reference.shape[0] == 0 or reference.shape[1] == 0:
+            raise ValueError(f"empty input: batch and sequence length must be >= 1, got shape {tuple(reference.shape)}")
+        if input_ids is not None and not torch.compiler.is_compiling():
+            low, high = int(input_ids.min()), int(input_ids.max())
+            if low < 0 or high >= self.config.vocab_size:
+                raise ValueError(
+                    f"input_ids must lie in [0, vocab_size={self.config.vocab_size}), got values in [{low}, {high}]"
+                )
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
+            batch, seq_len = reference.shape[:2]
+            if attention_mask.shape[0] != batch or attention_mask.shape[1] < seq_len:
+                raise ValueError(
+                    f"attention_mask must have shape [batch={batch}, past + seq_len >= {seq_len}], "
+                    f"got {tuple(attention_mask.shape)}"
+                )
+        elif isinstance(attention_mask, torch.Tensor) and attention_mask.dim() != 4:
+            raise ValueError(f"attention_mask must be 2-D [batch, seq] (or a 4-D mask), got {attention_mask.dim()}-D")
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_attn_res_weights: bool = False,
+        **kwargs,
+    ) -> AttnResModelOutputWithPast:
+        self.check_inputs(input_ids, inputs_embeds, attention_mask)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+
+        if position_ids is None:
+            past_seen_tokens = past_key_values.get_seq_length() if past_key_values is not None else 0
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
+            position_ids = (position_ids + past_seen_tokens).unsqueeze(0)
+
+        if not isinstance(causal_mask_mapping := attention_mask, dict):
+            mask_kwargs = {
+                "config": self.config,
+                "inputs_embeds": inputs_embeds,
+                "attention_mask": attention_mask,
+                "past_key_values": past_key_values,
+                "position_ids": position_ids,
+            }
+            causal_mask_mapping = {
+                "full_attention": create_causal_mask(**mask_kwargs),
+                "linear_attention": create_recurrent_attention_mask(**mask_kwargs),
+            }
+
+        all_hidden_states = [inputs_embeds] if output_hidden_states else None
+        all_weights = [] if output_attn_res_weights else None
+        sources = (inputs_embeds,)
+        for i, layer in enumerate(self.layers[: self.config.num_hidden_layers]):
+            outputs = layer(
+                *sources,
+                attention_mask=causal_mask_mapping[self.config.layer_types[i]],
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                use_cache=use_cache,
+                output_attn_res_weights=output_attn_res_weights,
+                **kwargs,
+            )
+            new_sources = outputs[: layer.num_new_sources]
+            sources = (*(sources if layer.opens_source else sources[:-1]), *new_sources)
+            if all_weights is not None:
+                all_weights.extend(outputs[layer.num_new_sources :])
+            if all_hidden_states is not None:
+                all_hidden_states.append(sources[-1])
+
+        hidden_states = self.norm(self.mix("output_attn", sources, all_weights))
+        if all_hidden_states is not None:
+            all_hidden_states[-1] = hidden_states  # transformers' convention: the last one is after the final norm
+
+        return AttnResModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values,
+            hidden_states=tuple(all_hidden_states) if all_hidden_states is not None else None,
+            attn_res_weights=tuple(all_weights) if all_weights is not None else None,
+        )
+
+
+class KimiLinearAttnResForCausalLM(KimiLinearAttnResPreTrainedModel, KimiLinearForCausalLM):
+    def __init__(self, config: KimiLinearAttnResConfig):
+        KimiLinearAttnResPreTrainedModel.__init__(self, config)
+        self.model = KimiLinearAttnResModel(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> AttnResCausalLMOutputWithPast:
+        outputs: AttnResModelOutputWithPast = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return AttnResCausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            router_logits=outputs.router_logits,
+            attn_res_weights=outputs.attn_res_weights,
+        )
+
+
+__all__ = [
+    "KimiLinearAttnResPreTrainedModel",
+    "KimiLinearAttnResModel",
+    "KimiLinearAttnResForCausalLM",
+    "KimiLinearAttnResDecoderLayer",
+    "PseudoQuery",
+]

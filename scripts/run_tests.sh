@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command (README, CI): installs everything the tests need on a fresh machine, then runs them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install --quiet "torch==2.13.0"   # first: the CPU build, so nothing below pulls a CUDA one
+python3 -m pip install --quiet -e ".[test]"
+export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+python3 -m pytest "$@"
