@@ -1,0 +1,27 @@
+"""Tiny models for the tests, with AttnRes parameters moved away from their init so the depth softmax is not uniform."""
+import torch
+
+from attnres import KimiLinearAttnResForCausalLM
+from attnres.tiny import tiny_config
+
+
+def perturb_attn_res(model, scale=1.0, seed=1):
+    """Random pseudo-queries and norm gains: a zero query makes every mix a plain average, which hides wiring bugs."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "_res_proj" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * scale)
+            elif "_res_norm" in name:
+                param.copy_(1 + 0.3 * torch.randn(param.shape, generator=generator))
+    return model
+
+
+def tiny_model(mode="block", block_size=2, num_layers=5, dtype=torch.float32, seed=0, **overrides):
+    torch.manual_seed(seed)
+    model = KimiLinearAttnResForCausalLM(tiny_config(mode, block_size, num_layers, **overrides))
+    return perturb_attn_res(model).to(dtype).eval()
+
+
+def random_ids(batch=2, seq=12, vocab=256, seed=0):
+    return torch.randint(3, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
