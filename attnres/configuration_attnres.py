@@ -87,6 +87,9 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
                 if key in config_dict and key not in text_config:
                     text_config[key] = config_dict[key]
             config_dict = text_config
+        # A Moonshot config.json says model_type "kimi_linear": this class's type must win, or transformers treats the
+        # loaded config as its own Kimi Linear (and skips our weight-conversion mapping)
+        config_dict = {key: value for key, value in config_dict.items() if key != "model_type"}
         return super().from_dict(config_dict, **kwargs)
 
 

@@ -1,0 +1,73 @@
+"""Read a safetensors checkpoint folder lazily: names, shapes and dtypes from the headers, tensors on demand."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from .errors import ConversionError
+from .mapping import LANGUAGE_MODEL_PREFIX, canonical_name
+
+INDEX_NAME = "model.safetensors.index.json"
+SUPPORTED_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    file: str
+    stored_name: str  # the name in the file (with K3's `language_model.` prefix when present)
+    shape: tuple[int, ...]
+    dtype: str  # safetensors' code: F32, BF16, I32, U8, ...
+
+    def meta(self) -> torch.Tensor:
+        return torch.empty(self.shape, dtype=SUPPORTED_DTYPES[self.dtype], device="meta")
+
+
+class CheckpointReader:
+    """The tensors of one folder, keyed by their canonical name (`mapping.canonical_name`)."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        files = self._weight_files()
+        stored = {}
+        for file in files:
+            with safe_open(self.folder / file, framework="pt") as handle:
+                for name in handle.keys():
+                    view = handle.get_slice(name)
+                    stored[name] = TensorInfo(file, name, tuple(view.get_shape()), view.get_dtype())
+        self.wrapped = any(name.startswith(LANGUAGE_MODEL_PREFIX) for name in stored)
+        # A multimodal wrapper: only its language model converts, the vision tower and projector stay behind
+        self.skipped = sorted(n for n in stored if self.wrapped and not n.startswith(LANGUAGE_MODEL_PREFIX))
+        self.tensors = {canonical_name(name): info for name, info in stored.items() if name not in self.skipped}
+
+    def _weight_files(self) -> list[str]:
+        if not self.folder.is_dir():
+            raise ConversionError(f"{self.folder}: not a folder")
+        index = self.folder / INDEX_NAME
+        if index.is_file():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            missing = sorted({f for f in weight_map.values() if not (self.folder / f).is_file()})
+            if missing:
+                raise ConversionError(f"{index}: lists shard(s) {missing} that are not in the folder")
+            return sorted(set(weight_map.values()))
+        files = sorted(path.name for path in self.folder.glob("*.safetensors"))
+        if not files:
+            other = sorted(p.name for p in self.folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".gguf"))
+            hint = f" (found {other}: convert them to safetensors first)" if other else ""
+            raise ConversionError(f"{self.folder}: no *.safetensors weights{hint}")
+        return files
+
+    def load(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """Read `names`, one file open at a time; files are closed again so their pages leave memory."""
+        by_file: dict[str, list[str]] = {}
+        for name in names:
+            by_file.setdefault(self.tensors[name].file, []).append(name)
+        loaded = {}
+        for file, file_names in by_file.items():
+            with safe_open(self.folder / file, framework="pt") as handle:
+                for name in file_names:
+                    loaded[name] = handle.get_tensor(self.tensors[name].stored_name)
+        return loaded
