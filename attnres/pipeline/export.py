@@ -1,0 +1,57 @@
+"""Save a pipeline-trained model as a Hugging Face folder: one safetensors shard per stage plus the index.
+
+Every stage writes only its own tensors (nothing is gathered on one rank), in the checkpoint format `save_pretrained`
+writes (transformers' `revert_weight_conversion` on the stage's tensors: a stage holds whole layers, so every conversion
+finds all its inputs); rank 0 then writes the index and the config.
+The result loads with `KimiLinearAttnResForCausalLM.from_pretrained(folder)` like any sharded checkpoint. Each file is
+written to a temporary name and renamed, so an interrupted save never leaves a half-written file under a final name.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch.distributed as dist
+from safetensors.torch import save_file
+from transformers.core_model_loading import revert_weight_conversion
+
+from .stages import local_model_state_dict, meta_model
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def shard_name(stage: int, num_stages: int) -> str:
+    return f"model-{stage + 1:05d}-of-{num_stages:05d}.safetensors"
+
+
+def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_stages: int,
+                             is_data_rank0: bool) -> None:
+    """Collective over the pipeline: call on every rank. Only data-parallel replica 0 of each stage writes."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {name: t.detach().to("cpu") for name, t in local_model_state_dict(pipe).items()}
+    tensors = {name: t.contiguous() for name, t in revert_weight_conversion(meta_model(config), tensors).items()}
+    shard = shard_name(stage, num_stages)
+    if is_data_rank0:
+        _atomic_write(folder / shard, lambda p: save_file(tensors, str(p), metadata={"format": "pt"}))
+    size = sum(t.numel() * t.element_size() for t in tensors.values())
+    mine = {"file": shard, "names": sorted(tensors), "bytes": size} if is_data_rank0 else None
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, mine)
+    if dist.get_rank() == 0:
+        parts = [part for part in parts if part is not None]
+        weight_map = {name: part["file"] for part in parts for name in part["names"]}
+        index = {"metadata": {"total_size": sum(part["bytes"] for part in parts)},
+                 "weight_map": dict(sorted(weight_map.items()))}
+        _atomic_write(folder / SAFE_WEIGHTS_INDEX_NAME, lambda p: p.write_text(json.dumps(index, indent=2)))
+        _atomic_write(folder / "config.json", lambda p: config.to_json_file(p))
+    dist.barrier()
+
+
+__all__ = ["save_pipeline_checkpoint", "shard_name"]

@@ -1,0 +1,213 @@
+"""DeepSpeed `PipelineModule` partitioning of `KimiLinearAttnResForCausalLM`.
+
+The model becomes a flat list of pipe layers: the token embedding, one pipe layer per decoder layer, and the output head
+(output mix, final norm, `lm_head`). Between pipe layers (and so across any stage boundary) travels the tuple of depth
+sources exactly as the model keeps it: standard -> (hidden,); block -> (embedding, completed blocks..., partial sum);
+full -> (embedding, every sub-layer output...). DeepSpeed sends every tensor of the tuple forward and the gradient of
+every floating tensor back, so later stages' reads of the block bank reach the earlier blocks' parameters.
+
+Every piece is the model's own module: the full model is built on the meta device (no memory), and a stage materializes
+only the pieces it owns (`LayerSpec` builds them on the owning rank) and copies their weights by module name.
+"""
+from __future__ import annotations
+
+import deepspeed
+import torch
+from deepspeed.pipe import LayerSpec, PipelineModule
+from torch import nn
+from transformers.loss.loss_utils import LOSS_MAPPING
+from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
+
+from ..configuration_attnres import KimiLinearAttnResConfig
+from ..modeling_attnres import AttnResMixing, KimiLinearAttnResForCausalLM
+from .layout import single_source_mix_params
+
+DECODER_PIPE_TYPE = "DecoderLayerPipe"
+
+
+def meta_model(config: KimiLinearAttnResConfig) -> KimiLinearAttnResForCausalLM:
+    """The full model on the meta device: its module tree and a config resolved exactly as `from_pretrained` would
+    (attention / experts implementations), at no memory cost."""
+    if config.tie_word_embeddings:
+        raise ValueError(
+            "tie_word_embeddings=True is not supported by the pipeline (embedding and lm_head sit on different "
+            "stages); Kimi Linear configs do not tie them"
+        )
+    with torch.device("meta"):
+        return KimiLinearAttnResForCausalLM(config)
+
+
+def materialize(module: nn.Module, weights, model_prefix: str) -> nn.Module:
+    """Allocate a meta module on CPU and load its tensors (named `model_prefix + local name`) from `weights`."""
+    module.to_empty(device="cpu")
+    local_names = list(module.state_dict().keys())
+    tensors = weights.get([model_prefix + name for name in local_names])
+    module.load_state_dict({name: tensors[model_prefix + name] for name in local_names}, strict=True)
+    return module
+
+
+def as_sources(x) -> tuple[torch.Tensor, ...]:
+    return x if isinstance(x, tuple) else (x,)
+
+
+class PipeLayer(nn.Module):
+    """A pipe layer knows the full model's name of each of its tensors: {local prefix: full-model prefix}."""
+
+    model_prefixes: dict[str, str]
+
+    def model_name(self, local_name: str) -> str:
+        for local, full in self.model_prefixes.items():
+            if local_name.startswith(local):
+                return full + local_name[len(local) :]
+        raise KeyError(f"{type(self).__name__} has no full-model name for {local_name!r}")
+
+    def load_from(self, skeleton_modules: dict[str, nn.Module], weights) -> None:
+        for local, module in skeleton_modules.items():
+            self.add_module(local.rstrip("."), materialize(module, weights, self.model_prefixes[local]))
+
+
+class EmbeddingPipe(PipeLayer):
+    """input_ids [batch, seq] -> (embedding,): the first depth source."""
+
+    def __init__(self, skeleton: KimiLinearAttnResForCausalLM, weights):
+        super().__init__()
+        self.vocab_size = skeleton.config.vocab_size
+        self.model_prefixes = {"embed_tokens.": "model.embed_tokens."}
+        self.load_from({"embed_tokens.": skeleton.model.embed_tokens}, weights)
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if input_ids.dim() != 2 or input_ids.is_floating_point():
+            raise ValueError(f"the first pipeline stage takes integer input_ids [batch, seq], got {input_ids.dtype} "
+                             f"{tuple(input_ids.shape)}")
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= self.vocab_size:
+            raise ValueError(f"input_ids must lie in [0, vocab_size={self.vocab_size}), got values in [{low}, {high}]")
+        return (self.embed_tokens(input_ids),)
+
+
+class DecoderLayerPipe(PipeLayer):
+    """One `KimiLinearAttnResDecoderLayer`: sources in, sources out, updated by the model's own rule.
+
+    Packed, unpadded causal batches only: masks and position ids are rebuilt here from the sequence length with the
+    model's mask functions, so nothing but the depth sources has to cross a stage boundary.
+    """
+
+    def __init__(self, skeleton: KimiLinearAttnResForCausalLM, layer_idx: int, weights):
+        super().__init__()
+        self.config = skeleton.config
+        self.layer_idx = layer_idx
+        self.model_prefixes = {"layer.": f"model.layers.{layer_idx}."}
+        self.load_from({"layer.": skeleton.model.layers[layer_idx]}, weights)
+        # A mix over a single source is skipped by the model: its parameters can get no gradient. Freeze them, so
+        # ZeRO's flat gradient buffers do not treat them as zero gradients (weight decay would then move them)
+        for name in single_source_mix_params(self.config, layer_idx):
+            self.layer.get_parameter(name).requires_grad_(False)
+
+    def context(self, hidden: torch.Tensor) -> dict:
+        position_ids = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
+        mask_fn = (
+            create_causal_mask
+            if self.config.layer_types[self.layer_idx] == "full_attention"
+            else create_recurrent_attention_mask
+        )
+        mask = mask_fn(config=self.config, inputs_embeds=hidden, attention_mask=None, past_key_values=None,
+                       position_ids=position_ids)
+        return {"attention_mask": mask, "position_ids": position_ids}
+
+    def forward(self, sources) -> tuple[torch.Tensor, ...]:
+        sources = as_sources(sources)
+        outputs = self.layer(*sources, **self.context(sources[0]), past_key_values=None, use_cache=False)
+        new_sources = outputs[: self.layer.num_new_sources]
+        # the model's update (KimiLinearAttnResModel.forward): an opening layer keeps the partial sum as a source
+        return (*(sources if self.layer.opens_source else sources[:-1]), *new_sources)
+
+
+class OutputHeadPipe(AttnResMixing, PipeLayer):
+    """Sources -> logits: the model's output mix (`AttnResMixing.mix`, as `KimiLinearAttnResModel` uses it), final
+    norm and `lm_head`."""
+
+    def __init__(self, skeleton: KimiLinearAttnResForCausalLM, weights):
+        super().__init__()
+        self.config = skeleton.config
+        base = skeleton.model
+        modules = {"norm.": base.norm, "lm_head.": skeleton.lm_head}
+        if self.config.attn_res_mode != "standard":
+            modules.update({"output_attn_res_norm.": base.output_attn_res_norm,
+                            "output_attn_res_proj.": base.output_attn_res_proj})
+        self.model_prefixes = {local: ("" if local == "lm_head." else "model.") + local for local in modules}
+        self.load_from(modules, weights)
+
+    def forward(self, sources) -> torch.Tensor:
+        return self.lm_head(self.norm(self.mix("output_attn", as_sources(sources), None)))
+
+
+class CausalLMLoss:
+    """The model's own loss (`ForCausalLM`: shift, mean over non-ignored tokens) on the last stage's logits."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+        self.loss = LOSS_MAPPING["ForCausalLM"]
+
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return self.loss(logits=logits, labels=labels, vocab_size=self.vocab_size)
+
+
+def pipeline_layer_specs(config: KimiLinearAttnResConfig, weights) -> list[LayerSpec]:
+    """[embedding, decoder layer 0..L-1, output head] as LayerSpecs: each is built only on the stage that owns it."""
+    skeleton = meta_model(config)
+    return [
+        LayerSpec(EmbeddingPipe, skeleton, weights),
+        *(LayerSpec(DecoderLayerPipe, skeleton, i, weights) for i in range(config.num_hidden_layers)),
+        LayerSpec(OutputHeadPipe, skeleton, weights),
+    ]
+
+
+def build_pipeline(
+    config: KimiLinearAttnResConfig,
+    weights,
+    num_stages: int,
+    partition_method: str = f"type:{DECODER_PIPE_TYPE}",
+    activation_checkpoint_interval: int = 0,
+) -> PipelineModule:
+    """The DeepSpeed PipelineModule of the model (call after `deepspeed.init_distributed`).
+
+    `partition_method`: DeepSpeed's; the default balances decoder layers across stages. `weights`: a
+    `StateDictWeights` (module names, as in `model.state_dict()`), released once the stages are built.
+    """
+    if not 1 <= num_stages <= config.num_hidden_layers:
+        raise ValueError(f"num_stages must be in [1, num_hidden_layers={config.num_hidden_layers}], got {num_stages}")
+    pipe = PipelineModule(
+        layers=pipeline_layer_specs(config, weights),
+        num_stages=num_stages,
+        loss_fn=CausalLMLoss(config.vocab_size),
+        partition_method=partition_method,
+        activation_checkpoint_interval=activation_checkpoint_interval,
+        # non-reentrant: the engine runs one backward per output tensor of a stage (retain_graph between them), which
+        # DeepSpeed's default reentrant checkpoint cannot serve twice
+        activation_checkpoint_func=deepspeed.checkpointing.non_reentrant_checkpoint,
+        checkpointable_layers=[DECODER_PIPE_TYPE],
+    )
+    weights.release()  # the stages copied their tensors; the LayerSpecs would otherwise keep the whole model alive
+    return pipe
+
+
+def local_model_state_dict(pipe: PipelineModule) -> dict[str, torch.Tensor]:
+    """This stage's tensors under the full model's module names (as in `model.state_dict()`)."""
+    tensors = {}
+    for layer in pipe.forward_funcs:
+        for name, tensor in layer.state_dict().items():
+            tensors[layer.model_name(name)] = tensor
+    return tensors
+
+
+__all__ = [
+    "EmbeddingPipe",
+    "DecoderLayerPipe",
+    "OutputHeadPipe",
+    "CausalLMLoss",
+    "meta_model",
+    "pipeline_layer_specs",
+    "build_pipeline",
+    "local_model_state_dict",
+    "as_sources",
+]

@@ -1,0 +1,39 @@
+"""Where pipeline stages read their initial weights: tensors under the model's module names (`model.state_dict()`).
+
+A checkpoint folder is read with `from_pretrained`, because transformers converts checkpoint names and layouts on load
+(e.g. Kimi Linear's split q/k/v convolutions and per-expert MoE weights become fused module tensors): the pipeline must
+not re-implement that. Each process loads the model on CPU once, its stages copy their own tensors, and `release()`
+then drops the rest, so the peak CPU memory is one model per process during construction.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+class StateDictWeights:
+    """Tensors by module name. `get` hands out what a stage asks for; `release` frees everything."""
+
+    def __init__(self, state_dict: dict[str, torch.Tensor]):
+        self.state_dict = state_dict
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path) -> "StateDictWeights":
+        from ..modeling_attnres import KimiLinearAttnResForCausalLM
+
+        return cls(KimiLinearAttnResForCausalLM.from_pretrained(folder).state_dict())
+
+    def get(self, names: list[str]) -> dict[str, torch.Tensor]:
+        if self.state_dict is None:
+            raise RuntimeError("weights were released: build every stage before calling release()")
+        missing = [name for name in names if name not in self.state_dict]
+        if missing:
+            raise KeyError(f"state dict lacks {len(missing)} tensor(s) the stage needs, e.g. {missing[:3]}")
+        return {name: self.state_dict[name] for name in names}
+
+    def release(self) -> None:
+        self.state_dict = None
+
+
+__all__ = ["StateDictWeights"]
