@@ -1,0 +1,133 @@
+"""Command line of scripts/train.py and the checks that run before any work (model build, data load, launch)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from ..configuration_attnres import ATTN_RES_MODES
+from .models import PRESETS
+
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+class SetupError(ValueError):
+    """Bad user input found before any work starts: scripts print its message alone, without a traceback."""
+
+
+def build_parser(description: str = "") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("data and model")
+    g.add_argument("--data", type=Path, default=Path("data/packed"), help="folder written by scripts/prepare_data.py (default data/packed)")
+    g.add_argument("--attn-res", choices=ATTN_RES_MODES, default=None,
+                   help="residual: standard (baseline), block or full AttnRes (default: block, or the --config's mode)")
+    g.add_argument("--block-size", type=int, default=None, help="decoder layers per block in block mode (default: the preset's)")
+    g.add_argument("--model-size", choices=list(PRESETS), default="small", help="size preset (default small)")
+    g.add_argument("--config", type=Path, default=None, help="model config JSON (replaces --model-size)")
+    g.add_argument("--seq-len", type=int, default=None, help="train on the first N tokens of each sequence (default: all)")
+    g = p.add_argument_group("optimization")
+    g.add_argument("--max-steps", type=int, default=2000, help="optimizer steps (default 2000)")
+    g.add_argument("--micro-batch-size", type=int, default=8, help="sequences per process per forward (default 8)")
+    g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default 1)")
+    g.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (default 3e-4)")
+    g.add_argument("--res-proj-lr", type=float, default=None,
+                   help="peak learning rate of the AttnRes pseudo-queries (*_res_proj); default: --lr")
+    g.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine floor as a fraction of the peak (default 0.1)")
+    g.add_argument("--warmup-steps", type=int, default=100, help="linear warmup steps (default 100)")
+    g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay on matrices (default 0.1)")
+    g.add_argument("--grad-clip", type=float, default=1.0, help="global gradient norm clip, 0 = off (default 1.0)")
+    g.add_argument("--mixed-precision", choices=("auto", "no", "bf16"), default="auto",
+                   help="auto: bf16 on a GPU that supports it, fp32 elsewhere (default auto)")
+    g.add_argument("--gradient-checkpointing", action="store_true", help="recompute layer activations in backward")
+    g.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
+    g = p.add_argument_group("parallelism")
+    g.add_argument("--deepspeed", type=Path, default=None,
+                   help="DeepSpeed JSON config (configs/deepspeed/zero*.json); launch with torchrun or deepspeed")
+    # The deepspeed launcher appends --local_rank=N (torchrun and accelerate use the LOCAL_RANK variable instead)
+    g.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    g = p.add_argument_group("checkpoints and logs")
+    g.add_argument("--output-dir", type=Path, default=None, help="run folder (default runs/<model-size>-<attn-res>)")
+    g.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps, 0 = only at the end (default 500)")
+    g.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept (default 2)")
+    g.add_argument("--resume", default="auto", help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder")
+    g.add_argument("--log-every", type=int, default=10, help="log train loss every N steps (default 10)")
+    g.add_argument("--eval-every", type=int, default=200, help="validation loss every N steps, 0 = off (default 200)")
+    g.add_argument("--eval-batches", type=int, default=10, help="validation global batches per eval (default 10)")
+    g.add_argument("--diagnostics-every", type=int, default=100,
+                   help="depth diagnostics (layer RMS, grad norms, AttnRes weights) every N steps, 0 = off (default 100)")
+    g.add_argument("--no-tensorboard", action="store_true", help="JSONL log only")
+    g.add_argument("--no-final-model", action="store_true", help="skip saving the final HF-format model")
+    return p
+
+
+def world_size() -> int:
+    """Processes of this launch (torchrun / accelerate / deepspeed all set WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def load_deepspeed_config(path: Path) -> dict:
+    if not path.is_file():
+        raise ValueError(f"--deepspeed {path}: file not found")
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--deepspeed {path}: not valid JSON ({error})") from error
+    stage = config.get("zero_optimization", {}).get("stage", 0)
+    if stage not in ZERO_STAGES:
+        raise ValueError(f"--deepspeed {path}: zero_optimization.stage must be one of {ZERO_STAGES}, got {stage!r}")
+    return config
+
+
+def check_args(args, meta: dict, world: int) -> None:
+    """Raise ValueError naming the flag for settings that cannot work; `meta` is the prepared dataset's meta.json."""
+    positive = ("max_steps", "micro_batch_size", "grad_accum", "log_every", "keep_checkpoints", "eval_batches")
+    for name in positive:
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("save_every", "eval_every", "diagnostics_every", "warmup_steps", "weight_decay", "grad_clip"):
+        if getattr(args, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.warmup_steps > args.max_steps:
+        raise ValueError(f"--warmup-steps {args.warmup_steps} exceeds --max-steps {args.max_steps}")
+    for name in ("lr", "res_proj_lr"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    if not 0 <= args.min_lr_ratio <= 1:
+        raise ValueError(f"--min-lr-ratio must be in [0, 1], got {args.min_lr_ratio}")
+    if args.block_size is not None and args.block_size < 1:
+        raise ValueError(f"--block-size must be >= 1, got {args.block_size}")
+    if args.config is not None and not args.config.is_file():
+        raise ValueError(f"--config {args.config}: file not found")
+    if args.seq_len is not None and not 2 <= args.seq_len <= meta["seq_len"]:
+        raise ValueError(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), got {args.seq_len}")
+    if args.resume not in ("auto", "never") and not Path(args.resume).is_dir():
+        raise ValueError(f"--resume {args.resume}: no such checkpoint folder")
+    global_batch = args.micro_batch_size * args.grad_accum * world
+    n_train, n_val = meta["num_sequences"]["train"], meta["num_sequences"]["validation"]
+    if global_batch > n_train:
+        raise ValueError(
+            f"global batch {global_batch} (--micro-batch-size {args.micro_batch_size} x --grad-accum {args.grad_accum} x "
+            f"{world} processes) exceeds the {n_train} training sequences in {args.data}"
+        )
+    if args.eval_every and global_batch > n_val:
+        raise ValueError(f"validation has {n_val} sequences, fewer than one global batch ({global_batch}); "
+                         f"lower --micro-batch-size / --grad-accum or set --eval-every 0")
+    if args.deepspeed is not None:
+        check_deepspeed(load_deepspeed_config(args.deepspeed), args, world)
+
+
+def check_deepspeed(config: dict, args, world: int) -> None:
+    """The batch fields a DeepSpeed config may pin must agree with the command line ('auto' is filled in)."""
+    expected = {
+        "train_micro_batch_size_per_gpu": args.micro_batch_size,
+        "gradient_accumulation_steps": args.grad_accum,
+        "train_batch_size": args.micro_batch_size * args.grad_accum * world,
+    }
+    for key, value in expected.items():
+        if config.get(key, "auto") not in ("auto", value):
+            raise ValueError(f"--deepspeed {args.deepspeed}: {key} is {config[key]} but the command line gives {value}; "
+                             f"set it to \"auto\" or match the flags")
+    if "optimizer" in config or "scheduler" in config:
+        raise ValueError(f"--deepspeed {args.deepspeed}: remove 'optimizer'/'scheduler': train.py passes its own AdamW "
+                         f"and warmup+cosine schedule (the same as without DeepSpeed)")

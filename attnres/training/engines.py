@@ -1,0 +1,242 @@
+"""Two ways to run the same training step: accelerate (one process, or DDP across processes) and DeepSpeed ZeRO
+(driven directly with `deepspeed.initialize`: accelerate's DeepSpeed path miscounts processes on CPU).
+
+Both expose the same small interface to the loop in `trainer.py`: forward, backward, optimizer_step, save/load of
+the full training state, cross-process mean, and the full gradient of a parameter (for diagnostics).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+
+def wants_bf16(mixed_precision: str) -> bool:
+    if mixed_precision == "auto":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return mixed_precision == "bf16"
+
+
+class AccelerateEngine:
+    """accelerate's Accelerator: single process, or DDP under `accelerate launch --multi_gpu` (gloo on CPU)."""
+
+    def __init__(self, model, optimizer, scheduler, args):
+        from accelerate import Accelerator, DistributedDataParallelKwargs
+
+        # Layer 0's first mix point has one source and skips its parameters: DDP must not wait for their gradients
+        ddp = DistributedDataParallelKwargs(find_unused_parameters=model.config.attn_res_mode != "standard")
+        self.accelerator = Accelerator(
+            cpu=not torch.cuda.is_available(),
+            mixed_precision="bf16" if wants_bf16(args.mixed_precision) else "no",
+            kwargs_handlers=[ddp],
+        )
+        # The scheduler is not `prepare`d: accelerate would step it once per process; it is checkpointed all the same
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.scheduler = scheduler
+        self.accelerator.register_for_checkpointing(scheduler)
+        self.grad_accum, self.grad_clip = args.grad_accum, args.grad_clip
+
+    device = property(lambda self: self.accelerator.device)
+    rank = property(lambda self: self.accelerator.process_index)
+    world_size = property(lambda self: self.accelerator.num_processes)
+    is_main = property(lambda self: self.accelerator.is_main_process)
+    module = property(lambda self: self.accelerator.unwrap_model(self.model))
+
+    def forward(self, input_ids, **kwargs):
+        return self.model(input_ids=input_ids, labels=input_ids, use_cache=False, **kwargs)
+
+    def micro_batch(self, is_last_micro_step: bool):
+        """Context for one micro-batch's forward + backward: DDP all-reduces gradients only on the last one (its
+        `no_sync` must cover the forward too)."""
+        return contextlib.nullcontext() if is_last_micro_step else self.accelerator.no_sync(self.model)
+
+    def backward(self, loss, is_last_micro_step: bool) -> None:
+        self.accelerator.backward(loss / self.grad_accum)
+
+    def optimizer_step(self) -> float:
+        if self.grad_clip > 0:
+            norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        else:
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in self.model.parameters() if p.grad is not None]))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def full_grad(self, param):
+        return param.grad
+
+    @contextlib.contextmanager
+    def evaluation(self):
+        self.model.eval()
+        with torch.no_grad():
+            yield
+        self.model.train()
+
+    def learning_rates(self) -> dict:
+        return {group.get("name", str(i)): group["lr"] for i, group in enumerate(self.optimizer.param_groups)}
+
+    def mean_tensor(self, value: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.reduce(value.detach().float().to(self.device).clone(), reduction="mean")
+
+    def mean(self, value: torch.Tensor) -> float:
+        return float(self.mean_tensor(value))
+
+    def barrier(self) -> None:
+        self.accelerator.wait_for_everyone()
+
+    def save(self, folder: Path) -> None:
+        self.accelerator.save_state(str(folder))
+
+    def load(self, folder: Path) -> None:
+        self.accelerator.load_state(str(folder))
+
+    def save_model(self, folder: Path) -> None:
+        state = self.accelerator.get_state_dict(self.model)
+        if self.is_main:
+            self.module.save_pretrained(str(folder), state_dict=state)
+
+
+class DeepSpeedEngine:
+    """DeepSpeed ZeRO stage 0-3 with our AdamW and schedule (a torch optimizer: no fused-Adam JIT build on CPU)."""
+
+    TAG = "deepspeed"
+
+    def __init__(self, model, optimizer, scheduler, args, world: int):
+        import deepspeed
+
+        if "WORLD_SIZE" not in os.environ:  # plain `python train.py --deepspeed ...`: a one-process group, no MPI probe
+            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", "29500")
+        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", auto_mpi_discovery=False)
+        self.config = resolve_deepspeed_config(json.loads(Path(args.deepspeed).read_text()), args, world)
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.config
+        )
+        self.zero_stage = self.config.get("zero_optimization", {}).get("stage", 0)
+
+    device = property(lambda self: self.engine.device)
+    rank = property(lambda self: torch.distributed.get_rank())
+    world_size = property(lambda self: torch.distributed.get_world_size())
+    is_main = property(lambda self: torch.distributed.get_rank() == 0)
+    module = property(lambda self: self.engine.module)
+
+    def forward(self, input_ids, **kwargs):
+        return self.engine(input_ids=input_ids, labels=input_ids, use_cache=False, **kwargs)
+
+    def micro_batch(self, is_last_micro_step: bool):
+        return contextlib.nullcontext()  # DeepSpeed reduces at the accumulation boundary by itself
+
+    def backward(self, loss, is_last_micro_step: bool) -> None:
+        self.engine.backward(loss)  # DeepSpeed divides by gradient_accumulation_steps itself
+        if not is_last_micro_step:
+            self.engine.step()  # only counts the micro-step: the update happens at the accumulation boundary
+
+    def optimizer_step(self) -> float:
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    @contextlib.contextmanager
+    def evaluation(self):
+        self.engine.eval()
+        with torch.no_grad():
+            yield
+        self.engine.train()
+        if self.zero_stage == 3:
+            # ZeRO-3 replays the parameter fetch order recorded in the first training step. A forward-only pass
+            # desynchronizes it ("tracing error at step N" on the next step, seen with DeepSpeed 0.19.8), so make it
+            # record again, as DeepSpeed itself does when hooks change (parameter_offload._register_deepspeed_module)
+            coordinator = self.engine.optimizer.parameter_offload.get_param_coordinator()
+            if not coordinator.is_invalid_trace():
+                coordinator._invalidate_trace()
+
+    def full_grad(self, param):
+        from deepspeed.utils import safe_get_full_grad
+
+        return safe_get_full_grad(param)
+
+    def learning_rates(self) -> dict:
+        return {group.get("name", str(i)): group["lr"] for i, group in enumerate(self.optimizer.param_groups)}
+
+    def mean_tensor(self, value: torch.Tensor) -> torch.Tensor:
+        value = value.detach().float().to(self.device).clone()
+        torch.distributed.all_reduce(value)
+        return value / self.world_size
+
+    def mean(self, value: torch.Tensor) -> float:
+        return float(self.mean_tensor(value))
+
+    def barrier(self) -> None:
+        torch.distributed.barrier()
+
+    def save(self, folder: Path) -> None:
+        self.engine.save_checkpoint(str(folder), tag=self.TAG)
+        torch.save(rng_state(), Path(folder) / f"rng_state_{self.rank}.pt")
+
+    def load(self, folder: Path) -> None:
+        path, _ = self.engine.load_checkpoint(str(folder), tag=self.TAG)
+        if path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {self.TAG!r}) in {folder}")
+        set_rng_state(torch.load(Path(folder) / f"rng_state_{self.rank}.pt", weights_only=False))
+
+    def save_model(self, folder: Path) -> None:
+        import deepspeed
+
+        params = list(self.module.parameters())
+        # ZeRO-3 shards every parameter: gather them (on all ranks) for rank 0 to write one HF checkpoint
+        gather = deepspeed.zero.GatheredParameters(params) if self.zero_stage == 3 else contextlib.nullcontext()
+        with gather:
+            if self.is_main:
+                self.module.save_pretrained(str(folder))
+
+
+def resolve_deepspeed_config(config: dict, args, world: int) -> dict:
+    """Fill the command line into the config's "auto" fields, as the HF Trainer integration does."""
+
+    config = json.loads(json.dumps(config))
+    config.update(
+        train_micro_batch_size_per_gpu=args.micro_batch_size,
+        gradient_accumulation_steps=args.grad_accum,
+        train_batch_size=args.micro_batch_size * args.grad_accum * world,
+        gradient_clipping=args.grad_clip,
+        zero_allow_untested_optimizer=True,  # our torch AdamW
+    )
+    config.setdefault("steps_per_print", 10**9)
+    bf16 = config.setdefault("bf16", {})
+    if bf16.get("enabled", "auto") == "auto":
+        bf16["enabled"] = wants_bf16(args.mixed_precision)
+    return config
+
+
+def rng_state() -> dict:
+    import random
+
+    import numpy as np
+
+    state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import random
+
+    import numpy as np
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def make_engine(model, optimizer, scheduler, args, world: int):
+    if args.deepspeed is not None:
+        return DeepSpeedEngine(model, optimizer, scheduler, args, world)
+    return AccelerateEngine(model, optimizer, scheduler, args)

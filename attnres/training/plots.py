@@ -1,0 +1,74 @@
+"""PNG plots of depth diagnostics: one run, or standard vs AttnRes runs side by side (the paper's Figure 5).
+
+    python -m attnres.training.plots runs/small-standard runs/small-block runs/small-full --out figure5.png
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .diagnostics import DIAGNOSTICS_FILE
+from .metrics import read_jsonl
+
+
+def last_record(run_dir: Path) -> dict:
+    path = Path(run_dir) / DIAGNOSTICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no diagnostics (train with --diagnostics-every N > 0)")
+    records = read_jsonl(path)
+    if not records:
+        raise ValueError(f"{path} is empty")
+    return records[-1]
+
+
+def plot_runs(run_dirs: list[Path], out: Path) -> Path:
+    """Output RMS and gradient norm per layer for every run (one line each), then one depth-weight heatmap per
+    AttnRes run (rows: mix points, columns: sources). Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+    import numpy as np
+
+    records = [(Path(d).name, last_record(d)) for d in run_dirs]
+    heatmaps = [(name, r) for name, r in records if r["mode"] != "standard" and r["depth_weights"]]
+    fig, axes = plt.subplots(1, 2 + len(heatmaps), figsize=(5 * (2 + len(heatmaps)), 4), squeeze=False)
+    rms_ax, grad_ax = axes[0][0], axes[0][1]
+    for name, r in records:
+        label = f"{name} ({r['mode']}, step {r['step']})"
+        rms_ax.plot(range(1, len(r["layer_rms"]) + 1), r["layer_rms"], marker="o", label=label)
+        grad_ax.plot(range(1, len(r["layer_grad_norm"]) + 1), r["layer_grad_norm"], marker="o", label=label)
+    rms_ax.set(title="Output RMS per layer", xlabel="layer", ylabel="RMS")
+    grad_ax.set(title="Gradient norm per layer", xlabel="layer", ylabel="||grad||", yscale="log")
+    rms_ax.legend(fontsize=7)
+    for ax in (rms_ax, grad_ax):
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    for ax, (name, r) in zip(axes[0][2:], heatmaps):
+        weights = r["depth_weights"]
+        grid = np.full((len(weights), max(len(w) for w in weights)), np.nan)
+        for i, w in enumerate(weights):
+            grid[i, : len(w)] = w
+        image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1)
+        ax.set(title=f"Depth weights: {name} ({r['mode']})", xlabel="source (0 = embedding)", ylabel="mix point (2 per layer, last = output)")
+        fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dirs", nargs="+", type=Path, help="run folders of scripts/train.py (with diagnostics.jsonl)")
+    parser.add_argument("--out", type=Path, default=Path("depth_diagnostics.png"), help="PNG to write")
+    args = parser.parse_args(argv)
+    print(f"wrote {plot_runs(args.run_dirs, args.out)}")
+
+
+if __name__ == "__main__":
+    main()

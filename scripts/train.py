@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Train a Kimi Linear model with standard residuals or Attention Residuals (block / full) on a prepared dataset.
+
+One process (CPU or GPU):
+  python scripts/train.py --attn-res block
+Several processes, DDP (accelerate):
+  accelerate launch --multi_gpu --num_processes 8 scripts/train.py --attn-res block
+DeepSpeed ZeRO (stage 1, 2 or 3; torchrun or the deepspeed launcher):
+  torchrun --nproc_per_node 8 scripts/train.py --deepspeed configs/deepspeed/zero2.json
+The matched baseline is the same command with --attn-res standard. Data: scripts/prepare_data.py. Details and CPU
+commands: docs/TRAINING.md. Writes <output-dir>/{metrics.jsonl, tensorboard/, diagnostics.jsonl,
+depth_diagnostics.png, checkpoints/step-N/, final/}.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+
+from attnres.training.args import build_parser
+
+
+def main(argv=None) -> dict:
+    args = build_parser(__doc__).parse_args(argv)
+    from attnres.training.args import SetupError
+    from attnres.training.trainer import train
+
+    try:
+        return train(args)
+    except SetupError as error:
+        # Bad input: one clear line, not a traceback (raised before any training work starts)
+        if argv is not None:
+            raise
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    summary = main()
+    print(f"done: step {summary['step']}, train loss {summary['train_loss']:.4f}, output {summary['output_dir']}")

@@ -1,0 +1,61 @@
+"""Shared helpers of the training tests (no tests here): a tiny prepared dataset and in-process script runs."""
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+from attnres.training.metrics import read_jsonl
+
+REPO = Path(__file__).resolve().parent.parent
+WORDS = "the a king queen river stone light dark house tree walks runs sees finds under over with and of to in".split()
+
+
+def load_script(name: str):
+    """scripts/<name>.py as a module, so tests call its main(argv) in-process (no interpreter start-up)."""
+    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_documents(folder: Path, count: int = 6, lines: int = 60, seed: int = 0) -> list[Path]:
+    """A few KB of pseudo-English text, one document per file."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        text = "\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) + "." for _ in range(lines))
+        paths.append(folder / f"doc{i}.txt")
+        paths[-1].write_text(text)
+    return paths
+
+
+def prepare_tiny_dataset(root: Path, seq_len: int = 32) -> Path:
+    """Text files -> BPE (vocab 300) -> packed dataset of `seq_len`-token sequences, via scripts/prepare_data.py."""
+    files = write_documents(root / "text")
+    out = root / "data"
+    load_script("prepare_data").main(
+        [*["--files", *map(str, files)], "--tokenizer", "bpe", "--vocab-size", "300", "--seq-len", str(seq_len),
+         "--validation-fraction", "0.2", "--output-dir", str(out)]
+    )
+    return out
+
+
+def train_args(data: Path, output_dir: Path, **flags) -> list[str]:
+    """A tiny, fast train.py command line; `flags` (underscores for dashes) add or replace options."""
+    options = dict(data=data, output_dir=output_dir, model_size="tiny", max_steps=6, micro_batch_size=4, warmup_steps=1,
+                   lr=3e-3, log_every=1, eval_every=3, eval_batches=1, save_every=3, diagnostics_every=3,
+                   no_tensorboard=True)
+    options.update(flags)
+    argv = []
+    for key, value in options.items():
+        if value is True:
+            argv.append(f"--{key.replace('_', '-')}")
+        elif value is not None and value is not False:
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
+def train_losses(run_dir: Path, key: str = "train/loss") -> list[float]:
+    return [r[key] for r in read_jsonl(Path(run_dir) / "metrics.jsonl") if key in r]
