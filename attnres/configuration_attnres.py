@@ -28,6 +28,16 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
     attn_res_backend (`str`, defaults to `"auto"`):
         Kernel backend of every mix: `"auto"` (Triton on CUDA, PyTorch elsewhere), `"torch"` or `"triton"`. The
         environment variable `ATTNRES_BACKEND` overrides it for the whole process.
+    attn_res_two_phase (`bool`, *optional*):
+        The two-phase inference schedule (paper section 4) for no-grad block-mode forwards (prefill, decode): Phase 1
+        mixes all of a block's pseudo-queries against the completed blocks at once, Phase 2 merges each with the running
+        partial sum by online softmax. Unset: on with the Triton backend (where it saves memory traffic), off with the
+        PyTorch one, whose plain loop then stays bit-identical to the training forward. True / False force it.
+    attn_res_fuse_norm (`bool`, defaults to `True`):
+        Apply the RMSNorm that reads each mix (`input_layernorm`, `post_attention_layernorm`, `model.norm`) inside the
+        mix kernel (Triton backend).
+    attn_res_recompute (`bool`, defaults to `False`):
+        Triton backward: re-read the sources instead of saving per-token softmax statistics (less memory, one more pass).
     """
 
     model_type = "kimi_linear_attnres"
@@ -35,6 +45,9 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
     attn_res_mode: str | None = None
     attn_res_block_size: int = 0
     attn_res_backend: str = "auto"
+    attn_res_two_phase: bool | None = None
+    attn_res_fuse_norm: bool = True
+    attn_res_recompute: bool = False
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

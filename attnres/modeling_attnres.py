@@ -35,6 +35,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from attnres import kda_device_guard
+from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
 from attnres.ops import attn_res
 
 from .configuration_attnres import KimiLinearAttnResConfig
@@ -70,19 +71,33 @@ class AttnResMixing:
         setattr(self, f"{point}_res_norm", KimiLinearRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
         setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
 
-    def mix(self, point: str, sources: tuple[torch.Tensor, ...], weights: list | None) -> torch.Tensor:
+    def mix(
+        self, point: str, sources: tuple[torch.Tensor, ...], weights: list | None, out_norm=None, schedule=None
+    ) -> torch.Tensor:
+        """The mix, then `out_norm` (the RMSNorm that reads it) when given: fused into the op where possible.
+        `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (attnres.inference)."""
         if len(sources) == 1:  # softmax over one source is exactly 1: skip the arithmetic (K3 does too)
             if weights is not None:
                 weights.append(sources[0].new_ones(*sources[0].shape[:-1], 1, dtype=torch.float32))
-            return sources[0]
+            return sources[0] if out_norm is None else out_norm(sources[0])
+        # only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
+        fused = type(out_norm) is KimiLinearRMSNorm and self.config.attn_res_fuse_norm
+        if schedule is not None:
+            fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
+            mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
+            return mixed if out_norm is None or fused else out_norm(mixed)
         norm = getattr(self, f"{point}_res_norm")
         query = getattr(self, f"{point}_res_proj").weight[0]
-        backend = self.config.resolved_backend()
-        if weights is None:
-            return attn_res(sources, query, norm.weight, norm.variance_epsilon, backend=backend)
-        mixed, probs = attn_res(sources, query, norm.weight, norm.variance_epsilon, return_weights=True, backend=backend)
-        weights.append(probs)
-        return mixed
+        norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
+        mixed = attn_res(
+            sources, query, norm.weight, norm.variance_epsilon, return_weights=weights is not None,
+            backend=self.config.resolved_backend(), recompute=self.config.attn_res_recompute,
+            **norm_kwargs,
+        )
+        if weights is not None:
+            mixed, probs = mixed
+            weights.append(probs)
+        return mixed if out_norm is None or fused else out_norm(mixed)
 
 
 class KimiLinearAttnResDecoderLayer(AttnResMixing, KimiLinearDecoderLayer):
@@ -91,6 +106,7 @@ class KimiLinearAttnResDecoderLayer(AttnResMixing, KimiLinearDecoderLayer):
     def __init__(self, config: KimiLinearAttnResConfig, layer_idx: int):
         super().__init__(config, layer_idx)
         self.config = config
+        self.layer_idx = layer_idx
         mode = config.attn_res_mode
         # Whether this layer's attention output starts a new depth source (else it joins the last source's sum)
         self.opens_source = mode == "full" or (mode == "block" and layer_idx % config.attn_res_block_size == 0)
@@ -99,6 +115,10 @@ class KimiLinearAttnResDecoderLayer(AttnResMixing, KimiLinearDecoderLayer):
         if mode != "standard":
             self.add_mix_point("self_attention", config)
             self.add_mix_point("mlp", config)
+
+    def update_sources(self, sources: tuple[torch.Tensor, ...], new_sources: tuple[torch.Tensor, ...]):
+        """The depth sources after this layer: its outputs open new sources, or replace the running partial sum."""
+        return (*(sources if self.opens_source else sources[:-1]), *new_sources)
 
     def attention(self, hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs):
         """Kimi Linear's attention dispatch (KDA or MLA), without the residual add that its `forward` fuses in."""
@@ -124,23 +144,23 @@ class KimiLinearAttnResDecoderLayer(AttnResMixing, KimiLinearDecoderLayer):
         past_key_values: Cache | None = None,
         use_cache: bool | None = False,
         output_attn_res_weights: bool = False,
+        attn_res_schedule=None,
         **kwargs,
     ) -> tuple[torch.Tensor, ...]:
         """Sources come positionally: reentrant checkpointing only tracks gradients of positional tensors.
 
         Returns the new sources (1, or 2 in full mode) followed by the mix weights when asked: a flat tuple of tensors.
+        `attn_res_schedule`: how no-grad mixes are computed (`attnres.inference.TwoPhaseSchedule`), None: plain.
         """
         weights = [] if output_attn_res_weights else None
-        x = self.mix("self_attention", sources, weights)
-        attn_out = self.attention(
-            self.input_layernorm(x), attention_mask, position_ids, past_key_values, use_cache, **kwargs
-        )
+        h = self.mix("self_attention", sources, weights, self.input_layernorm, attn_res_schedule)
+        attn_out = self.attention(h, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
         if self.opens_source:
             kept, partial = sources, attn_out
         else:
             kept, partial = sources[:-1], sources[-1] + attn_out
-        x = self.mix("mlp", (*kept, partial), weights)
-        mlp_out = self.mlp(self.post_attention_layernorm(x))
+        h = self.mix("mlp", (*kept, partial), weights, self.post_attention_layernorm, attn_res_schedule)
+        mlp_out = self.mlp(h)
         new_sources = (partial, mlp_out) if self.num_new_sources == 2 else (partial + mlp_out,)
         return (*new_sources, *(weights or ()))
 
@@ -154,6 +174,12 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
         "router_logits": OutputRecorder(KimiLinearTopkRouter, index=0),
         "attentions": KimiLinearAttention,
     }
+
+    @classmethod
+    def _can_set_experts_implementation(cls) -> bool:
+        # transformers detects support by grepping the model's source for its experts decorator; our experts are
+        # transformers' own (decorated) KimiLinearExperts, so every experts implementation applies
+        return True
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -245,6 +271,7 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
 
         all_hidden_states = [inputs_embeds] if output_hidden_states else None
         all_weights = [] if output_attn_res_weights else None
+        schedule = two_phase_schedule(self, inputs_embeds, output_attn_res_weights)
         sources = (inputs_embeds,)
         for i, layer in enumerate(self.layers[: self.config.num_hidden_layers]):
             outputs = layer(
@@ -254,16 +281,16 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
                 past_key_values=past_key_values,
                 use_cache=use_cache,
                 output_attn_res_weights=output_attn_res_weights,
+                attn_res_schedule=schedule,
                 **kwargs,
             )
-            new_sources = outputs[: layer.num_new_sources]
-            sources = (*(sources if layer.opens_source else sources[:-1]), *new_sources)
+            sources = layer.update_sources(sources, outputs[: layer.num_new_sources])
             if all_weights is not None:
                 all_weights.extend(outputs[layer.num_new_sources :])
             if all_hidden_states is not None:
                 all_hidden_states.append(sources[-1])
 
-        hidden_states = self.norm(self.mix("output_attn", sources, all_weights))
+        hidden_states = self.mix("output_attn", sources, all_weights, self.norm, schedule)
         if all_hidden_states is not None:
             all_hidden_states[-1] = hidden_states  # transformers' convention: the last one is after the final norm
 
@@ -294,8 +321,19 @@ class KimiLinearAttnResForCausalLM(KimiLinearAttnResPreTrainedModel, KimiLinearF
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        prefill_chunk_size: int | None = None,
         **kwargs,
     ) -> AttnResCausalLMOutputWithPast:
+        """`prefill_chunk_size`: run a longer prompt in chunks of this many tokens, carrying the cache (long-context
+        prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs."""
+        reference = input_ids if input_ids is not None else inputs_embeds
+        if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
+            logits, cache = chunked_causal_lm_forward(
+                self, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                past_key_values=past_key_values, chunk_size=prefill_chunk_size, logits_to_keep=logits_to_keep,
+                labels=labels, **kwargs,
+            )
+            return AttnResCausalLMOutputWithPast(logits=logits, past_key_values=cache)
         outputs: AttnResModelOutputWithPast = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,

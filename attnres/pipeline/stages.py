@@ -117,9 +117,7 @@ class DecoderLayerPipe(PipeLayer):
     def forward(self, sources) -> tuple[torch.Tensor, ...]:
         sources = as_sources(sources)
         outputs = self.layer(*sources, **self.context(sources[0]), past_key_values=None, use_cache=False)
-        new_sources = outputs[: self.layer.num_new_sources]
-        # the model's update (KimiLinearAttnResModel.forward): an opening layer keeps the partial sum as a source
-        return (*(sources if self.layer.opens_source else sources[:-1]), *new_sources)
+        return self.layer.update_sources(sources, outputs[: self.layer.num_new_sources])
 
 
 class OutputHeadPipe(AttnResMixing, PipeLayer):

@@ -1,19 +1,56 @@
 """The Attention-Residual mix: one public function, `attn_res`, over interchangeable backends."""
 from __future__ import annotations
 
-from .naive import attn_res_naive
+import importlib.util
+
+import torch
+
+from .naive import attn_res_naive, rms_norm_naive
 
 BACKENDS = ("auto", "torch", "triton")
+TRITON_AVAILABLE = importlib.util.find_spec("triton") is not None
 
 
-def attn_res(sources, query, norm_weight, eps, return_weights=False, backend="auto"):
+def use_triton(backend: str, tensor: torch.Tensor) -> bool:
+    """Resolve a backend name for one call: "auto" means Triton on CUDA tensors, the reference elsewhere."""
+    if backend not in BACKENDS:
+        raise ValueError(f"attn_res backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "triton" and not TRITON_AVAILABLE:
+        raise ImportError('attn_res backend "triton" needs the triton package: pip install "attnres[triton]"')
+    return backend == "triton" or (backend == "auto" and TRITON_AVAILABLE and tensor.is_cuda)
+
+
+def attn_res(
+    sources,
+    query,
+    norm_weight,
+    eps,
+    return_weights=False,
+    backend="auto",
+    out_norm_weight=None,
+    out_norm_eps=1e-6,
+    recompute=False,
+):
     """Mix `sources` by softmax attention over depth (see `naive.attn_res_naive` for the exact semantics).
 
     `backend`: "torch" (the reference), "triton" (fused kernels), or "auto" (Triton on CUDA, the reference elsewhere).
+    `out_norm_weight`/`out_norm_eps`: also apply the RMSNorm that follows the mix and return `norm(mix)` (fused into the
+    kernel on Triton). `recompute`: Triton keeps no forward statistics and re-reads the sources in the backward.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"attn_res backend must be one of {BACKENDS}, got {backend!r}")
-    return attn_res_naive(sources, query, norm_weight, eps, return_weights=return_weights)
+    first = sources if isinstance(sources, torch.Tensor) else sources[0]
+    if use_triton(backend, first):
+        from .triton import attn_res_triton  # imported lazily: defining the kernels needs triton
+
+        return attn_res_triton(
+            sources, query, norm_weight, eps, return_weights=return_weights,
+            out_norm_weight=out_norm_weight, out_norm_eps=out_norm_eps, recompute=recompute,
+        )
+    result = attn_res_naive(sources, query, norm_weight, eps, return_weights=return_weights)
+    if out_norm_weight is None:
+        return result
+    if return_weights:
+        return rms_norm_naive(result[0], out_norm_weight, out_norm_eps), result[1]
+    return rms_norm_naive(result, out_norm_weight, out_norm_eps)
 
 
-__all__ = ["attn_res", "attn_res_naive", "BACKENDS"]
+__all__ = ["attn_res", "attn_res_naive", "rms_norm_naive", "use_triton", "BACKENDS", "TRITON_AVAILABLE"]

@@ -42,3 +42,11 @@ def attn_res_naive(
     if return_weights:
         return mixed, probs.movedim(0, -1)
     return mixed
+
+
+def rms_norm_naive(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' `KimiLinearRMSNorm.forward`, op for op: the norm a fused backend may apply after the mix."""
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    hidden_states = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * hidden_states.to(input_dtype)

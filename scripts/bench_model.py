@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""Benchmark whole models side by side: standard residuals vs Block AttnRes vs Full AttnRes on one config.
+
+Phases, each timed for every mode in the same run (the overhead ratios compare them):
+  train         forward + backward of a language-modelling loss         tokens/s = batch * seq / step
+  prefill       no-grad forward over the prompt, cache on                tokens/s = batch * seq / time
+  decode        no-grad one-token steps after a short prompt, cached     tokens/s = batch * steps / time
+  long_prefill  batch 1, a long prompt, unchunked and chunked (`prefill_chunk_size`): peak memory is the point
+
+Timing: all modes' models live in one process and are run round by round (standard, block, full, standard, ...), so a
+busy machine slows them alike; the median over rounds is reported. Peak memory: on CUDA `torch.cuda.max_memory_allocated`
+above the loaded model; on CPU each run in a fresh process, its resident-set growth above the loaded model, sampled every
+0.5 ms (Linux /proc; includes allocator slack: compare modes, not bytes).
+Defaults: a small CPU config (hidden 256, 6 layers, block size 2); on GPU pass a larger one (--hidden, --layers, ...).
+
+    python3 scripts/bench_model.py                            # CPU defaults, writes bench_model.json
+    python3 scripts/bench_model.py --device cuda --dtype bfloat16 --hidden 2048 --layers 24 --block-size 4 --seq 4096
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import ctypes
+import gc
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+
+MODES = ("standard", "block", "full")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda when available")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated AttnRes modes to compare")
+    parser.add_argument("--phases", default="train,prefill,decode,long_prefill", help="comma-separated phases")
+    parser.add_argument("--hidden", type=int, default=256, help="hidden size")
+    parser.add_argument("--layers", type=int, default=6, help="decoder layers")
+    parser.add_argument("--block-size", type=int, default=2, help="layers per block in block mode")
+    parser.add_argument("--attention", choices=("hybrid", "mla"), default="hybrid",
+                        help="hybrid: KDA with MLA every third layer (Kimi Linear); mla: MLA only (on CPU transformers' "
+                             "KDA reference dominates the time and hides the residual's cost)")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=256, help="tokens per sequence for train and prefill")
+    parser.add_argument("--decode-steps", type=int, default=16)
+    parser.add_argument("--long-prompt", type=int, default=4096, help="tokens of the long_prefill prompt (batch 1)")
+    parser.add_argument("--chunk", type=int, default=512, help="prefill_chunk_size of the chunked long prefill")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repetitions (median) after one warm-up")
+    parser.add_argument("--backend", choices=("auto", "torch", "triton"), default="auto", help="AttnRes kernel backend")
+    parser.add_argument("--two-phase", choices=("auto", "on", "off"), default="auto",
+                        help="no-grad schedule of block mode: auto (on with Triton), or force it on / off")
+    parser.add_argument("--output", default="bench_model.json", help="JSON results file (written atomically)")
+    args = parser.parse_args(argv)
+    args.modes = args.modes.split(",")
+    args.phases = args.phases.split(",")
+    for mode in args.modes:
+        if mode not in MODES:
+            parser.error(f"--modes: unknown mode {mode!r}, choose from {MODES}")
+    for phase in args.phases:
+        if phase not in PHASES:
+            parser.error(f"--phases: unknown phase {phase!r}, choose from {tuple(PHASES)}")
+    if args.device == "auto":
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    return args
+
+
+def build_model(args, mode):
+    import torch
+
+    from attnres import KimiLinearAttnResForCausalLM
+    from attnres.tiny import tiny_config
+
+    heads = max(2, args.hidden // 64)
+    config = tiny_config(
+        mode, args.block_size, args.layers, hidden_size=args.hidden, intermediate_size=4 * args.hidden,
+        moe_intermediate_size=args.hidden, num_attention_heads=heads, num_key_value_heads=heads,
+        linear_num_heads=heads, linear_head_dim=64, vocab_size=1024, attn_res_backend=args.backend,
+        **({"layer_types": ["full_attention"] * args.layers} if args.attention == "mla" else {}),
+    )
+    if getattr(args, "two_phase", "auto") != "auto":
+        config.attn_res_two_phase = args.two_phase == "on"
+    torch.manual_seed(0)  # same shared weights in every mode
+    return KimiLinearAttnResForCausalLM(config).to(device=args.device, dtype=getattr(torch, args.dtype))
+
+
+def synchronize(device):
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def ids(args, batch, seq, seed=0):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(3, 1024, (batch, seq), generator=generator).to(args.device)
+
+
+# A workload: (args) -> (tokens, setup, run). `setup()` prepares untimed state, `run(state)` is the timed part.
+
+
+def train_workload(args):
+    batch = ids(args, args.batch, args.seq)
+
+    def run(model):
+        model.train()
+        model.zero_grad(set_to_none=True)
+        model(batch, labels=batch, use_cache=False).loss.backward()
+
+    return args.batch * args.seq, lambda model: model, run
+
+
+def prefill_workload(args, batch_size=None, seq=None, chunk=None):
+    import torch
+
+    batch_size, seq = batch_size or args.batch, seq or args.seq
+    prompt = ids(args, batch_size, seq)
+
+    def run(model):
+        model.eval()
+        with torch.no_grad():
+            model(prompt, use_cache=True, logits_to_keep=1, prefill_chunk_size=chunk)
+
+    return batch_size * seq, lambda model: model, run
+
+
+def decode_workload(args):
+    import torch
+
+    prompt = ids(args, args.batch, 16)
+
+    def setup(model):  # the prompt is not timed: only the one-token steps
+        model.eval()
+        with torch.no_grad():
+            out = model(prompt, use_cache=True)
+        return model, out.past_key_values, out.logits[:, -1:].argmax(-1)
+
+    def run(state):
+        model, cache, token = state
+        with torch.no_grad():
+            for _ in range(args.decode_steps):
+                token = model(token, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+
+    return args.batch * args.decode_steps, setup, run
+
+
+WORKLOADS = {
+    "train": train_workload,
+    "prefill": prefill_workload,
+    "decode": decode_workload,
+    "long_prefill": lambda args: prefill_workload(args, 1, args.long_prompt),
+    "long_prefill_chunked": lambda args: prefill_workload(args, 1, args.long_prompt, args.chunk),
+}
+PHASES = {"train": ["train"], "prefill": ["prefill"], "decode": ["decode"],
+          "long_prefill": ["long_prefill", "long_prefill_chunked"]}
+
+
+def time_side_by_side(args, models, name):
+    """Median seconds per mode, the modes interleaved round by round so they share the machine's load."""
+    tokens, setup, run = WORKLOADS[name](args)
+    samples = {mode: [] for mode in models}
+    for round_index in range(args.repeats + 1):  # round 0 warms up
+        for mode, model in models.items():
+            state = setup(model)
+            synchronize(args.device)
+            start = time.perf_counter()
+            run(state)
+            synchronize(args.device)
+            if round_index > 0:
+                samples[mode].append(time.perf_counter() - start)
+    return tokens, {mode: statistics.median(times) for mode, times in samples.items()}
+
+
+def peak_memory(args, mode, name):
+    """Peak memory (MiB) of one run of a workload above the loaded model (and its untimed setup)."""
+    import torch
+
+    model = build_model(args, mode)
+    _, setup, run = WORKLOADS[name](args)
+    state = setup(model)
+    if args.device == "cuda":
+        synchronize(args.device)
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        run(state)
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    return rss_growth_during(lambda: run(state)) / 2**20
+
+
+def rss_growth_during(fn) -> int:
+    """Bytes: the highest resident set size while `fn` runs (sampled every 0.5 ms), minus the one before it.
+
+    Freed heap is first handed back to the system (glibc `malloc_trim`), so the baseline is the live data only.
+    """
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:  # not glibc: the baseline may include free heap, growth is then underestimated
+        pass
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss():
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * page
+
+    base = peak = rss()
+    done = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, rss())
+            time.sleep(0.0005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        fn()
+    finally:
+        done.set()
+        sampler.join()
+    return max(peak, rss()) - base
+
+
+def measure_memory(args, jobs):
+    """CPU: each run in a fresh process, whose peak RSS is its own; CUDA: in this process, peak stats reset."""
+    from tqdm import tqdm
+
+    if args.device == "cuda":
+        return {job: peak_memory(args, *job) for job in tqdm(jobs, desc="peak memory", file=sys.stderr)}
+    context = multiprocessing.get_context("spawn")
+    memory = {}
+    for job in tqdm(jobs, desc="peak memory (a process each)", file=sys.stderr):
+        with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+            memory[job] = pool.submit(peak_memory, args, *job).result()
+    return memory
+
+
+def overheads(results):
+    """Per phase, each mode's time per token and peak memory relative to standard residuals."""
+    table = {}
+    for r in results:
+        base = next((b for b in results if b["phase"] == r["phase"] and b["mode"] == "standard"), None)
+        if base is None or r["mode"] == "standard":
+            continue
+        table.setdefault(r["phase"], {})[r["mode"]] = dict(
+            time_overhead_pct=round(100 * (base["tokens_per_s"] / r["tokens_per_s"] - 1), 1),
+            memory_ratio=round(r["peak_mem_mib"] / base["peak_mem_mib"], 3) if base["peak_mem_mib"] > 0 else None,
+        )
+    return table
+
+
+def write_json(path, payload):
+    directory = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as handle:
+        json.dump(payload, handle, indent=2)
+    os.replace(handle.name, path)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+    from tqdm import tqdm
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is available")
+    names = [name for phase in args.phases for name in PHASES[phase]]
+    models = {mode: build_model(args, mode) for mode in args.modes}
+    timings = {name: time_side_by_side(args, models, name) for name in tqdm(names, desc="timing", file=sys.stderr)}
+    del models
+    memory = measure_memory(args, [(mode, name) for name in names for mode in args.modes])
+    results = [
+        dict(mode=mode, phase=name, tokens=tokens, seconds=round(seconds, 5), tokens_per_s=round(tokens / seconds, 1),
+             peak_mem_mib=round(memory[mode, name], 1))
+        for name, (tokens, by_mode) in timings.items() for mode, seconds in by_mode.items()
+    ]
+    device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU {platform.machine()}"
+    meta = dict(
+        date=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=" ".join(sys.argv),
+        device=f"{device}, {torch.get_num_threads()} CPU threads", torch=torch.__version__,
+        config={k: v for k, v in vars(args).items() if k != "output"},
+    )
+    payload = dict(meta=meta, results=results, overheads_vs_standard=overheads(results))
+    write_json(args.output, payload)
+    print(f"{'phase':22} {'mode':9} {'tokens/s':>10} {'peak MiB':>9}")
+    for r in results:
+        print(f"{r['phase']:22} {r['mode']:9} {r['tokens_per_s']:>10.1f} {r['peak_mem_mib']:>9.1f}")
+    print(json.dumps(payload["overheads_vs_standard"], indent=1))
+    print(f"wrote {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
