@@ -23,7 +23,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 
@@ -145,13 +144,6 @@ def bench_case(impl, inputs, measure, repeats):
     return measure(forward, repeats), measure(forward_backward, repeats)
 
 
-def write_json(path, payload):
-    directory = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as handle:
-        json.dump(payload, handle, indent=2)
-    os.replace(handle.name, path)
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.device == "cpu":
@@ -196,7 +188,9 @@ def main(argv=None):
         triton_interpreter=os.environ.get("TRITON_INTERPRET") == "1", torch=torch.__version__, dtype=args.dtype,
         hidden=args.hidden, copy_gbps=round(copy_gbps, 2), repeats=args.repeats,
     )
-    write_json(args.output, dict(meta=meta, results=[{k.rstrip("_"): v for k, v in r.items()} for r in results]))
+    from attnres.atomic_io import write_json_atomic
+
+    write_json_atomic(args.output, dict(meta=meta, results=[{k.rstrip("_"): v for k, v in r.items()} for r in results]))
     print(json.dumps(meta))
     header = f"{'impl':16} {'n':>3} {'tokens':>7} {'pass':17} {'ms':>10} {'GB/s':>8} {'%copy':>6} {'x eager':>8}"
     print(header)

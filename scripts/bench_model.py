@@ -28,7 +28,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from datetime import datetime, timezone
@@ -261,13 +260,6 @@ def overheads(results):
     return table
 
 
-def write_json(path, payload):
-    directory = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as handle:
-        json.dump(payload, handle, indent=2)
-    os.replace(handle.name, path)
-
-
 def main(argv=None):
     args = parse_args(argv)
     import torch
@@ -292,7 +284,9 @@ def main(argv=None):
         config={k: v for k, v in vars(args).items() if k != "output"},
     )
     payload = dict(meta=meta, results=results, overheads_vs_standard=overheads(results))
-    write_json(args.output, payload)
+    from attnres.atomic_io import write_json_atomic
+
+    write_json_atomic(args.output, payload)
     print(f"{'phase':22} {'mode':9} {'tokens/s':>10} {'peak MiB':>9}")
     for r in results:
         print(f"{r['phase']:22} {r['mode']:9} {r['tokens_per_s']:>10.1f} {r['peak_mem_mib']:>9.1f}")

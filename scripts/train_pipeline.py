@@ -176,12 +176,6 @@ def skip_cpu_shm_build() -> None:
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
-def write_json_atomic(path: Path, payload) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    os.replace(tmp, path)
-
-
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     import deepspeed
@@ -190,6 +184,7 @@ def main(argv=None) -> None:
 
     from attnres.pipeline import (P2PTraffic, boundary_report, build_pipeline, format_report, report_rows,
                                   save_pipeline_checkpoint)
+    from attnres.atomic_io import write_json_atomic
     from attnres.pipeline.data import micro_batches
 
     if "WORLD_SIZE" not in os.environ:

@@ -8,22 +8,16 @@ written to a temporary name and renamed, so an interrupted save never leaves a h
 """
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import torch.distributed as dist
 from safetensors.torch import save_file
 from transformers.core_model_loading import revert_weight_conversion
 
-from .stages import local_model_state_dict, meta_model
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+from ..atomic_io import atomic_write, write_json_atomic
+from .stages import local_model_state_dict, meta_model
 
 
 def shard_name(stage: int, num_stages: int) -> str:
@@ -39,7 +33,7 @@ def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_s
     tensors = {name: t.contiguous() for name, t in revert_weight_conversion(meta_model(config), tensors).items()}
     shard = shard_name(stage, num_stages)
     if is_data_rank0:
-        _atomic_write(folder / shard, lambda p: save_file(tensors, str(p), metadata={"format": "pt"}))
+        atomic_write(folder / shard, lambda p: save_file(tensors, str(p), metadata={"format": "pt"}))
     size = sum(t.numel() * t.element_size() for t in tensors.values())
     mine = {"file": shard, "names": sorted(tensors), "bytes": size} if is_data_rank0 else None
     parts = [None] * dist.get_world_size()
@@ -49,8 +43,8 @@ def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_s
         weight_map = {name: part["file"] for part in parts for name in part["names"]}
         index = {"metadata": {"total_size": sum(part["bytes"] for part in parts)},
                  "weight_map": dict(sorted(weight_map.items()))}
-        _atomic_write(folder / SAFE_WEIGHTS_INDEX_NAME, lambda p: p.write_text(json.dumps(index, indent=2)))
-        _atomic_write(folder / "config.json", lambda p: config.to_json_file(p))
+        write_json_atomic(folder / SAFE_WEIGHTS_INDEX_NAME, index)
+        atomic_write(folder / "config.json", lambda p: config.to_json_file(p))
     dist.barrier()
 
 

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from ..atomic_io import write_text_atomic
 
 
 class JsonlLog:
@@ -15,9 +16,7 @@ class JsonlLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= resume_step]
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text("".join(line + "\n" for line in kept))
-            os.replace(tmp, self.path)
+            write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, record: dict) -> None:
         with open(self.path, "a") as f:

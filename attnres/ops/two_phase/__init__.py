@@ -1,8 +1,6 @@
 """Two-phase inference schedule of the AttnRes mix (no gradient): Phase 1 per block, Phase 2 per sub-layer."""
 from __future__ import annotations
 
-import torch
-
 from ..mix import rms_norm_naive, use_triton
 from .naive import phase1_naive, phase2_naive
 
