@@ -72,7 +72,7 @@ def print_weights(weights, config) -> None:
         print(f"  {point}: {cells}")
 
 
-def plot_weights(weights, path: str) -> None:
+def plot_weights(weights, config, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,10 +82,13 @@ def plot_weights(weights, path: str) -> None:
     grid = torch.full((len(weights), width), float("nan"))
     for row, w in enumerate(weights):
         grid[row, : w.shape[-1]] = w.float().mean(dim=(0, 1))
-    fig, ax = plt.subplots(figsize=(1 + 0.5 * width, 1 + 0.3 * len(weights)))
+    fig, ax = plt.subplots(figsize=(3 + 0.5 * width, 1.5 + 0.3 * len(weights)))
     image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(width), source_names(config)[:width], rotation=90)
+    ax.set_yticks(range(len(weights)), [name.strip() for name in mix_point_names(config.num_hidden_layers)])
     ax.set_xlabel("source (depth order)")
-    ax.set_ylabel("mix point (attn / mlp per layer, then output)")
+    ax.set_ylabel("mix point")
+    ax.set_title(f"depth weights ({config.attn_res_mode})")
     fig.colorbar(image, ax=ax, label="mean softmax weight")
     fig.tight_layout()
     tmp = f"{path}.tmp.png"
@@ -118,7 +121,7 @@ def main(argv=None) -> None:
         return
     print_weights(weights, config)
     if args.plot:
-        plot_weights(weights, args.plot)
+        plot_weights(weights, config, args.plot)
 
 
 if __name__ == "__main__":
