@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from .ops.mix import use_triton
-from .ops.two_phase import phase1, phase2
+from .kernels.mix import use_triton
+from .kernels.two_phase import phase1, phase2
 
 
 class TwoPhaseSchedule:

@@ -9,7 +9,7 @@ is carried. A layer receives the current *depth sources* and returns the ones it
 - full:     the embedding and every sub-layer output, each its own source.
 
 Before each sub-layer and before the final norm, a learned pseudo-query mixes the sources by softmax over depth
-(`attnres.ops.attn_res`, Kimi K3's numerics). With a single source the mix is the identity and is skipped.
+(`attnres.kernels.attn_res`, Kimi K3's numerics). With a single source the mix is the identity and is skipped.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from attnres import kda_device_guard
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
-from attnres.ops import attn_res
+from attnres.kernels import attn_res
 
 from .configuration_attnres import KimiLinearAttnResConfig
 

@@ -2,9 +2,9 @@
 """Benchmark the AttnRes depth mix: forward and forward+backward, time, effective GB/s and % of the device's measured
 copy bandwidth, for every available implementation side by side:
 
-  torch_eager     the PyTorch reference (attnres.ops.mix.naive.attn_res_naive)
+  torch_eager     the PyTorch reference (attnres.kernels.mix.naive.attn_res_naive)
   torch_compile   torch.compile of that reference
-  attnres_triton  the fused Triton kernel (attnres.ops.mix.triton); on CPU it runs in the Triton *interpreter*,
+  attnres_triton  the fused Triton kernel (attnres.kernels.mix.triton); on CPU it runs in the Triton *interpreter*,
                   whose timings say nothing about GPU speed (recorded only to show the path runs)
   fla             flash-linear-attention's `fused_attnres`, when `fla` is importable
 
@@ -91,7 +91,7 @@ def implementations(names, device):
     """name -> mix(sources, query, norm_weight, eps), or name -> reason it is unavailable."""
     import torch
 
-    from attnres.ops.mix.naive import attn_res_naive
+    from attnres.kernels.mix.naive import attn_res_naive
 
     impls = {}
     for name in names:
@@ -102,7 +102,7 @@ def implementations(names, device):
             torch._dynamo.config.recompile_limit = 1024
             impls[name] = torch.compile(attn_res_naive, dynamic=False)
         elif name == "attnres_triton":
-            from attnres.ops.mix.triton import attn_res_triton
+            from attnres.kernels.mix.triton import attn_res_triton
 
             impls[name] = attn_res_triton
         elif name == "fla":

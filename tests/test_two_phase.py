@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from attnres import inference
-from attnres.ops.mix import attn_res_naive, rms_norm_naive
-from attnres.ops.two_phase import phase1, phase2
+from attnres.kernels.mix import attn_res_naive, rms_norm_naive
+from attnres.kernels.two_phase import phase1, phase2
 from model_factory import random_ids, tiny_model
 
 

@@ -3,8 +3,8 @@ RMSNorm, recompute, dtypes, odd hidden sizes, 1 to 10 sources, dispatch and torc
 import pytest
 import torch
 
-import attnres.ops.mix as mix_ops
-from attnres.ops.mix import attn_res, attn_res_naive, rms_norm_naive
+import attnres.kernels.mix as mix_ops
+from attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
 
 CASES = [  # (sources, hidden, fused norm, recompute)
     (1, 48, False, False),

@@ -1,4 +1,4 @@
-"""Triton two-phase schedule: both phases are the fused mix kernel (`attnres.ops.mix.kernels.mix_fwd_kernel`).
+"""Triton two-phase schedule: both phases are the fused mix kernel (`attnres.kernels.mix.kernels.mix_fwd_kernel`).
 
 Phase 1 launches it once for all Q queries of a block (adjacent programs are the Q queries of one row block, so the
 bank is read once from memory); Phase 2 starts its online softmax from the Phase-1 state and folds in the partial sum,
