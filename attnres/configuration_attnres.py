@@ -48,6 +48,15 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
     attn_res_two_phase: bool | None = None
     attn_res_fuse_norm: bool = True
     attn_res_recompute: bool = False
+    # Kimi K3's text backbone (attnres/k3, README "Kimi K3"); unset, every module is Kimi Linear's
+    activation_situ_beta: float | None = None
+    activation_situ_linear_beta: float | None = None
+    routed_expert_hidden_size: int | None = None
+    latent_moe_use_norm: bool = False
+    mla_use_output_gate: bool = False
+    mla_use_nope: bool = True
+    linear_use_full_rank_gate: bool = False
+    linear_gate_lower_bound: float | None = None
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -76,6 +85,9 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
                 raise ValueError(
                     f"{field} has {len(types)} entries but num_hidden_layers is {self.num_hidden_layers}: one per layer"
                 )
+        from attnres.k3.config import check_k3_fields
+
+        check_k3_fields(self)
 
     @property
     def attn_res_num_blocks(self) -> int:
@@ -93,13 +105,12 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
-        # A Kimi K3 config.json nests the language model under `text_config`: its text part is a Kimi Linear config
-        if "text_config" in config_dict and "num_hidden_layers" not in config_dict:
-            text_config = dict(config_dict["text_config"])
-            for key in ("torch_dtype", "dtype", "transformers_version"):
-                if key in config_dict and key not in text_config:
-                    text_config[key] = config_dict[key]
-            config_dict = text_config
+        from attnres.k3.config import check_k3_dict, unwrap
+
+        # A Kimi K3 config.json nests the language model under `text_config` (a Kimi Linear config plus K3 fields):
+        # every field is checked (unknown ones are an error), then the text part is read
+        check_k3_dict(config_dict, cls)
+        config_dict = unwrap(config_dict)
         # A Moonshot config.json says model_type "kimi_linear": this class's type must win, or transformers treats the
         # loaded config as its own Kimi Linear (and skips our weight-conversion mapping)
         config_dict = {key: value for key, value in config_dict.items() if key != "model_type"}

@@ -34,7 +34,7 @@ from transformers.utils import can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from attnres import kda_device_guard
+from attnres import k3, kda_device_guard
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
 from attnres.kernels import attn_res
 
@@ -105,6 +105,8 @@ class KimiLinearAttnResDecoderLayer(AttnResMixing, KimiLinearDecoderLayer):
 
     def __init__(self, config: KimiLinearAttnResConfig, layer_idx: int):
         super().__init__(config, layer_idx)
+        if k3.uses_k3(config):  # Kimi K3's modules where its config asks for them (attnres/k3)
+            k3.install(self, config, layer_idx)
         self.config = config
         self.layer_idx = layer_idx
         mode = config.attn_res_mode
