@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..configuration_attnres import KimiLinearAttnResConfig
+from ..k3.layout import k3_linear_attn_config
 from .errors import ConversionError
 
 MOONSHOT_MODEL_TYPE = "kimi_linear"
@@ -76,7 +77,7 @@ def moonshot_config_dict(config: KimiLinearAttnResConfig) -> dict:
         for field in ATTN_RES_FIELDS:
             config_dict.pop(field, None)
     config_dict.update(model_type=MOONSHOT_MODEL_TYPE, architectures=[MOONSHOT_ARCHITECTURE])
-    return config_dict
+    return k3_linear_attn_config(config_dict)
 
 
 def _first_k_dense(mlp_layer_types: list[str]) -> int:
