@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 from ..configuration_attnres import KimiLinearAttnResConfig
+from ..k3.config import check_k3_dict
 from ..k3.layout import k3_linear_attn_config
+from ..k3.mxfp4 import check_quantization_config
 from .errors import ConversionError
 
 MOONSHOT_MODEL_TYPE = "kimi_linear"
@@ -27,16 +29,19 @@ def read_config_dict(folder: Path) -> dict:
     text = config.get("text_config", config)
     for where in (config, text):
         if where.get("quantization_config"):
-            method = where["quantization_config"].get("quant_method", "?")
-            raise ConversionError(
-                f"{path}: field quantization_config (quant_method={method!r}) - quantized checkpoints are not "
-                "supported; expected float32/float16/bfloat16 weights (dequantize first)"
-            )
+            try:  # Kimi K3's MXFP4 experts are dequantized on the way; nothing else is
+                check_quantization_config(where["quantization_config"])
+            except ValueError as error:
+                raise ConversionError(f"{path}: field {error} (dequantize first)") from error
     return config
 
 
 def parse_config(config_dict: dict) -> KimiLinearAttnResConfig:
     """Either layout -> our config (K3's `text_config` is unwrapped by `KimiLinearAttnResConfig.from_dict`)."""
+    try:
+        check_k3_dict(config_dict, KimiLinearAttnResConfig)  # the wrapper's own fields, before it is unwrapped
+    except ValueError as error:
+        raise ConversionError(f"config.json: {error}") from error
     text = dict(config_dict.get("text_config", config_dict)) if "num_hidden_layers" not in config_dict else dict(config_dict)
     text.pop("model_type", None)  # "kimi_linear" in Moonshot's file; the class knows its own
     if "mlp_layer_types" not in text and text.get("moe_layer_freq", 1) != 1:

@@ -11,6 +11,7 @@ import torch
 
 from ..configuration_attnres import KimiLinearAttnResConfig
 from .config import parse_config, read_config_dict
+from ..k3.source import K3SourceReader
 from .errors import ConversionError
 from .mapping import convert_tensors
 from .reader import SUPPORTED_DTYPES, CheckpointReader
@@ -75,7 +76,7 @@ def plan_conversion(
         raise ConversionError(f"--to must be one of {LAYOUTS}, got {to!r}")
     input = Path(input)
     source_config = parse_config(read_config_dict(input))
-    reader = CheckpointReader(input)
+    reader = K3SourceReader(input, source_config)  # a Kimi Linear folder reads as plain; K3's MXFP4 experts dequantized
     source_layout = detect_layout(reader.tensors)
     target_config = upcycled_config(source_config, upcycle, block_size) if upcycle else source_config
     check_tensors(reader, expected_tensors(source_config, source_layout), source_layout)
