@@ -30,7 +30,8 @@ def check_quantization_config(quantization: dict) -> None:
                 problems.append(f"config_groups.{name}.weights.{key}={weights[key]!r} (expected {expected!r})")
     if problems:
         raise ValueError(
-            "quantization_config: only Kimi K3's MXFP4 experts can be dequantized on load: " + "; ".join(problems)
+            f"quantization_config (quant_method={method!r}, format={fmt!r}): only Kimi K3's MXFP4 experts can be "
+            "dequantized on load; " + "; ".join(problems)
         )
 
 

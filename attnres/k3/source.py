@@ -31,7 +31,7 @@ class K3SourceReader(CheckpointReader):
     def _virtual_experts(self) -> list[str]:
         problems = []
         for name in [n for n in self.tensors if n.endswith((mxfp4.PACKED_SUFFIX, mxfp4.SCALE_SUFFIX))]:
-            if name not in self.tensors:  # its pair was already taken
+            if name not in self.tensors or self.tensors[name].dtype != _U8:  # pair taken; or not MXFP4 (int4 words...)
                 continue
             base = name.removesuffix(mxfp4.PACKED_SUFFIX).removesuffix(mxfp4.SCALE_SUFFIX)
             packed, scale = self.tensors.get(base + mxfp4.PACKED_SUFFIX), self.tensors.get(base + mxfp4.SCALE_SUFFIX)
