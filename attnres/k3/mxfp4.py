@@ -60,7 +60,8 @@ def dequantize(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = t
     problems = check_packed("weight", packed.shape, scale.shape, packed.dtype, scale.dtype)
     if problems:
         raise ValueError(problems[0])
-    table = torch.tensor(FP4_VALUES, dtype=torch.float32, device=packed.device)
+    work = torch.float64 if dtype == torch.float64 else torch.float32  # exact for every E8M0 scale in range
+    table = torch.tensor(FP4_VALUES, dtype=work, device=packed.device)
     codes = torch.stack((packed & 0x0F, packed >> 4), dim=-1).reshape(packed.shape[0], -1)  # even element: low nibble
     values = table[codes.long()].view(packed.shape[0], -1, GROUP_SIZE)
     exponents = scale.to(torch.int32).sub(127).unsqueeze(-1)
