@@ -45,7 +45,9 @@ class DequantizeMxfp4(ConversionOps):
     """{`...weight_packed` pattern: [packed per expert], `...weight_scale` pattern: [scales]} -> the packed pattern
     holding the bf16 weights, in the order later ops (merge, concatenate) expect."""
 
-    def convert(self, input_dict, source_patterns, target_patterns, full_layer_name=None, **kwargs):
+    def convert(self, input_dict, source_patterns, target_patterns, full_layer_name=None, model=None, **kwargs):
+        # the dtype of the parameter it loads into (the model's dtype; bf16 holds MXFP4 values exactly)
+        dtype = model.get_parameter(full_layer_name).dtype if model is not None else torch.bfloat16
         out = {}
         for pattern in source_patterns:
             if not pattern.endswith(mxfp4.PACKED_SUFFIX):
@@ -57,7 +59,7 @@ class DequantizeMxfp4(ConversionOps):
             packed, scale = [_codes(t) for t in _as_list(packed)], [_codes(t) for t in _as_list(scale)]
             if len(packed) != len(scale):
                 raise ValueError(f"{full_layer_name}: {len(packed)} weight_packed tensors but {len(scale)} weight_scale")
-            out[pattern] = [mxfp4.dequantize(p, s) for p, s in zip(packed, scale)]
+            out[pattern] = [mxfp4.dequantize(p, s, dtype) for p, s in zip(packed, scale)]
         return out
 
 
