@@ -38,6 +38,11 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         mix kernel (Triton backend).
     attn_res_recompute (`bool`, defaults to `False`):
         Triton backward: re-read the sources instead of saving per-token softmax statistics (less memory, one more pass).
+    activation_situ_beta, activation_situ_linear_beta, routed_expert_hidden_size, latent_moe_use_norm,
+    mla_use_output_gate, mla_use_nope, linear_use_full_rank_gate, linear_gate_lower_bound:
+        Kimi K3's text-backbone fields (SiTU-GLU with `hidden_act="situ"`, latent MoE, MLA output gate, KDA full-rank
+        output gate and forget-gate floor; K3's `linear_attn_config.use_full_rank_gate` / `.gate_lower_bound`). Unset,
+        every module is Kimi Linear's. See `attnres/k3` and the README's "Kimi K3" section.
     """
 
     model_type = "kimi_linear_attnres"
