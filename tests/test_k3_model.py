@@ -142,11 +142,16 @@ CONFIG_CASES = {
 }
 
 
+def broken_copy(k3, tmp_path, editor, edit):
+    folder = shutil.copytree(k3[0], tmp_path / "bad")
+    editor(folder, edit)
+    return folder
+
+
 @pytest.mark.parametrize("case", sorted(CONFIG_CASES))
 def test_bad_k3_configs_are_named(k3, tmp_path, case):
     edit, message = CONFIG_CASES[case]
-    folder = shutil.copytree(k3[0], tmp_path / "bad")
-    edit_config(folder, edit)
+    folder = broken_copy(k3, tmp_path, edit_config, edit)
     with pytest.raises(ValueError, match=message):
         KimiLinearAttnResConfig.from_pretrained(folder)
     with pytest.raises(ConversionError, match=message):
@@ -184,8 +189,7 @@ TENSOR_CASES = {
 @pytest.mark.parametrize("case", sorted(TENSOR_CASES))
 def test_bad_k3_tensors_are_named_and_nothing_is_written(k3, tmp_path, case):
     edit, message = TENSOR_CASES[case]
-    folder = shutil.copytree(k3[0], tmp_path / "bad")
-    rewrite(folder, edit)
+    folder = broken_copy(k3, tmp_path, rewrite, edit)
     with pytest.raises(ConversionError, match=message):
         convert_checkpoint(folder, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()

@@ -104,6 +104,8 @@ def unwrap(config_dict: dict) -> dict:
             logger.warning("Kimi K3: loading the text model only; the vision tower and projector are skipped")
     else:
         text = dict(config_dict)
+    if not (is_wrapper(config_dict) or is_k3(text)):
+        return text  # Kimi Linear's config, read exactly as before
     if "quantization_config" in text:
         check_quantization_config(text.pop("quantization_config"))
     linear = text.get("linear_attn_config")
@@ -111,9 +113,6 @@ def unwrap(config_dict: dict) -> dict:
         for key, field in LINEAR_ATTN_K3_KEYS.items():
             if key in linear:
                 text.setdefault(field, linear[key])
-    for key in FIXED_FIELDS:
-        if key not in K3_FIELDS:
-            text.pop(key, None)
     return text
 
 
