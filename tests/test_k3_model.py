@@ -57,9 +57,10 @@ def test_folder_has_k3_names_and_shapes(k3):
     assert config["model_type"] == "kimi_k3" and config["text_config"]["linear_attn_config"]["gate_lower_bound"] == -5.0
 
 
-def test_from_pretrained_loads_every_k3_piece_exactly(k3):
+def test_from_pretrained_loads_every_k3_piece_exactly(k3, caplog):
     folder, model = k3
     loaded = load(folder)
+    assert "vision tower and projector are skipped" in caplog.text
     expected, actual = model.state_dict(), loaded.state_dict()
     assert expected.keys() == actual.keys()
     assert [name for name in expected if not torch.equal(expected[name], actual[name])] == []
@@ -96,6 +97,7 @@ def test_save_load_round_trip(k3, tmp_path):
     a, b = model.state_dict(), again.state_dict()
     assert [name for name in a if not torch.equal(a[name], b[name])] == []
     assert again.config.routed_expert_hidden_size == 32 and again.config.hidden_act == "situ"
+    assert again.config.linear_gate_lower_bound == -5.0 and again.config.linear_use_full_rank_gate
 
 
 def test_convert_checkpoint_dequantizes_and_leaves_vision_behind(k3, tmp_path):
