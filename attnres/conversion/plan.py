@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 
 from ..configuration_attnres import KimiLinearAttnResConfig
-from .config import parse_config, read_config_dict
 from ..k3.source import K3SourceReader
+from .config import parse_config, read_config_dict
 from .errors import ConversionError
 from .mapping import convert_tensors
 from .reader import SUPPORTED_DTYPES, CheckpointReader
