@@ -14,6 +14,7 @@ from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
 from attnres.conversion import ConversionError, convert_checkpoint
 from attnres.conversion.fixtures import random_model
 from attnres.k3.fixtures import tiny_k3_config, write_k3_checkpoint
+import k3_reference
 from reference_loop import reference_logits
 
 P = "language_model.model.layers"
@@ -76,14 +77,20 @@ def test_from_pretrained_loads_every_k3_piece_exactly(k3, caplog):
     assert not hasattr(loaded.config, "quantization_config") and not hasattr(loaded.config, "vision_config")
 
 
-def test_logits_match_reference_loop_and_generation_uses_the_cache(k3):
+def test_logits_match_reference_loop_and_generation_uses_the_cache(k3, monkeypatch):
     folder, _ = k3
     model = load(folder)
-    model.config._experts_implementation = "eager"
     ids = torch.randint(3, model.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
+        logits = model(ids).logits
+        # the AttnRes loop of tests/reference_loop.py, every MLP / MoE replaced by its formula (tests/k3_reference.py)
+        for layer in model.model.layers:
+            mlp = layer.mlp
+            formula = k3_reference.latent_moe if hasattr(mlp, "experts") else k3_reference.situ_mlp
+            monkeypatch.setattr(mlp, "forward", lambda x, mlp=mlp, formula=formula: formula(x, mlp, model.config))
         expected, _ = reference_logits(model, ids)
-        torch.testing.assert_close(model(ids).logits, expected, rtol=1e-4, atol=1e-4)
+        monkeypatch.undo()
+        torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
         cached = model.generate(ids, max_new_tokens=4, do_sample=False, use_cache=True)
         fresh = model.generate(ids, max_new_tokens=4, do_sample=False, use_cache=False)
     assert torch.equal(cached, fresh)

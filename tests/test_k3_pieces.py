@@ -13,6 +13,8 @@ from attnres.k3.attention import BoundedForgetGate, GatedMLA, K3DeltaAttention
 from attnres.k3.fixtures import quantize, tiny_k3_config
 from attnres.k3.moe import LatentMoE
 
+import k3_reference
+
 BETA, LINEAR_BETA = 4.0, 25.0
 
 
@@ -32,8 +34,7 @@ def randomize(module, seed=0, scale=0.3):
 
 
 def situ_reference(gate, up, beta=BETA, linear_beta=LINEAR_BETA):
-    g, u = gate.double(), up.double()
-    return beta * torch.tanh(g / beta) * torch.sigmoid(g) * linear_beta * torch.tanh(u / linear_beta)
+    return k3_reference.situ(gate, up, beta, linear_beta)
 
 
 def test_situ_glu_matches_formula_where_the_clipping_bites():
@@ -52,9 +53,7 @@ def test_situ_mlp_and_experts_match_reference():
     config = tiny_k3_config()
     x = torch.randn(2, 5, config.hidden_size) * 3
     mlp = randomize(SiTUMLP(config))
-    expected = F.linear(situ_reference(F.linear(x, mlp.gate_proj.weight), F.linear(x, mlp.up_proj.weight)).float(),
-                        mlp.down_proj.weight)
-    close(mlp(x), expected)
+    close(mlp(x), k3_reference.situ_mlp(x, mlp, config))
     experts = randomize(K3Experts(config, 32))
     tokens = torch.randn(6, 32) * 3
     index = torch.tensor([[0, 1], [1, 3], [2, 0], [3, 2], [0, 3], [1, 2]])
@@ -70,40 +69,13 @@ def test_situ_mlp_and_experts_match_reference():
         close(experts(tokens, index, weights), expected, msg=implementation)
 
 
-def router_reference(x, weight, bias, top_k, n_group, topk_group, scale):
-    scores = torch.sigmoid(x.double() @ weight.double().T)
-    choice = scores + bias.double()
-    groups = choice.view(len(x), n_group, -1)
-    group_score = groups.topk(2, dim=-1).values.sum(-1)
-    keep = torch.zeros_like(group_score).scatter(1, group_score.topk(topk_group, dim=-1).indices, 1.0)
-    choice = choice.masked_fill(~keep.bool().repeat_interleave(groups.shape[-1], dim=1), float("-inf"))
-    index = choice.topk(top_k, dim=-1).indices
-    w = scores.gather(1, index)
-    return index, w / w.sum(-1, keepdim=True) * scale
-
-
 @pytest.mark.parametrize("use_norm", [True, False])
 def test_latent_moe_matches_reference(use_norm):
     config = tiny_k3_config(latent_moe_use_norm=use_norm, n_group=2, topk_group=1, routed_scaling_factor=2.5)
     moe = randomize(LatentMoE(config)).eval()
     x = torch.randn(2, 5, config.hidden_size)
-    flat = x.view(-1, config.hidden_size)
-    index, w = router_reference(flat, moe.gate.weight, moe.gate.e_score_correction_bias, 2, 2, 1, 2.5)
-    latent = flat @ moe.routed_expert_down_proj.weight.T
-    routed = torch.zeros_like(latent)
-    for t in range(len(flat)):
-        for k in range(2):
-            e = index[t, k]
-            gate, up = F.linear(latent[t], moe.experts.gate_up_proj[e]).chunk(2)
-            routed[t] += w[t, k].float() * F.linear(situ_reference(gate, up).float(), moe.experts.down_proj[e])
-    if use_norm:
-        norm = moe.routed_expert_norm
-        routed = norm.weight * routed * torch.rsqrt(routed.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    shared = moe.shared_experts
-    expected = routed @ moe.routed_expert_up_proj.weight.T + F.linear(
-        situ_reference(F.linear(flat, shared.gate_proj.weight), F.linear(flat, shared.up_proj.weight)).float(),
-        shared.down_proj.weight)
-    close(moe(x), expected.view_as(x))
+    expected = k3_reference.latent_moe(x, moe, config)
+    close(moe(x), expected)
     assert hasattr(moe, "routed_expert_norm") == use_norm
 
 
