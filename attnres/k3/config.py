@@ -1,9 +1,9 @@
 """Kimi K3's config.json, read strictly: every field is known, checked, or an error naming it.
 
 K3 nests its text backbone (a Kimi Linear config plus K3 fields) under `text_config`, next to a `vision_config` we do
-not load. K3-only fields become `KimiLinearAttnResConfig` fields (`K3_FIELDS`); a few K3 fields only restate what
-transformers' Kimi Linear already does and must hold the one value it supports (`FIXED_FIELDS`). A config with any K3
-marker is checked field by field: an unknown field is an error, never a silent default.
+not load. K3-only fields are `KimiLinearAttnResConfig` fields (unset: Kimi Linear's modules); a few K3 fields only
+restate what transformers' Kimi Linear already does and must hold the one value it supports (`FIXED_FIELDS`). A config
+with any K3 marker is checked field by field: an unknown field is an error, never a silent default.
 """
 from __future__ import annotations
 
@@ -11,17 +11,6 @@ import logging
 
 logger = logging.getLogger(__name__)
 
-# K3 field -> its default when absent (the value that leaves Kimi Linear's module unchanged)
-K3_FIELDS = {
-    "activation_situ_beta": None,
-    "activation_situ_linear_beta": None,
-    "routed_expert_hidden_size": None,
-    "latent_moe_use_norm": False,
-    "mla_use_output_gate": False,
-    "mla_use_nope": True,
-    "linear_use_full_rank_gate": False,
-    "linear_gate_lower_bound": None,
-}
 # Fields K3 (and Moonshot's Kimi Linear) write whose only supported value is what transformers' modules compute:
 # sigmoid router scores with DeepSeek-V3's bias-corrected grouped top-k, NoPE MLA, no multi-token prediction layers.
 FIXED_FIELDS = {
