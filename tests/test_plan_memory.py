@@ -70,7 +70,9 @@ def test_k3_preset_reads_through_the_strict_k3_reader():
 
 
 def test_script_prints_every_section(capsys):
-    assert plan_memory().main(["tiny-k3", "--batch", "2", "--context", "16", "--stages", "2"]) == 0
+    script = plan_memory()
+    assert script.main([]) == 0 and "Kimi K3 (published config): 93 layers" in capsys.readouterr().out  # defaults
+    assert script.main(["tiny-k3", "--batch", "2", "--context", "16", "--stages", "2"]) == 0
     out = capsys.readouterr().out
     total = count_parameters(tiny_k3_config()).total
     assert f"{total:,}" in out and "bf16 + MXFP4 routed experts" in out
