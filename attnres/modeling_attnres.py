@@ -37,6 +37,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from attnres import kda_device_guard
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
 from attnres.kernels import attn_res
+from attnres.offload import onloaded
 
 from .configuration_attnres import KimiLinearAttnResConfig
 
@@ -97,18 +98,20 @@ class AttnResMixing:
         # part in the graph: DDP needs no find_unused_parameters, gradient checkpointing and optimizers see a gradient.
         # Only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
         fused = not single and type(out_norm) is KimiLinearRMSNorm and self.config.attn_res_fuse_norm
-        if schedule is not None:
-            fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
-            mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
-            return mixed if out_norm is None or fused else out_norm(mixed)
         norm = getattr(self, f"{point}_res_norm")
-        norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
-        mixed = attn_res(
-            sources, self.res_query(point), norm.weight, norm.variance_epsilon, return_weights=weights is not None,
-            # the reference for one source: bit-exact identity whatever the device, and cheap at a single point
-            backend="torch" if single else self.config.resolved_backend(), recompute=self.config.attn_res_recompute,
-            **norm_kwargs,
-        )
+        # tensors read directly, not through a forward: loaded here under big-model offload (attnres/offload.py)
+        with onloaded(norm, getattr(self, f"{point}_res_proj"), out_norm if fused else None):
+            if schedule is not None:
+                fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
+                mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
+                return mixed if out_norm is None or fused else out_norm(mixed)
+            norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
+            mixed = attn_res(
+                sources, self.res_query(point), norm.weight, norm.variance_epsilon, return_weights=weights is not None,
+                # the reference for one source: bit-exact identity whatever the device, and cheap at a single point
+                backend="torch" if single else self.config.resolved_backend(), recompute=self.config.attn_res_recompute,
+                **norm_kwargs,
+            )
         if weights is not None:
             mixed, probs = mixed
             weights.append(probs)

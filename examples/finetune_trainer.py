@@ -27,7 +27,7 @@ train_set = Dataset.from_dict({"text": texts}).map(lambda row: tokenizer(row["te
 training_args = TrainingArguments(
     output_dir=args.output_dir, max_steps=args.steps, per_device_train_batch_size=2, learning_rate=1e-3,
     logging_steps=1, save_strategy="no", report_to=[], use_cpu=args.cpu, seed=0,
-    gradient_checkpointing=args.gradient_checkpointing,
+    activation_checkpointing=args.gradient_checkpointing,
     ddp_find_unused_parameters=False,  # Trainer's default is True; not needed: every parameter gets a gradient
 )
 trainer = Trainer(model=model, args=training_args, train_dataset=train_set,
