@@ -120,3 +120,11 @@ def test_device_map_auto_with_cpu_and_disk_offload_gives_the_same_logits(folder,
         expected = reference(input_ids=ids).logits
         torch.testing.assert_close(offloaded(input_ids=ids).logits, expected, rtol=0 if not two_phase else 1e-5,
                                    atol=0 if not two_phase else 1e-5)  # two-phase: equal up to fp32 rounding
+
+
+def test_every_example_is_in_the_readme_and_run_by_a_test():
+    readme = (REPO / "README.md").read_text()
+    tests = "".join(path.read_text() for path in (REPO / "tests").glob("*.py"))
+    for example in sorted((REPO / "examples").glob("*.py")):
+        assert f"examples/{example.name}" in readme, example.name
+        assert f'"{example.name}"' in tests, example.name
