@@ -16,7 +16,7 @@ parser.add_argument("output_dir")
 parser.add_argument("--steps", type=int, default=5)
 args = parser.parse_args()
 
-tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+tokenizer = AutoTokenizer.from_pretrained(args.model_dir, trust_remote_code=True)
 model = AutoModelForCausalLM.from_pretrained(args.model_dir, trust_remote_code=True)
 lora = LoraConfig(
     r=8, lora_alpha=16, task_type="CAUSAL_LM",

@@ -18,7 +18,7 @@ parser.add_argument("--cpu", action="store_true", help="force CPU (gloo DDP unde
 parser.add_argument("--gradient-checkpointing", action="store_true")
 args = parser.parse_args()
 
-tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+tokenizer = AutoTokenizer.from_pretrained(args.model_dir, trust_remote_code=True)
 model = AutoModelForCausalLM.from_pretrained(args.model_dir, trust_remote_code=True)
 texts = ["the river runs under the stone bridge", "a queen sees the light of the house",
          "the king walks over the dark tree", "light and stone and the river of the house"] * 4

@@ -18,7 +18,8 @@ parser.add_argument("output_dir")
 parser.add_argument("--steps", type=int, default=4)
 args = parser.parse_args()
 
-tokenizer = ensure_chat_template(AutoTokenizer.from_pretrained(args.model_dir))  # the default template if it has none
+tokenizer = AutoTokenizer.from_pretrained(args.model_dir, trust_remote_code=True)
+tokenizer = ensure_chat_template(tokenizer)  # the tokenizer's template, or attnres' default when it has none
 model = AutoModelForCausalLM.from_pretrained(args.model_dir, trust_remote_code=True)
 conversations = [
     [{"role": "user", "content": "where does the river run"}, {"role": "assistant", "content": "under the stone bridge"}],
