@@ -75,3 +75,16 @@ def batch_tensors(split, indices, seq_len: int, device) -> tuple[torch.Tensor, t
     if "loss_mask" not in rows:
         return ids, ids
     return ids, ids.masked_fill(rows["loss_mask"][:, :seq_len].to(device) == 0, -100)
+
+
+def loss_normalizer(batches: list[tuple[torch.Tensor, torch.Tensor]], engine, grad_accum: int) -> dict:
+    """Forward kwargs for a step's micro-batches (`batches`: their (input_ids, labels)). With a loss mask, micro-batches
+    hold different numbers of target tokens: each one's summed loss is divided by its share of the step's global
+    count (transformers' `num_items_in_batch`), so after the accumulation and data-parallel averages a step's loss and
+    gradient are the token mean over the whole global batch, whatever the process count and accumulation. Without a
+    mask every micro-batch has the same count: {} (the plain mean)."""
+    if all(labels is ids for ids, labels in batches):
+        return {}
+    local = sum(int((labels[:, 1:] != -100).sum()) for _, labels in batches)  # the model predicts labels[:, 1:]
+    share = engine.mean_tensor(torch.tensor(float(local))) / grad_accum
+    return {"num_items_in_batch": torch.where(share > 0, share, torch.ones_like(share))}

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from .args import SetupError, check_args, world_size
-from .batches import BatchPlan, batch_tensors, check_prepared, load_prepared
+from .batches import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
 from .checkpoint import latest_checkpoint, read_state, remove_partial, save_checkpoint
 from .init_from import init_config, init_tokenizer, load_model
 from .models import build_config
@@ -106,12 +106,14 @@ def train_step(step, engine, train_set, plan, diagnostics, args) -> tuple[float,
     """One optimizer step (1-based `step`) over grad_accum micro-batches: (mean loss, grad norm, learning rates)."""
     diagnose = diagnostics.due(step)
     losses = []
-    for micro in range(args.grad_accum):
-        ids, labels = batch_tensors(train_set, plan.indices(step - 1, micro, engine.rank), args.seq_len, engine.device)
+    batches = [batch_tensors(train_set, plan.indices(step - 1, micro, engine.rank), args.seq_len, engine.device)
+               for micro in range(args.grad_accum)]
+    normalizer = loss_normalizer(batches, engine, args.grad_accum)  # a loss mask: the global token mean
+    for micro, (ids, labels) in enumerate(batches):
         is_last = micro == args.grad_accum - 1
         with engine.micro_batch(is_last):
             with diagnostics.capture(diagnose):
-                out = engine.forward(ids, labels, output_attn_res_weights=diagnose)
+                out = engine.forward(ids, labels, output_attn_res_weights=diagnose, **normalizer)
                 if diagnose:
                     diagnostics.add_weights(out.attn_res_weights)
             engine.backward(out.loss, is_last_micro_step=is_last)
