@@ -34,7 +34,8 @@ def _prepare(args):
     else:
         config = build_config(args.model_size, args.config, args.attn_res, args.block_size, tokenizer)
     if args.output_dir is None:
-        name = f"finetune-{Path(args.init_from).name}" if args.init_from else args.model_size if args.config is None else args.config.stem
+        name = (f"finetune-{Path(args.init_from).name}" if args.init_from
+                else args.model_size if args.config is None else args.config.stem)
         args.output_dir = Path("runs") / f"{name}-{config.attn_res_mode}"
     args.seq_len = args.seq_len or meta["seq_len"]
     return world, config, train_set, val_set, tokenizer, checked_resume_folder(args, config, world)
