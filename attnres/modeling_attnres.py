@@ -37,6 +37,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from attnres import k3, kda_device_guard
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
 from attnres.kernels import attn_res
+from attnres.offload import onloaded
 
 from .configuration_attnres import KimiLinearAttnResConfig
 
@@ -71,29 +72,53 @@ class AttnResMixing:
         setattr(self, f"{point}_res_norm", KimiLinearRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
         setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
 
+    def res_query(self, point: str) -> torch.Tensor:
+        """The pseudo-query vector [hidden] of `point`. When an adapter library has wrapped the `PseudoQuery` (PEFT
+        LoRA on `*_res_proj`), the query is read through the wrapper's forward, applied to the identity, so the
+        adapter's delta takes part in the mix and trains (reading `.weight` would silently ignore it)."""
+        proj = getattr(self, f"{point}_res_proj")
+        if type(proj) is PseudoQuery:
+            return proj.weight[0]
+        eye = torch.eye(self.config.hidden_size, dtype=proj.weight.dtype, device=proj.weight.device)
+        return proj(eye)[:, 0]
+
+    def single_source_mix(self, point: str, source: torch.Tensor, weights: list | None, out_norm=None) -> torch.Tensor:
+        """A mix over one source (layer 0's attention point): softmax over a single score is exactly 1 whatever the
+        score, so the mix is the source itself (K3 skips it). Without autograd it is skipped here too. While autograd
+        records, the weight is computed as softmax([score]) from the point's own tensors: still exactly 1.0 (the
+        output is bit-identical) and its derivative is exactly 0, so the K3-named tensors take part in the graph with
+        their true gradient, zero: DDP needs no find_unused_parameters, gradient checkpointing and optimizers see a
+        gradient for every parameter. Cost: one elementwise multiply (the score is a dot product of two vectors)."""
+        if torch.is_grad_enabled() and self.config.attn_res_mode != "standard":  # standard mode has no mix tensors
+            norm = getattr(self, f"{point}_res_norm")
+            with onloaded(norm, getattr(self, f"{point}_res_proj")):
+                score = (norm.weight.float() * self.res_query(point).float()).sum()
+            source = source * score.reshape(1).softmax(0).to(source.dtype)
+        if weights is not None:
+            weights.append(source.new_ones(*source.shape[:-1], 1, dtype=torch.float32))
+        return source if out_norm is None else out_norm(source)
+
     def mix(
         self, point: str, sources: tuple[torch.Tensor, ...], weights: list | None, out_norm=None, schedule=None
     ) -> torch.Tensor:
         """The mix, then `out_norm` (the RMSNorm that reads it) when given: fused into the op where possible.
         `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (attnres.inference)."""
-        if len(sources) == 1:  # softmax over one source is exactly 1: skip the arithmetic (K3 does too)
-            if weights is not None:
-                weights.append(sources[0].new_ones(*sources[0].shape[:-1], 1, dtype=torch.float32))
-            return sources[0] if out_norm is None else out_norm(sources[0])
+        if len(sources) == 1:
+            return self.single_source_mix(point, sources[0], weights, out_norm)
         # only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
         fused = type(out_norm) is KimiLinearRMSNorm and self.config.attn_res_fuse_norm
-        if schedule is not None:
-            fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
-            mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
-            return mixed if out_norm is None or fused else out_norm(mixed)
         norm = getattr(self, f"{point}_res_norm")
-        query = getattr(self, f"{point}_res_proj").weight[0]
-        norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
-        mixed = attn_res(
-            sources, query, norm.weight, norm.variance_epsilon, return_weights=weights is not None,
-            backend=self.config.resolved_backend(), recompute=self.config.attn_res_recompute,
-            **norm_kwargs,
-        )
+        # tensors read directly, not through a forward: loaded here under big-model offload (attnres/offload.py)
+        with onloaded(norm, getattr(self, f"{point}_res_proj"), out_norm if fused else None):
+            if schedule is not None:
+                fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
+                mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
+                return mixed if out_norm is None or fused else out_norm(mixed)
+            norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
+            mixed = attn_res(
+                sources, self.res_query(point), norm.weight, norm.variance_epsilon, return_weights=weights is not None,
+                backend=self.config.resolved_backend(), recompute=self.config.attn_res_recompute, **norm_kwargs,
+            )
         if weights is not None:
             mixed, probs = mixed
             weights.append(probs)

@@ -24,14 +24,12 @@ class AccelerateEngine:
     """accelerate's Accelerator: single process, or DDP under `accelerate launch --multi_gpu` (gloo on CPU)."""
 
     def __init__(self, model, optimizer, scheduler, args):
-        from accelerate import Accelerator, DistributedDataParallelKwargs
+        from accelerate import Accelerator
 
-        # Layer 0's first mix point has one source and skips its parameters: DDP must not wait for their gradients
-        ddp = DistributedDataParallelKwargs(find_unused_parameters=model.config.attn_res_mode != "standard")
+        # plain DDP: every parameter takes part in the graph (layer 0's one-source mix gets an exactly-zero gradient)
         self.accelerator = Accelerator(
             cpu=not torch.cuda.is_available(),
             mixed_precision="bf16" if wants_bf16(args.mixed_precision) else "no",
-            kwargs_handlers=[ddp],
         )
         # The scheduler is not `prepare`d: accelerate would step it once per process; it is checkpointed all the same
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
@@ -45,8 +43,9 @@ class AccelerateEngine:
     is_main = property(lambda self: self.accelerator.is_main_process)
     module = property(lambda self: self.accelerator.unwrap_model(self.model))
 
-    def forward(self, input_ids, **kwargs):
-        return self.model(input_ids=input_ids, labels=input_ids, use_cache=False, **kwargs)
+    def forward(self, input_ids, labels=None, **kwargs):
+        labels = input_ids if labels is None else labels
+        return self.model(input_ids=input_ids, labels=labels, use_cache=False, **kwargs)
 
     def micro_batch(self, is_last_micro_step: bool):
         """Context for one micro-batch's forward + backward: DDP all-reduces gradients only on the last one (its
@@ -125,8 +124,9 @@ class DeepSpeedEngine:
     is_main = property(lambda self: torch.distributed.get_rank() == 0)
     module = property(lambda self: self.engine.module)
 
-    def forward(self, input_ids, **kwargs):
-        return self.engine(input_ids=input_ids, labels=input_ids, use_cache=False, **kwargs)
+    def forward(self, input_ids, labels=None, **kwargs):
+        labels = input_ids if labels is None else labels
+        return self.engine(input_ids=input_ids, labels=labels, use_cache=False, **kwargs)
 
     def micro_batch(self, is_last_micro_step: bool):
         return contextlib.nullcontext()  # DeepSpeed reduces at the accumulation boundary by itself
