@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..configuration_attnres import KimiLinearAttnResConfig
+from ..checkpoint_files import CheckpointFileError, read_json_file
 from .errors import ConversionError
 
 MOONSHOT_MODEL_TYPE = "kimi_linear"
@@ -22,7 +23,10 @@ def read_config_dict(folder: Path) -> dict:
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise ConversionError(f"{path}: not found (a checkpoint folder needs its config.json)")
-    config = json.loads(path.read_text())
+    try:
+        config = read_json_file(path, "model config")
+    except CheckpointFileError as error:
+        raise ConversionError(str(error)) from None
     text = config.get("text_config", config)
     for where in (config, text):
         if where.get("quantization_config"):

@@ -37,10 +37,9 @@ def convert_checkpoint(
 
     All checks run first; on any error nothing is written. The output appears all at once, by rename.
     """
-    input, output = Path(input).resolve(), Path(output).resolve()
-    if input == output or input in output.parents:
-        raise ConversionError(f"output {output} must not be the input folder or inside it")
-    check_output(output, force)
+    input = Path(input).resolve()
+    output = check_output(output, force, inputs=[input])
+    check_max_shard_size(max_shard_size)
     plan = plan_conversion(input, to=to, upcycle=upcycle, block_size=block_size)
     with temporary_folder(output) as folder:
         writer = ShardedWriter(folder, plan.target, max_shard_size)
@@ -55,6 +54,19 @@ def convert_checkpoint(
             verify_conversion(plan, folder, progress)
         move_into_place(folder, output)
     return plan
+
+
+def check_max_shard_size(max_shard_size: int | str) -> int:
+    """Bytes of --max-shard-size ("5GB", "500MB", an int), or a ConversionError naming the flag."""
+    from huggingface_hub.serialization._base import parse_size_to_int
+
+    try:
+        size = max_shard_size if isinstance(max_shard_size, int) else parse_size_to_int(max_shard_size)
+    except (ValueError, TypeError, AttributeError):
+        size = 0
+    if size <= 0:
+        raise ConversionError(f"--max-shard-size {max_shard_size!r}: expected a positive size such as 5GB or 500MB")
+    return size
 
 
 def convert_unit(plan: ConversionPlan, unit: Unit) -> dict[str, torch.Tensor]:

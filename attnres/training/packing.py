@@ -7,14 +7,19 @@ map batch is dropped), so every sequence is full and no padding or attention mas
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import time
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
+from ..atomic_io import move_into_place, temporary_folder
+
 META_FILE = "meta.json"
 DATASET_DIR = "dataset"
 TOKENIZER_DIR = "tokenizer"
+# Fault injection for the kill test: seconds to sleep once everything is written, before the rename
+PAUSE_ENV = "ATTNRES_PREPARE_PAUSE_S"
 
 
 def split_documents(documents: Dataset, validation_fraction: float, seed: int) -> DatasetDict:
@@ -54,13 +59,10 @@ def save_prepared(output_dir: Path, packed: DatasetDict, tokenizer, meta: dict) 
     for name, split in packed.items():
         if len(split) == 0:
             raise ValueError(f"split {name!r} has no full sequence of {meta['seq_len']} tokens: use a smaller --seq-len or more text")
-    tmp = output_dir.with_name(output_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    packed.save_to_disk(str(tmp / DATASET_DIR))
-    tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
-    meta = dict(meta, num_sequences={name: len(split) for name, split in packed.items()})
-    (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
-    if output_dir.exists():
-        shutil.rmtree(output_dir)
-    tmp.rename(output_dir)
+    with temporary_folder(output_dir) as tmp:
+        packed.save_to_disk(str(tmp / DATASET_DIR))
+        tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
+        meta = dict(meta, num_sequences={name: len(split) for name, split in packed.items()})
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+        time.sleep(float(os.environ.get(PAUSE_ENV, "0")))
+        move_into_place(tmp, output_dir)
