@@ -92,6 +92,14 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         return backend
 
     @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if not config_dict:  # transformers would build the default (48B) model from nothing: refuse
+            raise OSError(f"{pretrained_model_name_or_path}: no config.json there, so the model's size and AttnRes "
+                          "layout are unknown (a saved model folder holds config.json beside its weights)")
+        return config_dict, kwargs
+
+    @classmethod
     def from_dict(cls, config_dict, **kwargs):
         # A Kimi K3 config.json nests the language model under `text_config`: its text part is a Kimi Linear config
         if "text_config" in config_dict and "num_hidden_layers" not in config_dict:

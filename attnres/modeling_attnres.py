@@ -34,7 +34,7 @@ from transformers.utils import can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from attnres import kda_device_guard
+from attnres import kda_device_guard, saved_model
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
 from attnres.kernels import attn_res
 
@@ -174,6 +174,19 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
         "router_logits": OutputRecorder(KimiLinearTopkRouter, index=0),
         "attentions": KimiLinearAttention,
     }
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        # a local folder's files are checked first (damaged ones named), and its config against the weights record
+        saved_model.check_folder_before_load(pretrained_model_name_or_path)
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        explicit = set(kwargs) | (set(saved_model.RECORD_FIELDS) if "config" in kwargs else set())
+        saved_model.check_weights_record(model.config, pretrained_model_name_or_path, explicit)
+        return model
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # through a temporary folder, with the weights record: a failed save leaves the previous model intact
+        saved_model.save_folder(super().save_pretrained, save_directory, self.config, *args, **kwargs)
 
     @classmethod
     def _can_set_experts_implementation(cls) -> bool:

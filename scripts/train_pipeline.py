@@ -88,8 +88,15 @@ def check_args(args, world_size: int) -> int:
     if args.grad_accum < stages:
         print(f"warning: --grad-accum {args.grad_accum} < {stages} stages leaves the pipeline mostly idle",
               file=sys.stderr)
-    if args.model is not None and not (args.model / "config.json").is_file():
-        raise SystemExit(f"error: --model {args.model}: no config.json there")
+    from attnres.checkpoint_files import check_model_folder
+    from attnres.training.args import check_finite_flags
+
+    try:
+        check_finite_flags(args)
+        if args.model is not None:
+            check_model_folder(args.model, "--model")
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
     return stages
 
 

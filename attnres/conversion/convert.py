@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..saved_model import RECORD_FILE, write_weights_record
 from .atomic import check_output, move_into_place, temporary_folder
 from .config import hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
 from .errors import ConversionError
@@ -18,7 +19,7 @@ from .writer import ShardedWriter
 
 DEFAULT_MAX_SHARD_SIZE = "5GB"
 # Model code of either layout does not describe the other; tokenizer files and code travel with the weights
-_NOT_COPIED = ("config.json", INDEX_NAME)
+_NOT_COPIED = ("config.json", INDEX_NAME, RECORD_FILE)
 _MODEL_CODE_PREFIXES = ("modeling_", "configuration_")
 
 
@@ -50,6 +51,7 @@ def convert_checkpoint(
         config_dict = hf_config_dict(plan.target_config) if to == "hf" else moonshot_config_dict(plan.target_config)
         write_config(config_dict, folder)
         _copy_side_files(input, folder, code_too=plan.source_layout == to)
+        write_weights_record(folder, plan.target_config)  # what these weights are, checked by from_pretrained
         if verify:
             verify_conversion(plan, folder, progress)
         move_into_place(folder, output)
