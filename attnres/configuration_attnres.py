@@ -5,14 +5,20 @@ folder loads with `trust_remote_code=True`.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from huggingface_hub.dataclasses import strict
-from transformers import KimiLinearConfig
+from transformers import KimiLinearConfig, PreTrainedConfig
 
 ATTN_RES_MODES = ("standard", "block", "full")
 ATTN_RES_BACKENDS = ("auto", "torch", "triton")
 BACKEND_ENV_VAR = "ATTNRES_BACKEND"
+# Integer fields and their smallest valid value; switches (True/False, or also None where optional)
+_COUNT_FIELDS = dict(attn_res_block_size=0, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
+                     hidden_size=1, intermediate_size=1, vocab_size=1)
+_OPTIONAL_COUNTS = ("num_key_value_heads", "intermediate_size")
+_SWITCH_FIELDS = dict(attn_res_two_phase=True, attn_res_fuse_norm=False, attn_res_recompute=False)
 
 
 @strict
@@ -50,10 +56,28 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
     attn_res_recompute: bool = False
 
     def __post_init__(self, **kwargs):
+        self.check_field_types()
         super().__post_init__(**kwargs)
         if self.attn_res_mode is None:
             self.attn_res_mode = "block" if self.attn_res_block_size > 0 else "standard"
         self.check_attn_res()
+
+    def check_field_types(self):
+        """ValueError naming the field for a wrong type or a size < 1 (2.5, True or "2" as a count, a truthy "no" as a
+        switch): checked first, so nothing below compares a string with a number."""
+        for field, minimum in _COUNT_FIELDS.items():
+            value = getattr(self, field, None)
+            if value is None and field in _OPTIONAL_COUNTS:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{field} must be an integer, got {value!r} ({type(value).__name__})")
+            if value < minimum:
+                raise ValueError(f"{field} must be >= {minimum}, got {value}")
+        for field, optional in _SWITCH_FIELDS.items():
+            value = getattr(self, field, None)
+            if not isinstance(value, bool) and not (optional and value is None):
+                allowed = "True, False or None" if optional else "True or False"
+                raise ValueError(f"{field} must be {allowed}, got {value!r} ({type(value).__name__})")
 
     def check_attn_res(self):
         """Raise a ValueError naming the field when an AttnRes field (or the layer plan it relies on) is invalid.
@@ -100,18 +124,38 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         return config_dict, kwargs
 
     @classmethod
+    def text_config_dict(cls, config_dict: dict) -> dict:
+        """The language model's fields: a Kimi K3 config.json nests them under `text_config` (a Kimi Linear config)."""
+        if "text_config" not in config_dict:
+            return config_dict
+        if not isinstance(config_dict["text_config"], dict):
+            raise ValueError(f"text_config must be an object (Kimi K3 layout), got {config_dict['text_config']!r}")
+        text_config = dict(config_dict["text_config"])
+        # a language-model field beside text_config would be silently dropped (or win): refuse, naming it
+        stray = sorted(key for key in config_dict
+                       if key in _language_fields(cls) and text_config.get(key, ...) != config_dict[key])
+        if stray:
+            raise ValueError(f"config has text_config (Kimi K3 layout) and also top-level field(s) {stray}: the "
+                             "language model's fields belong under text_config only")
+        for key in ("torch_dtype", "dtype", "transformers_version"):
+            if key in config_dict and key not in text_config:
+                text_config[key] = config_dict[key]
+        return text_config
+
+    @classmethod
     def from_dict(cls, config_dict, **kwargs):
-        # A Kimi K3 config.json nests the language model under `text_config`: its text part is a Kimi Linear config
-        if "text_config" in config_dict and "num_hidden_layers" not in config_dict:
-            text_config = dict(config_dict["text_config"])
-            for key in ("torch_dtype", "dtype", "transformers_version"):
-                if key in config_dict and key not in text_config:
-                    text_config[key] = config_dict[key]
-            config_dict = text_config
+        config_dict = cls.text_config_dict(config_dict)
         # A Moonshot config.json says model_type "kimi_linear": this class's type must win, or transformers treats the
         # loaded config as its own Kimi Linear (and skips our weight-conversion mapping)
         config_dict = {key: value for key, value in config_dict.items() if key != "model_type"}
         return super().from_dict(config_dict, **kwargs)
+
+
+def _language_fields(cls) -> set[str]:
+    """Fields of the language model config (not the generic ones a multimodal wrapper also carries)."""
+    generic = {f.name for f in dataclasses.fields(PreTrainedConfig)} | {
+        "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings", "use_cache", "initializer_range"}
+    return {f.name for f in dataclasses.fields(cls)} - generic
 
 
 __all__ = ["KimiLinearAttnResConfig", "ATTN_RES_MODES", "ATTN_RES_BACKENDS", "BACKEND_ENV_VAR"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from huggingface_hub.errors import StrictDataclassError
+
 from ..configuration_attnres import KimiLinearAttnResConfig
 from ..checkpoint_files import CheckpointFileError, read_json_file
 from .errors import ConversionError
@@ -27,7 +29,7 @@ def read_config_dict(folder: Path) -> dict:
         config = read_json_file(path, "model config")
     except CheckpointFileError as error:
         raise ConversionError(str(error)) from None
-    text = config.get("text_config", config)
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     for where in (config, text):
         if where.get("quantization_config"):
             method = where["quantization_config"].get("quant_method", "?")
@@ -40,7 +42,10 @@ def read_config_dict(folder: Path) -> dict:
 
 def parse_config(config_dict: dict) -> KimiLinearAttnResConfig:
     """Either layout -> our config (K3's `text_config` is unwrapped by `KimiLinearAttnResConfig.from_dict`)."""
-    text = dict(config_dict.get("text_config", config_dict)) if "num_hidden_layers" not in config_dict else dict(config_dict)
+    try:
+        text = dict(KimiLinearAttnResConfig.text_config_dict(config_dict))
+    except ValueError as error:
+        raise ConversionError(f"config.json: {error}") from None
     text.pop("model_type", None)  # "kimi_linear" in Moonshot's file; the class knows its own
     if "mlp_layer_types" not in text and text.get("moe_layer_freq", 1) != 1:
         # Moonshot: a layer is MoE from `first_k_dense_replace` on, every `moe_layer_freq`-th layer
@@ -50,7 +55,7 @@ def parse_config(config_dict: dict) -> KimiLinearAttnResConfig:
         ]
     try:
         return KimiLinearAttnResConfig.from_dict(text)
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, StrictDataclassError) as error:
         raise ConversionError(f"config.json: {error}") from error
 
 
