@@ -9,9 +9,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
+
+# Fault injection for the kill tests: seconds to sleep once the data is written, just before the final rename
+PAUSE_ENV = "ATTNRES_PAUSE_BEFORE_RENAME_S"
+
+
+def pause_before_rename(target) -> None:
+    seconds = float(os.environ.get(PAUSE_ENV) or 0)
+    if seconds > 0:
+        print(f"{PAUSE_ENV}: {target} written, pausing {seconds}s", file=sys.stderr, flush=True)
+        time.sleep(seconds)
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
@@ -20,6 +32,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(tmp)
+        pause_before_rename(path)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -87,6 +100,7 @@ def temporary_folder(output: str | os.PathLike):
 def move_into_place(folder: str | os.PathLike, output: str | os.PathLike) -> None:
     """Rename the finished `folder` to `output`; an existing `output` (the caller checked --force) is replaced."""
     folder, output = Path(folder), Path(output)
+    pause_before_rename(output)
     if not output.exists():
         os.rename(folder, output)
         return

@@ -16,7 +16,7 @@ import logging
 import os
 from pathlib import Path
 
-from .atomic_io import recover_interrupted, temporary_folder, write_json_atomic
+from .atomic_io import pause_before_rename, recover_interrupted, temporary_folder, write_json_atomic
 
 RECORD_FILE = "attnres_weights.json"
 RECORD_FIELDS = ("attn_res_mode", "attn_res_block_size", "num_hidden_layers", "hidden_size", "vocab_size",
@@ -77,6 +77,7 @@ def save_folder(save, save_directory: str | Path, config, *args, **kwargs) -> No
     with temporary_folder(output) as tmp:
         save(tmp, *args, **kwargs)
         write_weights_record(tmp, config)
+        pause_before_rename(output)
         if not output.exists():
             os.rename(tmp, output)
             return

@@ -7,8 +7,6 @@ map batch is dropped), so every sequence is full and no padding or attention mas
 from __future__ import annotations
 
 import json
-import os
-import time
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict
@@ -18,8 +16,6 @@ from ..atomic_io import move_into_place, temporary_folder
 META_FILE = "meta.json"
 DATASET_DIR = "dataset"
 TOKENIZER_DIR = "tokenizer"
-# Fault injection for the kill test: seconds to sleep once everything is written, before the rename
-PAUSE_ENV = "ATTNRES_PREPARE_PAUSE_S"
 
 
 def split_documents(documents: Dataset, validation_fraction: float, seed: int) -> DatasetDict:
@@ -64,5 +60,4 @@ def save_prepared(output_dir: Path, packed: DatasetDict, tokenizer, meta: dict) 
         tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
         meta = dict(meta, num_sequences={name: len(split) for name, split in packed.items()})
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
-        time.sleep(float(os.environ.get(PAUSE_ENV, "0")))
         move_into_place(tmp, output_dir)
