@@ -40,6 +40,9 @@ def check_input_file(path: Path, column: str = "text") -> None:
         raise ValueError(f"--files: {path} does not exist" if not path.exists() else f"--files: {path} is not a file")
     if path.suffix not in SUFFIXES:
         raise ValueError(f"--files: {path} is not .txt, .jsonl or .json")
+    with open(path, "rb") as handle:
+        if b"\0" in handle.read(8192):
+            raise ValueError(f"--files: {path}: binary data (NUL bytes), not text")
     lines = list(_lines(path))
     if not any(text.strip() for _, text in lines):
         raise ValueError(f"--files: {path} is empty")
