@@ -96,10 +96,15 @@ class AccelerateEngine:
             torch.save(self.scheduler.state_dict(), Path(folder) / SCHEDULER_FILE)
 
     def load(self, folder: Path) -> None:
+        from .args import SetupError
         from .resume_files import check_accelerate_checkpoint, load_weights_only
 
         check_accelerate_checkpoint(folder, self.rank)
-        self.accelerator.load_state(str(folder))
+        try:  # accelerate reads torch files with weights_only=True: a planted object fails here, it never runs
+            self.accelerator.load_state(str(folder))
+        except Exception as error:  # noqa: BLE001  one message naming the checkpoint, not a traceback
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise SetupError(f"--resume {folder}: the checkpoint cannot be loaded ({first})") from None
         self.scheduler.load_state_dict(load_weights_only(Path(folder) / SCHEDULER_FILE))
 
     def save_model(self, folder: Path) -> None:

@@ -7,6 +7,11 @@ import zipfile
 from pathlib import Path
 
 from ..checkpoint_files import CheckpointFileError, check_safetensors, read_json_file
+from .args import SetupError
+
+
+class ResumeFileError(CheckpointFileError, SetupError):
+    """A damaged checkpoint file found while resuming: scripts print its message alone."""
 
 
 def load_weights_only(path: str | Path):
@@ -15,24 +20,24 @@ def load_weights_only(path: str | Path):
 
     path = Path(path)
     if not path.is_file():
-        raise CheckpointFileError(f"{path}: missing from the checkpoint")
+        raise ResumeFileError(f"{path}: missing from the checkpoint")
     try:
         return load(str(path), map_location="cpu")
     except Exception as error:  # noqa: BLE001  torch raises many types for bad files; one message for all
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointFileError(f"{path}: cannot be read as a plain-data torch file ({first}); the checkpoint "
+        raise ResumeFileError(f"{path}: cannot be read as a plain-data torch file ({first}); the checkpoint "
                                   "is damaged or holds pickled objects, which are never loaded") from None
 
 
 def check_torch_file(path: Path) -> None:
     """A torch.save file is a zip archive: a truncated one has no central directory. Reads no data."""
     if not path.is_file():
-        raise CheckpointFileError(f"{path}: missing from the checkpoint")
+        raise ResumeFileError(f"{path}: missing from the checkpoint")
     try:
         with zipfile.ZipFile(path) as archive:
             archive.infolist()
     except (zipfile.BadZipFile, OSError):
-        raise CheckpointFileError(f"{path}: truncated or not a torch checkpoint file") from None
+        raise ResumeFileError(f"{path}: truncated or not a torch checkpoint file") from None
 
 
 def check_accelerate_checkpoint(folder: str | Path, rank: int = 0) -> None:
@@ -41,7 +46,7 @@ def check_accelerate_checkpoint(folder: str | Path, rank: int = 0) -> None:
     read_json_file(folder / "trainer_state.json", "training state")
     model_files = sorted(folder.glob("model*.safetensors"))
     if not model_files:
-        raise CheckpointFileError(f"{folder}: no model.safetensors (not a complete checkpoint)")
+        raise ResumeFileError(f"{folder}: no model.safetensors (not a complete checkpoint)")
     for path in model_files:
         check_safetensors(path)
     for name in ("optimizer.bin", "lr_scheduler.pt", f"random_states_{rank}.pkl"):
@@ -55,7 +60,7 @@ def check_deepspeed_checkpoint(folder: str | Path, rank: int = 0) -> None:
     read_json_file(folder / "trainer_state.json", "training state")
     files = sorted((folder / "deepspeed").glob("*.pt"))
     if not files:
-        raise CheckpointFileError(f"{folder / 'deepspeed'}: no DeepSpeed state files (not a complete checkpoint)")
+        raise ResumeFileError(f"{folder / 'deepspeed'}: no DeepSpeed state files (not a complete checkpoint)")
     for path in files:
         check_torch_file(path)
     load_weights_only(folder / f"rng_state_{rank}.pt")
