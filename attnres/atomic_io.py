@@ -72,6 +72,7 @@ def recover_interrupted(output: str | os.PathLike) -> None:
     if not output.parent.is_dir():
         return
     for partial in _leftovers(output, "partial"):
+        recover_interrupted(partial)  # a writer nested in it (save_pretrained into a build folder) left its own
         shutil.rmtree(partial, ignore_errors=True)
     for old in _leftovers(output, "replaced"):
         if not output.exists():
