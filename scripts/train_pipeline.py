@@ -24,6 +24,7 @@ ZeRO-2/3 with pipelines). Batches must be packed, unpadded sequences (the stages
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -198,6 +199,13 @@ def main(argv=None) -> None:
         raise SystemExit("error: launch with torchrun or deepspeed, e.g. `torchrun --nproc_per_node 2 "
                          "scripts/train_pipeline.py` (see --help)")
     stages = check_args(args, int(os.environ["WORLD_SIZE"]))
+    from attnres.training.run_lock import is_rank_zero, output_lock
+
+    lock = contextlib.ExitStack()  # one run per output folder, held until main returns (or the process ends)
+    try:
+        lock.enter_context(output_lock(args.output_dir, enabled=is_rank_zero()))
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
     train, data_vocab = load_data(args)
     config = load_config(args, data_vocab)
     if stages > config.num_hidden_layers:
@@ -243,6 +251,7 @@ def main(argv=None) -> None:
     if not args.no_save:
         save_pipeline_checkpoint(pipe, config, args.output_dir / "model", stage, stages, dp_rank == 0)
     dist.barrier()
+    lock.close()
 
 
 if __name__ == "__main__":

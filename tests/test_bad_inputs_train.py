@@ -111,6 +111,23 @@ def test_deepspeed_rng_state_is_never_unpickled(tmp_path):
     assert load_weights_only(tmp_path / "ok.pt")["torch"].dtype == torch.uint8  # plain data still loads
 
 
+def test_deepspeed_state_files_are_never_unpickled(tmp_path):
+    """DeepSpeed's checkpoint engine is switched to weights_only=True loading before resume."""
+    from types import SimpleNamespace
+
+    from attnres.training.resume_files import read_deepspeed_weights_only
+
+    marker = tmp_path / "PWNED"
+    _plant(tmp_path / "mp_rank_00_model_states.pt", marker)
+    engine = SimpleNamespace(load=None)
+    read_deepspeed_weights_only(engine)
+    expect_refused(lambda: engine.load(str(tmp_path / "mp_rank_00_model_states.pt")),
+                   ["mp_rank_00_model_states.pt", "never loaded"])
+    assert not marker.exists()
+    torch.save({"module": {"w": torch.ones(2)}, "ds_version": "0.18"}, tmp_path / "ok.pt")
+    assert engine.load(str(tmp_path / "ok.pt"))["module"]["w"].sum() == 2
+
+
 def test_second_run_in_a_locked_output_dir_refused(prepared_data, train, tmp_path):
     out = tmp_path / "run"
     with output_lock(out):  # a live run holds the folder

@@ -192,9 +192,10 @@ class DeepSpeedEngine:
         torch.save(rng_state(), Path(folder) / f"rng_state_{self.rank}.pt")
 
     def load(self, folder: Path) -> None:
-        from .resume_files import load_weights_only
+        from .resume_files import load_weights_only, read_deepspeed_weights_only
 
         load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt")  # a damaged file fails before any state changes
+        read_deepspeed_weights_only(self.engine.checkpoint_engine)  # never unpickle objects from the checkpoint
         path, _ = self.engine.load_checkpoint(str(folder), tag=self.TAG)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {self.TAG!r}) in {folder}")

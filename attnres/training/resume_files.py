@@ -72,3 +72,30 @@ def check_checkpoint(folder: str | Path, deepspeed: bool) -> None:
 
     rank = int(os.environ.get("RANK", "0"))
     (check_deepspeed_checkpoint if deepspeed else check_accelerate_checkpoint)(folder, rank)
+
+
+def _deepspeed_safe_globals() -> list:
+    """The plain-data classes DeepSpeed stores in its state files (found by loading ZeRO checkpoints with
+    weights_only=True), plus the numpy types accelerate allows for RNG states."""
+    from accelerate.utils.other import TORCH_SAFE_GLOBALS
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, ZeroStageEnum, fragment_address, *TORCH_SAFE_GLOBALS]
+
+
+def read_deepspeed_weights_only(checkpoint_engine) -> None:
+    """DeepSpeed's checkpoint engine loads with weights_only=False: make this one load plain data only."""
+    import torch
+
+    def load(path, map_location=None):
+        try:
+            with torch.serialization.safe_globals(_deepspeed_safe_globals()):
+                return torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as error:  # noqa: BLE001  one message naming the file
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ResumeFileError(f"{path}: cannot be read as plain data ({first}); the checkpoint is damaged or "
+                                  "holds pickled objects, which are never loaded") from None
+
+    checkpoint_engine.load = load
