@@ -50,6 +50,21 @@ def expect_refused(run, named, untouched=(), absent=(), errors=(ValueError, OSEr
     return message
 
 
+def expect_script_refused(main, capsys, argv, named, untouched=(), absent=()) -> str:
+    """The outcome class for a script's main(argv) that returns an exit code: 1, one 'error:' message on stderr (no
+    traceback) naming every string in `named`, `untouched` bit for bit as before, nothing of `absent` written."""
+    before = snapshot(*untouched)
+    assert main([*map(str, argv)]) == 1
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err, err
+    for name in named:
+        assert str(name) in err, f"{name!r} not in {err!r}"
+    assert snapshot(*untouched) == before, f"inputs changed by a refused run: {err}"
+    for path in absent:
+        assert not Path(path).exists(), f"{path} was written by a refused run"
+    return err
+
+
 def truncate(path: Path, keep: float = 0.5) -> None:
     data = Path(path).read_bytes()
     Path(path).write_bytes(data[: int(len(data) * keep)])

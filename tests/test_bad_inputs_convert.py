@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 from bad_input_fixtures import (INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, SENTINEL, damaged_copy,  # noqa: F401
-                                moonshot_checkpoint, snapshot)
+                                expect_script_refused, moonshot_checkpoint)
 from test_train_fixtures import load_script
 
 from attnres.atomic_io import recover_interrupted
@@ -19,16 +19,7 @@ def convert():
 
 
 def run_refused(convert, capsys, argv, named, untouched=(), absent=()):
-    """Outcome class for scripts: exit code 1, one 'error:' message naming `named`, inputs untouched."""
-    before = snapshot(*untouched)
-    assert convert([*map(str, argv), "--no-progress"]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error:") and "Traceback" not in err, err
-    for name in named:
-        assert str(name) in err, f"{name!r} not in {err!r}"
-    assert snapshot(*untouched) == before
-    for path in absent:
-        assert not path.exists(), path
+    return expect_script_refused(convert, capsys, [*argv, "--no-progress"], named, untouched, absent)
 
 
 # (argv builder (input, tmp) -> argv, words, extra paths that must not appear)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from bad_input_fixtures import MODEL_FOLDER_DAMAGE, SENTINEL, damaged_copy, saved_model, snapshot  # noqa: F401
+from bad_input_fixtures import (MODEL_FOLDER_DAMAGE, SENTINEL, damaged_copy, expect_script_refused,  # noqa: F401
+                                saved_model)
 from test_train_fixtures import load_script
 
 
@@ -14,16 +15,7 @@ def push():
     return load_script("push_to_hub").main
 
 
-def run_refused(push, capsys, argv, named, untouched=(), absent=()):
-    before = snapshot(*untouched)
-    assert push([*map(str, argv)]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error:") and "Traceback" not in err, err
-    for name in named:
-        assert str(name) in err, f"{name!r} not in {err!r}"
-    assert snapshot(*untouched) == before
-    for path in absent:
-        assert not path.exists(), path
+run_refused = expect_script_refused
 
 
 REPO_ID_CASES = {

@@ -3,17 +3,15 @@ record and save_pretrained's atomic folder. Each row of a table is one case; see
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 import torch
-from bad_input_fixtures import (INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, damaged_copy, expect_clear_error,  # noqa: F401
-                                expect_refused, saved_model, sharded_model, snapshot)
+from bad_input_fixtures import (INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, damaged_copy, expect_refused,  # noqa: F401
+                                saved_model, sharded_model, snapshot)
 from model_factory import random_ids, tiny_model
 
 from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
 from attnres.saved_model import RECORD_FILE
-from attnres.tiny import tiny_config
 
 # --- configs: (fields, words the ValueError must contain) -------------------------------------------------------------
 CONFIG_CASES = {

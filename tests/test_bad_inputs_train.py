@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from bad_input_fixtures import expect_refused, prepared_data, snapshot, truncate  # noqa: F401
+from bad_input_fixtures import expect_refused, prepared_data, truncate  # noqa: F401
 from test_train_fixtures import load_script, train_args
 
 from attnres.training.args import SetupError
