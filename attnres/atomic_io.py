@@ -29,6 +29,7 @@ def pause_before_rename(target) -> None:
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
     """Call `write(tmp)` for a hidden sibling of `path`, then rename it into place (same folder: atomic)."""
     path = Path(path)
+    recover_interrupted(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(tmp)
@@ -58,7 +59,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def _leftovers(output: Path, kind: str):
-    """(path, pid) of `.NAME.<kind>-PID` siblings of `output` whose writer is dead."""
+    """The `.NAME.<kind>-PID` siblings of `output` whose writer process is dead."""
     for path in output.parent.glob(f".{output.name}.{kind}-*"):
         pid = path.name.rsplit("-", 1)[-1]
         if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
@@ -66,14 +67,17 @@ def _leftovers(output: Path, kind: str):
 
 
 def recover_interrupted(output: str | os.PathLike) -> None:
-    """Undo what a killed writer of `output` left: its half-built `.partial-PID` folders are deleted; an old output
-    that had stepped aside (`.replaced-PID`) goes back in place if nothing replaced it, else it is deleted."""
+    """Undo what a killed writer of `output` left: its half-built `.partial-PID` folders (`.tmp-PID` files) are
+    deleted; an old output that had stepped aside (`.replaced-PID`) goes back in place if nothing replaced it, else it
+    is deleted."""
     output = Path(output)
     if not output.parent.is_dir():
         return
     for partial in _leftovers(output, "partial"):
         recover_interrupted(partial)  # a writer nested in it (save_pretrained into a build folder) left its own
         shutil.rmtree(partial, ignore_errors=True)
+    for tmp in _leftovers(output, "tmp"):  # a file written by atomic_write
+        tmp.unlink(missing_ok=True)
     for old in _leftovers(output, "replaced"):
         if not output.exists():
             os.rename(old, output)

@@ -4,6 +4,7 @@ pauses just before its final rename when ATTNRES_PAUSE_BEFORE_RENAME_S is set, a
 it there. (The training checkpoint writer has its own kill test: tests/test_train.py.)"""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,7 +16,7 @@ import pytest
 from bad_input_fixtures import moonshot_checkpoint, saved_model, snapshot  # noqa: F401
 from test_train_fixtures import REPO, load_script, write_documents
 
-from attnres.atomic_io import PAUSE_ENV, recover_interrupted
+from attnres.atomic_io import PAUSE_ENV, recover_interrupted, write_json_atomic
 from attnres.training.run_lock import OutputLockedError, output_lock
 
 pytestmark = pytest.mark.slow
@@ -38,8 +39,9 @@ def kill_when_paused(argv, marker: str = PAUSE_ENV):
     return process
 
 
-def leftovers(folder):
-    return sorted(p.name for p in folder.iterdir() if ".partial-" in p.name or ".replaced-" in p.name)
+def leftovers(folder, *kinds):
+    kinds = kinds or (".partial-", ".replaced-")
+    return sorted(p.name for p in folder.iterdir() if any(kind in p.name for kind in kinds))
 
 
 def script(name):
@@ -93,7 +95,9 @@ def test_kill_atomic_write(tmp_path):
     target.write_text('{"old": 1}')
     code = f"from attnres.atomic_io import write_json_atomic; write_json_atomic({str(target)!r}, {{'new': 2}})"
     kill_when_paused([sys.executable, "-c", code])
-    assert target.read_text() == '{"old": 1}'
+    assert target.read_text() == '{"old": 1}' and leftovers(tmp_path, ".tmp-")
+    write_json_atomic(target, {"next": 3})  # the next write cleans the dead writer's temporary file
+    assert json.loads(target.read_text()) == {"next": 3} and not leftovers(tmp_path, ".tmp-")
 
 
 def test_killed_run_leaves_no_lock(tmp_path):
