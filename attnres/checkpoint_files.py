@@ -51,7 +51,7 @@ def check_safetensors(path: str | Path) -> dict:
             prefix = handle.read(8)
             (length,) = struct.unpack("<Q", prefix) if len(prefix) == 8 else (None,)
             if length is None or not 2 <= length <= min(size - 8, _MAX_HEADER_BYTES):
-                raise CheckpointFileError(f"{path}: not a safetensors file, or truncated (header length field is wrong)")
+                raise CheckpointFileError(f"{path}: not a safetensors file, or truncated (wrong header length)")
             header = json.loads(handle.read(length).decode("utf-8"))
     except OSError as error:
         raise CheckpointFileError(f"{path}: cannot read ({error.strerror or error})") from None
@@ -59,8 +59,9 @@ def check_safetensors(path: str | Path) -> dict:
         raise CheckpointFileError(f"{path}: corrupt safetensors header (not JSON)") from None
     if not isinstance(header, dict):
         raise CheckpointFileError(f"{path}: corrupt safetensors header")
-    ends = [info["data_offsets"][1] for name, info in header.items() if name != "__metadata__" and isinstance(info, dict)
-            and isinstance(info.get("data_offsets"), list) and len(info["data_offsets"]) == 2]
+    offsets = [info.get("data_offsets") for name, info in header.items()
+               if name != "__metadata__" and isinstance(info, dict)]
+    ends = [pair[1] for pair in offsets if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], int)]
     needed = 8 + length + max(ends, default=0)
     if needed > size:
         raise CheckpointFileError(f"{path}: truncated ({size} bytes, its header describes {needed}); copy it again")

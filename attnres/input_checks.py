@@ -11,7 +11,9 @@ IGNORE_INDEX = -100  # transformers' loss skips these label positions
 
 
 def check_dtypes(input_ids, inputs_embeds, parameter_dtype: torch.dtype) -> None:
-    if input_ids is not None and (input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool):
+    not_integer = input_ids is not None and (input_ids.is_floating_point() or input_ids.is_complex()
+                                             or input_ids.dtype == torch.bool)
+    if not_integer:
         raise ValueError(f"input_ids must hold integer token ids (torch.long), got dtype {input_ids.dtype}")
     if inputs_embeds is not None:
         if not inputs_embeds.is_floating_point():
@@ -22,7 +24,7 @@ def check_dtypes(input_ids, inputs_embeds, parameter_dtype: torch.dtype) -> None
 
 
 def check_backend(backend: str, device: torch.device) -> None:
-    """The Triton backend needs CUDA tensors (or Triton's interpreter): say so before Triton's driver fails deep down."""
+    """The Triton backend needs CUDA tensors (or Triton's interpreter): say so before Triton's driver fails."""
     if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"attn_res_backend (or ATTNRES_BACKEND) is 'triton' but the input is on {device}: the Triton "
                          "kernels need a CUDA GPU; use 'auto' or 'torch'")

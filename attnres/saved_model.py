@@ -48,9 +48,10 @@ def check_weights_record(config, folder: str | Path, explicit: set[str] = frozen
         raise ValueError(f"{path}: unreadable weights record ({error}); delete it to load without the check") from None
     changed = [f"{field}: weights saved as {record[field]!r}, config says {getattr(config, field, None)!r}"
                for field in RECORD_FIELDS if field in record and record[field] != getattr(config, field, None)]
-    resized = [f"{name}: {size} bytes when saved, now {(Path(folder) / name).stat().st_size if (Path(folder) / name).exists() else 'missing'}"
-               for name, size in record.get("files", {}).items()
-               if not (Path(folder) / name).is_file() or (Path(folder) / name).stat().st_size != size]
+    sizes = {name: (Path(folder) / name).stat().st_size if (Path(folder) / name).is_file() else "missing"
+             for name in record.get("files", {})}
+    resized = [f"{name}: {size} bytes when saved, now {sizes[name]}"
+               for name, size in record.get("files", {}).items() if sizes[name] != size]
     if resized:
         logger.warning("%s: weight files changed since the model was saved (%s); the record may not describe them",
                        folder, "; ".join(resized))
