@@ -160,3 +160,32 @@ def test_pipeline_flags_refused(tmp_path, argv, named):
     argv = [a.format(empty=tmp_path / "empty", missing=tmp_path / "missing") for a in argv]
     args = script.build_parser().parse_args(argv)
     expect_refused(lambda: script.check_args(args, 2), named, errors=SystemExit)
+
+
+def _deepspeed_checkpoint(folder: Path) -> Path:
+    """The file layout DeepSpeedEngine.save writes (contents: plain tensors)."""
+    (folder / "deepspeed").mkdir(parents=True)
+    (folder / "trainer_state.json").write_text('{"step": 2, "signature": {}}')
+    torch.save({"module": {"w": torch.ones(2)}}, folder / "deepspeed" / "mp_rank_00_model_states.pt")
+    torch.save({"optimizer_state_dict": {}}, folder / "deepspeed" / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    torch.save({"torch": torch.get_rng_state()}, folder / "rng_state_0.pt")
+    return folder
+
+
+DEEPSPEED_RESUME_CASES = {
+    "truncated_model_states": (lambda c: truncate(c / "deepspeed" / "mp_rank_00_model_states.pt"),
+                               ["mp_rank_00_model_states.pt", "truncated"]),
+    "no_deepspeed_files": (lambda c: shutil.rmtree(c / "deepspeed"), ["deepspeed", "no DeepSpeed state"]),
+    "truncated_rng_state": (lambda c: truncate(c / "rng_state_0.pt"), ["rng_state_0.pt"]),
+    "missing_rng_state": (lambda c: (c / "rng_state_0.pt").unlink(), ["rng_state_0.pt", "missing"]),
+}
+
+
+@pytest.mark.parametrize("damage, named", DEEPSPEED_RESUME_CASES.values(), ids=DEEPSPEED_RESUME_CASES.keys())
+def test_damaged_deepspeed_checkpoint_named(tmp_path, damage, named):
+    from attnres.training.resume_files import check_checkpoint
+
+    folder = _deepspeed_checkpoint(tmp_path / "ckpt")
+    check_checkpoint(folder, deepspeed=True)  # intact: passes
+    damage(folder)
+    expect_refused(lambda: check_checkpoint(folder, deepspeed=True), named, untouched=[folder], errors=ValueError)
