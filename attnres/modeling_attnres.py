@@ -34,7 +34,7 @@ from transformers.utils import can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from attnres import k3, kda_device_guard
+from attnres import input_checks, k3, kda_device_guard, saved_model
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
 from attnres.kernels import attn_res
 from attnres.offload import onloaded
@@ -203,6 +203,19 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
     }
 
     @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        # a local folder's files are checked first (damaged ones named), and its config against the weights record
+        saved_model.check_folder_before_load(pretrained_model_name_or_path)
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        explicit = set(kwargs) | (set(saved_model.RECORD_FIELDS) if "config" in kwargs else set())
+        saved_model.check_weights_record(model.config, pretrained_model_name_or_path, explicit)
+        return model
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # through a temporary folder, with the weights record: a failed save leaves the previous model intact
+        saved_model.save_folder(super().save_pretrained, save_directory, self.config, *args, **kwargs)
+
+    @classmethod
     def _can_set_experts_implementation(cls) -> bool:
         # transformers detects support by grepping the model's source for its experts decorator; our experts are
         # transformers' own (decorated) KimiLinearExperts, so every experts implementation applies
@@ -233,6 +246,8 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         reference = input_ids if input_ids is not None else inputs_embeds
+        input_checks.check_dtypes(input_ids, inputs_embeds, self.embed_tokens.weight.dtype)
+        input_checks.check_backend(self.config.resolved_backend(), reference.device)
         if input_ids is not None and input_ids.dim() != 2:
             raise ValueError(f"input_ids must have shape [batch, seq_len], got {tuple(input_ids.shape)}")
         if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size):
@@ -241,13 +256,9 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
             )
         if reference.shape[0] == 0 or reference.shape[1] == 0:
             raise ValueError(f"empty input: batch and sequence length must be >= 1, got shape {tuple(reference.shape)}")
-        # one host sync per forward (each decode step): the range is only computed for the error message
-        if input_ids is not None and not torch.compiler.is_compiling():
-            if bool(((input_ids < 0) | (input_ids >= self.config.vocab_size)).any()):
-                low, high = int(input_ids.min()), int(input_ids.max())
-                raise ValueError(
-                    f"input_ids must lie in [0, vocab_size={self.config.vocab_size}), got values in [{low}, {high}]"
-                )
+        # one host sync per forward (each decode step): ids in the vocabulary, a 0/1 padding mask
+        if not torch.compiler.is_compiling():
+            input_checks.check_values(input_ids, attention_mask, self.config.vocab_size)
         if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
             batch, seq_len = reference.shape[:2]
             if attention_mask.shape[0] != batch or attention_mask.shape[1] < seq_len:
@@ -355,6 +366,7 @@ class KimiLinearAttnResForCausalLM(KimiLinearAttnResPreTrainedModel, KimiLinearF
         """`prefill_chunk_size`: run a longer prompt in chunks of this many tokens, carrying the cache (long-context
         prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs."""
         reference = input_ids if input_ids is not None else inputs_embeds
+        input_checks.check_labels(labels, reference, self.config.vocab_size)
         if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
             logits, cache = chunked_causal_lm_forward(
                 self, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,

@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--validation-fraction", type=float, default=0.01, help="documents held out (default 0.01)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
     parser.add_argument("--output-dir", type=Path, default=Path("data/packed"), help="output folder (default data/packed)")
+    parser.add_argument("--force", action="store_true", help="replace --output-dir if it exists (never a folder "
+                        "holding the input files)")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help=f"PyPI download cache (default {DEFAULT_CACHE})")
     parser.add_argument("--num-proc", type=int, default=None, help="processes for tokenization (default: 1)")
     return parser
@@ -74,11 +76,17 @@ def check_args(args) -> None:
             raise SystemExit(f"error: --chat: {path} is not an existing .jsonl file")
     if args.chat_template is not None and (args.chat is None or not args.chat_template.is_file()):
         raise SystemExit(f"error: --chat-template {args.chat_template}: needs --chat and an existing file")
-    for path in args.files or ():
-        if not path.is_file():
-            raise SystemExit(f"error: --files: {path} does not exist")
-        if path.suffix not in (".txt", ".jsonl", ".json"):
-            raise SystemExit(f"error: --files: {path} is not .txt, .jsonl or .json")
+    from attnres.safe_paths import UnsafeOutputError, check_output_folder
+    from attnres.training.input_files import check_input_file
+
+    inputs = [*(args.files or ()), *(args.chat or ()), *([args.tokenizer] if Path(args.tokenizer).is_dir() else []),
+              *([args.cache_dir] if args.cache_dir.exists() else [])]
+    try:
+        for path in args.files or ():
+            check_input_file(path, args.text_column)
+        check_output_folder(args.output_dir, inputs, args.force, "--output-dir")
+    except (ValueError, UnsafeOutputError) as error:
+        raise SystemExit(f"error: {error}") from None
 
 
 def text_only(docs, column: str, origin: str):
@@ -165,21 +173,24 @@ def main(argv=None) -> None:
     from attnres.training.packing import save_prepared, split_documents, tokenize_and_pack, tokenize_and_pack_chat
 
     start = time.time()
-    splits = split_documents(load_documents(args), args.validation_fraction, args.seed)
-    tokenizer = load_tokenizer(args, training_texts(splits["train"]))
-    if args.chat:
-        template = args.chat_template.read_text(encoding="utf-8") if args.chat_template else None
-        ensure_chat_template(tokenizer, template)
-        try:
-            packed = tokenize_and_pack_chat(splits, tokenizer, args.seq_len, num_proc=args.num_proc)
-        except ValueError as error:  # a template that cannot locate the assistant tokens
-            raise SystemExit(f"error: --chat: {error}") from None
-    else:
-        packed = tokenize_and_pack(splits, tokenizer, args.seq_len, num_proc=args.num_proc)
-    source = args.hub or [str(p) for p in args.files or args.chat or ()] or {"offline": args.corpora}
-    meta = dict(source=source, tokenizer=args.tokenizer, vocab_size=len(tokenizer), seq_len=args.seq_len, seed=args.seed,
-                num_documents={name: len(split) for name, split in splits.items()}, loss_mask=bool(args.chat))
-    save_prepared(args.output_dir, packed, tokenizer, meta)
+    try:
+        splits = split_documents(load_documents(args), args.validation_fraction, args.seed)
+        tokenizer = load_tokenizer(args, training_texts(splits["train"]))
+        if args.chat:
+            template = args.chat_template.read_text(encoding="utf-8") if args.chat_template else None
+            ensure_chat_template(tokenizer, template)
+            try:
+                packed = tokenize_and_pack_chat(splits, tokenizer, args.seq_len, num_proc=args.num_proc)
+            except ValueError as error:  # a template that cannot locate the assistant tokens
+                raise SystemExit(f"error: --chat: {error}") from None
+        else:
+            packed = tokenize_and_pack(splits, tokenizer, args.seq_len, num_proc=args.num_proc)
+        source = args.hub or [str(p) for p in args.files or args.chat or ()] or {"offline": args.corpora}
+        meta = dict(source=source, tokenizer=args.tokenizer, vocab_size=len(tokenizer), seq_len=args.seq_len, seed=args.seed,
+                    num_documents={name: len(split) for name, split in splits.items()}, loss_mask=bool(args.chat))
+        save_prepared(args.output_dir, packed, tokenizer, meta)
+    except ValueError as error:  # too little text for the split or the sequence length: nothing was written
+        raise SystemExit(f"error: {error}") from None
     tokens = {name: len(split) * args.seq_len for name, split in packed.items()}
     print(f"wrote {args.output_dir}: {tokens['train']:,} train / {tokens['validation']:,} validation tokens, "
           f"vocab {len(tokenizer)}, {time.time() - start:.0f}s")

@@ -24,6 +24,7 @@ ZeRO-2/3 with pipelines). Batches must be packed, unpadded sequences (the stages
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -88,8 +89,15 @@ def check_args(args, world_size: int) -> int:
     if args.grad_accum < stages:
         print(f"warning: --grad-accum {args.grad_accum} < {stages} stages leaves the pipeline mostly idle",
               file=sys.stderr)
-    if args.model is not None and not (args.model / "config.json").is_file():
-        raise SystemExit(f"error: --model {args.model}: no config.json there")
+    from attnres.checkpoint_files import check_model_folder
+    from attnres.training.args import check_finite_flags
+
+    try:
+        check_finite_flags(args)
+        if args.model is not None:
+            check_model_folder(args.model, "--model")
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
     return stages
 
 
@@ -191,6 +199,13 @@ def main(argv=None) -> None:
         raise SystemExit("error: launch with torchrun or deepspeed, e.g. `torchrun --nproc_per_node 2 "
                          "scripts/train_pipeline.py` (see --help)")
     stages = check_args(args, int(os.environ["WORLD_SIZE"]))
+    from attnres.training.run_lock import is_rank_zero, output_lock
+
+    lock = contextlib.ExitStack()  # one run per output folder, held until main returns (or the process ends)
+    try:
+        lock.enter_context(output_lock(args.output_dir, enabled=is_rank_zero()))
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
     train, data_vocab = load_data(args)
     config = load_config(args, data_vocab)
     if stages > config.num_hidden_layers:
@@ -236,6 +251,7 @@ def main(argv=None) -> None:
     if not args.no_save:
         save_pipeline_checkpoint(pipe, config, args.output_dir / "model", stage, stages, dp_rank == 0)
     dist.barrier()
+    lock.close()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from huggingface_hub import HfApi, ModelCard, ModelCardData
 
 from .config import drop_moonshot_fields
 from .atomic import check_output, move_into_place, temporary_folder
+from ..checkpoint_files import CheckpointFileError, check_model_folder
 from .errors import ConversionError
 
 INSTALL_NOTE = (
@@ -33,8 +34,14 @@ def build_hub_folder(
 
     from ..modeling_attnres import KimiLinearAttnResForCausalLM
 
-    output = Path(output).resolve()
-    check_output(output, force)
+    inputs = [p for p in (model_path, tokenizer, eval_results) if p is not None and Path(p).exists()]
+    output = check_output(output, force, inputs=inputs, flag="--output")
+    try:
+        check_model_folder(model_path, "--model")
+    except CheckpointFileError as error:
+        raise ConversionError(str(error)) from None
+    if repo_id is not None:
+        check_repo_id(repo_id)
     evaluation = read_eval_results(eval_results) if eval_results else None
     model = KimiLinearAttnResForCausalLM.from_pretrained(model_path)
     drop_moonshot_fields(model.config)
@@ -47,6 +54,18 @@ def build_hub_folder(
         card.save(folder / "README.md")
         move_into_place(folder, output)
     return output
+
+
+def check_repo_id(repo_id: str) -> None:
+    """huggingface_hub's own rule for repository ids, applied before any work (the upload would reject it last)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+        if repo_id.count("/") != 1:
+            raise HFValidationError("expected the form user/name or organization/name")
+    except HFValidationError as error:
+        raise ConversionError(f"--repo-id {repo_id!r} is not a valid Hub repository id: {error}") from None
 
 
 def model_card(model, title, training_data, datasets, evaluation, license) -> ModelCard:

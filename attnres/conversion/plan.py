@@ -74,6 +74,8 @@ def plan_conversion(
     """Raise one ConversionError listing every problem (names, shapes, dtypes, config) or return the plan."""
     if to not in LAYOUTS:
         raise ConversionError(f"--to must be one of {LAYOUTS}, got {to!r}")
+    if block_size is not None and upcycle != "block":
+        raise ConversionError("--block-size applies with --upcycle block only (it sets the new block size)")
     input = Path(input)
     source_config = parse_config(read_config_dict(input))
     reader = K3SourceReader(input, source_config)  # a Kimi Linear folder reads as plain; K3's MXFP4 experts dequantized

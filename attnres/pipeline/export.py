@@ -17,6 +17,7 @@ from transformers.core_model_loading import revert_weight_conversion
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
 from ..atomic_io import atomic_write, write_json_atomic
+from ..saved_model import write_weights_record
 from .stages import local_model_state_dict, meta_model
 
 
@@ -46,6 +47,8 @@ def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_s
         write_json_atomic(folder / SAFE_WEIGHTS_INDEX_NAME, index)
         atomic_write(folder / "config.json", lambda p: config.to_json_file(p))
     dist.barrier()
+    if dist.get_rank() == 0:  # every shard is on disk now: record what the weights are (checked by from_pretrained)
+        write_weights_record(folder, config)
 
 
 __all__ = ["save_pipeline_checkpoint", "shard_name"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from pathlib import Path
 
@@ -84,8 +85,18 @@ def load_deepspeed_config(path: Path) -> dict:
     return config
 
 
+def check_finite_flags(args) -> None:
+    """argparse's float() accepts 'nan' and 'inf': no flag of ours means either (a NaN learning rate trains NaNs)."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+
+
 def check_args(args, meta: dict, world: int) -> None:
     """Raise ValueError naming the flag for settings that cannot work; `meta` is the prepared dataset's meta.json."""
+    check_finite_flags(args)
+    if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
+        raise ValueError(f"--output-dir {args.output_dir} is a file, not a folder")
     positive = ("max_steps", "micro_batch_size", "grad_accum", "log_every", "keep_checkpoints", "eval_batches")
     for name in positive:
         if getattr(args, name) < 1:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+# The scheduler's state (a plain dict of numbers), saved by torch.save and read back with weights_only=True
+SCHEDULER_FILE = "lr_scheduler.pt"
 
 def wants_bf16(mixed_precision: str) -> bool:
     if mixed_precision == "auto":
@@ -31,10 +33,10 @@ class AccelerateEngine:
             cpu=not torch.cuda.is_available(),
             mixed_precision="bf16" if wants_bf16(args.mixed_precision) else "no",
         )
-        # The scheduler is not `prepare`d: accelerate would step it once per process; it is checkpointed all the same
+        # The scheduler is not `prepare`d: accelerate would step it once per process. Nor is it registered for
+        # accelerate's checkpointing, which unpickles custom state with weights_only=False: see save/load
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.scheduler = scheduler
-        self.accelerator.register_for_checkpointing(scheduler)
         self.grad_accum, self.grad_clip = args.grad_accum, args.grad_clip
 
     device = property(lambda self: self.accelerator.device)
@@ -89,9 +91,20 @@ class AccelerateEngine:
 
     def save(self, folder: Path) -> None:
         self.accelerator.save_state(str(folder))
+        if self.is_main:
+            torch.save(self.scheduler.state_dict(), Path(folder) / SCHEDULER_FILE)
 
     def load(self, folder: Path) -> None:
-        self.accelerator.load_state(str(folder))
+        from .args import SetupError
+        from .resume_files import check_accelerate_checkpoint, load_weights_only
+
+        check_accelerate_checkpoint(folder, self.rank)
+        try:  # accelerate reads torch files with weights_only=True: a planted object fails here, it never runs
+            self.accelerator.load_state(str(folder))
+        except Exception as error:  # noqa: BLE001  one message naming the checkpoint, not a traceback
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise SetupError(f"--resume {folder}: the checkpoint cannot be loaded ({first})") from None
+        self.scheduler.load_state_dict(load_weights_only(Path(folder) / SCHEDULER_FILE))
 
     def save_model(self, folder: Path) -> None:
         state = self.accelerator.get_state_dict(self.model)
@@ -179,10 +192,16 @@ class DeepSpeedEngine:
         torch.save(rng_state(), Path(folder) / f"rng_state_{self.rank}.pt")
 
     def load(self, folder: Path) -> None:
+        from .resume_files import load_weights_only, read_deepspeed_weights_only
+
+        load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt")  # a damaged file fails before any state changes
+        read_deepspeed_weights_only(self.engine.checkpoint_engine)  # never unpickle objects from the checkpoint
         path, _ = self.engine.load_checkpoint(str(folder), tag=self.TAG)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {self.TAG!r}) in {folder}")
-        set_rng_state(torch.load(Path(folder) / f"rng_state_{self.rank}.pt", weights_only=False))
+        from .resume_files import load_weights_only
+
+        set_rng_state(load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt"))
 
     def save_model(self, folder: Path) -> None:
         import deepspeed

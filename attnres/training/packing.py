@@ -8,10 +8,11 @@ or prompt/completion records, `chat.py`) is packed the same way with a `loss_mas
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict
+
+from ..atomic_io import move_into_place, temporary_folder
 
 META_FILE = "meta.json"
 DATASET_DIR = "dataset"
@@ -87,13 +88,9 @@ def save_prepared(output_dir: Path, packed: DatasetDict, tokenizer, meta: dict) 
     for name, split in packed.items():
         if len(split) == 0:
             raise ValueError(f"split {name!r} has no full sequence of {meta['seq_len']} tokens: use a smaller --seq-len or more text")
-    tmp = output_dir.with_name(output_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    packed.save_to_disk(str(tmp / DATASET_DIR))
-    tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
-    meta = dict(meta, num_sequences={name: len(split) for name, split in packed.items()})
-    (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
-    if output_dir.exists():
-        shutil.rmtree(output_dir)
-    tmp.rename(output_dir)
+    with temporary_folder(output_dir) as tmp:
+        packed.save_to_disk(str(tmp / DATASET_DIR))
+        tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
+        meta = dict(meta, num_sequences={name: len(split) for name, split in packed.items()})
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+        move_into_place(tmp, output_dir)

@@ -12,6 +12,8 @@ from .batches import BatchPlan, batch_tensors, check_prepared, load_prepared, lo
 from .checkpoint import latest_checkpoint, read_state, remove_partial, save_checkpoint
 from .init_from import init_config, init_tokenizer, load_model
 from .models import build_config
+from .resume_files import check_checkpoint
+from .run_lock import is_rank_zero, output_lock
 
 
 
@@ -67,6 +69,7 @@ def checked_resume_folder(args, config, world: int) -> Path | None:
     folder = Path(args.resume) if args.resume != "auto" else latest_checkpoint(Path(args.output_dir) / "checkpoints")
     if folder is None:
         return None
+    check_checkpoint(folder, deepspeed=args.deepspeed is not None)  # damaged files: one message naming them
     saved, now = read_state(folder)["signature"], run_signature(args, config, world)
     mismatch = {key: (saved.get(key), value) for key, value in now.items() if saved.get(key) != value}
     if mismatch:
@@ -128,6 +131,13 @@ def train_step(step, engine, train_set, plan, diagnostics, args) -> tuple[float,
 
 def train(args) -> dict:
     """Run training; returns a summary (start and final step, last losses, output dir)."""
+    prepared = prepare(args)
+    with output_lock(args.output_dir, enabled=is_rank_zero()):  # one run per output folder
+        return run(args, *prepared)
+
+
+def run(args, world, config, train_set, val_set, tokenizer, folder) -> dict:
+    """The training itself, once `prepare` has checked everything and the output folder is locked."""
     from tqdm.auto import tqdm
 
     from .diagnostics import DepthDiagnostics
@@ -135,7 +145,6 @@ def train(args) -> dict:
     from .metrics import MetricsLogger
     from .optim import build_optimizer, build_scheduler
 
-    world, config, train_set, val_set, tokenizer, folder = prepare(args)
     model = build_model(config, args)
     optimizer = build_optimizer(model, args)
     engine = make_engine(model, optimizer, build_scheduler(optimizer, args), args, world)
