@@ -61,9 +61,9 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
             raise CompareError(f"task {task} runs code the model wrote: pass --allow-code-execution to allow it")
     others = [t for t in tasks if t != HELDOUT and t not in TASKS]
     if others:
-        from lm_eval.tasks import TaskManager
+        from .runner import task_manager
 
-        known = set(TaskManager(include_path=str(include) if include.is_dir() else None).all_tasks)
+        known = set(task_manager(str(include) if include.is_dir() else None).all_tasks)
         unknown = [t for t in others if t not in known]
         if unknown:
             raise CompareError(f"unknown task(s) {unknown}: ours are {[HELDOUT, *TASKS]}; any lm-eval task name also works")
@@ -72,7 +72,8 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
 
 def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data_dir=None,
             eval_data=DEFAULT_EVAL_DATA, limit=None, num_fewshot=None, seed=1234, batch_size=1, device=None,
-            max_length=DEFAULT_MAX_LENGTH, model_args="", allow_code_execution=False, progress=True) -> dict | None:
+            max_length=DEFAULT_MAX_LENGTH, model_args="", gen_kwargs=None, allow_code_execution=False,
+            progress=True) -> dict | None:
     """Evaluate `model_dirs` (two or more; the first is the reference) on `tasks` and write
     <out_dir>/{report.md, report.json, metrics.png, deltas.png, results/<label>/<task>.json}. Returns the report
     (None on non-main processes of a multi-process launch). Resumable: finished (model, task) results are reused."""
@@ -107,12 +108,13 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
     records = {}
     for model_dir, label in zip(model_dirs, labels):
         records[label] = evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, dict(
-            limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length, model=model_stamp(model_dir)),
+            limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length, gen_kwargs=gen_kwargs,
+            model=model_stamp(model_dir)),
             batch_size, device, model_args, allow_code_execution)
     if records[labels[0]] is None:
         return None  # not the main process
     models = [describe_model(d, label) for d, label in zip(model_dirs, labels)]
-    settings = dict(tasks=tasks, limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length,
+    settings = dict(tasks=tasks, limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length, gen_kwargs=gen_kwargs,
                     batch_size=batch_size, eval_data=str(eval_data), data_dir=str(data_dir) if data_dir else None)
     report = build_report(models, records, settings, read_prepared(eval_data, missing_ok=True))
     write_report(report, out_dir)

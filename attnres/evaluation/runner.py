@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from functools import lru_cache
 from pathlib import Path
 
 from ..atomic_io import write_json_atomic
@@ -51,17 +52,24 @@ def items_from_samples(samples: dict) -> dict:
     return metrics
 
 
+@lru_cache(maxsize=4)
+def task_manager(include_path: str | None):
+    """lm-eval's task index (it reads every task YAML of the installation: seconds), built once per folder."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=include_path)
+
+
 def run_lm_eval_task(lm, task: str, include_path: Path, settings: dict, allow_code_execution: bool) -> dict | None:
     """Per-item metrics and lm-eval's aggregate results of one task (None on non-main processes)."""
     from lm_eval import simple_evaluate
-    from lm_eval.tasks import TaskManager
 
     seed = settings["seed"]
     out = simple_evaluate(
         model=lm, tasks=[task], num_fewshot=settings["num_fewshot"], limit=settings["limit"], log_samples=True,
-        task_manager=TaskManager(include_path=str(include_path)), bootstrap_iters=0,
+        task_manager=task_manager(str(include_path) if include_path else None), bootstrap_iters=0,
         random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-        confirm_run_unsafe_code=allow_code_execution,
+        confirm_run_unsafe_code=allow_code_execution, gen_kwargs=settings.get("gen_kwargs"),
     )
     if out is None:
         return None
