@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from attnres.evaluation.compare import DEFAULT_MAX_LENGTH
+from attnres.evaluation.comparison import DEFAULT_MAX_LENGTH
 from attnres.evaluation.data import DEFAULT_EVAL_DATA
 
 
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from attnres.evaluation.compare import CompareError, compare
+    from attnres.evaluation.comparison import CompareError, compare
     from attnres.evaluation.data import DataError
 
     try:

@@ -6,7 +6,7 @@ Entry points:
     prepare_eval_data(out_dir, cache_dir, gpqa_csv=None)                   -> benchmark data laid out for lm-eval
 CLIs: eval/compare.py, eval/prepare_eval_data.py.
 """
-from .compare import DEFAULT_MAX_LENGTH, CompareError, compare, default_tasks
+from .comparison import DEFAULT_MAX_LENGTH, CompareError, compare, default_tasks
 from .data import DEFAULT_EVAL_DATA, DataError, prepare_eval_data
 from .heldout import heldout_metrics
 from .runner import HELDOUT
