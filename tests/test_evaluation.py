@@ -81,6 +81,12 @@ def test_report_is_complete(full_run, setup):
     markdown = (full_run / "report.md").read_text()
     assert "| attnres_mmlu_bpb | bpb (lower is better)" in markdown and "## Matched?" in markdown
 
+    from attnres.conversion.hub import read_eval_results  # scripts/push_to_hub.py --eval-results report.json
+
+    rows = {(task, metric): value for task, metric, value in read_eval_results(full_run / "report.json")}
+    assert ("heldout", "bpb ↓") in rows and ("attnres_mmlu", "acc") in rows
+    assert rows[("heldout", "bpb ↓")].startswith("standard ") and "block − standard" in rows[("heldout", "bpb ↓")]
+
 
 def bpb_by_hand(model, tokenizer, context: str, target: str) -> float:
     """lm-eval's pairing: trailing whitespace of the context moves to the continuation, the pair is encoded whole."""
@@ -207,6 +213,7 @@ def test_bad_inputs_give_one_clear_message(setup, tmp_path, capsys):
         ([*models, "--tasks", "attnres_mmlu", "--eval-data", str(tmp_path / "nothing")], "not available"),
         ([*models, "--data", str(tmp_path), *common], "no prepared dataset"),
         ([*models, "--labels", "same", "same", *common], "not unique"),
+        ([*models, "--limit", "0", *common], "--limit must be >= 1"),
     ]
     for argv, message in cases:
         with pytest.raises(SystemExit) as exit_info:

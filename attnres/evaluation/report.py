@@ -60,7 +60,7 @@ def render_markdown(report: dict) -> str:
              f"{report['created']}. Reference: **{labels[0]}**; deltas are model minus reference. Tasks {s['tasks']}, "
              f"shots {s['num_fewshot'] if s['num_fewshot'] is not None else 'task default'}, limit {s['limit']}, "
              f"seed {s['seed']}, max_length {s['max_length']}.", "", "## Models", "",
-             "| model | residual | parameters | AttnRes parameters | tokens trained | data fingerprint | path |",
+             "| model | residual | parameters (+ saved buffers) | of which AttnRes | tokens trained | data fingerprint | path |",
              "|---|---|---|---|---|---|---|"]
     for m in report["models"]:
         lines.append(f"| {m['label']} | {m['attn_res_mode']} | {m['parameters'] or 'n/a'} | {m['attn_res_parameters']} "

@@ -77,10 +77,10 @@ def run_lm_eval_task(lm, task: str, include_path: Path, settings: dict, allow_co
                 n_samples=out.get("n-samples"), versions=out.get("versions"))
 
 
-def run_heldout(model_dir: Path, data_dir: Path, settings: dict, model=None) -> dict:
+def run_heldout(model_dir: Path, data_dir: Path, settings: dict, model=None, progress: bool = True) -> dict:
     from .heldout import heldout_metrics
 
-    result = heldout_metrics(model_dir, data_dir, max_sequences=settings["limit"], model=model)
+    result = heldout_metrics(model_dir, data_dir, max_sequences=settings["limit"], model=model, progress=progress)
     keys = [f"validation/{i}" for i in range(result["sequences"])]
     return dict(items={"bpb,none": dict(zip(keys, result["items"])), "loss,none": dict(zip(keys, result["item_loss"]))},
                 heldout={k: result[k] for k in ("loss", "bpb", "tokens", "bytes", "sequences")})
