@@ -157,8 +157,9 @@ def gpqa_from_hub() -> list[dict]:
     try:
         rows = load_dataset("Idavidrein/gpqa", "gpqa_main", split="train").to_list()
     except Exception as error:  # offline, gated or not logged in: one message, the cause in brackets
-        raise DataError("gpqa: not available: pass --gpqa-csv gpqa_main.csv (official layout; GPQA is gated and "
-                        f"never bundled), or log in to a reachable Hugging Face Hub ({type(error).__name__})") from error
+        raise DataError(f"gpqa: no --gpqa-csv given and the Hub copy is unreachable ({type(error).__name__}): pass "
+                        "--gpqa-csv gpqa_main.csv (official column layout; GPQA is gated and never bundled), or log "
+                        "in to a reachable Hugging Face Hub") from error
     return [{c: row[c] for c in GPQA_COLUMNS} for row in rows]
 
 
