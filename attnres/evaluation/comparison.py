@@ -143,6 +143,8 @@ def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_set
     records = {}
     for task in tqdm(tasks, desc=f"evaluate {label}", disable=not (progress and is_main_process())):
         settings = dict(base_settings, task=task)
+        if task == HELDOUT or (task in TASKS and task.endswith("_bpb")):
+            settings["num_fewshot"] = None  # defined zero-shot: --num-fewshot is for the official tasks
         path = out_dir / "results" / label / f"{task}.json"
         if task == HELDOUT:
             settings["data"] = str(Path(data_dir).resolve())
