@@ -153,6 +153,10 @@ def test_rerun_resumes_finished_tasks(full_run, setup, monkeypatch):
             eval_data=setup["eval_data"], limit=2, gen_kwargs="max_gen_toks=4", device="cpu", progress=False)
     assert calls == ["attnres_gpqa_bpb"]  # only the missing result is recomputed
     assert json.loads(removed.read_text())["items"] == before["items"]
+    compare([setup["standard"], setup["block"]], ["attnres_gpqa_bpb"], full_run, eval_data=setup["eval_data"],
+            limit=1, device="cpu", progress=False)
+    assert calls == ["attnres_gpqa_bpb"] * 3  # other settings: both models recomputed, not mixed with old items
+    assert len(json.loads(removed.read_text())["items"]["bpb,none"]) == 1
 
 
 def test_paired_tests_equal_reference_computations():

@@ -13,10 +13,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .data import DEFAULT_EVAL_DATA, read_prepared
+from ..training.provenance import data_fingerprint
+from .data import DEFAULT_EVAL_DATA, PREPARED_FILE, read_prepared
 from .provenance import check_model_dir, describe_model
 from .code_exec import ALLOW_ENV
-from .runner import HELDOUT, evaluate_task, is_main_process, model_stamp, run_heldout, run_lm_eval_task
+from .runner import (HELDOUT, evaluate_task, file_stamp, is_main_process, model_stamp, run_heldout,
+                     run_lm_eval_task)
 from .tasks import CODE_TASKS, TASKS, TASKS_DIR
 
 DEFAULT_MAX_LENGTH = 2048  # KimiLinear's config reports 1,048,576 positions; lm-eval would use that as the window
@@ -110,7 +112,8 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
             os.environ[ALLOW_ENV] = "1"  # read by code_exec in lm-eval's process_results
         for model_dir, label in zip(model_dirs, labels):
             settings = dict(limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length,
-                            gen_kwargs=gen_kwargs, model=model_stamp(model_dir))
+                            gen_kwargs=gen_kwargs, model_args=model_args, model=model_stamp(model_dir),
+                            eval_data=file_stamp(Path(eval_data) / PREPARED_FILE))
             records[label] = evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, settings,
                                             batch_size, device, model_args, allow_code_execution, progress)
     finally:
@@ -147,7 +150,7 @@ def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_set
             settings["num_fewshot"] = None  # defined zero-shot: --num-fewshot is for the official tasks
         path = out_dir / "results" / label / f"{task}.json"
         if task == HELDOUT:
-            settings["data"] = str(Path(data_dir).resolve())
+            settings["data"] = data_fingerprint(data_dir)  # another corpus (or a re-prepared one): recompute
             compute = lambda: run_heldout(model_dir, data_dir, settings, model=lm().model, progress=progress)  # noqa: E731
         else:
             compute = lambda: run_lm_eval_task(lm(), task, include, settings, allow_code_execution)  # noqa: E731
