@@ -14,7 +14,7 @@ import pytest
 import torch
 from eval_fixtures import fixture_eval_data, gpqa_rows, tiny_pair, write_gpqa_csv
 
-from attnres.evaluation import CompareError, DataError, compare, heldout_metrics, prepare_eval_data
+from attnres.evaluation import DataError, compare, heldout_metrics, prepare_eval_data
 from attnres.evaluation.code_exec import ALLOW_ENV, CodeExecutionRefused, run_program
 from attnres.evaluation.data import read_gpqa_csv
 from attnres.evaluation.stats import mean_stderr, paired_test
