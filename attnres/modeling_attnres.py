@@ -11,14 +11,15 @@ is carried. A layer receives the current *depth sources* and returns the ones it
 Before each sub-layer and before the final norm, a learned pseudo-query mixes the sources by softmax over depth
 (`attnres.kernels.attn_res`, Kimi K3's numerics). With a single source the mix is the identity and is skipped.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: transformers reads forward annotations at runtime (return types for the
+# outputs a model declares, `Unpack[TransformersKwargs]` for output_attentions support).
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
 from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast
 from transformers.modeling_utils import slice_logits_to_keep
@@ -30,9 +31,10 @@ from transformers.models.kimi_linear.modeling_kimi_linear import (
     KimiLinearRMSNorm,
     KimiLinearTopkRouter,
 )
-from transformers.utils import can_return_tuple
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs, selected_hidden_states
 
 from attnres import kda_device_guard
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
@@ -241,11 +243,13 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
         past_key_values: Cache | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         use_cache: bool | None = None,
-        output_hidden_states: bool | None = None,
+        output_hidden_states: bool | int | list[int] | None = None,
         output_attn_res_weights: bool = False,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> AttnResModelOutputWithPast:
         self.check_inputs(input_ids, inputs_embeds, attention_mask)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
 
@@ -294,6 +298,7 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
         hidden_states = self.mix("output_attn", sources, all_weights, self.norm, schedule)
         if all_hidden_states is not None:
             all_hidden_states[-1] = hidden_states  # transformers' convention: the last one is after the final norm
+            all_hidden_states = select_hidden_states(all_hidden_states, output_hidden_states)
 
         return AttnResModelOutputWithPast(
             last_hidden_state=hidden_states,
@@ -303,7 +308,18 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
         )
 
 
-class KimiLinearAttnResForCausalLM(KimiLinearAttnResPreTrainedModel, KimiLinearForCausalLM):
+def select_hidden_states(hidden_states: list, output_hidden_states) -> list:
+    """`output_hidden_states` as transformers reads it: True for all, or the indices (negative from the end) to keep;
+    the others are None, as transformers' own output capturing returns them."""
+    selected = selected_hidden_states(output_hidden_states)
+    if selected is None:
+        return hidden_states
+    n = len(hidden_states)
+    keep = {i % n for i in selected if -n <= i < n}
+    return [h if i in keep else None for i, h in enumerate(hidden_states)]
+
+
+class KimiLinearAttnResForCausalLM(KimiLinearAttnResPreTrainedModel, KimiLinearForCausalLM, GenerationMixin):
     def __init__(self, config: KimiLinearAttnResConfig):
         KimiLinearAttnResPreTrainedModel.__init__(self, config)
         self.model = KimiLinearAttnResModel(config)
@@ -323,7 +339,7 @@ class KimiLinearAttnResForCausalLM(KimiLinearAttnResPreTrainedModel, KimiLinearF
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         prefill_chunk_size: int | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> AttnResCausalLMOutputWithPast:
         """`prefill_chunk_size`: run a longer prompt in chunks of this many tokens, carrying the cache (long-context
         prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs."""
