@@ -45,7 +45,7 @@ class TwoPhaseSchedule:
     def run_phase1(self, block: int, bank: tuple[torch.Tensor, ...]) -> None:
         points = self.mix_points(block)
         self.rows = {(index, name): row for row, (index, _, name) in enumerate(points)}
-        queries = torch.stack([getattr(owner, f"{name}_res_proj").weight[0] for _, owner, name in points])
+        queries = torch.stack([owner.res_query(name) for _, owner, name in points])
         norms = torch.stack([getattr(owner, f"{name}_res_norm").weight for _, owner, name in points])
         eps = getattr(points[0][1], f"{points[0][2]}_res_norm").variance_epsilon
         self.bank_out, self.bank_lse = phase1(bank, queries, norms, eps, backend=self.backend)
@@ -61,9 +61,8 @@ class TwoPhaseSchedule:
             self.run_phase1(block, bank)
         row = self.rows[(index, point)]
         norm = getattr(owner, f"{point}_res_norm")
-        query = getattr(owner, f"{point}_res_proj").weight[0]
         return phase2(
-            self.bank_out[row], self.bank_lse[row], partial, query, norm.weight, norm.variance_epsilon,
+            self.bank_out[row], self.bank_lse[row], partial, owner.res_query(point), norm.weight, norm.variance_epsilon,
             sources[0].dtype, backend=self.backend, out_norm=out_norm,
         )
 

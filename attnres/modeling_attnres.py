@@ -73,27 +73,42 @@ class AttnResMixing:
         setattr(self, f"{point}_res_norm", KimiLinearRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
         setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
 
+    def res_query(self, point: str) -> torch.Tensor:
+        """The pseudo-query vector [hidden] of `point`. When an adapter library has wrapped the `PseudoQuery` (PEFT
+        LoRA on `*_res_proj`), the query is read through the wrapper's forward, applied to the identity, so the
+        adapter's delta takes part in the mix and trains (reading `.weight` would silently ignore it)."""
+        proj = getattr(self, f"{point}_res_proj")
+        if type(proj) is PseudoQuery:
+            return proj.weight[0]
+        eye = torch.eye(self.config.hidden_size, dtype=proj.weight.dtype, device=proj.weight.device)
+        return proj(eye)[:, 0]
+
     def mix(
         self, point: str, sources: tuple[torch.Tensor, ...], weights: list | None, out_norm=None, schedule=None
     ) -> torch.Tensor:
         """The mix, then `out_norm` (the RMSNorm that reads it) when given: fused into the op where possible.
         `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (attnres.inference)."""
-        if len(sources) == 1:  # softmax over one source is exactly 1: skip the arithmetic (K3 does too)
+        single = len(sources) == 1
+        # softmax over one source is exactly 1: skip it (K3 does too); standard mode has no mix tensors at all
+        if single and (not torch.is_grad_enabled() or self.config.attn_res_mode == "standard"):
             if weights is not None:
                 weights.append(sources[0].new_ones(*sources[0].shape[:-1], 1, dtype=torch.float32))
             return sources[0] if out_norm is None else out_norm(sources[0])
-        # only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
-        fused = type(out_norm) is KimiLinearRMSNorm and self.config.attn_res_fuse_norm
+        # While autograd records, a one-source mix (layer 0's attention point) runs too: its output is exactly its
+        # source (weight exactly 1.0) and its tensors get their true gradient, exactly zero. So every parameter takes
+        # part in the graph: DDP needs no find_unused_parameters, gradient checkpointing and optimizers see a gradient.
+        # Only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
+        fused = not single and type(out_norm) is KimiLinearRMSNorm and self.config.attn_res_fuse_norm
         if schedule is not None:
             fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
             mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
             return mixed if out_norm is None or fused else out_norm(mixed)
         norm = getattr(self, f"{point}_res_norm")
-        query = getattr(self, f"{point}_res_proj").weight[0]
         norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
         mixed = attn_res(
-            sources, query, norm.weight, norm.variance_epsilon, return_weights=weights is not None,
-            backend=self.config.resolved_backend(), recompute=self.config.attn_res_recompute,
+            sources, self.res_query(point), norm.weight, norm.variance_epsilon, return_weights=weights is not None,
+            # the reference for one source: bit-exact identity whatever the device, and cheap at a single point
+            backend="torch" if single else self.config.resolved_backend(), recompute=self.config.attn_res_recompute,
             **norm_kwargs,
         )
         if weights is not None:

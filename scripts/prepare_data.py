@@ -98,7 +98,7 @@ def load_documents(args):
 def load_tokenizer(args, train_texts):
     from transformers import AutoTokenizer
 
-    from attnres.training.tokenizer import gpt2_tokenizer, train_bpe
+    from attnres.training.tokenizer import gpt2_tokenizer, train_bpe, with_pad_token
 
     if args.tokenizer == "gpt2":
         return gpt2_tokenizer(args.cache_dir)
@@ -107,7 +107,7 @@ def load_tokenizer(args, train_texts):
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     if tokenizer.eos_token_id is None:
         raise SystemExit(f"error: tokenizer {args.tokenizer} has no EOS token (needed between packed documents)")
-    return tokenizer
+    return with_pad_token(tokenizer)
 
 
 def main(argv=None) -> None:

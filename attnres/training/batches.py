@@ -34,8 +34,10 @@ def load_prepared(data_dir: Path):
     from transformers import AutoTokenizer
 
     splits = load_from_disk(str(Path(data_dir) / DATASET_DIR)).with_format("torch")
+    from .tokenizer import with_pad_token
+
     tokenizer = AutoTokenizer.from_pretrained(str(Path(data_dir) / TOKENIZER_DIR))
-    return splits["train"], splits["validation"], tokenizer
+    return splits["train"], splits["validation"], with_pad_token(tokenizer)  # data prepared before pad = EOS
 
 
 @dataclass(frozen=True)

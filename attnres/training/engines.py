@@ -24,14 +24,12 @@ class AccelerateEngine:
     """accelerate's Accelerator: single process, or DDP under `accelerate launch --multi_gpu` (gloo on CPU)."""
 
     def __init__(self, model, optimizer, scheduler, args):
-        from accelerate import Accelerator, DistributedDataParallelKwargs
+        from accelerate import Accelerator
 
-        # Layer 0's first mix point has one source and skips its parameters: DDP must not wait for their gradients
-        ddp = DistributedDataParallelKwargs(find_unused_parameters=model.config.attn_res_mode != "standard")
+        # plain DDP: every parameter takes part in the graph (layer 0's one-source mix gets an exactly-zero gradient)
         self.accelerator = Accelerator(
             cpu=not torch.cuda.is_available(),
             mixed_precision="bf16" if wants_bf16(args.mixed_precision) else "no",
-            kwargs_handlers=[ddp],
         )
         # The scheduler is not `prepare`d: accelerate would step it once per process; it is checkpointed all the same
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
