@@ -36,13 +36,16 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs, selected_hidden_states
 
-from attnres import kda_device_guard
+# Imports of this package are absolute here and rewritten to flat relative ones in saved folders (remote_code.py)
+from attnres.conversion.mapping import register_moonshot_mapping  # noqa: F401  (registers: Moonshot names load)
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
+from attnres.kda_device_guard import install as install_kda_device_guard
 from attnres.kernels import attn_res
+from attnres.remote_code import write_code_files
 
 from .configuration_attnres import KimiLinearAttnResConfig
 
-kda_device_guard.install()
+install_kda_device_guard()
 
 
 @dataclass
@@ -197,6 +200,13 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
         # transformers detects support by grepping the model's source for its experts decorator; our experts are
         # transformers' own (decorated) KimiLinearExperts, so every experts implementation applies
         return True
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' save, plus every module the model needs beside it, so the folder loads with
+        `trust_remote_code=True` where this package is not installed (see remote_code.py)."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self.is_remote_code() and kwargs.get("is_main_process", True):
+            write_code_files(save_directory, type(self))
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -10,8 +10,13 @@ from __future__ import annotations
 import os
 
 import torch
-import triton
-import triton.language as tl
+# Imported only where triton is installed (`attn_res` picks the backend). The try block is how transformers'
+# remote-code loader learns that triton is optional for a saved folder (remote_code.py)
+try:
+    import triton
+    import triton.language as tl
+except ImportError as error:
+    raise ImportError('the Triton kernels need triton: pip install "attnres[triton]"') from error
 
 from .kernels import mix_bwd_kernel, mix_fwd_kernel
 

@@ -1,0 +1,40 @@
+"""A saved folder carries every module the model needs (flat, relative imports) and loads with
+`trust_remote_code=True` where attnres and triton are not installed: from the folder and the way a Hub repo loads."""
+import ast
+
+import pytest
+import torch
+from model_factory import random_ids, tiny_model
+from remote_loading import auto_map, fake_hub_repo, load_in_clean_process
+
+from attnres.remote_code import code_modules, flat_name, flat_source
+
+
+def test_code_closure_holds_kernels_and_references():
+    names = {flat_name(m) for m in code_modules()}
+    assert {"modeling_attnres", "configuration_attnres", "inference", "conversion_mapping", "kernels_mix",
+            "kernels_mix_naive", "kernels_mix_triton", "kernels_mix_kernels", "kernels_two_phase_triton"} <= names
+
+
+@pytest.mark.parametrize("module", code_modules())
+def test_flat_sources_import_only_flat_siblings(module):
+    names = {flat_name(m) for m in code_modules()}
+    for node in ast.walk(ast.parse(flat_source(module))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            assert node.level == 1 and node.module in names, (module, node.module)  # what transformers resolves
+        elif isinstance(node, ast.ImportFrom):
+            assert not node.module.startswith("attnres"), (module, node.module)
+
+
+def test_folder_loads_without_the_package(tmp_path):
+    model = tiny_model("block", block_size=2, num_layers=3)  # KDA, KDA, MLA; MoE after the first layer
+    model.save_pretrained(tmp_path / "model")
+    assert auto_map(tmp_path / "model")["AutoModelForCausalLM"] == "modeling_attnres.KimiLinearAttnResForCausalLM"
+    ids = random_ids()
+    with torch.no_grad():
+        expected = model(ids).logits
+    local = load_in_clean_process(tmp_path / "model", ids, tmp_path / "local", tmp_path / "hf")
+    torch.testing.assert_close(local["logits"], expected)
+    repo = fake_hub_repo(tmp_path / "model", tmp_path / "hf" / "hub")
+    hub = load_in_clean_process(repo, ids, tmp_path / "hub", tmp_path / "hf")
+    torch.testing.assert_close(hub["logits"], expected)
