@@ -13,8 +13,16 @@ import importlib.util
 import re
 from pathlib import Path
 
+from .atomic_io import write_text_atomic
+
 PACKAGE = "attnres"
 ROOT_MODULE = f"{PACKAGE}.modeling_attnres"
+# what `save_pretrained` writes into config.json for our registered classes (attnres/__init__.py)
+AUTO_MAP = {
+    "AutoConfig": "configuration_attnres.KimiLinearAttnResConfig",
+    "AutoModel": "modeling_attnres.KimiLinearAttnResModel",
+    "AutoModelForCausalLM": "modeling_attnres.KimiLinearAttnResForCausalLM",
+}
 _FROM_LINE = re.compile(r"^(\s*from\s+)(\S+)(\s+import\b)")
 
 
@@ -76,6 +84,13 @@ def write_code_files(folder, model_class) -> list[Path]:
     written = []
     for module in code_modules():
         path = Path(folder) / f"{flat_name(module)}.py"
-        path.write_text(flat_source(module), encoding="utf-8")
+        write_text_atomic(path, flat_source(module))
         written.append(path)
     return written
+
+
+def mark_remote_code(config) -> None:
+    """Point a config written without `save_pretrained` (pipeline export) at the code files, as `save_pretrained`
+    does: `auto_map` for the Auto classes, `architectures` for pipelines."""
+    config.auto_map = dict(AUTO_MAP)
+    config.architectures = ["KimiLinearAttnResForCausalLM"]

@@ -58,10 +58,22 @@ def load_in_clean_process(source, ids: torch.Tensor, work: Path, hf_home: Path, 
                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, str(work / "child.py"), str(source), str(work / "ids.pt"), str(work / "out.pt"),
            "1" if tokenizer else "0"]
-    result = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600,
+                            stdin=subprocess.DEVNULL)  # an interactive prompt fails instead of hanging
     assert result.returncode == 0, result.stderr[-4000:]
     return torch.load(work / "out.pt")
 
 
 def auto_map(folder: Path) -> dict:
     return json.loads((Path(folder) / "config.json").read_text()).get("auto_map", {})
+
+
+def write_tokenizer(folder: Path) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(256)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="w0", pad_token="w0").save_pretrained(folder)
+    return folder

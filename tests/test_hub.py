@@ -9,23 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from remote_loading import fake_hub_repo, load_in_clean_process
+from remote_loading import fake_hub_repo, load_in_clean_process, write_tokenizer
 
 from attnres.conversion import ConversionError
 from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from attnres.conversion.hub import build_hub_folder, read_eval_results
 from attnres.tiny import tiny_config
-
-
-def write_tokenizer(folder: Path) -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {f"w{i}": i for i in range(256)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="w0", pad_token="w0").save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
