@@ -206,7 +206,7 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
         `trust_remote_code=True` where this package is not installed (see remote_code.py)."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if self.is_remote_code() and kwargs.get("is_main_process", True):
-            write_code_files(save_directory, type(self))
+            write_code_files(save_directory, type(self).__module__)
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -76,10 +76,10 @@ def flat_source(module: str) -> str:
     return "".join(lines)
 
 
-def write_code_files(folder, model_class) -> list[Path]:
-    """Write the flat modules of `model_class`'s code into `folder` (after `save_pretrained` wrote weights and
-    config); return the written paths. A class already loaded as remote code is flat: transformers copied it all."""
-    if not model_class.__module__.startswith(PACKAGE + "."):
+def write_code_files(folder, model_module: str = ROOT_MODULE) -> list[Path]:
+    """Write the flat modules of the model's code into `folder`; return the written paths. `model_module`: the
+    module of the class being saved; a class already loaded as remote code is flat, and transformers copied it all."""
+    if not model_module.startswith(PACKAGE + "."):
         return []
     written = []
     for module in code_modules():

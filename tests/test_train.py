@@ -72,6 +72,18 @@ def test_final_model_and_tokenizer_load_with_auto_classes(reference):
     assert torch.isfinite(model(input_ids=ids).logits).all()
 
 
+def test_final_folder_loads_where_attnres_is_not_installed(reference, tmp_path):
+    from remote_loading import load_in_clean_process
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(reference / "final").eval()
+    ids = torch.randint(3, model.config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))
+    result = load_in_clean_process(reference / "final", ids, tmp_path / "run", tmp_path / "home", tokenizer=True)
+    with torch.no_grad():
+        torch.testing.assert_close(result["logits"], model(ids).logits)
+    assert result["tokens"] == AutoTokenizer.from_pretrained(reference / "final")("w5 w7 w9")["input_ids"]
+
+
 def test_resume_after_crash_is_exact(data, train, reference, tmp_path, monkeypatch):
     """Crash after step 3 (checkpoint at step 2), rerun the same command: it resumes and logs what the uninterrupted
     run logged, bit for bit, and ends with the same weights."""

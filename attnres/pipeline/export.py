@@ -21,7 +21,6 @@ from transformers.core_model_loading import revert_weight_conversion
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
 from ..atomic_io import atomic_write, write_json_atomic
-from ..modeling_attnres import KimiLinearAttnResForCausalLM
 from ..remote_code import mark_remote_code, write_code_files
 from .stages import local_model_state_dict, meta_model
 
@@ -59,7 +58,7 @@ def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_s
         index = {"metadata": {"total_size": sum(part["bytes"] for part in parts)},
                  "weight_map": dict(sorted(weight_map.items()))}
         write_json_atomic(folder / SAFE_WEIGHTS_INDEX_NAME, index)
-        write_code_files(folder, KimiLinearAttnResForCausalLM)
+        write_code_files(folder)
         if tokenizer is not None:
             save_tokenizer(tokenizer, folder)
         mark_remote_code(config)
