@@ -9,7 +9,7 @@ DeepSpeed ZeRO (stage 1, 2 or 3; torchrun or the deepspeed launcher):
   torchrun --nproc_per_node 8 scripts/train.py --deepspeed configs/deepspeed/zero2.json
 The matched baseline is the same command with --attn-res standard. Data: scripts/prepare_data.py. Details and CPU
 commands: docs/TRAINING.md. Writes <output-dir>/{metrics.jsonl, tensorboard/, diagnostics.jsonl,
-depth_diagnostics.png, checkpoints/step-N/, final/}.
+depth_diagnostics.png, checkpoints/step-00000500/ (8-digit step), final/}.
 """
 from __future__ import annotations
 

@@ -178,6 +178,9 @@ def test_resume_with_other_settings_is_refused(data, train, reference, tmp_path)
     shutil.copytree(reference / "checkpoints", tmp_path / "checkpoints")
     with pytest.raises(ValueError, match="attn_res"):
         train(train_args(data, tmp_path, **dict(REFERENCE, attn_res="standard")))
+    short_name = tmp_path / "checkpoints" / "step-2"  # the folder is step-00000002: the alias reaches the same check
+    with pytest.raises(ValueError, match="step-00000002: checkpoint was made with other settings.*attn_res"):
+        train(train_args(data, tmp_path, **dict(REFERENCE, attn_res="standard", resume=short_name)))
 
 
 def test_command_line_error_is_one_line(tmp_path):
