@@ -204,6 +204,7 @@ def main(argv=None) -> None:
     stages = check_args(args, int(os.environ["WORLD_SIZE"]))
     train, data_tokenizer = load_data(args)
     config = load_config(args, len(data_tokenizer) if data_tokenizer is not None else None)
+    tokenizer = output_tokenizer(args, data_tokenizer)  # read before training: a broken one fails now, not at the end
     if stages > config.num_hidden_layers:
         raise SystemExit(f"error: --num-stages {stages} exceeds the model's {config.num_hidden_layers} decoder layers")
     if not torch.cuda.is_available() and not args.cpu_shm_comm:
@@ -246,7 +247,7 @@ def main(argv=None) -> None:
             print(format_report(rows))
     if not args.no_save:
         save_pipeline_checkpoint(pipe, config, args.output_dir / "model", stage, stages, dp_rank == 0,
-                                 tokenizer=output_tokenizer(args, data_tokenizer))
+                                 tokenizer=tokenizer)
     dist.barrier()
 
 
