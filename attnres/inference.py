@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from .kernels.mix import use_triton
+from .offload import onloaded
 from .kernels.two_phase import phase1, phase2
 
 
@@ -45,8 +46,10 @@ class TwoPhaseSchedule:
     def run_phase1(self, block: int, bank: tuple[torch.Tensor, ...]) -> None:
         points = self.mix_points(block)
         self.rows = {(index, name): row for row, (index, _, name) in enumerate(points)}
-        queries = torch.stack([owner.res_query(name) for _, owner, name in points])
-        norms = torch.stack([getattr(owner, f"{name}_res_norm").weight for _, owner, name in points])
+        modules = [getattr(owner, f"{name}_res_{part}") for _, owner, name in points for part in ("norm", "proj")]
+        with onloaded(*modules):  # big-model offload: the block's mix tensors, read directly
+            queries = torch.stack([owner.res_query(name) for _, owner, name in points])
+            norms = torch.stack([getattr(owner, f"{name}_res_norm").weight for _, owner, name in points])
         eps = getattr(points[0][1], f"{points[0][2]}_res_norm").variance_epsilon
         self.bank_out, self.bank_lse = phase1(bank, queries, norms, eps, backend=self.backend)
         self.block = block

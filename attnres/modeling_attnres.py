@@ -41,6 +41,7 @@ from attnres.conversion.mapping import register_moonshot_mapping  # noqa: F401  
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
 from attnres.kda_device_guard import install as install_kda_device_guard
 from attnres.kernels import attn_res
+from attnres.offload import onloaded
 from attnres.remote_code import write_code_files
 
 from .configuration_attnres import KimiLinearAttnResConfig
@@ -86,34 +87,43 @@ class AttnResMixing:
         eye = torch.eye(self.config.hidden_size, dtype=proj.weight.dtype, device=proj.weight.device)
         return proj(eye)[:, 0]
 
+    def single_source_mix(self, point: str, source: torch.Tensor, weights: list | None, out_norm=None) -> torch.Tensor:
+        """A mix over one source (layer 0's attention point): softmax over a single score is exactly 1 whatever the
+        score, so the mix is the source itself (K3 skips it). Without autograd it is skipped here too. While autograd
+        records, the weight is computed as softmax([score]) from the point's own tensors: still exactly 1.0 (the
+        output is bit-identical) and its derivative is exactly 0, so the K3-named tensors take part in the graph with
+        their true gradient, zero: DDP needs no find_unused_parameters, gradient checkpointing and optimizers see a
+        gradient for every parameter. Cost: one elementwise multiply (the score is a dot product of two vectors)."""
+        if torch.is_grad_enabled() and self.config.attn_res_mode != "standard":  # standard mode has no mix tensors
+            norm = getattr(self, f"{point}_res_norm")
+            with onloaded(norm, getattr(self, f"{point}_res_proj")):
+                score = (norm.weight.float() * self.res_query(point).float()).sum()
+            source = source * score.reshape(1).softmax(0).to(source.dtype)
+        if weights is not None:
+            weights.append(source.new_ones(*source.shape[:-1], 1, dtype=torch.float32))
+        return source if out_norm is None else out_norm(source)
+
     def mix(
         self, point: str, sources: tuple[torch.Tensor, ...], weights: list | None, out_norm=None, schedule=None
     ) -> torch.Tensor:
         """The mix, then `out_norm` (the RMSNorm that reads it) when given: fused into the op where possible.
         `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (attnres.inference)."""
-        single = len(sources) == 1
-        # softmax over one source is exactly 1: skip it (K3 does too); standard mode has no mix tensors at all
-        if single and (not torch.is_grad_enabled() or self.config.attn_res_mode == "standard"):
-            if weights is not None:
-                weights.append(sources[0].new_ones(*sources[0].shape[:-1], 1, dtype=torch.float32))
-            return sources[0] if out_norm is None else out_norm(sources[0])
-        # While autograd records, a one-source mix (layer 0's attention point) runs too: its output is exactly its
-        # source (weight exactly 1.0) and its tensors get their true gradient, exactly zero. So every parameter takes
-        # part in the graph: DDP needs no find_unused_parameters, gradient checkpointing and optimizers see a gradient.
-        # Only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
-        fused = not single and type(out_norm) is KimiLinearRMSNorm and self.config.attn_res_fuse_norm
-        if schedule is not None:
-            fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
-            mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
-            return mixed if out_norm is None or fused else out_norm(mixed)
+        if len(sources) == 1:
+            return self.single_source_mix(point, sources[0], weights, out_norm)
+        # only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
+        fused = type(out_norm) is KimiLinearRMSNorm and self.config.attn_res_fuse_norm
         norm = getattr(self, f"{point}_res_norm")
-        norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
-        mixed = attn_res(
-            sources, self.res_query(point), norm.weight, norm.variance_epsilon, return_weights=weights is not None,
-            # the reference for one source: bit-exact identity whatever the device, and cheap at a single point
-            backend="torch" if single else self.config.resolved_backend(), recompute=self.config.attn_res_recompute,
-            **norm_kwargs,
-        )
+        # tensors read directly, not through a forward: loaded here under big-model offload (attnres/offload.py)
+        with onloaded(norm, getattr(self, f"{point}_res_proj"), out_norm if fused else None):
+            if schedule is not None:
+                fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
+                mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
+                return mixed if out_norm is None or fused else out_norm(mixed)
+            norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
+            mixed = attn_res(
+                sources, self.res_query(point), norm.weight, norm.variance_epsilon, return_weights=weights is not None,
+                backend=self.config.resolved_backend(), recompute=self.config.attn_res_recompute, **norm_kwargs,
+            )
         if weights is not None:
             mixed, probs = mixed
             weights.append(probs)

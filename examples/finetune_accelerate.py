@@ -17,7 +17,7 @@ parser.add_argument("--cpu", action="store_true", help="force CPU (gloo) even wi
 args = parser.parse_args()
 
 accelerator = Accelerator(cpu=args.cpu)
-tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+tokenizer = AutoTokenizer.from_pretrained(args.model_dir, trust_remote_code=True)
 model = AutoModelForCausalLM.from_pretrained(args.model_dir, trust_remote_code=True)
 texts = ["the river runs under the stone bridge", "a queen sees the light of the house"] * 4
 batch = tokenizer(texts, return_tensors="pt", padding=True)

@@ -1,13 +1,14 @@
 """A saved folder carries every module the model needs (flat, relative imports) and loads with
 `trust_remote_code=True` where attnres and triton are not installed: from the folder and the way a Hub repo loads."""
 import ast
+import sys
 
 import pytest
 import torch
 from model_factory import random_ids, tiny_model
 from remote_loading import auto_map, fake_hub_repo, load_in_clean_process
 
-from attnres.remote_code import code_modules, flat_name, flat_source
+from attnres.remote_code import code_modules, flat_name, flat_source, write_code_files
 
 
 def test_code_closure_holds_kernels_and_references():
@@ -24,6 +25,17 @@ def test_flat_sources_import_only_flat_siblings(module):
             assert node.level == 1 and node.module in names, (module, node.module)  # what transformers resolves
         elif isinstance(node, ast.ImportFrom):
             assert not node.module.startswith("attnres"), (module, node.module)
+
+
+def test_saved_modules_need_only_torch_and_transformers(tmp_path):
+    """What transformers' loader demands of each module of a Hub folder (`check_imports`): its imports outside try
+    blocks and `is_*_available()` checks. Optional packages (triton, accelerate) must stay behind such guards."""
+    from transformers.dynamic_module_utils import get_imports
+
+    write_code_files(tmp_path)
+    allowed = {"torch", "transformers", "huggingface_hub", *sys.stdlib_module_names}
+    for path in sorted(tmp_path.glob("*.py")):
+        assert set(get_imports(path)) <= allowed, (path.name, set(get_imports(path)) - allowed)
 
 
 def test_folder_loads_without_the_package(tmp_path):

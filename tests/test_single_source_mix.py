@@ -23,9 +23,10 @@ def test_every_parameter_gets_a_gradient_layer0_exactly_zero(mode, checkpointing
     assert grads["model.layers.0.mlp_res_proj.weight"].any()  # the next point has two sources and learns
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("mode", ["block", "full"])
-def test_one_source_mix_is_bit_identical_with_and_without_autograd(mode):
-    model = tiny_model(mode=mode, num_layers=3)
+def test_one_source_mix_is_bit_identical_with_and_without_autograd(mode, dtype):
+    model = tiny_model(mode=mode, num_layers=3, dtype=dtype)
     ids = random_ids(batch=2, seq=8)
     with torch.no_grad():  # the skipped path
         skipped = model(input_ids=ids, use_cache=False, output_attn_res_weights=True)

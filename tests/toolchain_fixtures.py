@@ -49,3 +49,37 @@ def launch(command: list, timeout: int = 400) -> subprocess.CompletedProcess:
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-5000:])
     return result
+
+
+def write_chat_jsonl(path: Path, count: int = 60, seed: int = 0) -> Path:
+    """Instruction data in both accepted formats: chat records (`messages`) and prompt/completion records."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+    words = " ".join(TEXTS).split()
+    lines = []
+    for i in range(count):
+        prompt, answer = " ".join(rng.choices(words, k=6)), " ".join(rng.choices(words, k=8))
+        record = ({"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]}
+                  if i % 2 else {"prompt": prompt, "completion": answer})
+        lines.append(json.dumps(record))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def prepare_chat(jsonl: Path, tokenizer_dir: Path, out: Path, seq_len: int = 32) -> Path:
+    from test_train_fixtures import load_script
+
+    load_script("prepare_data").main(["--chat", str(jsonl), "--tokenizer", str(tokenizer_dir), "--seq-len",
+                                      str(seq_len), "--validation-fraction", "0.2", "--output-dir", str(out)])
+    return out
+
+
+def finetune_args(data: Path, init_from: Path, out: Path, **flags) -> list[str]:
+    from test_train_fixtures import train_args
+
+    options = dict(model_size=None, init_from=init_from, max_steps=4, micro_batch_size=2, warmup_steps=1, lr=1e-3,
+                   save_every=2, eval_every=2, diagnostics_every=2)
+    return train_args(data, out, **{**options, **flags})

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..configuration_attnres import ATTN_RES_MODES
 from .checkpoint import resolve_checkpoint
+from .init_from import check_init_from
 from .models import PRESETS
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -24,8 +25,12 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--attn-res", choices=ATTN_RES_MODES, default=None,
                    help="residual: standard (baseline), block or full AttnRes (default: block, or the --config's mode)")
     g.add_argument("--block-size", type=int, default=None, help="decoder layers per block in block mode (default: the preset's)")
-    g.add_argument("--model-size", choices=list(PRESETS), default="small", help="size preset (default small)")
+    g.add_argument("--model-size", choices=list(PRESETS), default=None, help="size preset (default small)")
     g.add_argument("--config", type=Path, default=None, help="model config JSON (replaces --model-size)")
+    g.add_argument("--init-from", type=Path, default=None, metavar="DIR",
+                   help="fine-tune: model and tokenizer from DIR (anything from_pretrained reads: final/, Moonshot's "
+                        "layout, an upcycled Kimi Linear), fresh optimizer and schedule; its AttnRes mode is kept "
+                        "unless --attn-res/--block-size change it (not with --config/--model-size)")
     g.add_argument("--seq-len", type=int, default=None, help="train on the first N tokens of each sequence (default: all)")
     g = p.add_argument_group("optimization")
     g.add_argument("--max-steps", type=int, default=2000, help="optimizer steps (default 2000)")
@@ -99,6 +104,7 @@ def check_args(args, meta: dict, world: int) -> None:
         raise ValueError(f"--min-lr-ratio must be in [0, 1], got {args.min_lr_ratio}")
     if args.block_size is not None and args.block_size < 1:
         raise ValueError(f"--block-size must be >= 1, got {args.block_size}")
+    check_init_from(args)
     if args.config is not None and not args.config.is_file():
         raise ValueError(f"--config {args.config}: file not found")
     if args.seq_len is not None and not 2 <= args.seq_len <= meta["seq_len"]:

@@ -65,3 +65,13 @@ class BatchPlan:
     def _permutation(self, epoch: int) -> torch.Tensor:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return torch.randperm(self.num_sequences, generator=generator)
+
+
+def batch_tensors(split, indices, seq_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, labels) of the rows `indices`, cut to `seq_len`. Labels are the inputs (the model shifts them), with
+    -100 where instruction data's `loss_mask` is 0 (prompts: only assistant tokens are learned)."""
+    rows = split[indices]
+    ids = rows["input_ids"][:, :seq_len].to(device)
+    if "loss_mask" not in rows:
+        return ids, ids
+    return ids, ids.masked_fill(rows["loss_mask"][:, :seq_len].to(device) == 0, -100)

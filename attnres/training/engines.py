@@ -43,8 +43,9 @@ class AccelerateEngine:
     is_main = property(lambda self: self.accelerator.is_main_process)
     module = property(lambda self: self.accelerator.unwrap_model(self.model))
 
-    def forward(self, input_ids, **kwargs):
-        return self.model(input_ids=input_ids, labels=input_ids, use_cache=False, **kwargs)
+    def forward(self, input_ids, labels=None, **kwargs):
+        labels = input_ids if labels is None else labels
+        return self.model(input_ids=input_ids, labels=labels, use_cache=False, **kwargs)
 
     def micro_batch(self, is_last_micro_step: bool):
         """Context for one micro-batch's forward + backward: DDP all-reduces gradients only on the last one (its
@@ -123,8 +124,9 @@ class DeepSpeedEngine:
     is_main = property(lambda self: torch.distributed.get_rank() == 0)
     module = property(lambda self: self.engine.module)
 
-    def forward(self, input_ids, **kwargs):
-        return self.engine(input_ids=input_ids, labels=input_ids, use_cache=False, **kwargs)
+    def forward(self, input_ids, labels=None, **kwargs):
+        labels = input_ids if labels is None else labels
+        return self.engine(input_ids=input_ids, labels=labels, use_cache=False, **kwargs)
 
     def micro_batch(self, is_last_micro_step: bool):
         return contextlib.nullcontext()  # DeepSpeed reduces at the accumulation boundary by itself

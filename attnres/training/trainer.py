@@ -8,8 +8,9 @@ from pathlib import Path
 import torch
 
 from .args import SetupError, check_args, world_size
-from .batches import BatchPlan, check_prepared, load_prepared
+from .batches import BatchPlan, batch_tensors, check_prepared, load_prepared
 from .checkpoint import latest_checkpoint, read_state, remove_partial, save_checkpoint
+from .init_from import init_config, init_tokenizer, load_model
 from .models import build_config
 
 
@@ -27,9 +28,14 @@ def _prepare(args):
     meta = check_prepared(args.data)
     check_args(args, meta, world)
     train_set, val_set, tokenizer = load_prepared(args.data)
-    config = build_config(args.model_size, args.config, args.attn_res, args.block_size, tokenizer)
+    if args.init_from is not None:  # fine-tuning: model and tokenizer from the folder (attnres/training/init_from.py)
+        tokenizer = init_tokenizer(args.init_from, tokenizer, args.data)
+        config = init_config(args.init_from, args.attn_res, args.block_size, tokenizer)
+    else:
+        config = build_config(args.model_size, args.config, args.attn_res, args.block_size, tokenizer)
     if args.output_dir is None:
-        args.output_dir = Path("runs") / f"{args.model_size if args.config is None else args.config.stem}-{config.attn_res_mode}"
+        name = f"finetune-{Path(args.init_from).name}" if args.init_from else args.model_size if args.config is None else args.config.stem
+        args.output_dir = Path("runs") / f"{name}-{config.attn_res_mode}"
     args.seq_len = args.seq_len or meta["seq_len"]
     return world, config, train_set, val_set, tokenizer, checked_resume_folder(args, config, world)
 
@@ -37,7 +43,8 @@ def _prepare(args):
 def run_signature(args, config, world: int) -> dict:
     return dict(attn_res=config.attn_res_mode, block_size=config.attn_res_block_size, model_size=args.model_size,
                 config=str(args.config), micro_batch_size=args.micro_batch_size, grad_accum=args.grad_accum,
-                world_size=world, seed=args.seed, seq_len=args.seq_len)
+                world_size=world, seed=args.seed, seq_len=args.seq_len,
+                **({"init_from": str(args.init_from)} if args.init_from else {}))
 
 
 def build_model(config, args):
@@ -46,7 +53,7 @@ def build_model(config, args):
     from ..modeling_attnres import KimiLinearAttnResForCausalLM
 
     set_seed(args.seed)  # same init on every process (DDP and ZeRO then start from identical weights)
-    model = KimiLinearAttnResForCausalLM(config)
+    model = load_model(args.init_from, config) if args.init_from else KimiLinearAttnResForCausalLM(config)
     if args.gradient_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return model
@@ -77,8 +84,8 @@ def evaluate(engine, val_set, args) -> float:
         for b in range(min(args.eval_batches, len(val_set) // global_batch)):
             for micro in range(args.grad_accum):
                 start = b * global_batch + (micro * engine.world_size + engine.rank) * args.micro_batch_size
-                ids = val_set[start : start + args.micro_batch_size]["input_ids"][:, : args.seq_len].to(engine.device)
-                losses.append(engine.forward(ids).loss.float())
+                ids, labels = batch_tensors(val_set, slice(start, start + args.micro_batch_size), args.seq_len, engine.device)
+                losses.append(engine.forward(ids, labels).loss.float())
     return engine.mean(torch.stack(losses).mean())
 
 
@@ -100,11 +107,11 @@ def train_step(step, engine, train_set, plan, diagnostics, args) -> tuple[float,
     diagnose = diagnostics.due(step)
     losses = []
     for micro in range(args.grad_accum):
-        ids = train_set[plan.indices(step - 1, micro, engine.rank)]["input_ids"][:, : args.seq_len].to(engine.device)
+        ids, labels = batch_tensors(train_set, plan.indices(step - 1, micro, engine.rank), args.seq_len, engine.device)
         is_last = micro == args.grad_accum - 1
         with engine.micro_batch(is_last):
             with diagnostics.capture(diagnose):
-                out = engine.forward(ids, output_attn_res_weights=diagnose)
+                out = engine.forward(ids, labels, output_attn_res_weights=diagnose)
                 if diagnose:
                     diagnostics.add_weights(out.attn_res_weights)
             engine.backward(out.loss, is_last_micro_step=is_last)
