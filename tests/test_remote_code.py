@@ -50,3 +50,24 @@ def test_folder_loads_without_the_package(tmp_path):
     repo = fake_hub_repo(tmp_path / "model", tmp_path / "hf" / "hub")
     hub = load_in_clean_process(repo, ids, tmp_path / "hub", tmp_path / "hf")
     torch.testing.assert_close(hub["logits"], expected)
+
+
+def test_remote_copy_runs_its_triton_kernels_beside_the_package(tmp_path, monkeypatch):
+    """A folder loaded as remote code in a process that also uses the package (or another folder): its Triton ops
+    register under their own names. Triton's CPU interpreter stands in for the GPU (conftest)."""
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+    model = tiny_model("block", block_size=2, num_layers=3, attn_res_backend="triton")
+    ids = random_ids(seq=6)
+    with torch.no_grad():
+        expected = model(ids).logits  # the package's Triton ops are registered now
+        model.save_pretrained(tmp_path / "model")
+        # the Auto classes prefer the registered package class here: take the folder's class as they would elsewhere
+        remote_class = get_class_from_dynamic_module("modeling_attnres.KimiLinearAttnResForCausalLM", tmp_path / "model")
+        remote = remote_class.from_pretrained(tmp_path / "model").eval()
+        assert type(remote).__module__.startswith("transformers_modules.")
+        torch.testing.assert_close(remote(ids).logits, expected)
+        copies = [m for name, m in sys.modules.items() if name.endswith(".kernels_mix_triton")]
+        assert copies and all(m.OPS.startswith("attnres_") for m in copies)  # its kernels ran, under its own ops
+        assert torch.ops.attnres.mix_fwd.default is not getattr(torch.ops, copies[0].OPS).mix_fwd.default
