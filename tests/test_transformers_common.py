@@ -5,7 +5,6 @@ from unittest import mock
 
 import torch
 from transformers import GenerationMixin
-
 from transformers.models.kimi_linear import modeling_kimi_linear
 
 from attnres import KimiLinearAttnResForCausalLM, KimiLinearAttnResModel, modeling_attnres
@@ -45,8 +44,7 @@ class AttnResModelTester:
     def prepare_config_and_inputs_for_common(self):
         config = self.get_config()
         input_ids = common.ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
-        attention_mask = torch.tril(torch.ones_like(input_ids))  # some left-aligned padding per row
-        attention_mask[:, 0] = 1
+        attention_mask = torch.tril(torch.ones_like(input_ids))  # right padding: row i keeps its first i + 1 tokens
         return config, {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
