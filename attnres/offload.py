@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 
+from transformers.utils.import_utils import is_accelerate_available
+
 _NOTHING = contextlib.nullcontext()
 
 
@@ -17,7 +19,10 @@ def onloaded(*modules):
 
 @contextlib.contextmanager
 def _onloaded(modules):
-    from accelerate.utils import align_module_device
+    # offload hooks mean accelerate is installed; the `if` tells transformers' remote-code loader (saved folders, see
+    # remote_code.py) that the model does not need accelerate otherwise
+    if is_accelerate_available():
+        from accelerate.utils import align_module_device
 
     with contextlib.ExitStack() as stack:
         for module in modules:

@@ -11,7 +11,7 @@ Fine-tune an existing model (final/, Moonshot's layout, an upcycled Kimi Linear)
   python scripts/train.py --init-from runs/small-block/final --data data/sft --lr 1e-4
 The matched baseline is the same command with --attn-res standard. Data: scripts/prepare_data.py. Details and CPU
 commands: docs/TRAINING.md. Writes <output-dir>/{metrics.jsonl, tensorboard/, diagnostics.jsonl,
-depth_diagnostics.png, checkpoints/step-N/, final/}.
+depth_diagnostics.png, checkpoints/step-00000500/ (8-digit step), final/}.
 """
 from __future__ import annotations
 

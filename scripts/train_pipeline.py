@@ -17,8 +17,9 @@ GPU (NCCL), 4 stages x 2 data-parallel replicas on 8 GPUs, bf16, a prepared data
       --data data/packed --seq-len 512 --micro-batch-size 4 --grad-accum 16 --bf16 --steps 1000 --output-dir runs/pp4
 
 Outputs (--output-dir): log.jsonl (loss per step), comms.json (bytes per stage boundary against the minimum, with
---report-comms), and the trained model as a Hugging Face folder (one safetensors shard per stage; loads with
-KimiLinearAttnResForCausalLM.from_pretrained). Pipeline parallelism combines with ZeRO-1 at most (DeepSpeed refuses
+--report-comms), and the trained model as a Hugging Face folder `model/` (one safetensors shard per stage, the code
+files and the tokenizer of --data or --model: loads with AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)
+and AutoTokenizer, like a save_pretrained folder). Pipeline parallelism combines with ZeRO-1 at most (DeepSpeed refuses
 ZeRO-2/3 with pipelines). Batches must be packed, unpadded sequences (the stages rebuild causal masks themselves).
 """
 from __future__ import annotations
@@ -102,8 +103,8 @@ def check_args(args, world_size: int) -> int:
 
 
 def load_data(args):
-    """(train split, tokenizer vocabulary size) of a prepared dataset, or (None, None) for synthetic tokens. Sets
-    args.seq_len from the data."""
+    """(train split, tokenizer) of a prepared dataset, or (None, None) for synthetic tokens. Sets args.seq_len from
+    the data."""
     if args.data is None:
         return None, None
     from attnres.training.batches import check_prepared, load_prepared
@@ -114,7 +115,17 @@ def load_data(args):
         raise SystemExit(f"error: {error}") from None
     train, _, tokenizer = load_prepared(args.data)
     args.seq_len = int(meta["seq_len"])
-    return train, len(tokenizer)
+    return train, tokenizer
+
+
+def output_tokenizer(args, data_tokenizer):
+    """The tokenizer saved with the trained model: the dataset's, else the --model folder's, else none (synthetic
+    tokens: no text)."""
+    if data_tokenizer is not None or args.model is None or not (args.model / "tokenizer_config.json").is_file():
+        return data_tokenizer
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(args.model)
 
 
 def load_config(args, data_vocab: int | None):
@@ -206,8 +217,9 @@ def main(argv=None) -> None:
         lock.enter_context(output_lock(args.output_dir, enabled=is_rank_zero()))
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None
-    train, data_vocab = load_data(args)
-    config = load_config(args, data_vocab)
+    train, data_tokenizer = load_data(args)
+    config = load_config(args, len(data_tokenizer) if data_tokenizer is not None else None)
+    tokenizer = output_tokenizer(args, data_tokenizer)  # read before training: a broken one fails now, not at the end
     if stages > config.num_hidden_layers:
         raise SystemExit(f"error: --num-stages {stages} exceeds the model's {config.num_hidden_layers} decoder layers")
     if not torch.cuda.is_available() and not args.cpu_shm_comm:
@@ -249,7 +261,8 @@ def main(argv=None) -> None:
                                                               "boundaries": report_rows(rows)})
             print(format_report(rows))
     if not args.no_save:
-        save_pipeline_checkpoint(pipe, config, args.output_dir / "model", stage, stages, dp_rank == 0)
+        save_pipeline_checkpoint(pipe, config, args.output_dir / "model", stage, stages, dp_rank == 0,
+                                 tokenizer=tokenizer)
     dist.barrier()
     lock.close()
 

@@ -8,6 +8,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..saved_model import RECORD_FILE, write_weights_record
+from ..remote_code import AUTO_MAP, write_code_files
 from .atomic import check_output, move_into_place, temporary_folder
 from .config import hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
 from .errors import ConversionError
@@ -49,9 +50,13 @@ def convert_checkpoint(
                 writer.add(name, tensor)
         writer.finish()
         config_dict = hf_config_dict(plan.target_config) if to == "hf" else moonshot_config_dict(plan.target_config)
+        if to == "hf":  # as a save_pretrained folder: loads with the Auto classes and trust_remote_code
+            config_dict["auto_map"] = dict(AUTO_MAP)
         write_config(config_dict, folder)
         _copy_side_files(input, folder, code_too=plan.source_layout == to)
         write_weights_record(folder, plan.target_config)  # what these weights are, checked by from_pretrained
+        if to == "hf":
+            write_code_files(folder)  # ours, current: replaces any copied code
         if verify:
             verify_conversion(plan, folder, progress)
         move_into_place(folder, output)

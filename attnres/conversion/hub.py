@@ -13,8 +13,9 @@ from ..checkpoint_files import CheckpointFileError, check_model_folder
 from .errors import ConversionError
 
 INSTALL_NOTE = (
-    "The model code (`modeling_attnres.py`, loaded with `trust_remote_code=True`) imports the `attnres` package: "
-    "install it first with `pip install attnres` (it brings transformers' Kimi Linear and the AttnRes kernels)."
+    "The model code ships in this repository (`modeling_attnres.py` and the modules beside it, loaded with "
+    "`trust_remote_code=True`) and needs only `torch` and `transformers>=5.23.0,<5.24`. With `triton` installed, "
+    "the fused AttnRes kernels run on CUDA tensors; elsewhere their PyTorch reference does."
 )
 
 

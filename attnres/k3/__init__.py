@@ -6,7 +6,7 @@ no K3 field set nothing changes (`uses_k3`).
 """
 from __future__ import annotations
 
-from . import activation  # noqa: F401  (registers ACT2FN["situ"] so Kimi Linear's constructors accept it)
+from .activation import SiTUMLP  # importing it registers ACT2FN["situ"], so Kimi Linear's constructors accept it
 from .attention import GatedMLA, K3DeltaAttention
 from .config import uses_k3
 from .moe import LatentMoE
@@ -22,7 +22,7 @@ def install(layer, config, layer_idx: int) -> None:
         if config.hidden_act == "situ" or config.routed_expert_hidden_size is not None:
             layer.mlp = LatentMoE(config)
     elif config.hidden_act == "situ":
-        layer.mlp = activation.SiTUMLP(config)
+        layer.mlp = SiTUMLP(config)
 
 
 __all__ = ["install", "uses_k3"]

@@ -16,7 +16,7 @@ import torch
 from ..conversion.config import moonshot_config_dict
 from ..conversion.mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
 from ..conversion.writer import ShardedWriter
-from . import mxfp4
+from .mxfp4 import GROUP_SIZE, QUANT_FORMAT, QUANT_METHOD, dequantize
 from .config import K3_WRAPPER_TYPE
 
 # The E2M1 magnitudes, ascending
@@ -29,7 +29,7 @@ def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[out, in] -> MXFP4 (packed uint8 [out, in/2], scale uint8 [out, in/32]): per group, the power of two that puts
     the largest magnitude within E2M1's 6, then the nearest code. A test helper, not a production quantizer."""
     out, width = weight.shape
-    groups = weight.float().reshape(out, width // mxfp4.GROUP_SIZE, mxfp4.GROUP_SIZE)
+    groups = weight.float().reshape(out, width // GROUP_SIZE, GROUP_SIZE)
     amax = groups.abs().amax(-1, keepdim=True).clamp_min(2.0**-120)
     exponent = (torch.floor(torch.log2(amax)) - 2).clamp(-127, 127)
     scaled = groups / torch.exp2(exponent)
@@ -45,7 +45,7 @@ def snap_experts_to_mxfp4(model) -> None:
         for name, param in model.named_parameters():
             if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
                 for e in range(param.shape[0]):
-                    param[e] = mxfp4.dequantize(*quantize(param[e]), dtype=param.dtype)
+                    param[e] = dequantize(*quantize(param[e]), dtype=param.dtype)
 
 
 def k3_state_dict(model, vision: bool = True) -> dict[str, torch.Tensor]:
@@ -75,9 +75,9 @@ def k3_state_dict(model, vision: bool = True) -> dict[str, torch.Tensor]:
 def k3_config_dict(config) -> dict:
     text = moonshot_config_dict(config)
     text["quantization_config"] = {
-        "quant_method": mxfp4.QUANT_METHOD, "format": mxfp4.QUANT_FORMAT,
+        "quant_method": QUANT_METHOD, "format": QUANT_FORMAT,
         "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-            "num_bits": 4, "type": "float", "group_size": mxfp4.GROUP_SIZE, "strategy": "group", "symmetric": True}}},
+            "num_bits": 4, "type": "float", "group_size": GROUP_SIZE, "strategy": "group", "symmetric": True}}},
         "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|down)_proj.*"],
     }
     return {

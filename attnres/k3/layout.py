@@ -21,7 +21,7 @@ from transformers.core_model_loading import (
     WeightTransform,
 )
 
-from . import mxfp4
+from .mxfp4 import PACKED_SUFFIX, SCALE_SUFFIX, dequantize
 from .config import LINEAR_ATTN_K3_KEYS
 
 _NEVER = "\x00never\x00"
@@ -50,16 +50,16 @@ class DequantizeMxfp4(ConversionOps):
         dtype = model.get_parameter(full_layer_name).dtype if model is not None else torch.bfloat16
         out = {}
         for pattern in source_patterns:
-            if not pattern.endswith(mxfp4.PACKED_SUFFIX):
+            if not pattern.endswith(PACKED_SUFFIX):
                 continue
             packed = input_dict.pop(pattern, None)
-            scale = input_dict.pop(pattern.removesuffix(mxfp4.PACKED_SUFFIX) + mxfp4.SCALE_SUFFIX, None)
+            scale = input_dict.pop(pattern.removesuffix(PACKED_SUFFIX) + SCALE_SUFFIX, None)
             if packed is None or scale is None:
                 raise ValueError(f"{full_layer_name}: MXFP4 weight_packed without its weight_scale (or the reverse)")
             packed, scale = [_codes(t) for t in _as_list(packed)], [_codes(t) for t in _as_list(scale)]
             if len(packed) != len(scale):
                 raise ValueError(f"{full_layer_name}: {len(packed)} weight_packed tensors but {len(scale)} weight_scale")
-            out[pattern] = [mxfp4.dequantize(p, s, dtype) for p, s in zip(packed, scale)]
+            out[pattern] = [dequantize(p, s, dtype) for p, s in zip(packed, scale)]
         return out
 
 

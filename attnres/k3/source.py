@@ -14,7 +14,7 @@ from safetensors import safe_open
 
 from ..conversion.errors import ConversionError
 from ..conversion.reader import CheckpointReader, TensorInfo
-from . import mxfp4
+from .mxfp4 import PACKED_SUFFIX, SCALE_SUFFIX, check_packed, dequantize, unpacked_shape
 
 _U8 = "U8"
 
@@ -30,24 +30,24 @@ class K3SourceReader(CheckpointReader):
 
     def _virtual_experts(self) -> list[str]:
         problems = []
-        for name in [n for n in self.tensors if n.endswith((mxfp4.PACKED_SUFFIX, mxfp4.SCALE_SUFFIX))]:
+        for name in [n for n in self.tensors if n.endswith((PACKED_SUFFIX, SCALE_SUFFIX))]:
             if name not in self.tensors or self.tensors[name].dtype != _U8:  # pair taken; or not MXFP4 (int4 words...)
                 continue
-            base = name.removesuffix(mxfp4.PACKED_SUFFIX).removesuffix(mxfp4.SCALE_SUFFIX)
-            packed, scale = self.tensors.get(base + mxfp4.PACKED_SUFFIX), self.tensors.get(base + mxfp4.SCALE_SUFFIX)
+            base = name.removesuffix(PACKED_SUFFIX).removesuffix(SCALE_SUFFIX)
+            packed, scale = self.tensors.get(base + PACKED_SUFFIX), self.tensors.get(base + SCALE_SUFFIX)
             if packed is None or scale is None:
                 missing = "weight_scale" if scale is None else "weight_packed"
                 problems.append(f"{base}: MXFP4 {missing} is missing (the pair is stored together)")
                 self.tensors.pop(name)
                 continue
-            if name.endswith(mxfp4.SCALE_SUFFIX):
+            if name.endswith(SCALE_SUFFIX):
                 continue
             dtypes = (torch.uint8 if packed.dtype == _U8 else packed.dtype, torch.uint8 if scale.dtype == _U8 else scale.dtype)
-            problems += mxfp4.check_packed(name, packed.shape, scale.shape, *dtypes)
-            del self.tensors[base + mxfp4.PACKED_SUFFIX], self.tensors[base + mxfp4.SCALE_SUFFIX]
+            problems += check_packed(name, packed.shape, scale.shape, *dtypes)
+            del self.tensors[base + PACKED_SUFFIX], self.tensors[base + SCALE_SUFFIX]
             weight = base + ".weight"
             self.packed[weight] = (packed, scale)
-            self.tensors[weight] = TensorInfo(packed.file, packed.stored_name, mxfp4.unpacked_shape(packed.shape), "BF16")
+            self.tensors[weight] = TensorInfo(packed.file, packed.stored_name, unpacked_shape(packed.shape), "BF16")
         return problems
 
     def _head_a_logs(self, heads: int) -> list[str]:
@@ -69,7 +69,7 @@ class K3SourceReader(CheckpointReader):
                 loaded[name] = loaded[name][:heads].reshape(1, 1, heads, 1).clone()
         for name in packed:
             codes, scale = (self._read(info) for info in self.packed[name])
-            loaded[name] = mxfp4.dequantize(codes, scale)
+            loaded[name] = dequantize(codes, scale)
         return {name: loaded[name] for name in names}
 
     def _read(self, info: TensorInfo) -> torch.Tensor:

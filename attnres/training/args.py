@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from ..configuration_attnres import ATTN_RES_MODES
+from .checkpoint import resolve_checkpoint
 from .init_from import check_init_from
 from .models import PRESETS
 
@@ -56,7 +57,8 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--output-dir", type=Path, default=None, help="run folder (default runs/<model-size>-<attn-res>)")
     g.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps, 0 = only at the end (default 500)")
     g.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept (default 2)")
-    g.add_argument("--resume", default="auto", help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder")
+    g.add_argument("--resume", default="auto", help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder "
+                   "(checkpoints/step-00000100; checkpoints/step-100 also works)")
     g.add_argument("--log-every", type=int, default=10, help="log train loss every N steps (default 10)")
     g.add_argument("--eval-every", type=int, default=200, help="validation loss every N steps, 0 = off (default 200)")
     g.add_argument("--eval-batches", type=int, default=10, help="validation global batches per eval (default 10)")
@@ -118,8 +120,8 @@ def check_args(args, meta: dict, world: int) -> None:
         raise ValueError(f"--config {args.config}: file not found")
     if args.seq_len is not None and not 2 <= args.seq_len <= meta["seq_len"]:
         raise ValueError(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), got {args.seq_len}")
-    if args.resume not in ("auto", "never") and not Path(args.resume).is_dir():
-        raise ValueError(f"--resume {args.resume}: no such checkpoint folder")
+    if args.resume not in ("auto", "never"):
+        args.resume = str(resolve_checkpoint(args.resume))  # also accepts checkpoints/step-100 for step-00000100
     global_batch = args.micro_batch_size * args.grad_accum * world
     n_train, n_val = meta["num_sequences"]["train"], meta["num_sequences"]["validation"]
     if global_batch > n_train:
