@@ -214,10 +214,11 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         # a local folder's files are checked first (damaged ones named), and its config against the weights record
         check_folder_before_load(pretrained_model_name_or_path)
-        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model = loaded[0] if kwargs.get("output_loading_info") else loaded  # (model, loading info) when asked
         explicit = set(kwargs) | (set(RECORD_FIELDS) if "config" in kwargs else set())
         check_weights_record(model.config, pretrained_model_name_or_path, explicit)
-        return model
+        return loaded
 
     @classmethod
     def _can_set_experts_implementation(cls) -> bool:

@@ -39,6 +39,8 @@ def write_weights_record(folder: str | Path, config) -> None:
 def check_weights_record(config, folder: str | Path, explicit: set[str] = frozenset()) -> None:
     """Raise ValueError naming every field where `config` disagrees with what the weights in `folder` were saved as.
     Fields the caller set explicitly (`explicit`, e.g. from_pretrained keyword arguments) only warn."""
+    if not isinstance(folder, (str, os.PathLike)):
+        return  # from_pretrained(None, config=..., state_dict=...): no folder, no record
     path = Path(folder) / RECORD_FILE
     if not path.is_file():
         return  # saved by another tool (or before records existed): nothing to compare against

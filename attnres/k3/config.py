@@ -64,7 +64,10 @@ def check_k3_dict(config_dict: dict, config_class) -> None:
         text = config_dict["text_config"]
     else:
         text = config_dict
-    if is_wrapper(config_dict) or is_k3(text):
+    # a config this class saved (its own model_type) writes every K3 field, set or not, beside any extra attribute a
+    # user added: it is not a K3 checkpoint, and its extra attributes stay as transformers keeps them
+    ours = config_dict.get("model_type") == config_class.model_type
+    if is_wrapper(config_dict) or (is_k3(text) and not ours):
         known = known_text_keys(config_class)
         problems += [f"text_config.{key}: unknown Kimi K3 field" for key in text if key not in known]
         for key, allowed in FIXED_FIELDS.items():
