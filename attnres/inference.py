@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .kernels.mix import use_triton
-from .kernels.two_phase import phase1, phase2
+from .kernels.two_phase import DepthBank, phase1, phase2
 
 
 class TwoPhaseSchedule:
@@ -33,6 +33,7 @@ class TwoPhaseSchedule:
         self.block = None
         self.rows: dict[tuple[int, str], int] = {}
         self.bank_out = self.bank_lse = None
+        self.depth_bank = None  # PyTorch path: the completed blocks, grown in place (kernels/two_phase/lean.py)
 
     def mix_points(self, block: int):
         first = block * self.block_size
@@ -48,6 +49,11 @@ class TwoPhaseSchedule:
         queries = torch.stack([getattr(owner, f"{name}_res_proj").weight[0] for _, owner, name in points])
         norms = torch.stack([getattr(owner, f"{name}_res_norm").weight for _, owner, name in points])
         eps = getattr(points[0][1], f"{points[0][2]}_res_norm").variance_epsilon
+        if not use_triton(self.backend, bank[0]):
+            if self.depth_bank is None:
+                self.depth_bank = DepthBank(self.model.config.attn_res_num_blocks + 1, eps)
+            self.depth_bank.extend(bank)
+            bank = self.depth_bank
         self.bank_out, self.bank_lse = phase1(bank, queries, norms, eps, backend=self.backend)
         self.block = block
 

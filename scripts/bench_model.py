@@ -33,6 +33,8 @@ import time
 from datetime import datetime, timezone
 
 MODES = ("standard", "block", "full")
+# extra modes for side-by-side comparisons within one run: block mode with the no-grad two-phase schedule forced on
+VARIANTS = {"block_two_phase": ("block", True)}
 
 
 def parse_args(argv=None):
@@ -61,8 +63,8 @@ def parse_args(argv=None):
     args.modes = args.modes.split(",")
     args.phases = args.phases.split(",")
     for mode in args.modes:
-        if mode not in MODES:
-            parser.error(f"--modes: unknown mode {mode!r}, choose from {MODES}")
+        if mode not in MODES and mode not in VARIANTS:
+            parser.error(f"--modes: unknown mode {mode!r}, choose from {MODES + tuple(VARIANTS)}")
     for phase in args.phases:
         if phase not in PHASES:
             parser.error(f"--phases: unknown phase {phase!r}, choose from {tuple(PHASES)}")
@@ -79,6 +81,7 @@ def build_model(args, mode):
     from attnres import KimiLinearAttnResForCausalLM
     from attnres.tiny import tiny_config
 
+    mode, two_phase = VARIANTS.get(mode, (mode, None))
     heads = max(2, args.hidden // 64)
     config = tiny_config(
         mode, args.block_size, args.layers, hidden_size=args.hidden, intermediate_size=4 * args.hidden,
@@ -88,6 +91,8 @@ def build_model(args, mode):
     )
     if getattr(args, "two_phase", "auto") != "auto":
         config.attn_res_two_phase = args.two_phase == "on"
+    if two_phase is not None:
+        config.attn_res_two_phase = two_phase
     torch.manual_seed(0)  # same shared weights in every mode
     return KimiLinearAttnResForCausalLM(config).to(device=args.device, dtype=getattr(torch, args.dtype))
 
@@ -267,6 +272,7 @@ def main(argv=None):
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device is available")
+    load_before = os.getloadavg()
     names = [name for phase in args.phases for name in PHASES[phase]]
     models = {mode: build_model(args, mode) for mode in args.modes}
     timings = {name: time_side_by_side(args, models, name) for name in tqdm(names, desc="timing", file=sys.stderr)}
@@ -282,6 +288,7 @@ def main(argv=None):
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=" ".join(sys.argv),
         device=f"{device}, {torch.get_num_threads()} CPU threads", torch=torch.__version__,
         config={k: v for k, v in vars(args).items() if k != "output"},
+        load_average_1min=dict(start=round(load_before[0], 2), end=round(os.getloadavg()[0], 2)),  # shared machine?
     )
     payload = dict(meta=meta, results=results, overheads_vs_standard=overheads(results))
     from attnres.atomic_io import write_json_atomic
@@ -291,6 +298,7 @@ def main(argv=None):
     for r in results:
         print(f"{r['phase']:22} {r['mode']:9} {r['tokens_per_s']:>10.1f} {r['peak_mem_mib']:>9.1f}")
     print(json.dumps(payload["overheads_vs_standard"], indent=1))
+    print(f"load average (1 min) at start / end: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}")
     print(f"wrote {args.output}", file=sys.stderr)
 
 
