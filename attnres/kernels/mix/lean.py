@@ -28,9 +28,11 @@ import torch
 def source_stats(sources: Sequence[torch.Tensor], w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Per source and token: (r = rsqrt(mean(v^2) + eps), s = r * (v . w)), each fp32 [n, ...]."""
     rstd, scores = [], []
+    hidden = w.shape[-1]
     for source in sources:
         values = source.float()
-        r = torch.rsqrt(values.pow(2).mean(-1) + eps)
+        # ||v||^2 / d: one fused reduction, no [..., d] temporary (v.pow(2).mean(-1) writes one); same to fp32 rounding
+        r = torch.rsqrt(torch.linalg.vector_norm(values, dim=-1).square() / hidden + eps)
         rstd.append(r)
         scores.append(r * (values @ w))
     return torch.stack(rstd), torch.stack(scores)
@@ -40,7 +42,7 @@ def weighted_sum(sources: Sequence[torch.Tensor], probs: torch.Tensor) -> torch.
     """sum_j probs[j] * sources[j], fp32, one running accumulator (no [n, ..., d] product)."""
     acc = sources[0].float() * probs[0].unsqueeze(-1)
     for source, p in zip(sources[1:], probs[1:]):
-        acc = acc.addcmul(source.float(), p.unsqueeze(-1))
+        acc.addcmul_(source, p.unsqueeze(-1))  # in place on a tensor this function owns; fp32 whatever the source
     return acc
 
 
@@ -102,9 +104,10 @@ class LeanMix(torch.autograd.Function):
         grad_sources = []
         for j, source in enumerate(sources):
             values = source.float()
-            dv = grad * probs[j].unsqueeze(-1) + key_coef[j].unsqueeze(-1) * w - value_coef[j].unsqueeze(-1) * values
+            dv = values * -value_coef[j].unsqueeze(-1)  # one buffer, two in-place updates
+            dv.addcmul_(grad, probs[j].unsqueeze(-1)).addcmul_(key_coef[j].unsqueeze(-1), w)
             grad_sources.append(dv.to(source.dtype))
-            grad_w = grad_w + key_coef[j].reshape(-1) @ values.reshape(-1, values.shape[-1])
+            grad_w += key_coef[j].reshape(-1) @ values.reshape(-1, values.shape[-1])
         grad_w = grad_w.to(torch.promote_types(query.dtype, norm_weight.dtype))
         return grad_w * norm_weight, grad_w * query, grad_out_norm, None, None, *grad_sources
 
