@@ -171,19 +171,23 @@ PHASES = {"train": ["train"], "prefill": ["prefill"], "decode": ["decode"],
 
 
 def time_side_by_side(args, models, name):
-    """Median seconds per mode, the modes interleaved round by round so they share the machine's load."""
+    """Median seconds per mode, wall clock and this process's CPU time, the modes interleaved round by round so they
+    share the machine's load. On a shared CPU the CPU time (single-threaded: the work done) is the steadier figure:
+    wall time also counts the time other jobs held the cores."""
     tokens, setup, run = WORKLOADS[name](args)
     samples = {mode: [] for mode in models}
+    cpu_samples = {mode: [] for mode in models}
     for round_index in range(args.repeats + 1):  # round 0 warms up
         for mode, model in models.items():
             state = setup(model)
             synchronize(args.device)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             run(state)
             synchronize(args.device)
             if round_index > 0:
                 samples[mode].append(time.perf_counter() - start)
-    return tokens, {mode: statistics.median(times) for mode, times in samples.items()}
+                cpu_samples[mode].append(time.process_time() - cpu_start)
+    return tokens, {mode: (statistics.median(samples[mode]), statistics.median(cpu_samples[mode])) for mode in models}
 
 
 def peak_memory(args, mode, name):
@@ -260,6 +264,7 @@ def overheads(results):
             continue
         table.setdefault(r["phase"], {})[r["mode"]] = dict(
             time_overhead_pct=round(100 * (base["tokens_per_s"] / r["tokens_per_s"] - 1), 1),
+            cpu_time_overhead_pct=round(100 * (r["cpu_seconds"] / base["cpu_seconds"] - 1), 1),
             memory_ratio=round(r["peak_mem_mib"] / base["peak_mem_mib"], 3) if base["peak_mem_mib"] > 0 else None,
         )
     return table
@@ -280,8 +285,9 @@ def main(argv=None):
     memory = measure_memory(args, [(mode, name) for name in names for mode in args.modes])
     results = [
         dict(mode=mode, phase=name, tokens=tokens, seconds=round(seconds, 5), tokens_per_s=round(tokens / seconds, 1),
+             cpu_seconds=round(cpu_seconds, 5),
              peak_mem_mib=round(memory[mode, name], 1))
-        for name, (tokens, by_mode) in timings.items() for mode, seconds in by_mode.items()
+        for name, (tokens, by_mode) in timings.items() for mode, (seconds, cpu_seconds) in by_mode.items()
     ]
     device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU {platform.machine()}"
     meta = dict(
@@ -294,9 +300,9 @@ def main(argv=None):
     from attnres.atomic_io import write_json_atomic
 
     write_json_atomic(args.output, payload)
-    print(f"{'phase':22} {'mode':9} {'tokens/s':>10} {'peak MiB':>9}")
+    print(f"{'phase':22} {'mode':16} {'tokens/s':>10} {'CPU s':>9} {'peak MiB':>9}")
     for r in results:
-        print(f"{r['phase']:22} {r['mode']:9} {r['tokens_per_s']:>10.1f} {r['peak_mem_mib']:>9.1f}")
+        print(f"{r['phase']:22} {r['mode']:16} {r['tokens_per_s']:>10.1f} {r['cpu_seconds']:>9.4f} {r['peak_mem_mib']:>9.1f}")
     print(json.dumps(payload["overheads_vs_standard"], indent=1))
     print(f"load average (1 min) at start / end: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}")
     print(f"wrote {args.output}", file=sys.stderr)

@@ -13,14 +13,22 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 import attnres.kernels.mix as mix_ops
+from attnres.kernels.mix import lean
 from attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
 from attnres.kernels.two_phase import DepthBank, phase1, phase1_naive
 from model_factory import random_ids, tiny_model
 from test_kernels_mix import bf16_ulps, make_inputs, run
 
 
+@pytest.fixture(params=["loop", "stacked"])
+def forward_path(request, monkeypatch):
+    """The lean forward's two schedules: source by source (large inputs), or stacked (decode-sized inputs)."""
+    monkeypatch.setattr(lean, "SMALL_SOURCE_NUMEL", 0 if request.param == "loop" else 10**9)
+    return request.param
+
+
 @pytest.mark.parametrize("n,fused", [(1, False), (2, True), (5, False), (7, True)])
-def test_fp32_forward_and_every_gradient_match_reference(n, fused):
+def test_fp32_forward_and_every_gradient_match_reference(n, fused, forward_path):
     inputs = make_inputs(n, 96, torch.float32)
     out, grads = run("torch", *inputs, fused)
     ref_out, ref_grads = run("reference", *inputs, fused)
@@ -31,7 +39,7 @@ def test_fp32_forward_and_every_gradient_match_reference(n, fused):
 
 
 @pytest.mark.parametrize("n,fused", [(2, True), (5, False)])
-def test_bf16_within_one_ulp_and_gradients_as_accurate_as_reference(n, fused):
+def test_bf16_within_one_ulp_and_gradients_as_accurate_as_reference(n, fused, forward_path):
     inputs = make_inputs(n, 64, torch.bfloat16)
     out, grads = run("torch", *inputs, fused)
     ref_out, ref_grads = run("reference", *inputs, fused)
@@ -48,6 +56,14 @@ def test_bf16_within_one_ulp_and_gradients_as_accurate_as_reference(n, fused):
         assert error <= 2 * reference_error + 2**-7 * scale, (i, error, reference_error, scale)
 
 
+def test_no_grad_forward_is_bit_identical_to_training_forward(forward_path):
+    sources, query, norm_weight, out_norm = make_inputs(5, 64, torch.float32)
+    train = attn_res(sources, query, norm_weight, 1e-6, backend="torch", out_norm_weight=out_norm)
+    with torch.no_grad():
+        infer = attn_res(sources, query, norm_weight, 1e-6, backend="torch", out_norm_weight=out_norm)
+    assert train.requires_grad and torch.equal(train, infer)
+
+
 def test_weights_and_stacked_sources_match_reference():
     sources, query, norm_weight, out_norm = make_inputs(4, 48, torch.float32)
     mixed, probs = attn_res(sources, query, norm_weight, 1e-6, return_weights=True, backend="torch",
@@ -60,7 +76,7 @@ def test_weights_and_stacked_sources_match_reference():
     torch.testing.assert_close(attn_res(stacked, query, norm_weight, 1e-6, backend="torch"), ref_mixed)
 
 
-def test_autograd_keeps_the_sources_by_reference_and_per_token_statistics_only():
+def test_autograd_keeps_the_sources_by_reference_and_per_token_statistics_only(forward_path):
     n, tokens, hidden = 6, 10, 64
     sources, query, norm_weight, out_norm = make_inputs(n, hidden, torch.float32)
     source_ptrs = {s.data_ptr() for s in sources}
