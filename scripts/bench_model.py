@@ -58,6 +58,8 @@ def parse_args(argv=None):
     parser.add_argument("--backend", choices=("auto", "torch", "triton"), default="auto", help="AttnRes kernel backend")
     parser.add_argument("--two-phase", choices=("auto", "on", "off"), default="auto",
                         help="no-grad schedule of block mode: auto (on with Triton), or force it on / off")
+    parser.add_argument("--skip-memory", action="store_true",
+                        help="time only: skip the peak-memory runs (a fresh process per mode and phase on CPU)")
     parser.add_argument("--output", default="bench_model.json", help="JSON results file (written atomically)")
     args = parser.parse_args(argv)
     args.modes = args.modes.split(",")
@@ -265,7 +267,7 @@ def overheads(results):
         table.setdefault(r["phase"], {})[r["mode"]] = dict(
             time_overhead_pct=round(100 * (base["tokens_per_s"] / r["tokens_per_s"] - 1), 1),
             cpu_time_overhead_pct=round(100 * (r["cpu_seconds"] / base["cpu_seconds"] - 1), 1),
-            memory_ratio=round(r["peak_mem_mib"] / base["peak_mem_mib"], 3) if base["peak_mem_mib"] > 0 else None,
+            memory_ratio=round(r["peak_mem_mib"] / base["peak_mem_mib"], 3) if base["peak_mem_mib"] else None,
         )
     return table
 
@@ -282,11 +284,12 @@ def main(argv=None):
     models = {mode: build_model(args, mode) for mode in args.modes}
     timings = {name: time_side_by_side(args, models, name) for name in tqdm(names, desc="timing", file=sys.stderr)}
     del models
-    memory = measure_memory(args, [(mode, name) for name in names for mode in args.modes])
+    jobs = [(mode, name) for name in names for mode in args.modes]
+    memory = dict.fromkeys(jobs) if args.skip_memory else measure_memory(args, jobs)
     results = [
         dict(mode=mode, phase=name, tokens=tokens, seconds=round(seconds, 5), tokens_per_s=round(tokens / seconds, 1),
              cpu_seconds=round(cpu_seconds, 5),
-             peak_mem_mib=round(memory[mode, name], 1))
+             peak_mem_mib=None if memory[mode, name] is None else round(memory[mode, name], 1))
         for name, (tokens, by_mode) in timings.items() for mode, (seconds, cpu_seconds) in by_mode.items()
     ]
     device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU {platform.machine()}"
@@ -302,7 +305,7 @@ def main(argv=None):
     write_json_atomic(args.output, payload)
     print(f"{'phase':22} {'mode':16} {'tokens/s':>10} {'CPU s':>9} {'peak MiB':>9}")
     for r in results:
-        print(f"{r['phase']:22} {r['mode']:16} {r['tokens_per_s']:>10.1f} {r['cpu_seconds']:>9.4f} {r['peak_mem_mib']:>9.1f}")
+        print(f"{r['phase']:22} {r['mode']:16} {r['tokens_per_s']:>10.1f} {r['cpu_seconds']:>9.4f} {r['peak_mem_mib'] or float('nan'):>9.1f}")
     print(json.dumps(payload["overheads_vs_standard"], indent=1))
     print(f"load average (1 min) at start / end: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}")
     print(f"wrote {args.output}", file=sys.stderr)
