@@ -117,10 +117,13 @@ class LeanMix(torch.autograd.Function):
         grad_sources = []
         for j, source in enumerate(sources):
             values = source.float()
+            grad_w += key_coef[j].reshape(-1) @ values.reshape(-1, values.shape[-1])
+            if not ctx.needs_input_grad[5 + j]:  # e.g. frozen embeddings: no gradient buffer for this source
+                grad_sources.append(None)
+                continue
             dv = values * -value_coef[j].unsqueeze(-1)  # one buffer, two in-place updates
             dv.addcmul_(grad, probs[j].unsqueeze(-1)).addcmul_(key_coef[j].unsqueeze(-1), w)
             grad_sources.append(dv.to(source.dtype))
-            grad_w += key_coef[j].reshape(-1) @ values.reshape(-1, values.shape[-1])
         grad_w = grad_w.to(torch.promote_types(query.dtype, norm_weight.dtype))
         return grad_w * norm_weight, grad_w * query, grad_out_norm, None, None, *grad_sources
 
