@@ -178,3 +178,14 @@ def test_two_phase_chunked_prefill_and_decode_equal_plain_loop():
             step = model(ids[:, 8:], past_key_values=prefill.past_key_values, use_cache=True)
         logits[enabled] = (prefill.logits, step.logits)
     torch.testing.assert_close(logits[True], logits[False], rtol=1e-4, atol=1e-4)
+
+
+def test_a_source_without_gradient_leaves_the_other_gradients_exact():
+    sources, query, norm_weight, _ = make_inputs(3, 64, torch.float32, shape=(4, 40))  # the loop path
+    frozen = [sources[0].detach(), *sources[1:]]
+    out = attn_res(frozen, query, norm_weight, 1e-6, backend="torch")
+    ref = attn_res_naive(frozen, query, norm_weight, 1e-6)
+    grads = torch.autograd.grad(out.square().sum(), [*sources[1:], query])
+    ref_grads = torch.autograd.grad(ref.square().sum(), [*sources[1:], query])
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
