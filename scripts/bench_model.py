@@ -305,7 +305,8 @@ def main(argv=None):
     write_json_atomic(args.output, payload)
     print(f"{'phase':22} {'mode':16} {'tokens/s':>10} {'CPU s':>9} {'peak MiB':>9}")
     for r in results:
-        print(f"{r['phase']:22} {r['mode']:16} {r['tokens_per_s']:>10.1f} {r['cpu_seconds']:>9.4f} {r['peak_mem_mib'] or float('nan'):>9.1f}")
+        memory = r["peak_mem_mib"] if r["peak_mem_mib"] is not None else float("nan")
+        print(f"{r['phase']:22} {r['mode']:16} {r['tokens_per_s']:>10.1f} {r['cpu_seconds']:>9.4f} {memory:>9.1f}")
     print(json.dumps(payload["overheads_vs_standard"], indent=1))
     print(f"load average (1 min) at start / end: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}")
     print(f"wrote {args.output}", file=sys.stderr)

@@ -47,7 +47,7 @@ def weighted_sum(sources: Sequence[torch.Tensor], probs: torch.Tensor) -> torch.
 
 
 def rms_norm_forward(mixed: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' KimiLinearRMSNorm of the mix (model dtype): (normalised in the mix's dtype, unscaled; rstd fp32)."""
+    """transformers' KimiLinearRMSNorm of the mix (model dtype): (unscaled normalised mix in its dtype, rstd fp32)."""
     values = mixed.float()
     rstd = torch.rsqrt(values.pow(2).mean(-1, keepdim=True) + eps)
     return (values * rstd).to(mixed.dtype), rstd
