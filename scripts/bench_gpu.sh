@@ -8,9 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-${OUT:-bench_gpu}}"
-mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TRITON_INTERPRET=0 HF_HUB_OFFLINE=1
-python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'bench_gpu.sh: no CUDA device')"
+python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'bench_gpu.sh: no CUDA device, nothing run')"
+mkdir -p "$out"
 
 echo "== 1. CUDA parity" | tee "$out/parity.log"
 python3 - <<'EOF' 2>&1 | tee -a "$out/parity.log"

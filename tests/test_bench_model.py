@@ -1,4 +1,5 @@
-"""scripts/bench_model.py's arguments: the comparison modes it accepts and the clear error for an unknown one."""
+"""scripts/bench_model.py's arguments (the comparison modes it accepts, the clear error for an unknown one) and
+scripts/bench_gpu.sh's refusal without a GPU."""
 import importlib.util
 from pathlib import Path
 
@@ -23,3 +24,15 @@ def test_unknown_mode_is_named(capsys):
         bench_model.parse_args(["--device", "cpu", "--modes", "standard,blok"])
     err = capsys.readouterr().err
     assert "--modes: unknown mode 'blok'" in err and "block_two_phase" in err
+
+
+def test_gpu_script_refuses_without_cuda_and_writes_nothing(tmp_path):
+    import os
+    import subprocess
+
+    out = tmp_path / "results"
+    script = Path(__file__).parents[1] / "scripts" / "bench_gpu.sh"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU, even on a machine that has one
+    result = subprocess.run(["bash", str(script), str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode != 0 and "no CUDA device" in result.stderr
+    assert not out.exists()
