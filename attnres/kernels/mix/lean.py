@@ -27,15 +27,14 @@ import torch
 
 def source_stats(sources: Sequence[torch.Tensor], w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Per source and token: (r = rsqrt(mean(v^2) + eps), s = r * (v . w)), each fp32 [n, ...]."""
-    rstd, scores = [], []
-    hidden = w.shape[-1]
-    for source in sources:
+    norms, dots = [], []
+    for source in sources:  # the two reads of each source; the per-token arithmetic below runs once for all sources
         values = source.float()
-        # ||v||^2 / d: one fused reduction, no [..., d] temporary (v.pow(2).mean(-1) writes one); same to fp32 rounding
-        r = torch.rsqrt(torch.linalg.vector_norm(values, dim=-1).square() / hidden + eps)
-        rstd.append(r)
-        scores.append(r * (values @ w))
-    return torch.stack(rstd), torch.stack(scores)
+        # ||v||: one fused reduction, no [..., d] temporary (v.pow(2).mean(-1) writes one); same to fp32 rounding
+        norms.append(torch.linalg.vector_norm(values, dim=-1))
+        dots.append(values @ w)
+    rstd = torch.rsqrt(torch.stack(norms).square() / w.shape[-1] + eps)
+    return rstd, rstd * torch.stack(dots)
 
 
 def weighted_sum(sources: Sequence[torch.Tensor], probs: torch.Tensor) -> torch.Tensor:
