@@ -72,6 +72,15 @@ def test_final_model_and_tokenizer_load_with_auto_classes(reference):
     assert torch.isfinite(model(input_ids=ids).logits).all()
 
 
+def test_final_folder_records_tokens_and_data(reference, data):
+    from attnres.training.provenance import INFO_FILE, data_fingerprint
+
+    info = json.loads((reference / "final" / INFO_FILE).read_text())
+    global_batch = REFERENCE["micro_batch_size"] * REFERENCE["grad_accum"]
+    assert info["tokens_trained"] == REFERENCE["max_steps"] * global_batch * 32  # the tiny dataset's seq_len
+    assert info["data_fingerprint"] == data_fingerprint(data) and len(info["data_fingerprint"]) == 16
+
+
 def test_resume_after_crash_is_exact(data, train, reference, tmp_path, monkeypatch):
     """Crash after step 3 (checkpoint at step 2), rerun the same command: it resumes and logs what the uninterrupted
     run logged, bit for bit, and ends with the same weights."""

@@ -190,6 +190,10 @@ def train(args) -> dict:
 
     if not args.no_final_model:
         save_final_model(engine, tokenizer, output_dir)
+        if engine.is_main:  # tokens trained and data fingerprint, for attnres.evaluation's matched-pair check
+            from .provenance import write_training_info
+
+            write_training_info(output_dir / "final", args, plan.global_batch, args.max_steps, state["signature"])
     if engine.is_main and args.diagnostics_every and (output_dir / "diagnostics.jsonl").is_file():
         from .plots import plot_runs
 
