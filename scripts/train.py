@@ -43,4 +43,5 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     summary = main()
-    print(f"done: step {summary['step']}, train loss {summary['train_loss']:.4f}, output {summary['output_dir']}")
+    loss = "n/a (resumed at the last step)" if summary["train_loss"] is None else f"{summary['train_loss']:.4f}"
+    print(f"done: step {summary['step']}, train loss {loss}, output {summary['output_dir']}")

@@ -53,6 +53,46 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
         ax.set(title=f"Depth weights: {name} ({r['mode']})", xlabel="source (0 = embedding)", ylabel="mix point (2 per layer, last = output)")
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20) -> Path:
+    """Training loss (moving average over `window` logged records, raw in light) and validation loss of each run, from
+    its metrics.jsonl: the same axes, so a matched pair reads at a glance. Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (train_ax, val_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, run_dir in enumerate(run_dirs):
+        records = read_jsonl(Path(run_dir) / "metrics.jsonl")
+        name = Path(run_dir).name
+        train = [(r["step"], r["train/loss"]) for r in records if "train/loss" in r]
+        val = [(r["step"], r["val/loss"]) for r in records if "val/loss" in r]
+        if train:
+            steps, losses = map(np.asarray, zip(*train))
+            train_ax.plot(steps, losses, color=f"C{i}", alpha=0.25, lw=0.8)
+            k = min(window, len(losses))
+            smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
+            train_ax.plot(steps[k - 1 :], smooth, color=f"C{i}", label=f"{name} (mean of {k})")
+        if val:
+            val_ax.plot(*zip(*val), color=f"C{i}", marker="o", label=name)
+            val_ax.annotate(f"{val[-1][1]:.3f}", val[-1], textcoords="offset points", xytext=(4, 4 - 12 * i),
+                            color=f"C{i}", fontsize=8)
+    train_ax.set(title="Training loss", xlabel="step", ylabel="loss (nats/token)")
+    val_ax.set(title="Validation loss", xlabel="step", ylabel="loss (nats/token)")
+    for ax in (train_ax, val_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def _save(fig, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.stem + ".tmp.png")
