@@ -50,10 +50,20 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
         for i, w in enumerate(weights):
             grid[i, : len(w)] = w
         image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1)
-        ax.set(title=f"Depth weights: {name} ({r['mode']})", xlabel="source (0 = embedding)", ylabel="mix point (2 per layer, last = output)")
+        later = "block k's sum; last: the running partial sum" if r["mode"] == "block" else "k-th sub-layer output"
+        ax.set(title=f"Depth weights: {name} ({r['mode']})", xlabel=f"source (0: embedding, k: {later})",
+               ylabel="sub-layer (mix point)")
+        ax.set_yticks(range(len(weights)), sublayer_names(len(weights)), fontsize=6 if len(weights) > 12 else 8)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
     return _save(fig, out)
+
+
+def sublayer_names(points: int) -> list[str]:
+    """Mix points in order: layer 1 attention, layer 1 MLP, ..., the output mix (before the final norm); 1-based as
+    the per-layer panels."""
+    return [f"L{i // 2 + 1} {'attn' if i % 2 == 0 else 'mlp'}" for i in range(points - 1)] + ["output"]
 
 
 def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20) -> Path:
@@ -74,7 +84,7 @@ def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20) -> Path:
         if train:
             steps, losses = map(np.asarray, zip(*train))
             train_ax.plot(steps, losses, color=f"C{i}", alpha=0.25, lw=0.8)
-            k = min(window, len(losses))
+            k = max(1, min(window, len(losses) // 5))
             smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
             train_ax.plot(steps[k - 1 :], smooth, color=f"C{i}", label=f"{name} (mean of {k})")
         if val:
