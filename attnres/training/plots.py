@@ -84,9 +84,11 @@ def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20) -> Path:
         if train:
             steps, losses = map(np.asarray, zip(*train))
             train_ax.plot(steps, losses, color=f"C{i}", alpha=0.25, lw=0.8)
-            k = max(1, min(window, len(losses) // 5))
-            smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
-            train_ax.plot(steps[k - 1 :], smooth, color=f"C{i}", label=f"{name} (mean of {k})")
+            k = max(1, min(window, len(losses) // 20))
+            sums = np.concatenate([[0.0], np.cumsum(losses)])
+            starts = np.maximum(np.arange(1, len(losses) + 1) - k, 0)  # trailing mean, shorter at the start
+            smooth = (sums[1:] - sums[starts]) / (np.arange(1, len(losses) + 1) - starts)
+            train_ax.plot(steps, smooth, color=f"C{i}", label=f"{name} (trailing mean of {k})")
         if val:
             val_ax.plot(*zip(*val), color=f"C{i}", marker="o", label=name)
             val_ax.annotate(f"{val[-1][1]:.3f}", val[-1], textcoords="offset points", xytext=(4, 4 - 12 * i),
