@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"eval/prepare_eval_data.py folder (default {DEFAULT_EVAL_DATA})")
     p.add_argument("--output-dir", type=Path, default=Path("outputs/eval"), help="report folder (default outputs/eval)")
     p.add_argument("--limit", type=int, default=None, help="first N items of each (sub)task: smoke runs")
-    p.add_argument("--num-fewshot", type=int, default=None, help="shots for every task (default: each task's own)")
+    p.add_argument("--num-fewshot", type=int, default=None,
+                   help="shots for the official tasks (default: each task's own; *_bpb and heldout stay 0-shot)")
     p.add_argument("--seed", type=int, default=1234, help="lm-eval's random, numpy, torch and few-shot seeds")
     p.add_argument("--batch-size", default="1", help="an integer or 'auto' (lm-eval finds the largest that fits)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")

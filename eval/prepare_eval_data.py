@@ -46,7 +46,7 @@ def main(argv=None) -> dict:
     for name, info in status.items():
         if "error" in info:
             kept = " (an earlier copy is kept)" if "kept" in info else ""
-            print(f"{name}: NOT AVAILABLE: {info['error']}{kept}")
+            print(f"{name}: NOT AVAILABLE: {info['error'].removeprefix(name + ': ')}{kept}")
         else:
             note = f" - note: {info['note']}" if info.get("note") else ""
             print(f"{name}: ok {info['rows']}{note}")

@@ -9,7 +9,7 @@ given). Then it creates the repository and uploads the folder with huggingface_h
 
 Examples:
   python scripts/push_to_hub.py --model runs/attnres-block --repo-id me/kimi-attnres --tokenizer runs/tokenizer \\
-      --training-data "FineWeb-Edu, 10B tokens" --dataset HuggingFaceFW/fineweb-edu --eval-results eval.json
+      --training-data "FineWeb-Edu, 10B tokens" --dataset HuggingFaceFW/fineweb-edu --eval-results outputs/eval/report.json
   python scripts/push_to_hub.py --model moonshot_ckpt/ --output outputs/hub --dry-run   # build only
 
 --model may be HF-native or Moonshot's layout. With no arguments, a tiny demo model is packaged into
@@ -31,8 +31,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--training-data", help="what the model was trained on, for the model card")
     parser.add_argument("--dataset", action="append", default=[], help="Hub dataset id for the card metadata "
                         "(repeatable)")
-    parser.add_argument("--eval-results", type=Path, help="lm-eval results JSON (or {task: {metric: value}}) for "
-                        "the card's evaluation table")
+    parser.add_argument("--eval-results", type=Path, help="eval/compare.py's report.json, lm-eval results JSON (or "
+                        "{task: {metric: value}}) for the card's evaluation table")
     parser.add_argument("--license", default="apache-2.0", help="license tag of the card (default apache-2.0)")
     parser.add_argument("--private", action="store_true", help="create the repository as private")
     parser.add_argument("--commit-message", help="upload commit message")

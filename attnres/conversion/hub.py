@@ -93,20 +93,27 @@ def architecture_rows(model) -> list[tuple]:
 
 
 def read_eval_results(path: str | Path) -> list[tuple]:
-    """Rows (task, metric, value) from lm-eval's results JSON, or a plain {task: {metric: value}} / {task: value}."""
+    """Rows (task, metric, value) from eval/compare.py's report.json, lm-eval's results JSON, or a plain
+    {task: {metric: value}} / {task: value}."""
     path = Path(path)
     try:
         results = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ConversionError(f"--eval-results {path}: {error}") from error
-    results = results.get("results", results)
-    rows = []
-    for task, metrics in sorted(results.items()):
-        if not isinstance(metrics, dict):
-            metrics = {"score": metrics}
-        for metric, value in metrics.items():
-            if isinstance(value, (int, float)) and "stderr" not in metric:
-                rows.append((task, metric.split(",")[0], f"{value:.4g}"))
+    if isinstance(results, dict) and "tasks" in results and "models" in results:
+        from ..evaluation.card import report_rows
+
+        rows = report_rows(results)
+    else:
+        # lm-eval names metrics "metric,filter"; its other numbers (sample_len, ...) are counts, not metrics
+        lm_eval = isinstance(results, dict) and "results" in results
+        rows = []
+        for task, metrics in sorted(results.get("results", results).items()):
+            if not isinstance(metrics, dict):
+                metrics = {"score": metrics}
+            for metric, value in metrics.items():
+                if isinstance(value, (int, float)) and "stderr" not in metric and ("," in metric or not lm_eval):
+                    rows.append((task, metric.split(",")[0], f"{value:.4g}"))
     if not rows:
         raise ConversionError(f"--eval-results {path}: no numeric metrics found")
     return rows

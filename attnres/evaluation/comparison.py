@@ -13,9 +13,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .data import DEFAULT_EVAL_DATA, read_prepared
+from ..training.provenance import data_fingerprint
+from .data import DEFAULT_EVAL_DATA, PREPARED_FILE, read_prepared
 from .provenance import check_model_dir, describe_model
-from .runner import HELDOUT, evaluate_task, model_stamp, run_heldout, run_lm_eval_task
+from .code_exec import ALLOW_ENV
+from .runner import (HELDOUT, evaluate_task, file_stamp, is_main_process, model_stamp, run_heldout,
+                     run_lm_eval_task)
 from .tasks import CODE_TASKS, TASKS, TASKS_DIR
 
 DEFAULT_MAX_LENGTH = 2048  # KimiLinear's config reports 1,048,576 positions; lm-eval would use that as the window
@@ -101,16 +104,23 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
     tasks = list(tasks) if tasks else default_tasks(Path(eval_data), data_dir)
     include = check_tasks(tasks, Path(eval_data), data_dir, allow_code_execution)
     labels = model_labels(model_dirs, labels)
-    if allow_code_execution:
-        os.environ["ATTNRES_ALLOW_CODE_EXECUTION"] = "1"
-
     out_dir = Path(out_dir)
     records = {}
-    for model_dir, label in zip(model_dirs, labels):
-        records[label] = evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, dict(
-            limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length, gen_kwargs=gen_kwargs,
-            model=model_stamp(model_dir)),
-            batch_size, device, model_args, allow_code_execution)
+    saved = os.environ.get(ALLOW_ENV)
+    try:
+        if allow_code_execution:
+            os.environ[ALLOW_ENV] = "1"  # read by code_exec in lm-eval's process_results
+        for model_dir, label in zip(model_dirs, labels):
+            settings = dict(limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length,
+                            gen_kwargs=gen_kwargs, model_args=model_args, model=model_stamp(model_dir),
+                            eval_data=file_stamp(Path(eval_data) / PREPARED_FILE))
+            records[label] = evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, settings,
+                                            batch_size, device, model_args, allow_code_execution, progress)
+    finally:
+        if saved is None:
+            os.environ.pop(ALLOW_ENV, None)
+        else:
+            os.environ[ALLOW_ENV] = saved
     if records[labels[0]] is None:
         return None  # not the main process
     models = [describe_model(d, label) for d, label in zip(model_dirs, labels)]
@@ -122,7 +132,7 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
 
 
 def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_settings, batch_size, device,
-                   model_args, allow_code_execution) -> dict | None:
+                   model_args, allow_code_execution, progress=True) -> dict | None:
     """{task: record} for one model; the model is loaded once, and only when some task is not finished yet."""
     from tqdm.auto import tqdm
 
@@ -134,22 +144,18 @@ def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_set
         return loaded["lm"]
 
     records = {}
-    for task in tqdm(tasks, desc=f"evaluate {label}", disable=not progress_enabled()):
+    for task in tqdm(tasks, desc=f"evaluate {label}", disable=not (progress and is_main_process())):
         settings = dict(base_settings, task=task)
+        if task == HELDOUT or (task in TASKS and task.endswith("_bpb")):
+            settings["num_fewshot"] = None  # defined zero-shot: --num-fewshot is for the official tasks
         path = out_dir / "results" / label / f"{task}.json"
         if task == HELDOUT:
-            settings["data"] = str(Path(data_dir).resolve())
-            compute = lambda: run_heldout(model_dir, data_dir, settings, model=lm().model)  # noqa: E731
+            settings["data"] = data_fingerprint(data_dir)  # another corpus (or a re-prepared one): recompute
+            compute = lambda: run_heldout(model_dir, data_dir, settings, model=lm().model, progress=progress)  # noqa: E731
         else:
             compute = lambda: run_lm_eval_task(lm(), task, include, settings, allow_code_execution)  # noqa: E731
         records[task] = evaluate_task(path, settings, compute)
     return None if any(r is None for r in records.values()) else records
-
-
-def progress_enabled() -> bool:
-    from .runner import is_main_process
-
-    return is_main_process()
 
 
 def make_lm(model_dir: Path, batch_size, device, max_length: int, model_args: str):

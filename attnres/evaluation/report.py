@@ -37,7 +37,11 @@ def metric_table(records: dict, labels: list[str]) -> dict:
 
 def build_report(models: list[dict], records: dict, settings: dict, prepared: dict) -> dict:
     labels = [m["label"] for m in models]
-    notes = [f"{bench}: {info['note']}" for bench, info in prepared.items() if isinstance(info, dict) and info.get("note")]
+    from .tasks import TASKS
+
+    benchmarks = {TASKS[t][0] for t in settings["tasks"] if t in TASKS}
+    notes = [f"{bench}: {info['note']}" for bench, info in prepared.items()
+             if bench in benchmarks and isinstance(info, dict) and info.get("note")]
     if settings.get("limit"):
         notes.append(f"--limit {settings['limit']}: a smoke run on the first items of each (sub)task, not a benchmark score")
     heldout = {label: records[label]["heldout"].get("heldout") for label in labels if "heldout" in records[label]}
@@ -53,6 +57,10 @@ def fmt(x: float, digits: int = 4) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def fmt_p(p: float) -> str:
+    return "<0.001" if p is not None and p < 0.001 else fmt(p, 3)
+
+
 def render_markdown(report: dict) -> str:
     labels = [m["label"] for m in report["models"]]
     s = report["settings"]
@@ -60,7 +68,7 @@ def render_markdown(report: dict) -> str:
              f"{report['created']}. Reference: **{labels[0]}**; deltas are model minus reference. Tasks {s['tasks']}, "
              f"shots {s['num_fewshot'] if s['num_fewshot'] is not None else 'task default'}, limit {s['limit']}, "
              f"seed {s['seed']}, max_length {s['max_length']}.", "", "## Models", "",
-             "| model | residual | parameters | AttnRes parameters | tokens trained | data fingerprint | path |",
+             "| model | residual | parameters (+ saved buffers) | of which AttnRes | tokens trained | data fingerprint | path |",
              "|---|---|---|---|---|---|---|"]
     for m in report["models"]:
         lines.append(f"| {m['label']} | {m['attn_res_mode']} | {m['parameters'] or 'n/a'} | {m['attn_res_parameters']} "
@@ -77,7 +85,7 @@ def render_markdown(report: dict) -> str:
             arrow = "lower is better" if entry["lower_is_better"] else "higher is better"
             for pair in entry["paired"] or [None]:
                 delta = "" if pair is None else f"{pair['model']}: {pair['delta']:+.4f}"
-                star = "" if pair is None else f"{fmt(pair['p_value'], 3)}{' *' if pair['significant'] else ''}"
+                star = "" if pair is None else f"{fmt_p(pair['p_value'])}{' *' if pair['significant'] else ''}"
                 lines.append(f"| {task} | {metric.split(',')[0]} ({arrow}) | {entry['models'][labels[0]]['n']} | {cells} "
                              f"| {delta} | {'' if pair is None else pair['test']} | {star} |")
     lines += ["", f"`*`: p < {ALPHA} (two-sided; exact McNemar for 0/1 metrics, paired t-test otherwise; "

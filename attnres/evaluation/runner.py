@@ -1,7 +1,8 @@
 """One (model, task) evaluation through lm-eval's `simple_evaluate`, kept as per-item results in one JSON file.
 
 The file is written atomically when the task finishes, so a crash or Ctrl-C loses at most the task in progress and a
-rerun skips every finished task whose settings match (same model files, task, shots, limit, seed, max length).
+rerun skips every finished task whose settings match (same model files, task, shots, limit, seed, max length, model
+options, prepared data).
 """
 from __future__ import annotations
 
@@ -16,13 +17,18 @@ from ..atomic_io import write_json_atomic
 HELDOUT = "heldout"
 
 
-def model_stamp(model_dir: Path) -> str:
-    """Changes when the model's config or weights change (size and mtime: no 10 GB hash)."""
+def file_stamp(*paths: Path) -> str | None:
+    """Changes when any of the files changes (size and mtime: no 10 GB hash); None when there is none."""
     digest = hashlib.sha256()
-    for path in sorted(Path(model_dir).glob("*.json")) + sorted(Path(model_dir).glob("*.safetensors")):
+    for path in (p for p in paths if p.is_file()):
         stat = path.stat()
         digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()[:16] if any(p.is_file() for p in paths) else None
+
+
+def model_stamp(model_dir: Path) -> str:
+    """Changes when the model's config or weights change."""
+    return file_stamp(*sorted(Path(model_dir).glob("*.json")), *sorted(Path(model_dir).glob("*.safetensors")))
 
 
 def is_main_process() -> bool:
@@ -77,10 +83,10 @@ def run_lm_eval_task(lm, task: str, include_path: Path, settings: dict, allow_co
                 n_samples=out.get("n-samples"), versions=out.get("versions"))
 
 
-def run_heldout(model_dir: Path, data_dir: Path, settings: dict, model=None) -> dict:
+def run_heldout(model_dir: Path, data_dir: Path, settings: dict, model=None, progress: bool = True) -> dict:
     from .heldout import heldout_metrics
 
-    result = heldout_metrics(model_dir, data_dir, max_sequences=settings["limit"], model=model)
+    result = heldout_metrics(model_dir, data_dir, max_sequences=settings["limit"], model=model, progress=progress)
     keys = [f"validation/{i}" for i in range(result["sequences"])]
     return dict(items={"bpb,none": dict(zip(keys, result["items"])), "loss,none": dict(zip(keys, result["item_loss"]))},
                 heldout={k: result[k] for k in ("loss", "bpb", "tokens", "bytes", "sequences")})
