@@ -64,6 +64,7 @@ def test_reduced_main_job(main_job, tmp_path, capsys):
     (dict(lr=float("nan")), "--lr must be a finite number"),
     (dict(eval_every=99), "--eval-every must be in [1, --steps]"),
     (dict(warmup_steps=7), "--warmup-steps must be in [0, --steps]"),
+    (dict(tasks=["attnres_humaneval"]), "--tasks attnres_humaneval: not one the main job can fetch and run offline"),
 ])
 def test_bad_flags_write_nothing(main_job, tmp_path, flags, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
@@ -77,3 +78,14 @@ def test_missing_file_is_named(main_job, tmp_path):
     with pytest.raises(ValueError, match="--files .*nope.txt: no such file"):
         main_job(argv)
     assert not (tmp_path / "out").exists()
+
+
+def test_failed_run_names_its_log(tmp_path):
+    """A training run that fails stops the pair with its exit code and log (here: train.py refuses a missing --data)."""
+    from attnres.training.matched_pair import run_pair
+
+    run_dirs = {mode: tmp_path / mode for mode in ("standard", "block")}
+    runs = {mode: ["--data", str(tmp_path / "none")] for mode in run_dirs}
+    with pytest.raises(RuntimeError, match=r"training (standard|block) failed \(exit code 1\); log: .*train.log") as error:
+        run_pair(runs, run_dirs, steps=2, parallel=True, threads=1)
+    assert "no prepared dataset there" in str(error.value)  # the log's tail comes with the message

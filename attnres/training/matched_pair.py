@@ -89,8 +89,11 @@ def run_pair(runs: dict[str, list[str]], run_dirs: dict[str, Path], steps: int, 
                 walls[mode] = time.time() - started[mode]
                 bars[mode].close()
                 if proc.returncode != 0:
-                    for other, _ in procs.values():
+                    for other_mode, (other, other_log) in procs.items():
                         other.terminate()
+                        other.wait()
+                        other_log.close()
+                        bars[other_mode].close()
                     tail = (run_dirs[mode] / "train.log").read_text()[-2000:]
                     raise RuntimeError(f"training {mode} failed (exit code {proc.returncode}); "
                                        f"log: {run_dirs[mode] / 'train.log'}\n{tail}")
