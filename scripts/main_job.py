@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The main job: does Block AttnRes help? Train a matched pair on a real corpus, evaluate both, compare, plot.
 
-    python scripts/main_job.py                       # the default run: ~15 minutes on 2 CPU cores
+    python scripts/main_job.py                       # the default run: 2 CPU cores, ~15 min (RESULTS.md)
     python scripts/main_job.py --steps 50 --layers 4 # a quick look
     python scripts/main_job.py --no-tasks            # skip the lm-eval task subset
 
@@ -18,7 +18,8 @@ Steps (everything lands in --output-dir, default runs/main-job/):
      output RMS and gradient norm, and the depth-attention heatmap: sub-layer x source, the paper's Figure 5)
 
 The CPU layout (MLA in every layer, dense MLP) was chosen by measurement: see attnres/training/matched_pair.py.
-Rerunning the same command resumes: finished training runs and evaluations are reused.
+Rerunning the same command continues an interrupted training from its last checkpoint (one every --eval-every
+steps, train.py's --resume auto); a finished run is not retrained, its evaluation is redone.
 """
 from __future__ import annotations
 
@@ -135,7 +136,7 @@ def train_pair(args, config_file: Path, out: Path) -> dict:
     options = dict(max_steps=args.steps, micro_batch_size=args.micro_batch_size, seq_len=args.seq_len, lr=args.lr,
                    warmup_steps=args.warmup_steps if args.warmup_steps is not None else args.steps // 10,
                    seed=args.seed, log_every=max(1, min(5, args.steps // 20)), eval_every=every, eval_batches=4,
-                   diagnostics_every=every, save_every=0, keep_checkpoints=1)
+                   diagnostics_every=every, save_every=every, keep_checkpoints=1)
     run_dirs = {mode: out / mode for mode in MODES}
     runs = {mode: train_argv(args.data, config_file, mode, run_dirs[mode], options) for mode in MODES}
     print(f"[2/4] train: standard and Block AttnRes (S={args.block_size}), {args.steps} steps each"
