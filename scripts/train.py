@@ -26,6 +26,7 @@ from attnres.training.args import build_parser
 def main(argv=None) -> dict:
     args = build_parser(__doc__).parse_args(argv)
     from attnres.training.args import SetupError
+    from attnres.training.nonfinite import EXIT_CODE, NonFiniteError
     from attnres.training.trainer import train
 
     try:
@@ -35,8 +36,14 @@ def main(argv=None) -> dict:
         if argv is not None:
             raise
         sys.exit(f"error: {error}")
+    except NonFiniteError as error:  # the loss or gradients kept being NaN/inf: its own exit code
+        if argv is not None:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(EXIT_CODE)
 
 
 if __name__ == "__main__":
     summary = main()
-    print(f"done: step {summary['step']}, train loss {summary['train_loss']:.4f}, output {summary['output_dir']}")
+    loss = "n/a (resumed at the last step)" if summary["train_loss"] is None else f"{summary['train_loss']:.4f}"
+    print(f"done: step {summary['step']}, train loss {loss}, output {summary['output_dir']}")

@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--bf16", action="store_true", help="bf16 weights/activations (DeepSpeed bf16 optimizer)")
     train.add_argument("--activation-checkpoint-interval", type=int, default=0, help="decoder layers per checkpoint")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--max-nonfinite-steps", type=int, default=3,
+                       help="a step with a NaN/inf loss or gradient makes no update and is logged; this many in a row "
+                            "stop the run with exit code 3 and no saved model (default 3)")
     train.add_argument("--cpu-shm-comm", action="store_true",
                        help="CPU only: let DeepSpeed build its shared-memory allreduce op (faster data-parallel "
                             "allreduce; a one-off C++ build of minutes)")
@@ -84,7 +87,7 @@ def check_args(args, world_size: int) -> int:
     if stages < 2:
         raise SystemExit("error: pipeline parallelism needs >= 2 stages: launch >= 2 processes (torchrun "
                          "--nproc_per_node 2 ...)")
-    for name in ("micro_batch_size", "grad_accum", "steps", "seq_len"):
+    for name in ("micro_batch_size", "grad_accum", "steps", "seq_len", "max_nonfinite_steps"):
         if getattr(args, name) < 1:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.grad_accum < stages:
@@ -205,6 +208,8 @@ def main(argv=None) -> None:
                                   save_pipeline_checkpoint)
     from attnres.atomic_io import write_json_atomic
     from attnres.pipeline.data import micro_batches
+    from attnres.training.nonfinite import (EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps,
+                                            step_is_finite)
 
     if "WORLD_SIZE" not in os.environ:
         raise SystemExit("error: launch with torchrun or deepspeed, e.g. `torchrun --nproc_per_node 2 "
@@ -229,7 +234,8 @@ def main(argv=None) -> None:
     pipe = build_pipeline(config, initial_weights(args, config), stages, args.partition_method,
                           args.activation_checkpoint_interval)
     trainable = [p for p in pipe.parameters() if p.requires_grad]
-    optimizer = make_optimizer(args, trainable)
+    # DeepSpeed's ZeRO-1 and bf16 optimizers skip a non-finite gradient norm themselves; a plain fp32 one is guarded
+    optimizer = skip_nonfinite_steps(make_optimizer(args, trainable), check_grads=args.zero_stage == 0 and not args.bf16)
     engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=optimizer, config=ds_config(args))
     grid = engine.grid
     stage, dp_rank = grid.get_stage_id(), grid.get_data_parallel_id()
@@ -241,14 +247,25 @@ def main(argv=None) -> None:
         args.output_dir.mkdir(parents=True, exist_ok=True)
     traffic = P2PTraffic(stage)
     log = open(args.output_dir / "log.jsonl", "w") if is_rank0 else None
-    with traffic.counting():
-        for step in tqdm(range(args.steps), desc="pipeline steps", disable=not is_rank0):
-            loss = engine.train_batch(data_iter=data)  # the mean micro-batch loss, broadcast to every stage
-            if log is not None:
-                log.write(json.dumps({"step": step + 1, "loss": float(loss)}) + "\n")
-                log.flush()
-    if log is not None:
-        log.close()
+    guard = NonFiniteGuard(args.max_nonfinite_steps)
+    try:
+        with traffic.counting():
+            for step in (progress := tqdm(range(1, args.steps + 1), desc="pipeline steps", disable=not is_rank0)):
+                loss = float(engine.train_batch(data_iter=data))  # the mean micro-batch loss, broadcast to every stage
+                norm, applied = engine.get_global_grad_norm(), engine.was_step_applied()  # norm: None if not measured
+                finite = step_is_finite(loss, norm, applied)  # alike on every rank: the skip is agreed across stages
+                if log is not None:
+                    log.write(json.dumps({"step": step, "loss": loss, **({} if finite else {"skipped/nonfinite": 1})}) + "\n")
+                    log.flush()
+                if guard.check(step, loss, norm, applied) and is_rank0:
+                    progress.write(guard.message(step, loss, norm))
+    except NonFiniteError as error:  # no model is saved from these weights
+        if is_rank0:
+            print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(EXIT_CODE) from None
+    finally:
+        if log is not None:
+            log.close()
 
     if args.report_comms:
         gathered = [None] * dist.get_world_size()

@@ -48,6 +48,9 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
                    help="auto: bf16 on a GPU that supports it, fp32 elsewhere (default auto)")
     g.add_argument("--gradient-checkpointing", action="store_true", help="recompute layer activations in backward")
     g.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
+    g.add_argument("--max-nonfinite-steps", type=int, default=3,
+                   help="a step with a NaN/inf loss or gradient norm makes no update and is logged; this many in a row "
+                        "stop the run with exit code 3 and no final model (default 3)")
     g = p.add_argument_group("parallelism")
     g.add_argument("--deepspeed", type=Path, default=None,
                    help="DeepSpeed JSON config (configs/deepspeed/zero*.json); launch with torchrun or deepspeed")
@@ -99,7 +102,8 @@ def check_args(args, meta: dict, world: int) -> None:
     check_finite_flags(args)
     if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
         raise ValueError(f"--output-dir {args.output_dir} is a file, not a folder")
-    positive = ("max_steps", "micro_batch_size", "grad_accum", "log_every", "keep_checkpoints", "eval_batches")
+    positive = ("max_steps", "micro_batch_size", "grad_accum", "log_every", "keep_checkpoints", "eval_batches",
+                "max_nonfinite_steps")
     for name in positive:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

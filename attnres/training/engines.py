@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from .nonfinite import is_finite, skip_nonfinite_steps
+
 # The scheduler's state (a plain dict of numbers), saved by torch.save and read back with weights_only=True
 SCHEDULER_FILE = "lr_scheduler.pt"
 
@@ -57,15 +59,18 @@ class AccelerateEngine:
     def backward(self, loss, is_last_micro_step: bool) -> None:
         self.accelerator.backward(loss / self.grad_accum)
 
-    def optimizer_step(self) -> float:
+    def optimizer_step(self, loss_finite: bool = True) -> tuple[float, bool]:
+        """(gradient norm, whether the update was made): none when the loss or the norm is non-finite."""
         if self.grad_clip > 0:
             norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         else:
             norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in self.model.parameters() if p.grad is not None]))
-        self.optimizer.step()
-        self.scheduler.step()
+        applied = loss_finite and is_finite(norm)  # the norm is global (DDP reduced the gradients): ranks agree
+        if applied:
+            self.optimizer.step()
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return float(norm), applied
 
     def full_grad(self, param):
         return param.grad
@@ -126,10 +131,13 @@ class DeepSpeedEngine:
             os.environ.setdefault("MASTER_PORT", "29500")
         deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", auto_mpi_discovery=False)
         self.config = resolve_deepspeed_config(json.loads(Path(args.deepspeed).read_text()), args, world)
+        self.zero_stage = self.config.get("zero_optimization", {}).get("stage", 0)
+        # ZeRO and DeepSpeed's bf16 optimizer skip a non-finite gradient norm themselves; a plain fp32 one is guarded
+        plain = self.zero_stage == 0 and not self.config["bf16"]["enabled"]
+        self.client_optimizer = skip_nonfinite_steps(optimizer, check_grads=plain)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.config
         )
-        self.zero_stage = self.config.get("zero_optimization", {}).get("stage", 0)
 
     device = property(lambda self: self.engine.device)
     rank = property(lambda self: torch.distributed.get_rank())
@@ -149,10 +157,14 @@ class DeepSpeedEngine:
         if not is_last_micro_step:
             self.engine.step()  # only counts the micro-step: the update happens at the accumulation boundary
 
-    def optimizer_step(self) -> float:
+    def optimizer_step(self, loss_finite: bool = True) -> tuple[float, bool]:
+        """(gradient norm, whether the update was made). DeepSpeed skips a non-finite norm by itself (ZeRO, bf16) or
+        through `skip_nonfinite_steps` (a plain fp32 optimizer); a non-finite loss is skipped through the latter."""
+        self.client_optimizer.skip_requested = not loss_finite
         self.engine.step()
-        norm = self.engine.get_global_grad_norm()
-        return float(norm) if norm is not None else float("nan")
+        self.client_optimizer.skip_requested = False
+        norm = self.engine.get_global_grad_norm()  # None where DeepSpeed does not measure it (a plain optimizer)
+        return (float(norm) if norm is not None else None), self.engine.was_step_applied() and loss_finite
 
     @contextlib.contextmanager
     def evaluation(self):

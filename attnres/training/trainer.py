@@ -10,8 +10,10 @@ import torch
 from .args import SetupError, check_args, world_size
 from .batches import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
 from .checkpoint import latest_checkpoint, read_state, remove_partial, save_checkpoint
+from .embedding_repair import data_token_ids, reinit_zero_embedding_rows
 from .init_from import init_config, init_tokenizer, load_model
 from .models import build_config
+from .nonfinite import NonFiniteError, NonFiniteGuard, is_finite, step_is_finite
 from .resume_files import check_checkpoint
 from .run_lock import is_rank_zero, output_lock
 
@@ -106,8 +108,9 @@ def save_final_model(engine, tokenizer, output_dir: Path) -> None:
     engine.barrier()
 
 
-def train_step(step, engine, train_set, plan, diagnostics, args) -> tuple[float, float, dict]:
-    """One optimizer step (1-based `step`) over grad_accum micro-batches: (mean loss, grad norm, learning rates)."""
+def train_step(step, engine, train_set, plan, diagnostics, args) -> tuple[float, float | None, dict, bool]:
+    """One optimizer step (1-based `step`) over grad_accum micro-batches: (mean loss, grad norm or None where not
+    measured, learning rates, whether the update was made: not when the loss or gradient norm is non-finite)."""
     diagnose = diagnostics.due(step)
     losses = []
     batches = [batch_tensors(train_set, plan.indices(step - 1, micro, engine.rank), args.seq_len, engine.device)
@@ -125,8 +128,26 @@ def train_step(step, engine, train_set, plan, diagnostics, args) -> tuple[float,
     if diagnose:
         diagnostics.record(step, engine.full_grad, engine.mean_tensor)
     lrs = engine.learning_rates()  # the rates this step used (the scheduler moves on in optimizer_step)
-    grad_norm = engine.optimizer_step()
-    return engine.mean(torch.stack(losses).mean()), grad_norm, lrs
+    loss = engine.mean(torch.stack(losses).mean())  # the same on every process: all skip a non-finite step together
+    grad_norm, applied = engine.optimizer_step(loss_finite=is_finite(loss))
+    return loss, grad_norm, lrs, applied
+
+
+def check_finite(guard, step, loss, grad_norm, applied, logger, progress) -> bool:
+    """Whether the step was finite; logs a skipped one (JSONL record + message). At the guard's limit, closes the logs
+    and raises NonFiniteError."""
+    finite = step_is_finite(loss, grad_norm, applied)
+    if not finite:
+        logger.log(step, **{"skipped/nonfinite": 1, "skipped/loss": loss, "skipped/grad_norm": grad_norm})
+    try:
+        guard.check(step, loss, grad_norm, applied)
+    except NonFiniteError:
+        progress.close()
+        logger.close()
+        raise
+    if not finite:
+        progress.write(guard.message(step, loss, grad_norm))
+    return finite
 
 
 def train(args) -> dict:
@@ -146,6 +167,7 @@ def run(args, world, config, train_set, val_set, tokenizer, folder) -> dict:
     from .optim import build_optimizer, build_scheduler
 
     model = build_model(config, args)
+    reinit_zero_embedding_rows(model, data_token_ids(train_set), seed=args.seed)  # a no-op unless rows are zero
     optimizer = build_optimizer(model, args)
     engine = make_engine(model, optimizer, build_scheduler(optimizer, args), args, world)
     output_dir, root = Path(args.output_dir), Path(args.output_dir) / "checkpoints"
@@ -166,12 +188,14 @@ def run(args, world, config, train_set, val_set, tokenizer, folder) -> dict:
     state = dict(signature=run_signature(args, config, world))
     started = time.time()
 
+    guard = NonFiniteGuard(args.max_nonfinite_steps)
     for step in range(start_step + 1, args.max_steps + 1):
-        loss, grad_norm, lrs = train_step(step, engine, train_set, plan, diagnostics, args)
-        summary["train_loss"] = loss
+        loss, grad_norm, lrs, applied = train_step(step, engine, train_set, plan, diagnostics, args)
+        finite = check_finite(guard, step, loss, grad_norm, applied, logger, progress)
+        summary["train_loss"] = loss if finite else summary["train_loss"]
         progress.update(1)
         progress.set_postfix(loss=f"{loss:.4f}")
-        if step % args.log_every == 0 or step == args.max_steps:
+        if finite and (step % args.log_every == 0 or step == args.max_steps):
             tokens_per_s = plan.global_batch * args.seq_len * (step - start_step) / (time.time() - started)
             logger.log(step, **{"train/loss": loss, "train/grad_norm": grad_norm, "train/tokens_per_s": tokens_per_s},
                        **{f"lr/{name}": lr for name, lr in lrs.items()})
