@@ -57,8 +57,10 @@ def load_config(spec: str):
         raise ValueError(f"{spec}: neither a config.json, a folder holding one, nor a preset {PRESETS}")
     try:
         config_dict = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not valid UTF-8 JSON ({error})") from error
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from error
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error})") from error
     if not isinstance(config_dict, dict):
         raise ValueError(f"{path}: expected a JSON object")
     return parse_config(config_dict), str(path)
