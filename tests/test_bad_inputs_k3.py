@@ -62,7 +62,7 @@ def retype(name, dtype):
 
 
 K3_DAMAGE = {
-    "text_config_missing_layers": (edit_config(lambda c: c["text_config"].update(num_hidden_layers="four")),
+    "text_config_layers_a_word": (edit_config(lambda c: c["text_config"].update(num_hidden_layers="four")),
                                    ["num_hidden_layers"]),
     "text_config_a_string": (edit_config(lambda c: c.update(text_config="kimi")), ["text_config"]),
     "quantization_not_mxfp4": (edit_config(lambda c: c["text_config"]["quantization_config"].update(format="fp8")),
