@@ -40,9 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
-    from attnres.evaluation.data import prepare_eval_data
+    from attnres.evaluation.data import DataError, prepare_eval_data
 
-    status = prepare_eval_data(args.output_dir, args.cache_dir, args.gpqa_csv, args.benchmarks)
+    try:
+        status = prepare_eval_data(args.output_dir, args.cache_dir, args.gpqa_csv, args.benchmarks)
+    except DataError as error:
+        sys.exit(f"error: {error}")
     for name, info in status.items():
         if "error" in info:
             kept = " (an earlier copy is kept)" if "kept" in info else ""

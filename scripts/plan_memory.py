@@ -59,6 +59,8 @@ def load_config(spec: str):
         config_dict = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from error
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error})") from error
     if not isinstance(config_dict, dict):
         raise ValueError(f"{path}: expected a JSON object")
     return parse_config(config_dict), str(path)

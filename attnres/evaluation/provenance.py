@@ -22,9 +22,18 @@ RESIDUAL_PARAM = "_res_"  # AttnRes' own tensors: {point}_res_norm / {point}_res
 def check_model_dir(model_dir: Path) -> None:
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
-        raise FileNotFoundError(f"model folder {model_dir} does not exist")
+        raise FileNotFoundError(f"model folder {model_dir} " + ("is a file, not a folder" if model_dir.exists()
+                                                                else "does not exist"))
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"model folder {model_dir} has no config.json (not a save_pretrained folder)")
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise FileNotFoundError(f"{model_dir / 'config.json'} is not valid UTF-8 JSON ({error})") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise FileNotFoundError(f"{model_dir / 'config.json'} is not a model config (a JSON object with model_type)")
+    if not any(model_dir.glob("*.safetensors")):
+        raise FileNotFoundError(f"model folder {model_dir} has no weights (*.safetensors)")
 
 
 def parameter_counts(model_dir: Path) -> tuple[int, int] | tuple[None, None]:

@@ -39,9 +39,11 @@ def load_finished(path: Path, settings: dict) -> dict | None:
     if not path.is_file():
         return None
     try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
         return None  # not ours (atomic writes never leave half a file): redo the task
+    if not isinstance(record, dict) or not isinstance(record.get("items"), dict):
+        return None  # damaged or edited by hand: redo the task
     return record if record.get("settings") == settings else None
 
 

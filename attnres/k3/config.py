@@ -59,6 +59,9 @@ def known_text_keys(config_class) -> set[str]:
 def check_k3_dict(config_dict: dict, config_class) -> None:
     """Raise a ValueError naming every unknown or unsupported field of a K3 config (wrapper or bare text config)."""
     problems = []
+    if "text_config" in config_dict and not isinstance(config_dict["text_config"], dict):
+        raise ValueError(f"Kimi K3 config.json: text_config must be a JSON object, got "
+                         f"{type(config_dict['text_config']).__name__}")
     if is_wrapper(config_dict):
         problems += [f"{key}: unknown Kimi K3 field" for key in config_dict if key not in WRAPPER_KEYS]
         text = config_dict["text_config"]

@@ -5,6 +5,7 @@ optimizer and schedule start fresh. The AttnRes mode is DIR's, unless --attn-res
 mode with the same tensors (block <-> full, another block size); standard <-> AttnRes needs a conversion first."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..configuration_attnres import KimiLinearAttnResConfig
@@ -20,9 +21,18 @@ def check_init_from(args) -> None:
     if args.config is not None or args.model_size is not None:
         flag = "--config" if args.config is not None else "--model-size"
         raise ValueError(f"--init-from {args.init_from} takes the model (size and config) from that folder: drop {flag}")
-    if not (Path(args.init_from) / "config.json").is_file():
+    folder = Path(args.init_from)
+    if not (folder / "config.json").is_file():
         raise ValueError(f"--init-from {args.init_from}: no config.json there (a folder written by save_pretrained, "
                          f"train.py's final/, or scripts/convert_checkpoint.py)")
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"--init-from {folder}: config.json is not valid UTF-8 JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"--init-from {folder}: config.json is not a JSON object")
+    if not any(folder.glob("*.safetensors")):
+        raise ValueError(f"--init-from {folder}: no weights (*.safetensors) there")
 
 
 def init_config(init_from: Path, attn_res: str | None, block_size: int | None, tokenizer) -> KimiLinearAttnResConfig:
@@ -57,7 +67,11 @@ def init_tokenizer(init_from: Path, data_tokenizer, data_dir: Path):
 
     if not any((Path(init_from) / name).is_file() for name in TOKENIZER_FILES):
         return data_tokenizer
-    tokenizer = with_pad_token(AutoTokenizer.from_pretrained(str(init_from)))
+    try:
+        tokenizer = with_pad_token(AutoTokenizer.from_pretrained(str(init_from)))
+    except Exception as error:  # tokenizers raises a bare Exception for a damaged tokenizer.json
+        raise ValueError(f"--init-from {init_from}: cannot read its tokenizer ({type(error).__name__}: "
+                         f"{str(error)[:300]})") from None
     if tokenizer.get_vocab() != data_tokenizer.get_vocab():
         raise ValueError(f"--data {data_dir} was tokenized with another tokenizer than --init-from {init_from}'s; "
                          f"prepare it with: python scripts/prepare_data.py --tokenizer {init_from} ...")
