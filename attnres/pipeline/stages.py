@@ -136,7 +136,8 @@ class OutputHeadPipe(AttnResMixing, PipeLayer):
         self.load_from(modules, weights)
 
     def forward(self, sources) -> torch.Tensor:
-        return self.lm_head(self.norm(self.mix("output_attn", as_sources(sources), None)))
+        # the final norm goes through the mix, as in the model: a backend may fuse it (and its gradient) into the mix
+        return self.lm_head(self.mix("output_attn", as_sources(sources), None, self.norm))
 
 
 class CausalLMLoss:
