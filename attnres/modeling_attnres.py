@@ -35,6 +35,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from attnres import kda_device_guard
+from attnres.ablations import DepthLogits, add_ablation_point, mix_ablation
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
 from attnres.kernels import attn_res
 
@@ -68,6 +69,8 @@ class AttnResMixing:
     `{point}_res_norm` / `{point}_res_proj` (K3's tensor names)."""
 
     def add_mix_point(self, point: str, config: KimiLinearAttnResConfig) -> None:
+        if config.attn_res_ablation:  # the paper's ablations own other tensors (attnres/ablations.py)
+            return add_ablation_point(self, point, config)
         setattr(self, f"{point}_res_norm", KimiLinearRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
         setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
 
@@ -80,6 +83,8 @@ class AttnResMixing:
             if weights is not None:
                 weights.append(sources[0].new_ones(*sources[0].shape[:-1], 1, dtype=torch.float32))
             return sources[0] if out_norm is None else out_norm(sources[0])
+        if self.config.attn_res_ablation:  # the paper's ablations: a plain PyTorch reference op, no fused kernel
+            return mix_ablation(self, point, sources, weights, out_norm)
         # only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
         fused = type(out_norm) is KimiLinearRMSNorm and self.config.attn_res_fuse_norm
         if schedule is not None:
@@ -184,7 +189,7 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
-        if isinstance(module, PseudoQuery):
+        if isinstance(module, (PseudoQuery, DepthLogits)):
             init.zeros_(module.weight)
 
 
