@@ -10,6 +10,7 @@ import torch
 from .args import SetupError, check_args, world_size
 from .batches import BatchPlan, check_prepared, load_prepared
 from .checkpoint import latest_checkpoint, read_state, remove_partial, save_checkpoint
+from .embedding_repair import data_token_ids, reinit_zero_embedding_rows
 from .models import build_config
 
 
@@ -127,6 +128,7 @@ def train(args) -> dict:
 
     world, config, train_set, val_set, tokenizer, folder = prepare(args)
     model = build_model(config, args)
+    reinit_zero_embedding_rows(model, data_token_ids(train_set), seed=args.seed)  # a no-op unless rows are zero
     optimizer = build_optimizer(model, args)
     engine = make_engine(model, optimizer, build_scheduler(optimizer, args), args, world)
     output_dir, root = Path(args.output_dir), Path(args.output_dir) / "checkpoints"
