@@ -10,7 +10,7 @@ from test_train_fixtures import load_script, prepare_tiny_dataset
 
 from attnres.study import runner as study_runner
 from attnres.study.analysis import (
-    PowerLaw, compute_multiplier, fit_power_law, mean_std, paired_deltas, training_flops,
+    PowerLaw, compute_multiplier, fit_power_law, mean_std, paired_deltas, paired_t, training_flops,
 )
 from attnres.study.grid import grid_from_dict, load_grid, model_config
 from attnres.study.report import write_report
@@ -26,6 +26,9 @@ def test_mean_std_and_paired_deltas():
     assert mean_std([]).n == 0
     # only the seeds both sides have; other - baseline
     assert paired_deltas({0: 5.0, 1: 4.0, 2: 3.0}, {0: 4.5, 2: 3.5, 3: 1.0}) == {0: -0.5, 2: 0.5}
+    # deltas -1, -2, -3: mean -2, std 1, t = -2 / (1 / sqrt 3)
+    assert paired_t([-1.0, -2.0, -3.0]) == pytest.approx(-2 * math.sqrt(3))
+    assert math.isnan(paired_t([-1.0])) and math.isnan(paired_t([0.5, 0.5]))
 
 
 def test_exact_power_law_is_recovered():
@@ -208,7 +211,7 @@ def test_report_on_synthetic_records(fake_data):
     path = write_report(grid, records, fake_data / "report", header="- test header\n")
     text = path.read_text()
     # every AttnRes run is exactly 0.02 below its same-seed baseline
-    assert "| block (S=2) | 2/2 |" in text and "-0.0200 +- 0.0000" in text
+    assert "| block (S=2) | 2/2 |" in text and "-0.0200 +- 0.0000 |" in text  # no t for identical deltas
     assert "C^-0.0500" in text  # the baseline's losses are an exact power law with b = -0.05
     # the multiplier at the geometric middle of the grid's compute, from the per-mode fits
     computes = [1e12 * (h / 8) ** 2 for h in (8, 16, 24)]

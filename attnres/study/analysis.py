@@ -36,6 +36,15 @@ def paired_deltas(baseline: dict, other: dict) -> dict:
     return {seed: other[seed] - baseline[seed] for seed in sorted(set(baseline) & set(other))}
 
 
+def paired_t(deltas) -> float:
+    """The paired t statistic mean / (std / sqrt(n)) of per-seed deltas (n - 1 degrees of freedom; |t| > 4.30 is
+    p < 0.05 two-sided at n = 3). nan with fewer than two deltas or none varying."""
+    stat = mean_std(deltas)
+    if stat.n < 2 or stat.std == 0:
+        return math.nan
+    return stat.mean / (stat.std / math.sqrt(stat.n))
+
+
 @dataclass(frozen=True)
 class PowerLaw:
     """L = a * C^b."""

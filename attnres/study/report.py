@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from ..atomic_io import write_text_atomic
-from .analysis import compute_multiplier, fit_power_law, mean_std, paired_deltas
+from .analysis import compute_multiplier, fit_power_law, mean_std, paired_deltas, paired_t
 from .grid import Grid, RunKey
 
 
@@ -26,7 +26,9 @@ def delta_cells(base: dict, other: dict) -> list[str]:
     stat = mean_std(deltas.values())
     if stat.n == 0:
         return ["-", per_seed]
-    return [fmt(stat.mean) + ("" if stat.n == 1 else f" +- {stat.std:.4f}"), per_seed]
+    t = paired_t(deltas.values())
+    t_text = "" if math.isnan(t) else f" (t = {t:.2f})"
+    return [fmt(stat.mean) + ("" if stat.n == 1 else f" +- {stat.std:.4f}{t_text}"), per_seed]
 
 
 def table(header: list[str], rows: list[list]) -> str:
@@ -44,7 +46,7 @@ def main_section(grid: Grid, records: dict) -> tuple[str, dict]:
         deltas = delta_cells(base, losses[mode]) if mode != "standard" and base else ["", ""]
         rows.append([label, f"{len(losses[mode])}/{len(g['seeds'])}", mean_std(losses[mode].values()), *deltas])
     text = "### Main comparison (final validation loss)\n\n" + table(
-        ["mode", "seeds done", "val loss mean +- std", "paired delta vs standard, mean +- std", "per-seed deltas"], rows)
+        ["mode", "seeds done", "val loss mean +- std", "paired delta vs standard, mean +- std (paired t)", "per-seed deltas"], rows)
     return text, losses
 
 
