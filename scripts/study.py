@@ -49,11 +49,14 @@ def hardware() -> str:
 def header(args, started: float, records: list[dict]) -> str:
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     wall = sum(r.get("wall_s", 0) for r in records)
+    finished = [r["finished"] for r in records if "finished" in r]
     lines = [
         f"- Command: `python scripts/study.py {' '.join(sys.argv[1:])}`".rstrip(),
-        f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}; hardware: {hardware()}",
-        f"- Runs: {args.jobs} at a time, OMP_NUM_THREADS={args.threads} each; summed run wall time {wall / 60:.1f} min; "
-        f"load average (1/5/15 min) when the report was written: {load}",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}"
+        + (f" (runs finished between {min(finished)} and {max(finished)})" if finished else "")
+        + f"; hardware: {hardware()}",
+        ("- " if args.report_only else f"- Runs: {args.jobs} at a time, OMP_NUM_THREADS={args.threads} each; ")
+        + f"summed run wall time {wall / 60:.1f} min; load average (1/5/15 min) when the report was written: {load}",
     ]
     if args.note:
         lines.append(f"- Note: {args.note}")
