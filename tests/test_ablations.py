@@ -147,3 +147,12 @@ def test_ablation_round_trips_through_save_pretrained(tmp_path):
     ids = random_ids()
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits)
+
+
+def test_ablation_cached_greedy_equals_recomputation():
+    from test_generation import greedy_without_cache
+
+    model = ablated_model("block", 2, 5, attn_res_static_mixing=True, attn_res_score="sigmoid")
+    ids = random_ids(batch=2, seq=7)
+    cached = model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(cached, greedy_without_cache(model, ids, 4))
