@@ -38,7 +38,7 @@ def main_plot(grid: Grid, records: dict, losses: dict, out: Path) -> Path:
         xs = [i for i, m in enumerate(g["modes"]) if seed in losses[m]]
         seeds.plot(xs, [losses[g["modes"][i]][seed] for i in xs], marker="o", label=f"seed {seed}")
     seeds.set_xticks(range(len(g["modes"])), g["modes"])
-    seeds.set(ylabel="final validation loss", title="per seed (same seed = same init and data order)")
+    seeds.set(ylabel="final validation loss", title="per seed (same seed = same data order and init seed)")
     seeds.legend()
     return _save(fig, out / "study_main.png")
 

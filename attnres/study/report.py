@@ -106,9 +106,11 @@ def scaling_section(grid: Grid, records: dict) -> tuple[str, dict]:
         for mode, (fit, _) in fits.items():
             if mode != "standard" and fit is not None:
                 m = compute_multiplier(base, fit, middle)
+                ends = ", ".join(f"{compute_multiplier(base, fit, c):.3f}x at C = {c:.2e}" for c in (computes[0], computes[-1]))
                 text += (f"\nCompute multiplier, {mode} vs standard at C = {middle:.2e} (geometric middle of the grid): "
                          f"**{'undefined (baseline fit does not decrease)' if math.isnan(m) else f'{m:.3f}x'}** "
-                         f"(the baseline needs this much compute to reach {mode}'s loss; the paper: 1.25x for Block).\n")
+                         f"(the baseline needs this much compute to reach {mode}'s loss; the paper: 1.25x for Block); "
+                         f"at the ends of the grid: {ends}.\n")
     return text, fits
 
 
