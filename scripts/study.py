@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -51,7 +52,7 @@ def header(args, started: float, records: list[dict]) -> str:
     wall = sum(r.get("wall_s", 0) for r in records)
     finished = [r["finished"] for r in records if "finished" in r]
     lines = [
-        f"- Command: `python scripts/study.py {' '.join(sys.argv[1:])}`".rstrip(),
+        f"- Command: `{shlex.join(['python', 'scripts/study.py', *sys.argv[1:]])}`",
         f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}"
         + (f" (runs finished between {min(finished)} and {max(finished)})" if finished else "")
         + f"; hardware: {hardware()}",
