@@ -51,6 +51,20 @@ def add_ablation_point(owner: nn.Module, point: str, config) -> None:
     setattr(owner, f"{point}_res_proj", PseudoQuery(config.hidden_size))
 
 
+def single_source(source, logits, query, norm, weights, out_norm):
+    """The mix over one source is the source. While autograd records, it is multiplied by a softmax over one score
+    of the point's own tensors: exactly 1.0, derivative exactly 0, so every parameter takes part in the graph
+    (DDP without find_unused_parameters), as in `AttnResMixing.single_source_mix`."""
+    if torch.is_grad_enabled():
+        score = logits.weight.float().sum() if logits is not None else query.float().sum()
+        if norm is not None:
+            score = score + norm.weight.float().sum()
+        source = source * score.reshape(1).softmax(0).to(source.dtype)
+    if weights is not None:
+        weights.append(source.new_ones(*source.shape[:-1], 1, dtype=torch.float32))
+    return source if out_norm is None else out_norm(source)
+
+
 def mix_ablation(owner: nn.Module, point: str, sources, weights: list | None, out_norm=None) -> torch.Tensor:
     """`AttnResMixing.mix` for an ablated config: the reference op, then `out_norm` (not fused: there is no kernel)."""
     config = owner.config
@@ -59,9 +73,11 @@ def mix_ablation(owner: nn.Module, point: str, sources, weights: list | None, ou
                          "(attn_res_static_mixing / attn_res_score / attn_res_key_norm); use auto or torch")
     logits = getattr(owner, f"{point}_res_logits", None)
     norm = getattr(owner, f"{point}_res_norm", None)
-    proj = getattr(owner, f"{point}_res_proj", None)
+    query = None if logits is not None else owner.res_query(point)
+    if len(sources) == 1:  # one source: the identity, in every variant (as K3 and the default mix skip it)
+        return single_source(sources[0], logits, query, norm, weights, out_norm)
     mixed = attn_res_variant(
-        sources, query=None if proj is None else proj.weight[0], norm_weight=None if norm is None else norm.weight,
+        sources, query=query, norm_weight=None if norm is None else norm.weight,
         eps=config.rms_norm_eps, logits=None if logits is None else logits.weight, score=config.attn_res_score,
         return_weights=weights is not None,
     )
@@ -71,4 +87,4 @@ def mix_ablation(owner: nn.Module, point: str, sources, weights: list | None, ou
     return mixed if out_norm is None else out_norm(mixed)
 
 
-__all__ = ["DepthLogits", "num_sources", "add_ablation_point", "mix_ablation"]
+__all__ = ["DepthLogits", "num_sources", "add_ablation_point", "mix_ablation", "single_source"]

@@ -5,15 +5,21 @@ folder loads with `trust_remote_code=True`.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from huggingface_hub.dataclasses import strict
-from transformers import KimiLinearConfig
+from transformers import KimiLinearConfig, PreTrainedConfig
 
 ATTN_RES_MODES = ("standard", "block", "full")
 ATTN_RES_BACKENDS = ("auto", "torch", "triton")
 ATTN_RES_SCORES = ("softmax", "sigmoid")
 BACKEND_ENV_VAR = "ATTNRES_BACKEND"
+# Integer fields and their smallest valid value; switches (True/False, or also None where optional)
+_COUNT_FIELDS = dict(attn_res_block_size=0, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
+                     hidden_size=1, intermediate_size=1, vocab_size=1)
+_OPTIONAL_COUNTS = ("num_key_value_heads", "intermediate_size")
+_SWITCH_FIELDS = dict(attn_res_two_phase=True, attn_res_fuse_norm=False, attn_res_recompute=False)
 
 
 @strict
@@ -48,6 +54,11 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
     attn_res_key_norm (`bool`, defaults to `True`):
         Ablation: `False` scores the raw sources (no RMSNorm on the keys, no `{point}_res_norm` tensor).
         The three ablations run on the plain PyTorch reference (`attnres/kernels/mix/variants.py`).
+    activation_situ_beta, activation_situ_linear_beta, routed_expert_hidden_size, latent_moe_use_norm,
+    mla_use_output_gate, mla_use_nope, linear_use_full_rank_gate, linear_gate_lower_bound:
+        Kimi K3's text-backbone fields (SiTU-GLU with `hidden_act="situ"`, latent MoE, MLA output gate, KDA full-rank
+        output gate and forget-gate floor; K3's `linear_attn_config.use_full_rank_gate` / `.gate_lower_bound`). Unset,
+        every module is Kimi Linear's. See `attnres/k3` and the README's "Kimi K3" section.
     """
 
     model_type = "kimi_linear_attnres"
@@ -61,12 +72,39 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
     attn_res_static_mixing: bool = False
     attn_res_score: str = "softmax"
     attn_res_key_norm: bool = True
+    # Kimi K3's text backbone (attnres/k3, README "Kimi K3"); unset, every module is Kimi Linear's
+    activation_situ_beta: float | None = None
+    activation_situ_linear_beta: float | None = None
+    routed_expert_hidden_size: int | None = None
+    latent_moe_use_norm: bool = False
+    mla_use_output_gate: bool = False
+    mla_use_nope: bool = True
+    linear_use_full_rank_gate: bool = False
+    linear_gate_lower_bound: float | None = None
 
     def __post_init__(self, **kwargs):
+        self.check_field_types()
         super().__post_init__(**kwargs)
         if self.attn_res_mode is None:
             self.attn_res_mode = "block" if self.attn_res_block_size > 0 else "standard"
         self.check_attn_res()
+
+    def check_field_types(self):
+        """ValueError naming the field for a wrong type or a size < 1 (2.5, True or "2" as a count, a truthy "no" as a
+        switch): checked first, so nothing below compares a string with a number."""
+        for field, minimum in _COUNT_FIELDS.items():
+            value = getattr(self, field, None)
+            if value is None and field in _OPTIONAL_COUNTS:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{field} must be an integer, got {value!r} ({type(value).__name__})")
+            if value < minimum:
+                raise ValueError(f"{field} must be >= {minimum}, got {value}")
+        for field, optional in _SWITCH_FIELDS.items():
+            value = getattr(self, field, None)
+            if not isinstance(value, bool) and not (optional and value is None):
+                allowed = "True, False or None" if optional else "True or False"
+                raise ValueError(f"{field} must be {allowed}, got {value!r} ({type(value).__name__})")
 
     def check_attn_res(self):
         """Raise a ValueError naming the field when an AttnRes field (or the layer plan it relies on) is invalid.
@@ -90,6 +128,9 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
                 raise ValueError(
                     f"{field} has {len(types)} entries but num_hidden_layers is {self.num_hidden_layers}: one per layer"
                 )
+        from attnres.k3.config import check_k3_fields
+
+        check_k3_fields(self)
 
     def check_attn_res_ablations(self):
         if self.attn_res_score not in ATTN_RES_SCORES:
@@ -131,18 +172,55 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         return backend
 
     @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if not config_dict:  # transformers would build the default (48B) model from nothing: refuse
+            raise OSError(f"{pretrained_model_name_or_path}: no config.json there, so the model's size and AttnRes "
+                          "layout are unknown (a saved model folder holds config.json beside its weights)")
+        return config_dict, kwargs
+
+    @classmethod
+    def text_config_dict(cls, config_dict: dict) -> dict:
+        """The language model's fields: a Kimi K3 config.json nests them under `text_config` (a Kimi Linear config)."""
+        if "text_config" not in config_dict:
+            return config_dict
+        if not isinstance(config_dict["text_config"], dict):
+            raise ValueError(f"text_config must be an object (Kimi K3 layout), got {config_dict['text_config']!r}")
+        text_config = dict(config_dict["text_config"])
+        # a language-model field beside text_config would be silently dropped (or win): refuse, naming it
+        stray = sorted(key for key in config_dict
+                       if key in _language_fields(cls) and text_config.get(key, ...) != config_dict[key])
+        if stray:
+            raise ValueError(f"config has text_config (Kimi K3 layout) and also top-level field(s) {stray}: the "
+                             "language model's fields belong under text_config only")
+        for key in ("torch_dtype", "dtype", "transformers_version"):
+            if key in config_dict and key not in text_config:
+                text_config[key] = config_dict[key]
+        return text_config
+
+    @classmethod
     def from_dict(cls, config_dict, **kwargs):
-        # A Kimi K3 config.json nests the language model under `text_config`: its text part is a Kimi Linear config
-        if "text_config" in config_dict and "num_hidden_layers" not in config_dict:
-            text_config = dict(config_dict["text_config"])
-            for key in ("torch_dtype", "dtype", "transformers_version"):
-                if key in config_dict and key not in text_config:
-                    text_config[key] = config_dict[key]
-            config_dict = text_config
+        from attnres.k3.config import check_k3_dict, unwrap
+
+        if "text_config" in config_dict:
+            cls.text_config_dict(config_dict)  # refuses language fields beside text_config, naming them
+            # what is left beside text_config repeats it exactly: drop it, so the K3 wrapper is read as one
+            config_dict = {key: value for key, value in config_dict.items() if key not in _language_fields(cls)}
+        # A Kimi K3 config.json nests the language model under `text_config` (a Kimi Linear config plus K3 fields):
+        # every field is checked (unknown ones are an error), then the text part is read
+        check_k3_dict(config_dict, cls)
+        config_dict = unwrap(config_dict)
         # A Moonshot config.json says model_type "kimi_linear": this class's type must win, or transformers treats the
         # loaded config as its own Kimi Linear (and skips our weight-conversion mapping)
         config_dict = {key: value for key, value in config_dict.items() if key != "model_type"}
         return super().from_dict(config_dict, **kwargs)
+
+
+def _language_fields(cls) -> set[str]:
+    """Fields of the language model config (not the generic ones a multimodal wrapper also carries)."""
+    generic = {f.name for f in dataclasses.fields(PreTrainedConfig)} | {
+        "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings", "use_cache", "initializer_range"}
+    return {f.name for f in dataclasses.fields(cls)} - generic
 
 
 __all__ = ["KimiLinearAttnResConfig", "ATTN_RES_MODES", "ATTN_RES_BACKENDS", "ATTN_RES_SCORES", "BACKEND_ENV_VAR"]

@@ -4,7 +4,8 @@ residual"):
 - `TwoPhaseSchedule`: the mixes of a no-grad block-mode forward (prefill or decode) as Phase 1 once per block (all the
   block's pseudo-queries against the completed blocks, the bank read once) and Phase 2 per sub-layer (online-softmax
   merge with the running partial sum, following RMSNorm fused). Equal to the plain loop up to fp32 rounding. On by
-  default with the Triton backend only, so the PyTorch path stays bit-identical between training and inference.
+  default with the Triton backend only: on the PyTorch path (bank grown in place, `kernels/two_phase/lean.py`) it
+  measured slower than the plain lean mix on CPU (BENCHMARKS.md), and off keeps inference bit-identical to training.
   Full mode keeps the plain per-point path: its bank grows by two sources per layer, so there is no block to batch.
 - `chunked_causal_lm_forward`: a long prompt through the model in sequence chunks, carrying the KDA state and the MLA
   cache, so the depth bank only ever holds chunk-sized tensors. Logits and cache equal the unchunked forward.
@@ -14,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from .kernels.mix import use_triton
-from .kernels.two_phase import phase1, phase2
+from .kernels.two_phase import DepthBank, phase1, phase2
+from .offload import onloaded
 
 
 class TwoPhaseSchedule:
@@ -33,6 +35,7 @@ class TwoPhaseSchedule:
         self.block = None
         self.rows: dict[tuple[int, str], int] = {}
         self.bank_out = self.bank_lse = None
+        self.depth_bank = None  # PyTorch path: the completed blocks, grown in place (kernels/two_phase/lean.py)
 
     def mix_points(self, block: int):
         first = block * self.block_size
@@ -45,9 +48,16 @@ class TwoPhaseSchedule:
     def run_phase1(self, block: int, bank: tuple[torch.Tensor, ...]) -> None:
         points = self.mix_points(block)
         self.rows = {(index, name): row for row, (index, _, name) in enumerate(points)}
-        queries = torch.stack([getattr(owner, f"{name}_res_proj").weight[0] for _, owner, name in points])
-        norms = torch.stack([getattr(owner, f"{name}_res_norm").weight for _, owner, name in points])
+        modules = [getattr(owner, f"{name}_res_{part}") for _, owner, name in points for part in ("norm", "proj")]
+        with onloaded(*modules):  # big-model offload: the block's mix tensors, read directly
+            queries = torch.stack([owner.res_query(name) for _, owner, name in points])
+            norms = torch.stack([getattr(owner, f"{name}_res_norm").weight for _, owner, name in points])
         eps = getattr(points[0][1], f"{points[0][2]}_res_norm").variance_epsilon
+        if not use_triton(self.backend, bank[0]):
+            if self.depth_bank is None:
+                self.depth_bank = DepthBank(self.model.config.attn_res_num_blocks + 1, eps)
+            self.depth_bank.extend(bank)
+            bank = self.depth_bank
         self.bank_out, self.bank_lse = phase1(bank, queries, norms, eps, backend=self.backend)
         self.block = block
 
@@ -61,9 +71,8 @@ class TwoPhaseSchedule:
             self.run_phase1(block, bank)
         row = self.rows[(index, point)]
         norm = getattr(owner, f"{point}_res_norm")
-        query = getattr(owner, f"{point}_res_proj").weight[0]
         return phase2(
-            self.bank_out[row], self.bank_lse[row], partial, query, norm.weight, norm.variance_epsilon,
+            self.bank_out[row], self.bank_lse[row], partial, owner.res_query(point), norm.weight, norm.variance_epsilon,
             sources[0].dtype, backend=self.backend, out_norm=out_norm,
         )
 

@@ -11,14 +11,15 @@ is carried. A layer receives the current *depth sources* and returns the ones it
 Before each sub-layer and before the final norm, a learned pseudo-query mixes the sources by softmax over depth
 (`attnres.kernels.attn_res`, Kimi K3's numerics). With a single source the mix is the identity and is skipped.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: transformers reads forward annotations at runtime (return types for the
+# outputs a model declares, `Unpack[TransformersKwargs]` for output_attentions support).
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
 from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast
 from transformers.modeling_utils import slice_logits_to_keep
@@ -30,18 +31,26 @@ from transformers.models.kimi_linear.modeling_kimi_linear import (
     KimiLinearRMSNorm,
     KimiLinearTopkRouter,
 )
-from transformers.utils import can_return_tuple
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs, selected_hidden_states
 
-from attnres import kda_device_guard
+# Imports of this package are absolute here and rewritten to flat relative ones in saved folders (remote_code.py)
+from attnres.conversion.mapping import register_moonshot_mapping  # noqa: F401  (registers: Moonshot names load)
+from attnres.input_checks import check_backend, check_dtypes, check_labels, check_values
+from attnres.k3 import install as install_k3, uses_k3
+from attnres.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
 from attnres.ablations import DepthLogits, add_ablation_point, mix_ablation
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
+from attnres.kda_device_guard import install as install_kda_device_guard
 from attnres.kernels import attn_res
+from attnres.offload import onloaded
+from attnres.remote_code import write_code_files
 
 from .configuration_attnres import KimiLinearAttnResConfig
 
-kda_device_guard.install()
+install_kda_device_guard()
 
 
 @dataclass
@@ -74,31 +83,55 @@ class AttnResMixing:
         setattr(self, f"{point}_res_norm", KimiLinearRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
         setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
 
+    def res_query(self, point: str) -> torch.Tensor:
+        """The pseudo-query vector [hidden] of `point`. When an adapter library has wrapped the `PseudoQuery` (PEFT
+        LoRA on `*_res_proj`), the query is read through the wrapper's forward, applied to the identity, so the
+        adapter's delta takes part in the mix and trains (reading `.weight` would silently ignore it)."""
+        proj = getattr(self, f"{point}_res_proj")
+        if type(proj) is PseudoQuery:
+            return proj.weight[0]
+        eye = torch.eye(self.config.hidden_size, dtype=proj.weight.dtype, device=proj.weight.device)
+        return proj(eye)[:, 0]
+
+    def single_source_mix(self, point: str, source: torch.Tensor, weights: list | None, out_norm=None) -> torch.Tensor:
+        """A mix over one source (layer 0's attention point): softmax over a single score is exactly 1 whatever the
+        score, so the mix is the source itself (K3 skips it). Without autograd it is skipped here too. While autograd
+        records, the weight is computed as softmax([score]) from the point's own tensors: still exactly 1.0 (the
+        output is bit-identical) and its derivative is exactly 0, so the K3-named tensors take part in the graph with
+        their true gradient, zero: DDP needs no find_unused_parameters, gradient checkpointing and optimizers see a
+        gradient for every parameter. Cost: one elementwise multiply (the score is a dot product of two vectors)."""
+        if torch.is_grad_enabled() and self.config.attn_res_mode != "standard":  # standard mode has no mix tensors
+            norm = getattr(self, f"{point}_res_norm")
+            with onloaded(norm, getattr(self, f"{point}_res_proj")):
+                score = (norm.weight.float() * self.res_query(point).float()).sum()
+            source = source * score.reshape(1).softmax(0).to(source.dtype)
+        if weights is not None:
+            weights.append(source.new_ones(*source.shape[:-1], 1, dtype=torch.float32))
+        return source if out_norm is None else out_norm(source)
+
     def mix(
         self, point: str, sources: tuple[torch.Tensor, ...], weights: list | None, out_norm=None, schedule=None
     ) -> torch.Tensor:
         """The mix, then `out_norm` (the RMSNorm that reads it) when given: fused into the op where possible.
         `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (attnres.inference)."""
-        if len(sources) == 1:  # softmax over one source is exactly 1: skip the arithmetic (K3 does too)
-            if weights is not None:
-                weights.append(sources[0].new_ones(*sources[0].shape[:-1], 1, dtype=torch.float32))
-            return sources[0] if out_norm is None else out_norm(sources[0])
         if self.config.attn_res_ablation:  # the paper's ablations: a plain PyTorch reference op, no fused kernel
             return mix_ablation(self, point, sources, weights, out_norm)
+        if len(sources) == 1:
+            return self.single_source_mix(point, sources[0], weights, out_norm)
         # only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
         fused = type(out_norm) is KimiLinearRMSNorm and self.config.attn_res_fuse_norm
-        if schedule is not None:
-            fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
-            mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
-            return mixed if out_norm is None or fused else out_norm(mixed)
         norm = getattr(self, f"{point}_res_norm")
-        query = getattr(self, f"{point}_res_proj").weight[0]
-        norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
-        mixed = attn_res(
-            sources, query, norm.weight, norm.variance_epsilon, return_weights=weights is not None,
-            backend=self.config.resolved_backend(), recompute=self.config.attn_res_recompute,
-            **norm_kwargs,
-        )
+        # tensors read directly, not through a forward: loaded here under big-model offload (attnres/offload.py)
+        with onloaded(norm, getattr(self, f"{point}_res_proj"), out_norm if fused else None):
+            if schedule is not None:
+                fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
+                mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
+                return mixed if out_norm is None or fused else out_norm(mixed)
+            norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
+            mixed = attn_res(
+                sources, self.res_query(point), norm.weight, norm.variance_epsilon, return_weights=weights is not None,
+                backend=self.config.resolved_backend(), recompute=self.config.attn_res_recompute, **norm_kwargs,
+            )
         if weights is not None:
             mixed, probs = mixed
             weights.append(probs)
@@ -110,6 +143,8 @@ class KimiLinearAttnResDecoderLayer(AttnResMixing, KimiLinearDecoderLayer):
 
     def __init__(self, config: KimiLinearAttnResConfig, layer_idx: int):
         super().__init__(config, layer_idx)
+        if uses_k3(config):  # Kimi K3's modules where its config asks for them (attnres/k3)
+            install_k3(self, config, layer_idx)
         self.config = config
         self.layer_idx = layer_idx
         mode = config.attn_res_mode
@@ -181,10 +216,31 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
     }
 
     @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        # a local folder's files are checked first (damaged ones named), and its config against the weights record
+        check_folder_before_load(pretrained_model_name_or_path)
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model = loaded[0] if kwargs.get("output_loading_info") else loaded  # (model, loading info) when asked
+        explicit = set(kwargs) | (set(RECORD_FIELDS) if "config" in kwargs else set())
+        check_weights_record(model.config, pretrained_model_name_or_path, explicit)
+        return loaded
+
+    @classmethod
     def _can_set_experts_implementation(cls) -> bool:
         # transformers detects support by grepping the model's source for its experts decorator; our experts are
         # transformers' own (decorated) KimiLinearExperts, so every experts implementation applies
         return True
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' save, plus every module the model needs beside it, so the folder loads with
+        `trust_remote_code=True` where this package is not installed (see remote_code.py)."""
+        # through a temporary folder, with the weights record: a failed save leaves the previous model intact
+        save_folder(self._save_with_code, save_directory, self.config, *args, **kwargs)
+
+    def _save_with_code(self, save_directory, *args, **kwargs):
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self.is_remote_code() and kwargs.get("is_main_process", True):
+            write_code_files(save_directory, type(self).__module__)
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -215,6 +271,8 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         reference = input_ids if input_ids is not None else inputs_embeds
+        check_dtypes(input_ids, inputs_embeds, self.embed_tokens.weight.dtype)
+        check_backend(self.config.resolved_backend(), reference.device)
         if input_ids is not None and input_ids.dim() != 2:
             raise ValueError(f"input_ids must have shape [batch, seq_len], got {tuple(input_ids.shape)}")
         if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size):
@@ -223,13 +281,9 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
             )
         if reference.shape[0] == 0 or reference.shape[1] == 0:
             raise ValueError(f"empty input: batch and sequence length must be >= 1, got shape {tuple(reference.shape)}")
-        # one host sync per forward (each decode step): the range is only computed for the error message
-        if input_ids is not None and not torch.compiler.is_compiling():
-            if bool(((input_ids < 0) | (input_ids >= self.config.vocab_size)).any()):
-                low, high = int(input_ids.min()), int(input_ids.max())
-                raise ValueError(
-                    f"input_ids must lie in [0, vocab_size={self.config.vocab_size}), got values in [{low}, {high}]"
-                )
+        # one host sync per forward (each decode step): ids in the vocabulary, a 0/1 padding mask
+        if not torch.compiler.is_compiling():
+            check_values(input_ids, attention_mask, self.config.vocab_size)
         if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
             batch, seq_len = reference.shape[:2]
             if attention_mask.shape[0] != batch or attention_mask.shape[1] < seq_len:
@@ -250,11 +304,13 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
         past_key_values: Cache | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         use_cache: bool | None = None,
-        output_hidden_states: bool | None = None,
+        output_hidden_states: bool | int | list[int] | None = None,
         output_attn_res_weights: bool = False,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> AttnResModelOutputWithPast:
         self.check_inputs(input_ids, inputs_embeds, attention_mask)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
 
@@ -303,6 +359,7 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
         hidden_states = self.mix("output_attn", sources, all_weights, self.norm, schedule)
         if all_hidden_states is not None:
             all_hidden_states[-1] = hidden_states  # transformers' convention: the last one is after the final norm
+            all_hidden_states = select_hidden_states(all_hidden_states, output_hidden_states)
 
         return AttnResModelOutputWithPast(
             last_hidden_state=hidden_states,
@@ -312,7 +369,18 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
         )
 
 
-class KimiLinearAttnResForCausalLM(KimiLinearAttnResPreTrainedModel, KimiLinearForCausalLM):
+def select_hidden_states(hidden_states: list, output_hidden_states) -> list:
+    """`output_hidden_states` as transformers reads it: True for all, or the indices (negative from the end) to keep;
+    the others are None, as transformers' own output capturing returns them."""
+    selected = selected_hidden_states(output_hidden_states)
+    if selected is None:
+        return hidden_states
+    n = len(hidden_states)
+    keep = {i % n for i in selected if -n <= i < n}
+    return [h if i in keep else None for i, h in enumerate(hidden_states)]
+
+
+class KimiLinearAttnResForCausalLM(KimiLinearAttnResPreTrainedModel, KimiLinearForCausalLM, GenerationMixin):
     def __init__(self, config: KimiLinearAttnResConfig):
         KimiLinearAttnResPreTrainedModel.__init__(self, config)
         self.model = KimiLinearAttnResModel(config)
@@ -332,11 +400,12 @@ class KimiLinearAttnResForCausalLM(KimiLinearAttnResPreTrainedModel, KimiLinearF
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         prefill_chunk_size: int | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> AttnResCausalLMOutputWithPast:
         """`prefill_chunk_size`: run a longer prompt in chunks of this many tokens, carrying the cache (long-context
         prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs."""
         reference = input_ids if input_ids is not None else inputs_embeds
+        check_labels(labels, reference, self.config.vocab_size)
         if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
             logits, cache = chunked_causal_lm_forward(
                 self, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,

@@ -4,6 +4,7 @@ copy bandwidth, for every available implementation side by side:
 
   torch_eager     the PyTorch reference (attnres.kernels.mix.naive.attn_res_naive)
   torch_compile   torch.compile of that reference
+  torch_lean      the PyTorch path of backend "torch" (attnres.kernels.mix.lean: no stacked copy, recompute)
   attnres_triton  the fused Triton kernel (attnres.kernels.mix.triton); on CPU it runs in the Triton *interpreter*,
                   whose timings say nothing about GPU speed (recorded only to show the path runs)
   fla             flash-linear-attention's `fused_attnres`, when `fla` is importable
@@ -34,7 +35,7 @@ def parse_args(argv=None):
     parser.add_argument("--hidden", type=int, help="hidden size (default: 7168 on GPU, 1024 on CPU)")
     parser.add_argument("--sources", help="comma-separated source counts (default: 2,5,9)")
     parser.add_argument("--tokens", help="comma-separated token counts (default: 4096,8192,16384,32768 GPU; 256,1024 CPU)")
-    parser.add_argument("--impls", default="torch_eager,torch_compile,attnres_triton,fla",
+    parser.add_argument("--impls", default="torch_eager,torch_lean,torch_compile,attnres_triton,fla",
                         help="comma-separated implementations to time (default: all available)")
     parser.add_argument("--repeats", type=int, help="timed repetitions per case (default: 50 GPU, 5 CPU)")
     parser.add_argument("--output", default="bench_kernels.json", help="JSON results file (written atomically)")
@@ -97,6 +98,10 @@ def implementations(names, device):
     for name in names:
         if name == "torch_eager":
             impls[name] = attn_res_naive
+        elif name == "torch_lean":
+            from attnres.kernels.mix.lean import attn_res_lean
+
+            impls[name] = attn_res_lean
         elif name == "torch_compile":
             # one specialised graph per (source count, shape), as a model compiled per layer gets
             torch._dynamo.config.recompile_limit = 1024

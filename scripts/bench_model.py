@@ -33,6 +33,8 @@ import time
 from datetime import datetime, timezone
 
 MODES = ("standard", "block", "full")
+# extra modes for side-by-side comparisons within one run: block mode with the no-grad two-phase schedule forced on
+VARIANTS = {"block_two_phase": ("block", True)}
 
 
 def parse_args(argv=None):
@@ -56,13 +58,15 @@ def parse_args(argv=None):
     parser.add_argument("--backend", choices=("auto", "torch", "triton"), default="auto", help="AttnRes kernel backend")
     parser.add_argument("--two-phase", choices=("auto", "on", "off"), default="auto",
                         help="no-grad schedule of block mode: auto (on with Triton), or force it on / off")
+    parser.add_argument("--skip-memory", action="store_true",
+                        help="time only: skip the peak-memory runs (a fresh process per mode and phase on CPU)")
     parser.add_argument("--output", default="bench_model.json", help="JSON results file (written atomically)")
     args = parser.parse_args(argv)
     args.modes = args.modes.split(",")
     args.phases = args.phases.split(",")
     for mode in args.modes:
-        if mode not in MODES:
-            parser.error(f"--modes: unknown mode {mode!r}, choose from {MODES}")
+        if mode not in MODES and mode not in VARIANTS:
+            parser.error(f"--modes: unknown mode {mode!r}, choose from {MODES + tuple(VARIANTS)}")
     for phase in args.phases:
         if phase not in PHASES:
             parser.error(f"--phases: unknown phase {phase!r}, choose from {tuple(PHASES)}")
@@ -79,6 +83,7 @@ def build_model(args, mode):
     from attnres import KimiLinearAttnResForCausalLM
     from attnres.tiny import tiny_config
 
+    mode, two_phase = VARIANTS.get(mode, (mode, None))
     heads = max(2, args.hidden // 64)
     config = tiny_config(
         mode, args.block_size, args.layers, hidden_size=args.hidden, intermediate_size=4 * args.hidden,
@@ -88,6 +93,8 @@ def build_model(args, mode):
     )
     if getattr(args, "two_phase", "auto") != "auto":
         config.attn_res_two_phase = args.two_phase == "on"
+    if two_phase is not None:
+        config.attn_res_two_phase = two_phase
     torch.manual_seed(0)  # same shared weights in every mode
     return KimiLinearAttnResForCausalLM(config).to(device=args.device, dtype=getattr(torch, args.dtype))
 
@@ -166,19 +173,23 @@ PHASES = {"train": ["train"], "prefill": ["prefill"], "decode": ["decode"],
 
 
 def time_side_by_side(args, models, name):
-    """Median seconds per mode, the modes interleaved round by round so they share the machine's load."""
+    """Median seconds per mode, wall clock and this process's CPU time, the modes interleaved round by round so they
+    share the machine's load. On a shared CPU the CPU time (single-threaded: the work done) is the steadier figure:
+    wall time also counts the time other jobs held the cores."""
     tokens, setup, run = WORKLOADS[name](args)
     samples = {mode: [] for mode in models}
+    cpu_samples = {mode: [] for mode in models}
     for round_index in range(args.repeats + 1):  # round 0 warms up
         for mode, model in models.items():
             state = setup(model)
             synchronize(args.device)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             run(state)
             synchronize(args.device)
             if round_index > 0:
                 samples[mode].append(time.perf_counter() - start)
-    return tokens, {mode: statistics.median(times) for mode, times in samples.items()}
+                cpu_samples[mode].append(time.process_time() - cpu_start)
+    return tokens, {mode: (statistics.median(samples[mode]), statistics.median(cpu_samples[mode])) for mode in models}
 
 
 def peak_memory(args, mode, name):
@@ -255,7 +266,8 @@ def overheads(results):
             continue
         table.setdefault(r["phase"], {})[r["mode"]] = dict(
             time_overhead_pct=round(100 * (base["tokens_per_s"] / r["tokens_per_s"] - 1), 1),
-            memory_ratio=round(r["peak_mem_mib"] / base["peak_mem_mib"], 3) if base["peak_mem_mib"] > 0 else None,
+            cpu_time_overhead_pct=round(100 * (r["cpu_seconds"] / base["cpu_seconds"] - 1), 1),
+            memory_ratio=round(r["peak_mem_mib"] / base["peak_mem_mib"], 3) if base["peak_mem_mib"] else None,
         )
     return table
 
@@ -267,30 +279,36 @@ def main(argv=None):
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device is available")
+    load_before = os.getloadavg()
     names = [name for phase in args.phases for name in PHASES[phase]]
     models = {mode: build_model(args, mode) for mode in args.modes}
     timings = {name: time_side_by_side(args, models, name) for name in tqdm(names, desc="timing", file=sys.stderr)}
     del models
-    memory = measure_memory(args, [(mode, name) for name in names for mode in args.modes])
+    jobs = [(mode, name) for name in names for mode in args.modes]
+    memory = dict.fromkeys(jobs) if args.skip_memory else measure_memory(args, jobs)
     results = [
         dict(mode=mode, phase=name, tokens=tokens, seconds=round(seconds, 5), tokens_per_s=round(tokens / seconds, 1),
-             peak_mem_mib=round(memory[mode, name], 1))
-        for name, (tokens, by_mode) in timings.items() for mode, seconds in by_mode.items()
+             cpu_seconds=round(cpu_seconds, 5),
+             peak_mem_mib=None if memory[mode, name] is None else round(memory[mode, name], 1))
+        for name, (tokens, by_mode) in timings.items() for mode, (seconds, cpu_seconds) in by_mode.items()
     ]
     device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU {platform.machine()}"
     meta = dict(
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=" ".join(sys.argv),
         device=f"{device}, {torch.get_num_threads()} CPU threads", torch=torch.__version__,
         config={k: v for k, v in vars(args).items() if k != "output"},
+        load_average_1min=dict(start=round(load_before[0], 2), end=round(os.getloadavg()[0], 2)),  # shared machine?
     )
     payload = dict(meta=meta, results=results, overheads_vs_standard=overheads(results))
     from attnres.atomic_io import write_json_atomic
 
     write_json_atomic(args.output, payload)
-    print(f"{'phase':22} {'mode':9} {'tokens/s':>10} {'peak MiB':>9}")
+    print(f"{'phase':22} {'mode':16} {'tokens/s':>10} {'CPU s':>9} {'peak MiB':>9}")
     for r in results:
-        print(f"{r['phase']:22} {r['mode']:9} {r['tokens_per_s']:>10.1f} {r['peak_mem_mib']:>9.1f}")
+        memory = r["peak_mem_mib"] if r["peak_mem_mib"] is not None else float("nan")
+        print(f"{r['phase']:22} {r['mode']:16} {r['tokens_per_s']:>10.1f} {r['cpu_seconds']:>9.4f} {memory:>9.1f}")
     print(json.dumps(payload["overheads_vs_standard"], indent=1))
+    print(f"load average (1 min) at start / end: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}")
     print(f"wrote {args.output}", file=sys.stderr)
 
 

@@ -3,7 +3,9 @@
 
 Moonshot's layout (the remote-code format of Kimi Linear / Kimi K3 on the Hub): per-expert
 `block_sparse_moe.experts.{e}.w1/w2/w3`, split `q/k/v_conv1d`, forget-gate tensors on `self_attn`, a 1-indexed
-`linear_attn_config`, optionally wrapped under K3's `language_model.` (vision tensors are then left behind).
+`linear_attn_config`, optionally wrapped under K3's `language_model.` (vision tensors are then left behind). Kimi K3's
+MXFP4 routed experts (`weight_packed` + `weight_scale`) are dequantized on the way (exactly, to bf16); README "Kimi K3"
+states the memory this needs.
 HF-native: the tensor names of `KimiLinearAttnResForCausalLM` (`experts.gate_up_proj`, `conv1d`, `forget_gate.*`).
 
 Examples:
@@ -15,7 +17,7 @@ Tensors stream one decoder layer at a time: peak memory follows --max-shard-size
 few decoder layers, not the checkpoint's size. The output is
 written to a hidden temporary folder next to OUTPUT and renamed at the end, so an interrupted run leaves no
 half-written model (a killed process may leave the hidden `.OUTPUT.partial-PID` folder, never OUTPUT). Any problem (missing or
-unexpected tensors, wrong shapes, quantized or unsupported dtypes) is reported, naming each tensor, before anything
+unexpected tensors, wrong shapes, malformed MXFP4 pairs, other quantized or unsupported dtypes) is reported, naming each tensor, before anything
 is written. With no arguments, a tiny Moonshot-format demo checkpoint is written to outputs/tiny-moonshot and
 converted to outputs/tiny-moonshot-hf.
 """

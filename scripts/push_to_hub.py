@@ -9,7 +9,7 @@ given). Then it creates the repository and uploads the folder with huggingface_h
 
 Examples:
   python scripts/push_to_hub.py --model runs/attnres-block --repo-id me/kimi-attnres --tokenizer runs/tokenizer \\
-      --training-data "FineWeb-Edu, 10B tokens" --dataset HuggingFaceFW/fineweb-edu --eval-results eval.json
+      --training-data "FineWeb-Edu, 10B tokens" --dataset HuggingFaceFW/fineweb-edu --eval-results outputs/eval/report.json
   python scripts/push_to_hub.py --model moonshot_ckpt/ --output outputs/hub --dry-run   # build only
 
 --model may be HF-native or Moonshot's layout. With no arguments, a tiny demo model is packaged into
@@ -31,8 +31,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--training-data", help="what the model was trained on, for the model card")
     parser.add_argument("--dataset", action="append", default=[], help="Hub dataset id for the card metadata "
                         "(repeatable)")
-    parser.add_argument("--eval-results", type=Path, help="lm-eval results JSON (or {task: {metric: value}}) for "
-                        "the card's evaluation table")
+    parser.add_argument("--eval-results", type=Path, help="eval/compare.py's report.json, lm-eval results JSON (or "
+                        "{task: {metric: value}}) for the card's evaluation table")
     parser.add_argument("--license", default="apache-2.0", help="license tag of the card (default apache-2.0)")
     parser.add_argument("--private", action="store_true", help="create the repository as private")
     parser.add_argument("--commit-message", help="upload commit message")
@@ -44,7 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from attnres.conversion import ConversionError
-    from attnres.conversion.hub import build_hub_folder, upload_folder
+    from attnres.checkpoint_files import CheckpointFileError, check_model_folder
+    from attnres.conversion.hub import build_hub_folder, check_repo_id, upload_folder
 
     if args.model is None:
         from attnres.conversion.fixtures import random_model
@@ -54,6 +55,13 @@ def main(argv=None) -> int:
         random_model(tiny_config("block", 2)).save_pretrained(args.model)
         args.force = True
         print(f"wrote a tiny demo model to {args.model}")
+    try:  # every input checked before the build (the model folder, the repository id)
+        check_model_folder(args.model, "--model")
+        if args.repo_id is not None:
+            check_repo_id(args.repo_id)
+    except (ConversionError, CheckpointFileError) as error:
+        print(f"error: {error}\nnothing was written.", file=sys.stderr)
+        return 1
     name = (args.repo_id or args.model.resolve().name).replace("/", "--")
     output = args.output or Path("outputs") / f"hub-{name}"
     try:
@@ -61,14 +69,22 @@ def main(argv=None) -> int:
             args.model, output, tokenizer=args.tokenizer, training_data=args.training_data, datasets=args.dataset,
             eval_results=args.eval_results, repo_id=args.repo_id, license=args.license, force=args.force,
         )
-    except ConversionError as error:
+    except (OSError, ValueError) as error:  # ConversionError, damaged files, a tokenizer that does not load
         print(f"error: {error}\nnothing was written.", file=sys.stderr)
         return 1
     print(f"built {folder}: " + ", ".join(sorted(p.name for p in folder.iterdir())))
     if args.dry_run or not args.repo_id:
         print("dry run: not uploaded" + ("" if args.repo_id else " (no --repo-id)"))
         return 0
-    print(f"uploaded: {upload_folder(folder, args.repo_id, private=args.private, commit_message=args.commit_message)}")
+    try:
+        url = upload_folder(folder, args.repo_id, private=args.private, commit_message=args.commit_message)
+    except Exception as error:  # noqa: BLE001  network, authentication, Hub errors: one line, the folder is kept
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"error: upload to {args.repo_id} failed ({type(error).__name__}: {reason}); the built folder "
+              f"{folder} is kept: retry when the Hub is reachable and you are logged in (`hf auth login`)",
+              file=sys.stderr)
+        return 1
+    print(f"uploaded: {url}")
     return 0
 
 

@@ -7,9 +7,11 @@ Several processes, DDP (accelerate):
   accelerate launch --multi_gpu --num_processes 8 scripts/train.py --attn-res block
 DeepSpeed ZeRO (stage 1, 2 or 3; torchrun or the deepspeed launcher):
   torchrun --nproc_per_node 8 scripts/train.py --deepspeed configs/deepspeed/zero2.json
+Fine-tune an existing model (final/, Moonshot's layout, an upcycled Kimi Linear), e.g. on chat data:
+  python scripts/train.py --init-from runs/small-block/final --data data/sft --lr 1e-4
 The matched baseline is the same command with --attn-res standard. Data: scripts/prepare_data.py. Details and CPU
 commands: docs/TRAINING.md. Writes <output-dir>/{metrics.jsonl, tensorboard/, diagnostics.jsonl,
-depth_diagnostics.png, checkpoints/step-N/, final/}.
+depth_diagnostics.png, checkpoints/step-00000500/ (8-digit step), final/}.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from attnres.training.args import build_parser
 def main(argv=None) -> dict:
     args = build_parser(__doc__).parse_args(argv)
     from attnres.training.args import SetupError
+    from attnres.training.nonfinite import EXIT_CODE, NonFiniteError
     from attnres.training.trainer import train
 
     try:
@@ -33,8 +36,14 @@ def main(argv=None) -> dict:
         if argv is not None:
             raise
         sys.exit(f"error: {error}")
+    except NonFiniteError as error:  # the loss or gradients kept being NaN/inf: its own exit code
+        if argv is not None:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(EXIT_CODE)
 
 
 if __name__ == "__main__":
     summary = main()
-    print(f"done: step {summary['step']}, train loss {summary['train_loss']:.4f}, output {summary['output_dir']}")
+    loss = "n/a (resumed at the last step)" if summary["train_loss"] is None else f"{summary['train_loss']:.4f}"
+    print(f"done: step {summary['step']}, train loss {loss}, output {summary['output_dir']}")

@@ -17,13 +17,15 @@ GPU (NCCL), 4 stages x 2 data-parallel replicas on 8 GPUs, bf16, a prepared data
       --data data/packed --seq-len 512 --micro-batch-size 4 --grad-accum 16 --bf16 --steps 1000 --output-dir runs/pp4
 
 Outputs (--output-dir): log.jsonl (loss per step), comms.json (bytes per stage boundary against the minimum, with
---report-comms), and the trained model as a Hugging Face folder (one safetensors shard per stage; loads with
-KimiLinearAttnResForCausalLM.from_pretrained). Pipeline parallelism combines with ZeRO-1 at most (DeepSpeed refuses
+--report-comms), and the trained model as a Hugging Face folder `model/` (one safetensors shard per stage, the code
+files and the tokenizer of --data or --model: loads with AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)
+and AutoTokenizer, like a save_pretrained folder). Pipeline parallelism combines with ZeRO-1 at most (DeepSpeed refuses
 ZeRO-2/3 with pipelines). Batches must be packed, unpadded sequences (the stages rebuild causal masks themselves).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -64,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--bf16", action="store_true", help="bf16 weights/activations (DeepSpeed bf16 optimizer)")
     train.add_argument("--activation-checkpoint-interval", type=int, default=0, help="decoder layers per checkpoint")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--max-nonfinite-steps", type=int, default=3,
+                       help="a step with a NaN/inf loss or gradient makes no update and is logged; this many in a row "
+                            "stop the run with exit code 3 and no saved model (default 3)")
     train.add_argument("--cpu-shm-comm", action="store_true",
                        help="CPU only: let DeepSpeed build its shared-memory allreduce op (faster data-parallel "
                             "allreduce; a one-off C++ build of minutes)")
@@ -82,20 +87,27 @@ def check_args(args, world_size: int) -> int:
     if stages < 2:
         raise SystemExit("error: pipeline parallelism needs >= 2 stages: launch >= 2 processes (torchrun "
                          "--nproc_per_node 2 ...)")
-    for name in ("micro_batch_size", "grad_accum", "steps", "seq_len"):
+    for name in ("micro_batch_size", "grad_accum", "steps", "seq_len", "max_nonfinite_steps"):
         if getattr(args, name) < 1:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.grad_accum < stages:
         print(f"warning: --grad-accum {args.grad_accum} < {stages} stages leaves the pipeline mostly idle",
               file=sys.stderr)
-    if args.model is not None and not (args.model / "config.json").is_file():
-        raise SystemExit(f"error: --model {args.model}: no config.json there")
+    from attnres.checkpoint_files import check_model_folder
+    from attnres.training.args import check_finite_flags
+
+    try:
+        check_finite_flags(args)
+        if args.model is not None:
+            check_model_folder(args.model, "--model")
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
     return stages
 
 
 def load_data(args):
-    """(train split, tokenizer vocabulary size) of a prepared dataset, or (None, None) for synthetic tokens. Sets
-    args.seq_len from the data."""
+    """(train split, tokenizer) of a prepared dataset, or (None, None) for synthetic tokens. Sets args.seq_len from
+    the data."""
     if args.data is None:
         return None, None
     from attnres.training.batches import check_prepared, load_prepared
@@ -106,7 +118,17 @@ def load_data(args):
         raise SystemExit(f"error: {error}") from None
     train, _, tokenizer = load_prepared(args.data)
     args.seq_len = int(meta["seq_len"])
-    return train, len(tokenizer)
+    return train, tokenizer
+
+
+def output_tokenizer(args, data_tokenizer):
+    """The tokenizer saved with the trained model: the dataset's, else the --model folder's, else none (synthetic
+    tokens: no text)."""
+    if data_tokenizer is not None or args.model is None or not (args.model / "tokenizer_config.json").is_file():
+        return data_tokenizer
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(args.model)
 
 
 def load_config(args, data_vocab: int | None):
@@ -186,13 +208,23 @@ def main(argv=None) -> None:
                                   save_pipeline_checkpoint)
     from attnres.atomic_io import write_json_atomic
     from attnres.pipeline.data import micro_batches
+    from attnres.training.nonfinite import (EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps,
+                                            step_is_finite)
 
     if "WORLD_SIZE" not in os.environ:
         raise SystemExit("error: launch with torchrun or deepspeed, e.g. `torchrun --nproc_per_node 2 "
                          "scripts/train_pipeline.py` (see --help)")
     stages = check_args(args, int(os.environ["WORLD_SIZE"]))
-    train, data_vocab = load_data(args)
-    config = load_config(args, data_vocab)
+    from attnres.training.run_lock import is_rank_zero, output_lock
+
+    lock = contextlib.ExitStack()  # one run per output folder, held until main returns (or the process ends)
+    try:
+        lock.enter_context(output_lock(args.output_dir, enabled=is_rank_zero()))
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
+    train, data_tokenizer = load_data(args)
+    config = load_config(args, len(data_tokenizer) if data_tokenizer is not None else None)
+    tokenizer = output_tokenizer(args, data_tokenizer)  # read before training: a broken one fails now, not at the end
     if stages > config.num_hidden_layers:
         raise SystemExit(f"error: --num-stages {stages} exceeds the model's {config.num_hidden_layers} decoder layers")
     if not torch.cuda.is_available() and not args.cpu_shm_comm:
@@ -202,7 +234,8 @@ def main(argv=None) -> None:
     pipe = build_pipeline(config, initial_weights(args, config), stages, args.partition_method,
                           args.activation_checkpoint_interval)
     trainable = [p for p in pipe.parameters() if p.requires_grad]
-    optimizer = make_optimizer(args, trainable)
+    # DeepSpeed's ZeRO-1 and bf16 optimizers skip a non-finite gradient norm themselves; a plain fp32 one is guarded
+    optimizer = skip_nonfinite_steps(make_optimizer(args, trainable), check_grads=args.zero_stage == 0 and not args.bf16)
     engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=optimizer, config=ds_config(args))
     grid = engine.grid
     stage, dp_rank = grid.get_stage_id(), grid.get_data_parallel_id()
@@ -214,14 +247,25 @@ def main(argv=None) -> None:
         args.output_dir.mkdir(parents=True, exist_ok=True)
     traffic = P2PTraffic(stage)
     log = open(args.output_dir / "log.jsonl", "w") if is_rank0 else None
-    with traffic.counting():
-        for step in tqdm(range(args.steps), desc="pipeline steps", disable=not is_rank0):
-            loss = engine.train_batch(data_iter=data)  # the mean micro-batch loss, broadcast to every stage
-            if log is not None:
-                log.write(json.dumps({"step": step + 1, "loss": float(loss)}) + "\n")
-                log.flush()
-    if log is not None:
-        log.close()
+    guard = NonFiniteGuard(args.max_nonfinite_steps)
+    try:
+        with traffic.counting():
+            for step in (progress := tqdm(range(1, args.steps + 1), desc="pipeline steps", disable=not is_rank0)):
+                loss = float(engine.train_batch(data_iter=data))  # the mean micro-batch loss, broadcast to every stage
+                norm, applied = engine.get_global_grad_norm(), engine.was_step_applied()  # norm: None if not measured
+                finite = step_is_finite(loss, norm, applied)  # alike on every rank: the skip is agreed across stages
+                if log is not None:
+                    log.write(json.dumps({"step": step, "loss": loss, **({} if finite else {"skipped/nonfinite": 1})}) + "\n")
+                    log.flush()
+                if guard.check(step, loss, norm, applied) and is_rank0:
+                    progress.write(guard.message(step, loss, norm))
+    except NonFiniteError as error:  # no model is saved from these weights
+        if is_rank0:
+            print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(EXIT_CODE) from None
+    finally:
+        if log is not None:
+            log.close()
 
     if args.report_comms:
         gathered = [None] * dist.get_world_size()
@@ -234,8 +278,10 @@ def main(argv=None) -> None:
                                                               "boundaries": report_rows(rows)})
             print(format_report(rows))
     if not args.no_save:
-        save_pipeline_checkpoint(pipe, config, args.output_dir / "model", stage, stages, dp_rank == 0)
+        save_pipeline_checkpoint(pipe, config, args.output_dir / "model", stage, stages, dp_rank == 0,
+                                 tokenizer=tokenizer)
     dist.barrier()
+    lock.close()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from attnres.conversion.plan import plan_conversion
 from attnres.conversion.reader import CheckpointReader
 from attnres.tiny import tiny_config
+from remote_loading import auto_map, load_in_clean_process, write_tokenizer
 
 MODES = ("standard", "block", "full")
 SHARD = "150KB"  # tiny models are ~1 MB: several shards in and out
@@ -207,6 +208,20 @@ def test_standard_conversion_matches_transformers_model(tmp_path):
     convert_checkpoint(folder, tmp_path / "hf", progress=False)
     reference = KimiLinearForCausalLM.from_pretrained(folder).eval()  # transformers reads Moonshot's layout itself
     assert torch.equal(logits(load(tmp_path / "hf")), logits(reference))
+
+
+def test_converted_folder_loads_where_attnres_is_not_installed(tmp_path):
+    """The HF-native output is a complete model folder: code files, auto_map, the input's tokenizer."""
+    model = random_model(make_config("block"))
+    folder = write_moonshot_checkpoint(tmp_path / "ms", model)
+    write_tokenizer(folder)
+    convert_checkpoint(folder, tmp_path / "hf", progress=False)
+    assert auto_map(tmp_path / "hf")["AutoModelForCausalLM"] == "modeling_attnres.KimiLinearAttnResForCausalLM"
+    ids = torch.randint(3, 256, (2, 8), generator=torch.Generator().manual_seed(0))
+    result = load_in_clean_process(tmp_path / "hf", ids, tmp_path / "run", tmp_path / "home", tokenizer=True)
+    with torch.no_grad():
+        torch.testing.assert_close(result["logits"], model.eval()(ids).logits)
+    assert result["tokens"] == [5, 7, 9]
 
 
 # --- safety: atomic output, --force, verification ---------------------------------------------------------------

@@ -83,7 +83,7 @@ def test_bad_arguments_fail_before_any_work(prepare, tmp_path, argv, message):
 
 def test_text_too_short_for_one_sequence_is_a_clear_error(prepare, tmp_path):
     files = write_documents(tmp_path / "text", count=2, lines=1)
-    with pytest.raises(ValueError, match="no full sequence of 4096 tokens"):
+    with pytest.raises(SystemExit, match="no full sequence of 4096 tokens"):
         prepare(["--files", *map(str, files), "--tokenizer", "bpe", "--vocab-size", "260", "--seq-len", "4096",
                  "--output-dir", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()

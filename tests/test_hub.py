@@ -1,49 +1,20 @@
 """Hub packaging: the built folder holds everything, its card says what the model is, and it loads with
-`trust_remote_code=True` in a fresh process (no `import attnres` before loading) with identical logits."""
+`trust_remote_code=True` in a fresh process where attnres is not installed, with identical logits."""
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from remote_loading import fake_hub_repo, load_in_clean_process, write_tokenizer
 
 from attnres.conversion import ConversionError
 from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from attnres.conversion.hub import build_hub_folder, read_eval_results
 from attnres.tiny import tiny_config
-
-LOAD_IN_FRESH_PROCESS = textwrap.dedent(
-    """
-    import sys, torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder, ids_path, out_path = sys.argv[1:]
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__  # the remote code
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    with torch.no_grad():
-        logits = model(torch.load(ids_path)).logits
-    torch.save({"logits": logits, "tokens": tokenizer("w5 w7 w9")["input_ids"]}, out_path)
-    """
-)
-
-
-def write_tokenizer(folder: Path) -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {f"w{i}": i for i in range(256)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="w0", pad_token="w0").save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -85,18 +56,16 @@ def test_model_card_describes_the_model(hub_folder):
     assert "FineWeb-Edu sample, 2M tokens" in text
     assert "| arc_easy | acc | 0.4321 |" in text and "| hellaswag | acc_norm | 0.2875 |" in text
     assert "stderr" not in text
-    assert "pip install attnres" in text and "trust_remote_code=True" in text
+    assert "pip install attnres" not in text and "only `torch` and `transformers" in text
+    assert "trust_remote_code=True" in text
 
 
-def test_loads_with_remote_code_in_fresh_process(hub_folder, tmp_path):
+def test_loads_with_remote_code_where_attnres_is_not_installed(hub_folder, tmp_path):
+    """As a Hub user: a fresh process without attnres (or triton), model and tokenizer through the Auto classes."""
     model, folder = hub_folder
     ids = torch.randint(3, 256, (2, 8), generator=torch.Generator().manual_seed(0))
-    torch.save(ids, tmp_path / "ids.pt")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"),
-           "TOKENIZERS_PARALLELISM": "false"}
-    subprocess.run([sys.executable, "-c", LOAD_IN_FRESH_PROCESS, str(folder), str(tmp_path / "ids.pt"),
-                    str(tmp_path / "out.pt")], check=True, env=env, capture_output=True, cwd=tmp_path)
-    result = torch.load(tmp_path / "out.pt")
+    repo = fake_hub_repo(folder, tmp_path / "hf" / "hub")
+    result = load_in_clean_process(repo, ids, tmp_path / "run", tmp_path / "hf", tokenizer=True)
     with torch.no_grad():
         assert torch.equal(result["logits"], model(ids).logits)
     assert result["tokens"] == [5, 7, 9]
@@ -105,6 +74,8 @@ def test_loads_with_remote_code_in_fresh_process(hub_folder, tmp_path):
 def test_eval_results_formats_and_errors(tmp_path):
     (tmp_path / "plain.json").write_text(json.dumps({"mmlu": 0.25, "gsm8k": {"exact_match": 0.125}}))
     assert read_eval_results(tmp_path / "plain.json") == [("gsm8k", "exact_match", "0.125"), ("mmlu", "score", "0.25")]
+    (tmp_path / "counts.json").write_text(json.dumps({"results": {"mmlu": {"acc,none": 0.25, "sample_len": 14042}}}))
+    assert read_eval_results(tmp_path / "counts.json") == [("mmlu", "acc", "0.25")]  # sample_len is no metric
     (tmp_path / "empty.json").write_text(json.dumps({"results": {"mmlu": {"alias": "mmlu"}}}))
     with pytest.raises(ConversionError, match="empty.json: no numeric metrics"):
         read_eval_results(tmp_path / "empty.json")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import attnres.kernels.mix as mix_ops
-from attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
+from attnres.kernels.mix import attn_res, attn_res_lean, attn_res_naive, rms_norm_naive
 
 CASES = [  # (sources, hidden, fused norm, recompute)
     (1, 48, False, False),
@@ -23,15 +23,22 @@ def make_inputs(n, hidden, dtype, seed=0, shape=(2, 5)):
     return sources, query, norm_weight, out_norm_weight
 
 
+def reference(sources, query, norm_weight, eps, out_norm_weight=None, out_norm_eps=1e-6):
+    mixed = attn_res_naive(sources, query, norm_weight, eps)
+    return mixed if out_norm_weight is None else rms_norm_naive(mixed, out_norm_weight, out_norm_eps)
+
+
 def run(backend, sources, query, norm_weight, out_norm_weight, fused, recompute=False, upcast=False):
-    """Output and gradients of every input for a fixed upstream gradient. `upcast`: the reference in float64."""
+    """Output and gradients of every input for a fixed upstream gradient. `backend` "reference": `naive.py`;
+    `upcast`: in float64."""
     params = [*sources, query, norm_weight] + ([out_norm_weight] if fused else [])
     inputs = [p.detach().double().requires_grad_() if upcast else p for p in params]
     n = len(sources)
     kwargs = dict(out_norm_weight=inputs[-1], out_norm_eps=1e-5) if fused else {}
     if backend == "triton":
         kwargs["recompute"] = recompute
-    out = attn_res(inputs[:n], inputs[n], inputs[n + 1], 1e-6, backend=backend, **kwargs)
+    mix = reference if backend == "reference" else lambda *args, **kw: attn_res(*args, backend=backend, **kw)
+    out = mix(inputs[:n], inputs[n], inputs[n + 1], 1e-6, **kwargs)
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(out.dtype)
     return out, torch.autograd.grad(out, inputs, grad)
 
@@ -40,7 +47,7 @@ def run(backend, sources, query, norm_weight, out_norm_weight, fused, recompute=
 def test_fp32_forward_and_backward_match_reference(n, hidden, fused, recompute):
     inputs = make_inputs(n, hidden, torch.float32)
     out, grads = run("triton", *inputs, fused, recompute)
-    ref_out, ref_grads = run("torch", *inputs, fused)
+    ref_out, ref_grads = run("reference", *inputs, fused)
     torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
     for i, (got, want) in enumerate(zip(grads, ref_grads)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"input {i}: {m}")
@@ -56,7 +63,7 @@ def test_many_row_blocks_with_a_ragged_last_one():
     """More row blocks than backward programs (each program strides over several) and a partial last block."""
     inputs = make_inputs(2, 48, torch.float32, shape=(3, 700))
     out, grads = run("triton", *inputs, True)
-    ref_out, ref_grads = run("torch", *inputs, True)
+    ref_out, ref_grads = run("reference", *inputs, True)
     torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
@@ -66,8 +73,8 @@ def test_many_row_blocks_with_a_ragged_last_one():
 def test_bf16_within_one_ulp_and_gradients_as_accurate_as_reference(n, hidden, fused, recompute):
     inputs = make_inputs(n, hidden, torch.bfloat16)
     out, grads = run("triton", *inputs, fused, recompute)
-    ref_out, ref_grads = run("torch", *inputs, fused)
-    exact_out, exact_grads = run("torch", *inputs, fused, upcast=True)
+    ref_out, ref_grads = run("reference", *inputs, fused)
+    exact_out, exact_grads = run("reference", *inputs, fused, upcast=True)
     assert out.dtype == ref_out.dtype == torch.bfloat16
     # the interpreter truncates fp32 -> bf16 where torch rounds to nearest: one bf16 ulp per cast
     sources, query, norm_weight, out_norm_weight = inputs
@@ -142,15 +149,15 @@ def test_recompute_saves_only_the_inputs():
 
 def test_dispatch(monkeypatch):
     sources, query, norm_weight, _ = make_inputs(3, 48, torch.float32)
-    reference = attn_res_naive(sources, query, norm_weight, 1e-6)
-    assert torch.equal(attn_res(sources, query, norm_weight, 1e-6, backend="auto"), reference)  # CPU: reference
+    torch_path = attn_res_lean(sources, query, norm_weight, 1e-6)
+    assert torch.equal(attn_res(sources, query, norm_weight, 1e-6, backend="auto"), torch_path)  # CPU: PyTorch path
     assert not mix_ops.use_triton("auto", sources[0]) and mix_ops.use_triton("triton", sources[0])
     with pytest.raises(ValueError, match="backend must be one of"):
         attn_res(sources, query, norm_weight, 1e-6, backend="cuda")
     monkeypatch.setattr(mix_ops, "TRITON_AVAILABLE", False)
     with pytest.raises(ImportError, match="needs the triton package"):
         attn_res(sources, query, norm_weight, 1e-6, backend="triton")
-    assert torch.equal(attn_res(sources, query, norm_weight, 1e-6, backend="auto"), reference)
+    assert torch.equal(attn_res(sources, query, norm_weight, 1e-6, backend="auto"), torch_path)
 
 
 def test_mismatched_sources_are_named():

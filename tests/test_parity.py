@@ -24,7 +24,8 @@ def test_matches_reference_loop_fp32(mode, block_size, layers):
         if want is None:  # a single source: weight exactly one
             assert got.shape[-1] == 1 and torch.all(got == 1)
         else:
-            torch.testing.assert_close(got, want.movedim(0, -1), rtol=1e-5, atol=1e-6)
+            # fp32 reassociation: the PyTorch path scores r * (v . w) where the pseudo-code sums (v * r) * w
+            torch.testing.assert_close(got, want.movedim(0, -1), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode,block_size,layers", [("block", 2, 5), ("full", 0, 5)])

@@ -19,7 +19,8 @@ import torch
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.pipeline import sources_before_layers
 from attnres.pipeline.data import synthetic_micro_batch
-from model_factory import tiny_model
+from model_factory import random_ids, tiny_model
+from remote_loading import load_in_clean_process, write_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("block", "full", "standard")
@@ -48,6 +49,7 @@ def pipeline_runs(tmp_path_factory):
     for mode in MODES:
         model_dir, out_dir = root / f"init-{mode}", root / f"run-{mode}"
         tiny_model(mode=mode, block_size=2, num_layers=5).save_pretrained(model_dir)
+        write_tokenizer(model_dir)  # the run's output carries the --model folder's tokenizer
         runs[mode] = (model_dir, out_dir)
         # full mode also checkpoints activations (DeepSpeed recomputes each decoder layer in backward)
         checkpointing = ["--activation-checkpoint-interval", "1"] if mode == "full" else []
@@ -110,3 +112,14 @@ def test_boundary_sends_exactly_the_needed_sources(pipeline_runs, mode):
     assert 0 < row["metadata_bytes"] <= 1024  # sent once: the boundary's shapes are fixed
     if mode == "block":
         assert layer % config.attn_res_block_size != 0, "the test wants a boundary inside a block (partial sum crosses)"
+
+
+def test_output_folder_loads_with_auto_classes_without_the_package(pipeline_runs, tmp_path):
+    """Like a save_pretrained folder: code files, auto_map and tokenizer, loaded where attnres is not installed."""
+    _, out_dir = pipeline_runs["block"]
+    ids = random_ids()
+    with torch.no_grad():
+        expected = KimiLinearAttnResForCausalLM.from_pretrained(out_dir / "model").eval()(ids).logits
+    result = load_in_clean_process(out_dir / "model", ids, tmp_path / "run", tmp_path / "hf", tokenizer=True)
+    torch.testing.assert_close(result["logits"], expected)
+    assert result["tokens"] == [5, 7, 9]

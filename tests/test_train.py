@@ -72,6 +72,27 @@ def test_final_model_and_tokenizer_load_with_auto_classes(reference):
     assert torch.isfinite(model(input_ids=ids).logits).all()
 
 
+def test_final_folder_records_tokens_and_data(reference, data):
+    from attnres.training.provenance import INFO_FILE, data_fingerprint
+
+    info = json.loads((reference / "final" / INFO_FILE).read_text())
+    global_batch = REFERENCE["micro_batch_size"] * REFERENCE["grad_accum"]
+    assert info["tokens_trained"] == REFERENCE["max_steps"] * global_batch * 32  # the tiny dataset's seq_len
+    assert info["data_fingerprint"] == data_fingerprint(data) and len(info["data_fingerprint"]) == 16
+
+
+def test_final_folder_loads_where_attnres_is_not_installed(reference, tmp_path):
+    from remote_loading import load_in_clean_process
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(reference / "final").eval()
+    ids = torch.randint(3, model.config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))
+    result = load_in_clean_process(reference / "final", ids, tmp_path / "run", tmp_path / "home", tokenizer=True)
+    with torch.no_grad():
+        torch.testing.assert_close(result["logits"], model(ids).logits)
+    assert result["tokens"] == AutoTokenizer.from_pretrained(reference / "final")("w5 w7 w9")["input_ids"]
+
+
 def test_resume_after_crash_is_exact(data, train, reference, tmp_path, monkeypatch):
     """Crash after step 3 (checkpoint at step 2), rerun the same command: it resumes and logs what the uninterrupted
     run logged, bit for bit, and ends with the same weights."""
@@ -166,6 +187,9 @@ def test_resume_with_other_settings_is_refused(data, train, reference, tmp_path)
     shutil.copytree(reference / "checkpoints", tmp_path / "checkpoints")
     with pytest.raises(ValueError, match="attn_res"):
         train(train_args(data, tmp_path, **dict(REFERENCE, attn_res="standard")))
+    short_name = tmp_path / "checkpoints" / "step-2"  # the folder is step-00000002: the alias reaches the same check
+    with pytest.raises(ValueError, match="step-00000002: checkpoint was made with other settings.*attn_res"):
+        train(train_args(data, tmp_path, **dict(REFERENCE, attn_res="standard", resume=short_name)))
 
 
 def test_command_line_error_is_one_line(tmp_path):

@@ -1,38 +1,16 @@
-"""All-or-nothing output folders: build in a hidden sibling, rename into place at the end."""
+"""All-or-nothing output folders (build in a hidden sibling, rename into place), with the conversion's error type."""
 from __future__ import annotations
 
-import os
-import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
+from ..atomic_io import move_into_place, temporary_folder  # noqa: F401  (re-exported)
+from ..safe_paths import UnsafeOutputError, check_output_folder
 from .errors import ConversionError
 
 
-def check_output(output: Path, force: bool) -> None:
-    if output.exists() and not force:
-        raise ConversionError(f"output {output} already exists (pass --force to replace it)")
-
-
-@contextmanager
-def temporary_folder(output: Path):
-    """A hidden sibling of `output` (same filesystem, so the final rename is atomic), removed on any failure."""
-    folder = output.parent / f".{output.name}.partial-{os.getpid()}"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+def check_output(output: Path, force: bool, inputs=(), flag: str = "output") -> Path:
+    """The resolved output folder, or a ConversionError: see `attnres.safe_paths.check_output_folder`."""
     try:
-        yield folder
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-
-
-def move_into_place(folder: Path, output: Path) -> None:
-    if not output.exists():
-        os.rename(folder, output)
-        return
-    # --force: the old output steps aside first, so at every moment one complete model sits at `output` or beside it
-    old = output.parent / f".{output.name}.replaced-{os.getpid()}"
-    os.rename(output, old)
-    os.rename(folder, output)
-    shutil.rmtree(old) if old.is_dir() else old.unlink()
+        return check_output_folder(output, inputs, force, flag)
+    except UnsafeOutputError as error:
+        raise ConversionError(str(error)) from None

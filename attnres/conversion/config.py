@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from huggingface_hub.errors import StrictDataclassError
+
 from ..configuration_attnres import KimiLinearAttnResConfig
+from ..checkpoint_files import CheckpointFileError, read_json_file
+from ..k3.config import check_k3_dict
+from ..k3.layout import k3_linear_attn_config
+from ..k3.mxfp4 import check_quantization_config
 from .errors import ConversionError
 
 MOONSHOT_MODEL_TYPE = "kimi_linear"
@@ -22,21 +28,27 @@ def read_config_dict(folder: Path) -> dict:
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise ConversionError(f"{path}: not found (a checkpoint folder needs its config.json)")
-    config = json.loads(path.read_text())
-    text = config.get("text_config", config)
+    try:
+        config = read_json_file(path, "model config")
+    except CheckpointFileError as error:
+        raise ConversionError(str(error)) from None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     for where in (config, text):
         if where.get("quantization_config"):
-            method = where["quantization_config"].get("quant_method", "?")
-            raise ConversionError(
-                f"{path}: field quantization_config (quant_method={method!r}) - quantized checkpoints are not "
-                "supported; expected float32/float16/bfloat16 weights (dequantize first)"
-            )
+            try:  # Kimi K3's MXFP4 experts are dequantized on the way; nothing else is
+                check_quantization_config(where["quantization_config"])
+            except ValueError as error:
+                raise ConversionError(f"{path}: field {error} (dequantize first)") from error
     return config
 
 
 def parse_config(config_dict: dict) -> KimiLinearAttnResConfig:
     """Either layout -> our config (K3's `text_config` is unwrapped by `KimiLinearAttnResConfig.from_dict`)."""
-    text = dict(config_dict.get("text_config", config_dict)) if "num_hidden_layers" not in config_dict else dict(config_dict)
+    try:
+        check_k3_dict(config_dict, KimiLinearAttnResConfig)  # the wrapper's own fields, before it is unwrapped
+        text = dict(KimiLinearAttnResConfig.text_config_dict(config_dict))
+    except ValueError as error:
+        raise ConversionError(f"config.json: {error}") from None
     text.pop("model_type", None)  # "kimi_linear" in Moonshot's file; the class knows its own
     if "mlp_layer_types" not in text and text.get("moe_layer_freq", 1) != 1:
         # Moonshot: a layer is MoE from `first_k_dense_replace` on, every `moe_layer_freq`-th layer
@@ -46,7 +58,7 @@ def parse_config(config_dict: dict) -> KimiLinearAttnResConfig:
         ]
     try:
         return KimiLinearAttnResConfig.from_dict(text)
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, StrictDataclassError) as error:
         raise ConversionError(f"config.json: {error}") from error
 
 
@@ -76,7 +88,7 @@ def moonshot_config_dict(config: KimiLinearAttnResConfig) -> dict:
         for field in ATTN_RES_FIELDS:
             config_dict.pop(field, None)
     config_dict.update(model_type=MOONSHOT_MODEL_TYPE, architectures=[MOONSHOT_ARCHITECTURE])
-    return config_dict
+    return k3_linear_attn_config(config_dict)
 
 
 def _first_k_dense(mlp_layer_types: list[str]) -> int:

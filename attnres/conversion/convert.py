@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..saved_model import RECORD_FILE, write_weights_record
+from ..remote_code import AUTO_MAP, write_code_files
 from .atomic import check_output, move_into_place, temporary_folder
 from .config import hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
 from .errors import ConversionError
@@ -18,7 +20,7 @@ from .writer import ShardedWriter
 
 DEFAULT_MAX_SHARD_SIZE = "5GB"
 # Model code of either layout does not describe the other; tokenizer files and code travel with the weights
-_NOT_COPIED = ("config.json", INDEX_NAME)
+_NOT_COPIED = ("config.json", INDEX_NAME, RECORD_FILE)
 _MODEL_CODE_PREFIXES = ("modeling_", "configuration_")
 
 
@@ -37,10 +39,9 @@ def convert_checkpoint(
 
     All checks run first; on any error nothing is written. The output appears all at once, by rename.
     """
-    input, output = Path(input).resolve(), Path(output).resolve()
-    if input == output or input in output.parents:
-        raise ConversionError(f"output {output} must not be the input folder or inside it")
-    check_output(output, force)
+    input = Path(input).resolve()
+    output = check_output(output, force, inputs=[input])
+    check_max_shard_size(max_shard_size)
     plan = plan_conversion(input, to=to, upcycle=upcycle, block_size=block_size)
     with temporary_folder(output) as folder:
         writer = ShardedWriter(folder, plan.target, max_shard_size)
@@ -49,12 +50,30 @@ def convert_checkpoint(
                 writer.add(name, tensor)
         writer.finish()
         config_dict = hf_config_dict(plan.target_config) if to == "hf" else moonshot_config_dict(plan.target_config)
+        if to == "hf":  # as a save_pretrained folder: loads with the Auto classes and trust_remote_code
+            config_dict["auto_map"] = dict(AUTO_MAP)
         write_config(config_dict, folder)
         _copy_side_files(input, folder, code_too=plan.source_layout == to)
+        write_weights_record(folder, plan.target_config)  # what these weights are, checked by from_pretrained
+        if to == "hf":
+            write_code_files(folder)  # ours, current: replaces any copied code
         if verify:
             verify_conversion(plan, folder, progress)
         move_into_place(folder, output)
     return plan
+
+
+def check_max_shard_size(max_shard_size: int | str) -> int:
+    """Bytes of --max-shard-size ("5GB", "500MB", an int), or a ConversionError naming the flag."""
+    from huggingface_hub.serialization._base import parse_size_to_int
+
+    try:
+        size = max_shard_size if isinstance(max_shard_size, int) else parse_size_to_int(max_shard_size)
+    except (ValueError, TypeError, AttributeError):
+        size = 0
+    if size <= 0:
+        raise ConversionError(f"--max-shard-size {max_shard_size!r}: expected a positive size such as 5GB or 500MB")
+    return size
 
 
 def convert_unit(plan: ConversionPlan, unit: Unit) -> dict[str, torch.Tensor]:

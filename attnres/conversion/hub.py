@@ -9,11 +9,13 @@ from huggingface_hub import HfApi, ModelCard, ModelCardData
 
 from .config import drop_moonshot_fields
 from .atomic import check_output, move_into_place, temporary_folder
+from ..checkpoint_files import CheckpointFileError, check_model_folder
 from .errors import ConversionError
 
 INSTALL_NOTE = (
-    "The model code (`modeling_attnres.py`, loaded with `trust_remote_code=True`) imports the `attnres` package: "
-    "install it first with `pip install attnres` (it brings transformers' Kimi Linear and the AttnRes kernels)."
+    "The model code ships in this repository (`modeling_attnres.py` and the modules beside it, loaded with "
+    "`trust_remote_code=True`) and needs only `torch` and `transformers>=5.23.0,<5.24`. With `triton` installed, "
+    "the fused AttnRes kernels run on CUDA tensors; elsewhere their PyTorch reference does."
 )
 
 
@@ -33,8 +35,14 @@ def build_hub_folder(
 
     from ..modeling_attnres import KimiLinearAttnResForCausalLM
 
-    output = Path(output).resolve()
-    check_output(output, force)
+    inputs = [p for p in (model_path, tokenizer, eval_results) if p is not None and Path(p).exists()]
+    output = check_output(output, force, inputs=inputs, flag="--output")
+    try:
+        check_model_folder(model_path, "--model")
+    except CheckpointFileError as error:
+        raise ConversionError(str(error)) from None
+    if repo_id is not None:
+        check_repo_id(repo_id)
     evaluation = read_eval_results(eval_results) if eval_results else None
     model = KimiLinearAttnResForCausalLM.from_pretrained(model_path)
     drop_moonshot_fields(model.config)
@@ -47,6 +55,18 @@ def build_hub_folder(
         card.save(folder / "README.md")
         move_into_place(folder, output)
     return output
+
+
+def check_repo_id(repo_id: str) -> None:
+    """huggingface_hub's own rule for repository ids, applied before any work (the upload would reject it last)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+        if repo_id.count("/") != 1:
+            raise HFValidationError("expected the form user/name or organization/name")
+    except HFValidationError as error:
+        raise ConversionError(f"--repo-id {repo_id!r} is not a valid Hub repository id: {error}") from None
 
 
 def model_card(model, title, training_data, datasets, evaluation, license) -> ModelCard:
@@ -93,20 +113,27 @@ def architecture_rows(model) -> list[tuple]:
 
 
 def read_eval_results(path: str | Path) -> list[tuple]:
-    """Rows (task, metric, value) from lm-eval's results JSON, or a plain {task: {metric: value}} / {task: value}."""
+    """Rows (task, metric, value) from eval/compare.py's report.json, lm-eval's results JSON, or a plain
+    {task: {metric: value}} / {task: value}."""
     path = Path(path)
     try:
         results = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ConversionError(f"--eval-results {path}: {error}") from error
-    results = results.get("results", results)
-    rows = []
-    for task, metrics in sorted(results.items()):
-        if not isinstance(metrics, dict):
-            metrics = {"score": metrics}
-        for metric, value in metrics.items():
-            if isinstance(value, (int, float)) and "stderr" not in metric:
-                rows.append((task, metric.split(",")[0], f"{value:.4g}"))
+    if isinstance(results, dict) and "tasks" in results and "models" in results:
+        from ..evaluation.card import report_rows
+
+        rows = report_rows(results)
+    else:
+        # lm-eval names metrics "metric,filter"; its other numbers (sample_len, ...) are counts, not metrics
+        lm_eval = isinstance(results, dict) and "results" in results
+        rows = []
+        for task, metrics in sorted(results.get("results", results).items()):
+            if not isinstance(metrics, dict):
+                metrics = {"score": metrics}
+            for metric, value in metrics.items():
+                if isinstance(value, (int, float)) and "stderr" not in metric and ("," in metric or not lm_eval):
+                    rows.append((task, metric.split(",")[0], f"{value:.4g}"))
     if not rows:
         raise ConversionError(f"--eval-results {path}: no numeric metrics found")
     return rows

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ..configuration_attnres import KimiLinearAttnResConfig
+from ..k3.source import K3SourceReader
 from .config import parse_config, read_config_dict
 from .errors import ConversionError
 from .mapping import convert_tensors
@@ -73,9 +74,11 @@ def plan_conversion(
     """Raise one ConversionError listing every problem (names, shapes, dtypes, config) or return the plan."""
     if to not in LAYOUTS:
         raise ConversionError(f"--to must be one of {LAYOUTS}, got {to!r}")
+    if block_size is not None and upcycle != "block":
+        raise ConversionError("--block-size applies with --upcycle block only (it sets the new block size)")
     input = Path(input)
     source_config = parse_config(read_config_dict(input))
-    reader = CheckpointReader(input)
+    reader = K3SourceReader(input, source_config)  # a Kimi Linear folder reads as plain; K3's MXFP4 experts dequantized
     source_layout = detect_layout(reader.tensors)
     target_config = upcycled_config(source_config, upcycle, block_size) if upcycle else source_config
     check_tensors(reader, expected_tensors(source_config, source_layout), source_layout)

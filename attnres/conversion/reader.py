@@ -1,17 +1,16 @@
 """Read a safetensors checkpoint folder lazily: names, shapes and dtypes from the headers, tensors on demand."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
+from ..checkpoint_files import INDEX_NAME, CheckpointFileError, weight_files
 from .errors import ConversionError
 from .mapping import LANGUAGE_MODEL_PREFIX, canonical_name
 
-INDEX_NAME = "model.safetensors.index.json"
 SUPPORTED_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 
@@ -46,14 +45,10 @@ class CheckpointReader:
     def _weight_files(self) -> list[str]:
         if not self.folder.is_dir():
             raise ConversionError(f"{self.folder}: not a folder")
-        index = self.folder / INDEX_NAME
-        if index.is_file():
-            weight_map = json.loads(index.read_text())["weight_map"]
-            missing = sorted({f for f in weight_map.values() if not (self.folder / f).is_file()})
-            if missing:
-                raise ConversionError(f"{index}: lists shard(s) {missing} that are not in the folder")
-            return sorted(set(weight_map.values()))
-        files = sorted(path.name for path in self.folder.glob("*.safetensors"))
+        try:
+            files = [path.name for path in weight_files(self.folder)]
+        except CheckpointFileError as error:
+            raise ConversionError(str(error)) from None
         if not files:
             other = sorted(p.name for p in self.folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".gguf"))
             hint = f" (found {other}: convert them to safetensors first)" if other else ""

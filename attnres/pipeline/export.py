@@ -3,11 +3,15 @@
 Every stage writes only its own tensors (nothing is gathered on one rank), in the checkpoint format `save_pretrained`
 writes (transformers' `revert_weight_conversion` on the stage's tensors: a stage holds whole layers, so every conversion
 finds all its inputs); rank 0 then writes the index and the config.
-The result loads with `KimiLinearAttnResForCausalLM.from_pretrained(folder)` like any sharded checkpoint. Each file is
-written to a temporary name and renamed, so an interrupted save never leaves a half-written file under a final name.
+The result loads with `KimiLinearAttnResForCausalLM.from_pretrained(folder)` like any sharded checkpoint, and, as a
+`save_pretrained` folder does, with the Auto classes and `trust_remote_code=True` (the code files, `auto_map`, the
+tokenizer when there is one). Each file is written to a temporary name and renamed, so an interrupted save never
+leaves a half-written file under a final name.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import torch.distributed as dist
@@ -17,6 +21,8 @@ from transformers.core_model_loading import revert_weight_conversion
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
 from ..atomic_io import atomic_write, write_json_atomic
+from ..saved_model import write_weights_record
+from ..remote_code import mark_remote_code, write_code_files
 from .stages import local_model_state_dict, meta_model
 
 
@@ -24,9 +30,18 @@ def shard_name(stage: int, num_stages: int) -> str:
     return f"model-{stage + 1:05d}-of-{num_stages:05d}.safetensors"
 
 
+def save_tokenizer(tokenizer, folder: Path) -> None:
+    """`tokenizer.save_pretrained` into a temporary sibling, then each file renamed into `folder`."""
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".tokenizer-") as tmp:
+        for path in tokenizer.save_pretrained(tmp):
+            if Path(path).is_file():
+                os.replace(path, folder / Path(path).name)
+
+
 def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_stages: int,
-                             is_data_rank0: bool) -> None:
-    """Collective over the pipeline: call on every rank. Only data-parallel replica 0 of each stage writes."""
+                             is_data_rank0: bool, tokenizer=None) -> None:
+    """Collective over the pipeline: call on every rank. Only data-parallel replica 0 of each stage writes.
+    `tokenizer`: saved beside the weights (the folder then loads with AutoTokenizer too)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {name: t.detach().to("cpu") for name, t in local_model_state_dict(pipe).items()}
@@ -44,8 +59,14 @@ def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_s
         index = {"metadata": {"total_size": sum(part["bytes"] for part in parts)},
                  "weight_map": dict(sorted(weight_map.items()))}
         write_json_atomic(folder / SAFE_WEIGHTS_INDEX_NAME, index)
+        write_code_files(folder)
+        if tokenizer is not None:
+            save_tokenizer(tokenizer, folder)
+        mark_remote_code(config)
         atomic_write(folder / "config.json", lambda p: config.to_json_file(p))
     dist.barrier()
+    if dist.get_rank() == 0:  # every shard is on disk now: record what the weights are (checked by from_pretrained)
+        write_weights_record(folder, config)
 
 
 __all__ = ["save_pipeline_checkpoint", "shard_name"]

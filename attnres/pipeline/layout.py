@@ -34,8 +34,8 @@ def mix_point_sources(config: KimiLinearAttnResConfig, layer_idx: int) -> dict[s
 
 
 def single_source_mix_params(config: KimiLinearAttnResConfig, layer_idx: int) -> list[str]:
-    """Names (relative to the layer) of mix parameters that never get a gradient: a mix over one source is skipped
-    (softmax over one source is exactly 1), so its norm and pseudo-query are unused. Layer 0's attention point in
+    """Names (relative to the layer) of mix parameters whose gradient is exactly zero: a mix over one source is the
+    identity (softmax over one source is exactly 1), so its norm and pseudo-query have no effect. Layer 0's attention point in
     block and full mode is the only case."""
     if config.attn_res_mode == "standard":
         return []

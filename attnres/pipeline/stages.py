@@ -98,8 +98,8 @@ class DecoderLayerPipe(PipeLayer):
         self.layer_idx = layer_idx
         self.model_prefixes = {"layer.": f"model.layers.{layer_idx}."}
         self.load_from({"layer.": skeleton.model.layers[layer_idx]}, weights)
-        # A mix over a single source is skipped by the model: its parameters can get no gradient. Freeze them, so
-        # ZeRO's flat gradient buffers do not treat them as zero gradients (weight decay would then move them)
+        # A mix over a single source is the identity: its parameters' gradient is exactly zero. Freeze them, so the
+        # pipeline's AdamW (weight decay on every parameter) does not move tensors that have no effect
         for name in single_source_mix_params(self.config, layer_idx):
             self.layer.get_parameter(name).requires_grad_(False)
 

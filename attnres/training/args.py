@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from pathlib import Path
 
 from ..configuration_attnres import ATTN_RES_MODES
+from .checkpoint import resolve_checkpoint
+from .init_from import check_init_from
 from .models import PRESETS
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -23,8 +26,12 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--attn-res", choices=ATTN_RES_MODES, default=None,
                    help="residual: standard (baseline), block or full AttnRes (default: block, or the --config's mode)")
     g.add_argument("--block-size", type=int, default=None, help="decoder layers per block in block mode (default: the preset's)")
-    g.add_argument("--model-size", choices=list(PRESETS), default="small", help="size preset (default small)")
+    g.add_argument("--model-size", choices=list(PRESETS), default=None, help="size preset (default small)")
     g.add_argument("--config", type=Path, default=None, help="model config JSON (replaces --model-size)")
+    g.add_argument("--init-from", type=Path, default=None, metavar="DIR",
+                   help="fine-tune: model and tokenizer from DIR (anything from_pretrained reads: final/, Moonshot's "
+                        "layout, an upcycled Kimi Linear), fresh optimizer and schedule; its AttnRes mode is kept "
+                        "unless --attn-res/--block-size change it (not with --config/--model-size)")
     g.add_argument("--seq-len", type=int, default=None, help="train on the first N tokens of each sequence (default: all)")
     g = p.add_argument_group("optimization")
     g.add_argument("--max-steps", type=int, default=2000, help="optimizer steps (default 2000)")
@@ -41,6 +48,9 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
                    help="auto: bf16 on a GPU that supports it, fp32 elsewhere (default auto)")
     g.add_argument("--gradient-checkpointing", action="store_true", help="recompute layer activations in backward")
     g.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
+    g.add_argument("--max-nonfinite-steps", type=int, default=3,
+                   help="a step with a NaN/inf loss or gradient norm makes no update and is logged; this many in a row "
+                        "stop the run with exit code 3 and no final model (default 3)")
     g = p.add_argument_group("parallelism")
     g.add_argument("--deepspeed", type=Path, default=None,
                    help="DeepSpeed JSON config (configs/deepspeed/zero*.json); launch with torchrun or deepspeed")
@@ -50,7 +60,8 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--output-dir", type=Path, default=None, help="run folder (default runs/<model-size>-<attn-res>)")
     g.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps, 0 = only at the end (default 500)")
     g.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept (default 2)")
-    g.add_argument("--resume", default="auto", help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder")
+    g.add_argument("--resume", default="auto", help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder "
+                   "(checkpoints/step-00000100; checkpoints/step-100 also works)")
     g.add_argument("--log-every", type=int, default=10, help="log train loss every N steps (default 10)")
     g.add_argument("--eval-every", type=int, default=200, help="validation loss every N steps, 0 = off (default 200)")
     g.add_argument("--eval-batches", type=int, default=10, help="validation global batches per eval (default 10)")
@@ -79,9 +90,20 @@ def load_deepspeed_config(path: Path) -> dict:
     return config
 
 
+def check_finite_flags(args) -> None:
+    """argparse's float() accepts 'nan' and 'inf': no flag of ours means either (a NaN learning rate trains NaNs)."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+
+
 def check_args(args, meta: dict, world: int) -> None:
     """Raise ValueError naming the flag for settings that cannot work; `meta` is the prepared dataset's meta.json."""
-    positive = ("max_steps", "micro_batch_size", "grad_accum", "log_every", "keep_checkpoints", "eval_batches")
+    check_finite_flags(args)
+    if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
+        raise ValueError(f"--output-dir {args.output_dir} is a file, not a folder")
+    positive = ("max_steps", "micro_batch_size", "grad_accum", "log_every", "keep_checkpoints", "eval_batches",
+                "max_nonfinite_steps")
     for name in positive:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -97,12 +119,13 @@ def check_args(args, meta: dict, world: int) -> None:
         raise ValueError(f"--min-lr-ratio must be in [0, 1], got {args.min_lr_ratio}")
     if args.block_size is not None and args.block_size < 1:
         raise ValueError(f"--block-size must be >= 1, got {args.block_size}")
+    check_init_from(args)
     if args.config is not None and not args.config.is_file():
         raise ValueError(f"--config {args.config}: file not found")
     if args.seq_len is not None and not 2 <= args.seq_len <= meta["seq_len"]:
         raise ValueError(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), got {args.seq_len}")
-    if args.resume not in ("auto", "never") and not Path(args.resume).is_dir():
-        raise ValueError(f"--resume {args.resume}: no such checkpoint folder")
+    if args.resume not in ("auto", "never"):
+        args.resume = str(resolve_checkpoint(args.resume))  # also accepts checkpoints/step-100 for step-00000100
     global_batch = args.micro_batch_size * args.grad_accum * world
     n_train, n_val = meta["num_sequences"]["train"], meta["num_sequences"]["validation"]
     if global_batch > n_train:

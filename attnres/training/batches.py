@@ -34,8 +34,10 @@ def load_prepared(data_dir: Path):
     from transformers import AutoTokenizer
 
     splits = load_from_disk(str(Path(data_dir) / DATASET_DIR)).with_format("torch")
+    from .tokenizer import with_pad_token
+
     tokenizer = AutoTokenizer.from_pretrained(str(Path(data_dir) / TOKENIZER_DIR))
-    return splits["train"], splits["validation"], tokenizer
+    return splits["train"], splits["validation"], with_pad_token(tokenizer)  # data prepared before pad = EOS
 
 
 @dataclass(frozen=True)
@@ -63,3 +65,26 @@ class BatchPlan:
     def _permutation(self, epoch: int) -> torch.Tensor:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return torch.randperm(self.num_sequences, generator=generator)
+
+
+def batch_tensors(split, indices, seq_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, labels) of the rows `indices`, cut to `seq_len`. Labels are the inputs (the model shifts them), with
+    -100 where instruction data's `loss_mask` is 0 (prompts: only assistant tokens are learned)."""
+    rows = split[indices]
+    ids = rows["input_ids"][:, :seq_len].to(device)
+    if "loss_mask" not in rows:
+        return ids, ids
+    return ids, ids.masked_fill(rows["loss_mask"][:, :seq_len].to(device) == 0, -100)
+
+
+def loss_normalizer(batches: list[tuple[torch.Tensor, torch.Tensor]], engine, grad_accum: int) -> dict:
+    """Forward kwargs for a step's micro-batches (`batches`: their (input_ids, labels)). With a loss mask, micro-batches
+    hold different numbers of target tokens: each one's summed loss is divided by its share of the step's global
+    count (transformers' `num_items_in_batch`), so after the accumulation and data-parallel averages a step's loss and
+    gradient are the token mean over the whole global batch, whatever the process count and accumulation. Without a
+    mask every micro-batch has the same count: {} (the plain mean)."""
+    if all(labels is ids for ids, labels in batches):
+        return {}
+    local = sum(int((labels[:, 1:] != -100).sum()) for _, labels in batches)  # the model predicts labels[:, 1:]
+    share = engine.mean_tensor(torch.tensor(float(local))) / grad_accum
+    return {"num_items_in_batch": torch.where(share > 0, share, torch.ones_like(share))}

@@ -24,6 +24,22 @@ def checkpoint_dir(root: Path, step: int) -> Path:
     return Path(root) / f"step-{step:08d}"
 
 
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A `--resume` folder: as given, or `step-N` naming the zero-padded `step-0000000N` beside it (`checkpoints/step-100`
+    finds `checkpoints/step-00000100`). Raises ValueError naming the path when neither is a complete checkpoint."""
+    path = Path(path)
+    match = STEP_DIR.match(path.name)
+    candidates = [path] + ([checkpoint_dir(path.parent, int(match.group(1)))] if match else [])
+    for folder in candidates:
+        if (folder / STATE_FILE).is_file():
+            return folder
+    existing = [d.name for d in complete_checkpoints(path.parent)]
+    hint = f"; checkpoints there: {', '.join(existing)}" if existing else ""
+    if path.is_dir():
+        raise ValueError(f"--resume {path}: not a checkpoint (no {STATE_FILE}){hint}")
+    raise ValueError(f"--resume {path}: no such checkpoint folder{hint}")
+
+
 def complete_checkpoints(root: Path) -> list[Path]:
     """Finished checkpoints under `root`, oldest first."""
     root = Path(root)

@@ -13,6 +13,10 @@ from pathlib import Path
 
 import torch
 
+from .nonfinite import is_finite, skip_nonfinite_steps
+
+# The scheduler's state (a plain dict of numbers), saved by torch.save and read back with weights_only=True
+SCHEDULER_FILE = "lr_scheduler.pt"
 
 def wants_bf16(mixed_precision: str) -> bool:
     if mixed_precision == "auto":
@@ -24,19 +28,17 @@ class AccelerateEngine:
     """accelerate's Accelerator: single process, or DDP under `accelerate launch --multi_gpu` (gloo on CPU)."""
 
     def __init__(self, model, optimizer, scheduler, args):
-        from accelerate import Accelerator, DistributedDataParallelKwargs
+        from accelerate import Accelerator
 
-        # Layer 0's first mix point has one source and skips its parameters: DDP must not wait for their gradients
-        ddp = DistributedDataParallelKwargs(find_unused_parameters=model.config.attn_res_mode != "standard")
+        # plain DDP: every parameter takes part in the graph (layer 0's one-source mix gets an exactly-zero gradient)
         self.accelerator = Accelerator(
             cpu=not torch.cuda.is_available(),
             mixed_precision="bf16" if wants_bf16(args.mixed_precision) else "no",
-            kwargs_handlers=[ddp],
         )
-        # The scheduler is not `prepare`d: accelerate would step it once per process; it is checkpointed all the same
+        # The scheduler is not `prepare`d: accelerate would step it once per process. Nor is it registered for
+        # accelerate's checkpointing, which unpickles custom state with weights_only=False: see save/load
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.scheduler = scheduler
-        self.accelerator.register_for_checkpointing(scheduler)
         self.grad_accum, self.grad_clip = args.grad_accum, args.grad_clip
 
     device = property(lambda self: self.accelerator.device)
@@ -45,8 +47,9 @@ class AccelerateEngine:
     is_main = property(lambda self: self.accelerator.is_main_process)
     module = property(lambda self: self.accelerator.unwrap_model(self.model))
 
-    def forward(self, input_ids, **kwargs):
-        return self.model(input_ids=input_ids, labels=input_ids, use_cache=False, **kwargs)
+    def forward(self, input_ids, labels=None, **kwargs):
+        labels = input_ids if labels is None else labels
+        return self.model(input_ids=input_ids, labels=labels, use_cache=False, **kwargs)
 
     def micro_batch(self, is_last_micro_step: bool):
         """Context for one micro-batch's forward + backward: DDP all-reduces gradients only on the last one (its
@@ -56,15 +59,18 @@ class AccelerateEngine:
     def backward(self, loss, is_last_micro_step: bool) -> None:
         self.accelerator.backward(loss / self.grad_accum)
 
-    def optimizer_step(self) -> float:
+    def optimizer_step(self, loss_finite: bool = True) -> tuple[float, bool]:
+        """(gradient norm, whether the update was made): none when the loss or the norm is non-finite."""
         if self.grad_clip > 0:
             norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         else:
             norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in self.model.parameters() if p.grad is not None]))
-        self.optimizer.step()
-        self.scheduler.step()
+        applied = loss_finite and is_finite(norm)  # the norm is global (DDP reduced the gradients): ranks agree
+        if applied:
+            self.optimizer.step()
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return float(norm), applied
 
     def full_grad(self, param):
         return param.grad
@@ -90,9 +96,20 @@ class AccelerateEngine:
 
     def save(self, folder: Path) -> None:
         self.accelerator.save_state(str(folder))
+        if self.is_main:
+            torch.save(self.scheduler.state_dict(), Path(folder) / SCHEDULER_FILE)
 
     def load(self, folder: Path) -> None:
-        self.accelerator.load_state(str(folder))
+        from .args import SetupError
+        from .resume_files import check_accelerate_checkpoint, load_weights_only
+
+        check_accelerate_checkpoint(folder, self.rank)
+        try:  # accelerate reads torch files with weights_only=True: a planted object fails here, it never runs
+            self.accelerator.load_state(str(folder))
+        except Exception as error:  # noqa: BLE001  one message naming the checkpoint, not a traceback
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise SetupError(f"--resume {folder}: the checkpoint cannot be loaded ({first})") from None
+        self.scheduler.load_state_dict(load_weights_only(Path(folder) / SCHEDULER_FILE))
 
     def save_model(self, folder: Path) -> None:
         state = self.accelerator.get_state_dict(self.model)
@@ -114,10 +131,13 @@ class DeepSpeedEngine:
             os.environ.setdefault("MASTER_PORT", "29500")
         deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", auto_mpi_discovery=False)
         self.config = resolve_deepspeed_config(json.loads(Path(args.deepspeed).read_text()), args, world)
+        self.zero_stage = self.config.get("zero_optimization", {}).get("stage", 0)
+        # ZeRO and DeepSpeed's bf16 optimizer skip a non-finite gradient norm themselves; a plain fp32 one is guarded
+        plain = self.zero_stage == 0 and not self.config["bf16"]["enabled"]
+        self.client_optimizer = skip_nonfinite_steps(optimizer, check_grads=plain)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.config
         )
-        self.zero_stage = self.config.get("zero_optimization", {}).get("stage", 0)
 
     device = property(lambda self: self.engine.device)
     rank = property(lambda self: torch.distributed.get_rank())
@@ -125,8 +145,9 @@ class DeepSpeedEngine:
     is_main = property(lambda self: torch.distributed.get_rank() == 0)
     module = property(lambda self: self.engine.module)
 
-    def forward(self, input_ids, **kwargs):
-        return self.engine(input_ids=input_ids, labels=input_ids, use_cache=False, **kwargs)
+    def forward(self, input_ids, labels=None, **kwargs):
+        labels = input_ids if labels is None else labels
+        return self.engine(input_ids=input_ids, labels=labels, use_cache=False, **kwargs)
 
     def micro_batch(self, is_last_micro_step: bool):
         return contextlib.nullcontext()  # DeepSpeed reduces at the accumulation boundary by itself
@@ -136,10 +157,14 @@ class DeepSpeedEngine:
         if not is_last_micro_step:
             self.engine.step()  # only counts the micro-step: the update happens at the accumulation boundary
 
-    def optimizer_step(self) -> float:
+    def optimizer_step(self, loss_finite: bool = True) -> tuple[float, bool]:
+        """(gradient norm, whether the update was made). DeepSpeed skips a non-finite norm by itself (ZeRO, bf16) or
+        through `skip_nonfinite_steps` (a plain fp32 optimizer); a non-finite loss is skipped through the latter."""
+        self.client_optimizer.skip_requested = not loss_finite
         self.engine.step()
-        norm = self.engine.get_global_grad_norm()
-        return float(norm) if norm is not None else float("nan")
+        self.client_optimizer.skip_requested = False
+        norm = self.engine.get_global_grad_norm()  # None where DeepSpeed does not measure it (a plain optimizer)
+        return (float(norm) if norm is not None else None), self.engine.was_step_applied() and loss_finite
 
     @contextlib.contextmanager
     def evaluation(self):
@@ -179,10 +204,16 @@ class DeepSpeedEngine:
         torch.save(rng_state(), Path(folder) / f"rng_state_{self.rank}.pt")
 
     def load(self, folder: Path) -> None:
+        from .resume_files import load_weights_only, read_deepspeed_weights_only
+
+        load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt")  # a damaged file fails before any state changes
+        read_deepspeed_weights_only(self.engine.checkpoint_engine)  # never unpickle objects from the checkpoint
         path, _ = self.engine.load_checkpoint(str(folder), tag=self.TAG)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {self.TAG!r}) in {folder}")
-        set_rng_state(torch.load(Path(folder) / f"rng_state_{self.rank}.pt", weights_only=False))
+        from .resume_files import load_weights_only
+
+        set_rng_state(load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt"))
 
     def save_model(self, folder: Path) -> None:
         import deepspeed

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from huggingface_hub.errors import StrictDataclassError
+
 from ..configuration_attnres import KimiLinearAttnResConfig
 from ..tiny import tiny_config
 
@@ -30,7 +32,7 @@ def build_config(model_size: str, config_file: Path | None, attn_res: str | None
     if config_file is not None:
         try:
             fields = KimiLinearAttnResConfig.from_json_file(str(config_file)).to_dict()
-        except (OSError, ValueError, TypeError) as error:
+        except (OSError, ValueError, TypeError, StrictDataclassError) as error:
             raise ValueError(f"--config {config_file}: {error}") from error
         mode = attn_res or fields.get("attn_res_mode") or "block"
         size = block_size if block_size is not None else fields.get("attn_res_block_size") or 0
@@ -51,5 +53,5 @@ def build_config(model_size: str, config_file: Path | None, attn_res: str | None
 def _checked(make, origin: str) -> KimiLinearAttnResConfig:
     try:
         return make()
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, StrictDataclassError) as error:
         raise ValueError(f"{origin}: invalid model config: {error}") from error

@@ -50,9 +50,61 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
         for i, w in enumerate(weights):
             grid[i, : len(w)] = w
         image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1)
-        ax.set(title=f"Depth weights: {name} ({r['mode']})", xlabel="source (0 = embedding)", ylabel="mix point (2 per layer, last = output)")
+        later = "block k's sum; last: the running partial sum" if r["mode"] == "block" else "k-th sub-layer output"
+        ax.set(title=f"Depth weights: {name} ({r['mode']})", xlabel=f"source (0: embedding, k: {later})",
+               ylabel="sub-layer (mix point)")
+        ax.set_yticks(range(len(weights)), sublayer_names(len(weights)), fontsize=6 if len(weights) > 12 else 8)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
+    return _save(fig, out)
+
+
+def sublayer_names(points: int) -> list[str]:
+    """Mix points in order: layer 1 attention, layer 1 MLP, ..., the output mix (before the final norm); 1-based as
+    the per-layer panels."""
+    return [f"L{i // 2 + 1} {'attn' if i % 2 == 0 else 'mlp'}" for i in range(points - 1)] + ["output"]
+
+
+def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20) -> Path:
+    """Training loss (moving average over `window` logged records, raw in light) and validation loss of each run, from
+    its metrics.jsonl: the same axes, so a matched pair reads at a glance. Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (train_ax, val_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, run_dir in enumerate(run_dirs):
+        records = read_jsonl(Path(run_dir) / "metrics.jsonl")
+        name = Path(run_dir).name
+        train = [(r["step"], r["train/loss"]) for r in records if "train/loss" in r]
+        val = [(r["step"], r["val/loss"]) for r in records if "val/loss" in r]
+        if train:
+            steps, losses = map(np.asarray, zip(*train))
+            train_ax.plot(steps, losses, color=f"C{i}", alpha=0.25, lw=0.8)
+            k = max(1, min(window, len(losses) // 20))
+            sums = np.concatenate([[0.0], np.cumsum(losses)])
+            starts = np.maximum(np.arange(1, len(losses) + 1) - k, 0)  # trailing mean, shorter at the start
+            smooth = (sums[1:] - sums[starts]) / (np.arange(1, len(losses) + 1) - starts)
+            train_ax.plot(steps, smooth, color=f"C{i}", label=f"{name} (trailing mean of {k})")
+        if val:
+            val_ax.plot(*zip(*val), color=f"C{i}", marker="o", label=name)
+            val_ax.annotate(f"{val[-1][1]:.3f}", val[-1], textcoords="offset points", xytext=(4, 4 - 12 * i),
+                            color=f"C{i}", fontsize=8)
+    train_ax.set(title="Training loss", xlabel="step", ylabel="loss (nats/token)")
+    val_ax.set(title="Validation loss", xlabel="step", ylabel="loss (nats/token)")
+    for ax in (train_ax, val_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def _save(fig, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.stem + ".tmp.png")

@@ -18,7 +18,7 @@ def gpt2_from_files(vocab_json: Path, merges_txt: Path) -> PreTrainedTokenizerFa
     from tokenizers.models import BPE
 
     vocab, merges = BPE.read_file(str(vocab_json), str(merges_txt))
-    return GPT2Tokenizer(vocab=vocab, merges=merges, eos_token=EOS, bos_token=EOS, unk_token=EOS)
+    return GPT2Tokenizer(vocab=vocab, merges=merges, eos_token=EOS, bos_token=EOS, unk_token=EOS, pad_token=EOS)
 
 
 def gpt2_tokenizer(cache_dir: Path = DEFAULT_CACHE) -> PreTrainedTokenizerFast:
@@ -43,4 +43,13 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
         vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS, pad_token=EOS)
+
+
+def with_pad_token(tokenizer):
+    """Pad = EOS when the tokenizer has no pad token: the causal-LM convention (GPT-2, Llama fine-tunes), so batched
+    `pipeline("text-generation")` and left-padded `generate` work. Harmless: padded positions are masked out of
+    attention and loss, and the embedding has no padding row, so EOS keeps its trained vector."""
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

@@ -5,6 +5,7 @@ import importlib.util
 
 import torch
 
+from .lean import attn_res_lean
 from .naive import attn_res_naive, rms_norm_naive
 
 BACKENDS = ("auto", "torch", "triton")
@@ -33,7 +34,8 @@ def attn_res(
 ):
     """Mix `sources` by softmax attention over depth (see `naive.attn_res_naive` for the exact semantics).
 
-    `backend`: "torch" (the reference), "triton" (fused kernels), or "auto" (Triton on CUDA, the reference elsewhere).
+    `backend`: "torch" (`lean.attn_res_lean`: plain PyTorch that saves no stacked copy), "triton" (fused kernels), or
+    "auto" (Triton on CUDA, the PyTorch path elsewhere). `naive.attn_res_naive` stays the reference both are tested on.
     `out_norm_weight`/`out_norm_eps`: also apply the RMSNorm that follows the mix and return `norm(mix)` (fused into the
     kernel on Triton). `recompute`: Triton keeps no forward statistics and re-reads the sources in the backward.
     """
@@ -45,12 +47,12 @@ def attn_res(
             sources, query, norm_weight, eps, return_weights=return_weights,
             out_norm_weight=out_norm_weight, out_norm_eps=out_norm_eps, recompute=recompute,
         )
-    result = attn_res_naive(sources, query, norm_weight, eps, return_weights=return_weights)
-    if out_norm_weight is None:
-        return result
-    if return_weights:
-        return rms_norm_naive(result[0], out_norm_weight, out_norm_eps), result[1]
-    return rms_norm_naive(result, out_norm_weight, out_norm_eps)
+    return attn_res_lean(
+        sources, query, norm_weight, eps, return_weights=return_weights,
+        out_norm_weight=out_norm_weight, out_norm_eps=out_norm_eps,
+    )
 
 
-__all__ = ["attn_res", "attn_res_naive", "rms_norm_naive", "use_triton", "BACKENDS", "TRITON_AVAILABLE"]
+__all__ = [
+    "attn_res", "attn_res_lean", "attn_res_naive", "rms_norm_naive", "use_triton", "BACKENDS", "TRITON_AVAILABLE",
+]

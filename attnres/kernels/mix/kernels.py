@@ -8,8 +8,13 @@ and run an online softmax over j (exact: the same max/sum-exp rescaling as flash
 """
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+# Imported only where triton is installed (`attn_res` picks the backend). The try block is how transformers'
+# remote-code loader learns that triton is optional for a saved folder (remote_code.py)
+try:
+    import triton
+    import triton.language as tl
+except ImportError as error:
+    raise ImportError('the Triton kernels need triton: pip install "attnres[triton]"') from error
 
 
 @triton.jit

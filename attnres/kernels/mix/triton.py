@@ -7,14 +7,31 @@ gradient of both. Saved for the backward: the mix (model dtype) and one fp32 log
 """
 from __future__ import annotations
 
+import hashlib
 import os
 
 import torch
-import triton
-import triton.language as tl
+# Imported only where triton is installed (`attn_res` picks the backend). The try block is how transformers'
+# remote-code loader learns that triton is optional for a saved folder (remote_code.py)
+try:
+    import triton
+    import triton.language as tl
+except ImportError as error:
+    raise ImportError('the Triton kernels need triton: pip install "attnres[triton]"') from error
 
 from .kernels import mix_bwd_kernel, mix_fwd_kernel
 
+
+def op_namespace(module_name: str) -> str:
+    """The `torch.library` namespace of our custom ops: `attnres` in the package. A saved model folder's copy of
+    this module (loaded as transformers remote code, maybe beside the package or another folder's copy) takes one of
+    its own: torch silently re-binds a registered name to the latest definition, for every caller."""
+    if module_name.startswith("attnres."):
+        return "attnres"
+    return "attnres_" + hashlib.sha1(module_name.encode()).hexdigest()[:12]
+
+
+OPS = op_namespace(__name__)
 TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
@@ -130,7 +147,7 @@ def mix_forward(
 # ---- custom ops: opaque to torch.compile (one graph), with a fake (meta) implementation and autograd ----
 
 
-@torch.library.custom_op("attnres::mix_fwd", mutates_args=())
+@torch.library.custom_op(f"{OPS}::mix_fwd", mutates_args=())
 def mix_fwd_op(
     sources: list[torch.Tensor],
     query: torch.Tensor,
@@ -175,7 +192,7 @@ def _(sources, query, norm_weight, eps, norm2_weight, eps2, save_lse, store_scor
     )
 
 
-@torch.library.custom_op("attnres::mix_bwd", mutates_args=())
+@torch.library.custom_op(f"{OPS}::mix_bwd", mutates_args=())
 def mix_bwd_op(
     sources: list[torch.Tensor],
     query: torch.Tensor,

@@ -2,16 +2,21 @@
 from __future__ import annotations
 
 from ..mix import rms_norm_naive, use_triton
+from .lean import DepthBank, phase1_lean
 from .naive import phase1_naive, phase2_naive
 
 
 def phase1(bank, queries, norm_weights, eps, backend="auto"):
-    """All Q queries ([Q, d]) of a block against the bank. Returns (bank-only mix fp32 [Q, ..., d], lse [Q, ...])."""
+    """All Q queries ([Q, d]) of a block against the bank. Returns (bank-only mix fp32 [Q, ..., d], lse [Q, ...]).
+
+    `bank`: the sources, or (PyTorch path) a `DepthBank` already holding them."""
+    if isinstance(bank, DepthBank):
+        return bank.phase1(queries, norm_weights)
     if use_triton(backend, bank[0]):
         from .triton import phase1_triton
 
         return phase1_triton(list(bank), queries, norm_weights, float(eps))
-    return phase1_naive(bank, queries, norm_weights, eps)
+    return phase1_lean(bank, queries, norm_weights, eps)
 
 
 def phase2(bank_out, bank_lse, partial, query, norm_weight, eps, dtype, backend="auto", out_norm=None):
@@ -25,4 +30,4 @@ def phase2(bank_out, bank_lse, partial, query, norm_weight, eps, dtype, backend=
     return mixed if out_norm is None else rms_norm_naive(mixed, *out_norm)
 
 
-__all__ = ["phase1", "phase2", "phase1_naive", "phase2_naive"]
+__all__ = ["phase1", "phase2", "phase1_naive", "phase2_naive", "phase1_lean", "DepthBank"]

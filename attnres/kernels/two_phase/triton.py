@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from ..mix.triton import mix_forward
+from ..mix.triton import OPS, mix_forward
 
 
-@torch.library.custom_op("attnres::two_phase_bank", mutates_args=())
+@torch.library.custom_op(f"{OPS}::two_phase_bank", mutates_args=())
 def phase1_triton(
     bank: list[torch.Tensor], queries: torch.Tensor, norm_weights: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -27,7 +27,7 @@ def _(bank, queries, norm_weights, eps):
     return bank[0].new_empty(shape, dtype=torch.float32), bank[0].new_empty(shape[:-1], dtype=torch.float32)
 
 
-@torch.library.custom_op("attnres::two_phase_merge", mutates_args=())
+@torch.library.custom_op(f"{OPS}::two_phase_merge", mutates_args=())
 def phase2_merge(
     bank_out: torch.Tensor,
     bank_lse: torch.Tensor,

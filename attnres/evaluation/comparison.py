@@ -1,0 +1,195 @@
+"""Evaluate two or more models on the same tasks and settings, then report metrics, deltas and paired tests.
+
+    from attnres.evaluation import compare
+    report = compare(["runs/small-standard/final", "runs/small-block/final"], tasks=["heldout", "attnres_mmlu_bpb"],
+                     out_dir="outputs/eval", data_dir="data/packed", limit=50)
+
+The first model is the reference: every other model is compared with it, item by item. Tasks are lm-eval task names
+(ours from eval/tasks, rendered into <eval_data>/tasks by eval/prepare_eval_data.py, or any lm-eval task the
+installation can load) plus "heldout": loss and bits per byte on the training corpus's validation split (`data_dir`).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..training.provenance import data_fingerprint
+from .data import DEFAULT_EVAL_DATA, PREPARED_FILE, read_prepared
+from .provenance import check_model_dir, describe_model
+from .code_exec import ALLOW_ENV
+from .runner import (HELDOUT, evaluate_task, file_stamp, is_main_process, model_stamp, run_heldout,
+                     run_lm_eval_task)
+from .tasks import CODE_TASKS, TASKS, TASKS_DIR
+
+DEFAULT_MAX_LENGTH = 2048  # KimiLinear's config reports 1,048,576 positions; lm-eval would use that as the window
+
+
+class CompareError(ValueError):
+    """Bad input found before any evaluation starts (the CLI prints its message alone)."""
+
+
+def default_tasks(eval_data: Path, data_dir: Path | None) -> list[str]:
+    """Every prepared task that needs no generation (fast, informative at small scale), plus held-out if data given."""
+    prepared = read_prepared(eval_data, missing_ok=True)
+    ready = [t for t, (bench, generates) in TASKS.items() if not generates and "rows" in prepared.get(bench, {})]
+    return ([HELDOUT] if data_dir is not None else []) + ready
+
+
+def model_labels(model_dirs: list[Path], labels: list[str] | None) -> list[str]:
+    """Short unique names: given, or the folder name (its parent's for a train.py final/ folder)."""
+    if labels is None:
+        labels = [(p.resolve().parent.name if p.name == "final" else p.name) for p in model_dirs]
+    if len(labels) != len(model_dirs):
+        raise CompareError(f"--labels: {len(labels)} labels for {len(model_dirs)} models")
+    labels = [re.sub(r"[^A-Za-z0-9._-]", "_", label) for label in labels]
+    if len(set(labels)) != len(labels):
+        raise CompareError(f"model labels {labels} are not unique: pass --labels")
+    return labels
+
+
+def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_code_execution: bool) -> Path | None:
+    """One clear message for an unknown, unprepared or refused task; returns the rendered task folder (if any)."""
+    if not tasks:
+        raise CompareError("no tasks to run: prepare benchmarks (eval/prepare_eval_data.py) or pass --data for held-out")
+    include = Path(eval_data) / TASKS_DIR
+    if HELDOUT in tasks and data_dir is None:
+        raise CompareError("task 'heldout' needs --data (a scripts/prepare_data.py folder)")
+    prepared = read_prepared(eval_data, missing_ok=True)
+    for task in tasks:
+        if task in TASKS and "rows" not in prepared.get(TASKS[task][0], {}):
+            reason = prepared.get(TASKS[task][0], {}).get("error", "not prepared")
+            raise CompareError(f"task {task}: its data is not available in {eval_data} ({reason}); "
+                               f"run `python eval/prepare_eval_data.py --output-dir {eval_data}`")
+        if task in CODE_TASKS and not allow_code_execution:
+            raise CompareError(f"task {task} runs code the model wrote: pass --allow-code-execution to allow it")
+    others = [t for t in tasks if t != HELDOUT and t not in TASKS]
+    if others:
+        from .runner import task_manager
+
+        known = set(task_manager(str(include) if include.is_dir() else None).all_tasks)
+        unknown = [t for t in others if t not in known]
+        if unknown:
+            raise CompareError(f"unknown task(s) {unknown}: ours are {[HELDOUT, *TASKS]}; any lm-eval task name also works")
+    return include if include.is_dir() else None
+
+
+def check_settings(limit, num_fewshot, max_length, batch_size) -> None:
+    if limit is not None and limit < 1:
+        raise CompareError(f"--limit must be >= 1, got {limit}")
+    if num_fewshot is not None and num_fewshot < 0:
+        raise CompareError(f"--num-fewshot must be >= 0, got {num_fewshot}")
+    if max_length < 1:
+        raise CompareError(f"--max-length must be >= 1, got {max_length}")
+    size = str(batch_size)
+    if not (re.fullmatch(r"auto(:[1-9][0-9]*)?", size) or re.fullmatch(r"[1-9][0-9]*", size)):
+        raise CompareError(f"--batch-size must be a positive integer, 'auto' or 'auto:N', got {size!r}")
+
+
+def check_output_dir(out_dir: Path, inputs: list[Path]) -> None:
+    """The report folder must be a folder and must not lie in (or be) an input: the results would change them."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CompareError(f"--output-dir {out_dir} is a file, not a folder")
+    out = out_dir.resolve()
+    for path in inputs:
+        if out == path.resolve() or path.resolve() in out.parents:
+            raise CompareError(f"--output-dir {out_dir} is inside the input folder {path}: choose another folder")
+
+
+def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data_dir=None,
+            eval_data=DEFAULT_EVAL_DATA, limit=None, num_fewshot=None, seed=1234, batch_size=1, device=None,
+            max_length=DEFAULT_MAX_LENGTH, model_args="", gen_kwargs=None, allow_code_execution=False,
+            progress=True) -> dict | None:
+    """Evaluate `model_dirs` (two or more; the first is the reference) on `tasks` and write
+    <out_dir>/{report.md, report.json, metrics.png, deltas.png, results/<label>/<task>.json}. Returns the report
+    (None on non-main processes of a multi-process launch). Resumable: finished (model, task) results are reused."""
+    import os
+
+    from .report import build_report, write_report
+
+    model_dirs = [Path(p) for p in model_dirs]
+    if len(model_dirs) < 2:
+        raise CompareError("compare needs at least two model folders (the first is the reference)")
+    for model_dir in model_dirs:
+        try:
+            check_model_dir(model_dir)
+        except FileNotFoundError as error:
+            raise CompareError(str(error)) from error
+    if data_dir is not None:
+        from ..training.batches import check_prepared
+
+        try:
+            check_prepared(Path(data_dir))
+        except FileNotFoundError as error:
+            raise CompareError(str(error)) from error
+    check_settings(limit, num_fewshot, max_length, batch_size)
+    check_output_dir(Path(out_dir), [*model_dirs, *([Path(data_dir)] if data_dir else []), Path(eval_data)])
+    tasks = list(tasks) if tasks else default_tasks(Path(eval_data), data_dir)
+    include = check_tasks(tasks, Path(eval_data), data_dir, allow_code_execution)
+    labels = model_labels(model_dirs, labels)
+    out_dir = Path(out_dir)
+    records = {}
+    saved = os.environ.get(ALLOW_ENV)
+    try:
+        if allow_code_execution:
+            os.environ[ALLOW_ENV] = "1"  # read by code_exec in lm-eval's process_results
+        for model_dir, label in zip(model_dirs, labels):
+            settings = dict(limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length,
+                            gen_kwargs=gen_kwargs, model_args=model_args, model=model_stamp(model_dir),
+                            eval_data=file_stamp(Path(eval_data) / PREPARED_FILE))
+            records[label] = evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, settings,
+                                            batch_size, device, model_args, allow_code_execution, progress)
+    finally:
+        if saved is None:
+            os.environ.pop(ALLOW_ENV, None)
+        else:
+            os.environ[ALLOW_ENV] = saved
+    if records[labels[0]] is None:
+        return None  # not the main process
+    models = [describe_model(d, label) for d, label in zip(model_dirs, labels)]
+    settings = dict(tasks=tasks, limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length, gen_kwargs=gen_kwargs,
+                    batch_size=batch_size, eval_data=str(eval_data), data_dir=str(data_dir) if data_dir else None)
+    report = build_report(models, records, settings, read_prepared(eval_data, missing_ok=True))
+    write_report(report, out_dir)
+    return report
+
+
+def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_settings, batch_size, device,
+                   model_args, allow_code_execution, progress=True) -> dict | None:
+    """{task: record} for one model; the model is loaded once, and only when some task is not finished yet."""
+    from tqdm.auto import tqdm
+
+    loaded = {}
+
+    def lm():
+        if "lm" not in loaded:
+            loaded["lm"] = make_lm(model_dir, batch_size, device, base_settings["max_length"], model_args)
+        return loaded["lm"]
+
+    records = {}
+    for task in tqdm(tasks, desc=f"evaluate {label}", disable=not (progress and is_main_process())):
+        settings = dict(base_settings, task=task)
+        if task == HELDOUT or (task in TASKS and task.endswith("_bpb")):
+            settings["num_fewshot"] = None  # defined zero-shot: --num-fewshot is for the official tasks
+        path = out_dir / "results" / label / f"{task}.json"
+        if task == HELDOUT:
+            settings["data"] = data_fingerprint(data_dir)  # another corpus (or a re-prepared one): recompute
+            compute = lambda: run_heldout(model_dir, data_dir, settings, model=lm().model, progress=progress)  # noqa: E731
+        else:
+            compute = lambda: run_lm_eval_task(lm(), task, include, settings, allow_code_execution)  # noqa: E731
+        records[task] = evaluate_task(path, settings, compute)
+    return None if any(r is None for r in records.values()) else records
+
+
+def make_lm(model_dir: Path, batch_size, device, max_length: int, model_args: str):
+    """lm-eval's HF model on `model_dir` (trust_remote_code; an explicit max_length); `model_args` adds lm-eval
+    options such as parallelize=True or dtype=bfloat16."""
+    from lm_eval.models.huggingface import HFLM
+
+    import attnres  # noqa: F401  registers the AttnRes classes with the Auto classes
+
+    args = f"pretrained={model_dir},trust_remote_code=True,max_length={max_length}"
+    args += f",{model_args}" if model_args else ""
+    import torch
+
+    extra = dict(batch_size=batch_size, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return HFLM.create_from_arg_string(args, extra)

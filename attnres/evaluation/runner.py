@@ -1,0 +1,108 @@
+"""One (model, task) evaluation through lm-eval's `simple_evaluate`, kept as per-item results in one JSON file.
+
+The file is written atomically when the task finishes, so a crash or Ctrl-C loses at most the task in progress and a
+rerun skips every finished task whose settings match (same model files, task, shots, limit, seed, max length, model
+options, prepared data).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from ..atomic_io import write_json_atomic
+
+HELDOUT = "heldout"
+
+
+def file_stamp(*paths: Path) -> str | None:
+    """Changes when any of the files changes (size and mtime: no 10 GB hash); None when there is none."""
+    digest = hashlib.sha256()
+    for path in (p for p in paths if p.is_file()):
+        stat = path.stat()
+        digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16] if any(p.is_file() for p in paths) else None
+
+
+def model_stamp(model_dir: Path) -> str:
+    """Changes when the model's config or weights change."""
+    return file_stamp(*sorted(Path(model_dir).glob("*.json")), *sorted(Path(model_dir).glob("*.safetensors")))
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def load_finished(path: Path, settings: dict) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None  # not ours (atomic writes never leave half a file): redo the task
+    if not isinstance(record, dict) or not isinstance(record.get("items"), dict):
+        return None  # damaged or edited by hand: redo the task
+    return record if record.get("settings") == settings else None
+
+
+def items_from_samples(samples: dict) -> dict:
+    """{metric,filter: {subtask/doc_id: value}} from lm-eval's logged samples (numeric per-item metrics only)."""
+    metrics: dict[str, dict] = {}
+    for subtask, rows in samples.items():
+        for row in rows:
+            for name in row.get("metrics", []):  # the metric names this row carries values for
+                value = row.get(name)
+                if isinstance(value, (int, float)):
+                    key = f"{name},{row.get('filter', 'none')}"
+                    metrics.setdefault(key, {})[f"{subtask}/{row['doc_id']}"] = float(value)
+    return metrics
+
+
+@lru_cache(maxsize=4)
+def task_manager(include_path: str | None):
+    """lm-eval's task index (it reads every task YAML of the installation: seconds), built once per folder."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=include_path)
+
+
+def run_lm_eval_task(lm, task: str, include_path: Path, settings: dict, allow_code_execution: bool) -> dict | None:
+    """Per-item metrics and lm-eval's aggregate results of one task (None on non-main processes)."""
+    from lm_eval import simple_evaluate
+
+    seed = settings["seed"]
+    out = simple_evaluate(
+        model=lm, tasks=[task], num_fewshot=settings["num_fewshot"], limit=settings["limit"], log_samples=True,
+        task_manager=task_manager(str(include_path) if include_path else None), bootstrap_iters=0,
+        random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+        confirm_run_unsafe_code=allow_code_execution, gen_kwargs=settings.get("gen_kwargs"),
+    )
+    if out is None:
+        return None
+    return dict(items=items_from_samples(out["samples"]), lm_eval_results=out["results"],
+                n_samples=out.get("n-samples"), versions=out.get("versions"))
+
+
+def run_heldout(model_dir: Path, data_dir: Path, settings: dict, model=None, progress: bool = True) -> dict:
+    from .heldout import heldout_metrics
+
+    result = heldout_metrics(model_dir, data_dir, max_sequences=settings["limit"], model=model, progress=progress)
+    keys = [f"validation/{i}" for i in range(result["sequences"])]
+    return dict(items={"bpb,none": dict(zip(keys, result["items"])), "loss,none": dict(zip(keys, result["item_loss"]))},
+                heldout={k: result[k] for k in ("loss", "bpb", "tokens", "bytes", "sequences")})
+
+
+def evaluate_task(path: Path, settings: dict, compute) -> dict | None:
+    """The finished record at `path`, or `compute()`'s, saved there (main process only)."""
+    record = load_finished(path, settings)
+    if record is not None:
+        return record
+    result = compute()
+    if result is None or not is_main_process():
+        return None
+    record = dict(settings=settings, **result)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, record)
+    return record

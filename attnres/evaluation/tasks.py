@@ -1,0 +1,66 @@
+"""Render eval/tasks/ (templates of lm-eval task YAMLs) into <eval-data>/tasks/, the folder lm-eval loads.
+
+lm-eval resolves `include:` and data files by path, so the templates name two placeholders filled in here:
+${lm_eval_tasks} (the installed lm-eval's own task folder, whose official YAMLs ours include) and ${data} (the
+prepared data). A template whose file name holds SUBJECT is written once per subject of its benchmark. The rendered
+folder is a plain lm-eval include path: `lm_eval --include_path data/eval/tasks --tasks attnres_mmlu` works too.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from string import Template
+
+from .data import MATH_SUBJECTS
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "eval" / "tasks"
+TASKS_DIR = "tasks"
+SUBJECT = "SUBJECT"  # in a template's file name: one copy per subject (${subject} inside)
+
+# Task name -> (benchmark, generates text). Generation is slow and, for HumanEval, runs model-written code.
+TASKS = {
+    "attnres_mmlu": ("mmlu", False), "attnres_mmlu_cloze": ("mmlu", False), "attnres_mmlu_bpb": ("mmlu", False),
+    "attnres_triviaqa": ("triviaqa", True), "attnres_triviaqa_bpb": ("triviaqa", False),
+    "attnres_minerva_math": ("minerva_math", True), "attnres_minerva_math_bpb": ("minerva_math", False),
+    "attnres_humaneval": ("humaneval", True), "attnres_humaneval_bpb": ("humaneval", False),
+    "attnres_gpqa": ("gpqa", False), "attnres_gpqa_bpb": ("gpqa", False),
+}
+CODE_TASKS = ("attnres_humaneval",)
+
+
+def lm_eval_tasks_dir() -> Path:
+    import lm_eval
+
+    return Path(lm_eval.__file__).resolve().parent / "tasks"
+
+
+def subjects(benchmark: str, data_dir: Path) -> list[dict]:
+    """Substitutions of each subject of a per-subject benchmark (MMLU: the prepared subject folders)."""
+    if benchmark == "mmlu":
+        names = sorted(p.name for p in (data_dir / "mmlu").iterdir() if p.is_dir())
+        return [dict(subject=name) for name in names]
+    if benchmark == "minerva_math":
+        return [dict(subject=lm_name, dataset_name=ds) for lm_name, (ds, _) in MATH_SUBJECTS.items()]
+    raise ValueError(f"{benchmark} has no subjects")
+
+
+def render_tasks(data_dir: Path, benchmarks: list[str], templates: Path = TEMPLATES) -> Path:
+    """Write <data_dir>/tasks/<benchmark>/*.yaml for `benchmarks` (replacing the folder); returns it."""
+    data_dir = Path(data_dir).resolve()
+    out, tmp = data_dir / TASKS_DIR, data_dir / f".{TASKS_DIR}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    common = dict(data=str(data_dir), lm_eval_tasks=str(lm_eval_tasks_dir()))
+    for template in sorted(p for p in templates.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        rel = template.relative_to(templates)
+        if len(rel.parts) > 1 and rel.parts[0] not in benchmarks:
+            continue  # a benchmark whose data is not prepared: its tasks stay unknown to lm-eval
+        text = Template(template.read_text())
+        variants = subjects(rel.parts[0], data_dir) if SUBJECT in template.name else [{}]
+        for values in variants:
+            target = tmp / str(rel).replace(SUBJECT, values.get("subject", SUBJECT))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text.safe_substitute(common, **values))
+    tmp.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out

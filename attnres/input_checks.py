@@ -1,0 +1,67 @@
+"""Checks of the model's inputs that go beyond shapes (dtypes, value ranges, labels): each raises a ValueError naming
+the argument before any kernel runs. Value checks cost one host synchronisation per forward, shared by all of them."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+IGNORE_INDEX = -100  # transformers' loss skips these label positions
+
+
+def check_dtypes(input_ids, inputs_embeds, parameter_dtype: torch.dtype) -> None:
+    not_integer = input_ids is not None and (input_ids.is_floating_point() or input_ids.is_complex()
+                                             or input_ids.dtype == torch.bool)
+    if not_integer:
+        raise ValueError(f"input_ids must hold integer token ids (torch.long), got dtype {input_ids.dtype}")
+    if inputs_embeds is not None:
+        if not inputs_embeds.is_floating_point():
+            raise ValueError(f"inputs_embeds must be floating point, got dtype {inputs_embeds.dtype}")
+        if inputs_embeds.dtype != parameter_dtype and not torch.is_autocast_enabled(inputs_embeds.device.type):
+            raise ValueError(f"inputs_embeds has dtype {inputs_embeds.dtype} but the model's weights are "
+                             f"{parameter_dtype}: cast it with .to({parameter_dtype})")
+
+
+def check_backend(backend: str, device: torch.device) -> None:
+    """The Triton backend needs CUDA tensors (or Triton's interpreter): say so before Triton's driver fails."""
+    if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"attn_res_backend (or ATTNRES_BACKEND) is 'triton' but the input is on {device}: the Triton "
+                         "kernels need a CUDA GPU; use 'auto' or 'torch'")
+
+
+def check_values(input_ids, attention_mask, vocab_size: int) -> None:
+    """Token ids inside the vocabulary and a 2-D padding mask of 0/1 only (2, -1 or 0.5 would change the logits
+    silently). One host sync for both; the details are computed only for the error message."""
+    flags = []
+    if input_ids is not None:
+        flags.append(((input_ids < 0) | (input_ids >= vocab_size)).any())
+    mask = attention_mask if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 else None
+    if mask is not None and mask.dtype != torch.bool:
+        flags.append(((mask != 0) & (mask != 1)).any())
+    if not flags or not bool(torch.stack(flags).any()):
+        return
+    if input_ids is not None and bool(flags[0]):
+        low, high = int(input_ids.min()), int(input_ids.max())
+        raise ValueError(f"input_ids must lie in [0, vocab_size={vocab_size}), got values in [{low}, {high}]")
+    bad = mask[(mask != 0) & (mask != 1)].unique()[:5].tolist()
+    raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (token), got values {bad}")
+
+
+def check_labels(labels, reference, vocab_size: int) -> None:
+    """Labels: integers of the input's [batch, seq_len] shape, each a token id or -100 (ignored)."""
+    if labels is None or torch.compiler.is_compiling():
+        return
+    if labels.is_floating_point() or labels.dtype == torch.bool:
+        raise ValueError(f"labels must hold integer token ids (torch.long), got dtype {labels.dtype}")
+    if reference is not None and tuple(labels.shape) != tuple(reference.shape[:2]):
+        raise ValueError(f"labels must have the input's shape [batch, seq_len] = {tuple(reference.shape[:2])}, "
+                         f"got {tuple(labels.shape)}")
+    ignored = labels == IGNORE_INDEX
+    bad = ~ignored & ((labels < 0) | (labels >= vocab_size))
+    any_bad, all_ignored = (bool(v) for v in torch.stack([bad.any(), ignored.all()]).tolist())
+    if any_bad:
+        raise ValueError(f"labels must lie in [0, vocab_size={vocab_size}) or be {IGNORE_INDEX} (ignored), got "
+                         f"values {labels[bad].unique()[:5].tolist()}")
+    if all_ignored:
+        warnings.warn(f"every label is {IGNORE_INDEX}: no token to predict, so the loss is NaN (0 / 0)", stacklevel=3)

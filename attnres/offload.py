@@ -1,0 +1,30 @@
+"""Big-model inference (`device_map="auto"` with CPU / disk offload): accelerate's hooks load an offloaded module's
+weights when that module's *forward* runs. The AttnRes mix reads its norm gain, pseudo-query and the following
+RMSNorm's gain directly (fused arithmetic, not their forwards), so it loads them with accelerate's own
+`align_module_device` around the read. Without offload hooks this is a no-op (one attribute check per module)."""
+from __future__ import annotations
+
+import contextlib
+
+from transformers.utils.import_utils import is_accelerate_available
+
+_NOTHING = contextlib.nullcontext()
+
+
+def onloaded(*modules):
+    """A context in which the offloaded tensors of `modules` (None entries skipped) are on their execution device."""
+    hooked = [m for m in modules if getattr(m, "_hf_hook", None) is not None]
+    return _onloaded(hooked) if hooked else _NOTHING
+
+
+@contextlib.contextmanager
+def _onloaded(modules):
+    # offload hooks mean accelerate is installed; the `if` tells transformers' remote-code loader (saved folders, see
+    # remote_code.py) that the model does not need accelerate otherwise
+    if is_accelerate_available():
+        from accelerate.utils import align_module_device
+
+    with contextlib.ExitStack() as stack:
+        for module in modules:
+            stack.enter_context(align_module_device(module))
+        yield

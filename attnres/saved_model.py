@@ -1,0 +1,112 @@
+"""What a saved model's weights were trained as, and saving a model folder without ever mixing two saves.
+
+Two AttnRes configs can share every tensor name and shape (block size 2 vs 3, block vs full mode), so a config.json
+that disagrees with the weights would load silently as a different model. Every save therefore writes
+`attnres_weights.json` beside the weights: the fields that decide how the weights are used, and the size of each
+weight file. `from_pretrained` compares the loaded config with it and refuses a mismatch, naming the fields.
+
+`save_folder` writes through a hidden temporary folder: a save that fails (full disk, error, kill) leaves the existing
+model untouched; a completed one replaces exactly the files it writes (other files in the folder, e.g. a tokenizer,
+stay), with the record renamed last.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from .atomic_io import pause_before_rename, recover_interrupted, temporary_folder, write_json_atomic
+
+RECORD_FILE = "attnres_weights.json"
+RECORD_FIELDS = ("attn_res_mode", "attn_res_block_size", "num_hidden_layers", "hidden_size", "vocab_size",
+                 "layer_types", "mlp_layer_types")
+_WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json", ".bin", ".bin.index.json")
+logger = logging.getLogger(__name__)
+
+
+def weights_record(config, folder: str | Path | None = None) -> dict:
+    record = {field: getattr(config, field, None) for field in RECORD_FIELDS}
+    if folder is not None:
+        record["files"] = {p.name: p.stat().st_size for p in sorted(Path(folder).glob("*.safetensors"))}
+    return record
+
+
+def write_weights_record(folder: str | Path, config) -> None:
+    write_json_atomic(Path(folder) / RECORD_FILE, weights_record(config, folder))
+
+
+def check_weights_record(config, folder: str | Path, explicit: set[str] = frozenset()) -> None:
+    """Raise ValueError naming every field where `config` disagrees with what the weights in `folder` were saved as.
+    Fields the caller set explicitly (`explicit`, e.g. from_pretrained keyword arguments) only warn."""
+    if not isinstance(folder, (str, os.PathLike)):
+        return  # from_pretrained(None, config=..., state_dict=...): no folder, no record
+    path = Path(folder) / RECORD_FILE
+    if not path.is_file():
+        return  # saved by another tool (or before records existed): nothing to compare against
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: unreadable weights record ({error}); delete it to load without the check") from None
+    changed = [f"{field}: weights saved as {record[field]!r}, config says {getattr(config, field, None)!r}"
+               for field in RECORD_FIELDS if field in record and record[field] != getattr(config, field, None)]
+    sizes = {name: (Path(folder) / name).stat().st_size if (Path(folder) / name).is_file() else "missing"
+             for name in record.get("files", {})}
+    resized = [f"{name}: {size} bytes when saved, now {sizes[name]}"
+               for name, size in record.get("files", {}).items() if sizes[name] != size]
+    if resized:
+        logger.warning("%s: weight files changed since the model was saved (%s); the record may not describe them",
+                       folder, "; ".join(resized))
+    if not changed:
+        return
+    message = (f"{folder}: the config does not match what the weights were saved as ({RECORD_FILE}):\n  "
+               + "\n  ".join(changed))
+    if all(line.split(":")[0] in explicit for line in changed):
+        logger.warning("%s\n(loading anyway: you set these fields explicitly)", message)
+        return
+    raise ValueError(message + f"\nFix config.json, pass the fields explicitly, or delete {RECORD_FILE} to load anyway")
+
+
+def save_folder(save, save_directory: str | Path, config, *args, **kwargs) -> None:
+    """`save(folder, *args, **kwargs)` (a save_pretrained) into a temporary sibling, then the files into place."""
+    if not kwargs.get("is_main_process", True) or kwargs.get("push_to_hub"):
+        save(save_directory, *args, **kwargs)  # not the writing process, or transformers' Hub flow: as transformers does
+        return
+    output = Path(save_directory)
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"save_pretrained: {output} is a file, not a folder")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    recover_interrupted(output)
+    with temporary_folder(output) as tmp:
+        save(tmp, *args, **kwargs)
+        write_weights_record(tmp, config)
+        pause_before_rename(output)
+        if not output.exists():
+            os.rename(tmp, output)
+            return
+        _replace_files(tmp, output)
+        tmp.rmdir()
+
+
+def _replace_files(new: Path, output: Path) -> None:
+    """Move every file of `new` into `output`: the old record goes first and the new one comes last, so a folder
+    caught half-way has no record (rather than one describing other weights); old weight shards are removed."""
+    (output / RECORD_FILE).unlink(missing_ok=True)
+    written = {p.name for p in new.iterdir()}
+    for old in output.iterdir():
+        if old.is_file() and old.name.endswith(_WEIGHT_SUFFIXES) and old.name not in written:
+            old.unlink()  # a shard of the previous save (transformers removes these too)
+    for path in sorted(new.iterdir(), key=lambda p: (p.name == RECORD_FILE, p.name == "config.json")):
+        os.replace(path, output / path.name)
+
+
+def check_folder_before_load(path) -> None:
+    """A local model folder: config.json and every weight file readable (damaged files named). Hub ids pass."""
+    from .checkpoint_files import CONFIG_NAME, CheckpointFileError, read_json_file, weight_files
+
+    if isinstance(path, (str, os.PathLike)) and Path(path).is_dir():
+        if not (Path(path) / CONFIG_NAME).is_file():
+            raise CheckpointFileError(f"{path}: no config.json there, so the model's size and AttnRes layout are "
+                                      "unknown (a saved model folder holds config.json beside its weights)")
+        read_json_file(Path(path) / CONFIG_NAME, "model config")
+        weight_files(path)

