@@ -13,6 +13,7 @@ from transformers import KimiLinearConfig, PreTrainedConfig
 
 ATTN_RES_MODES = ("standard", "block", "full")
 ATTN_RES_BACKENDS = ("auto", "torch", "triton")
+ATTN_RES_SCORES = ("softmax", "sigmoid")
 BACKEND_ENV_VAR = "ATTNRES_BACKEND"
 # Integer fields and their smallest valid value; switches (True/False, or also None where optional)
 _COUNT_FIELDS = dict(attn_res_block_size=0, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
@@ -44,6 +45,15 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         mix kernel (Triton backend).
     attn_res_recompute (`bool`, defaults to `False`):
         Triton backward: re-read the sources instead of saving per-token softmax statistics (less memory, one more pass).
+    attn_res_static_mixing (`bool`, defaults to `False`):
+        Ablation (paper section 5.3, DenseFormer-style): input-independent depth weights, a learned logit per source
+        and mix point (`{point}_res_logits.weight`, zero at init), softmax over them; no pseudo-query, no key norm.
+    attn_res_score (`str`, defaults to `"softmax"`):
+        Ablation: `"sigmoid"` gates each source independently by sigmoid(score) (no normalisation over the sources)
+        instead of the competitive softmax.
+    attn_res_key_norm (`bool`, defaults to `True`):
+        Ablation: `False` scores the raw sources (no RMSNorm on the keys, no `{point}_res_norm` tensor).
+        The three ablations run on the plain PyTorch reference (`attnres/kernels/mix/variants.py`).
     activation_situ_beta, activation_situ_linear_beta, routed_expert_hidden_size, latent_moe_use_norm,
     mla_use_output_gate, mla_use_nope, linear_use_full_rank_gate, linear_gate_lower_bound:
         Kimi K3's text-backbone fields (SiTU-GLU with `hidden_act="situ"`, latent MoE, MLA output gate, KDA full-rank
@@ -59,6 +69,9 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
     attn_res_two_phase: bool | None = None
     attn_res_fuse_norm: bool = True
     attn_res_recompute: bool = False
+    attn_res_static_mixing: bool = False
+    attn_res_score: str = "softmax"
+    attn_res_key_norm: bool = True
     # Kimi K3's text backbone (attnres/k3, README "Kimi K3"); unset, every module is Kimi Linear's
     activation_situ_beta: float | None = None
     activation_situ_linear_beta: float | None = None
@@ -108,6 +121,7 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
             raise ValueError(f"attn_res_block_size must be >= 0, got {self.attn_res_block_size}")
         if self.attn_res_backend not in ATTN_RES_BACKENDS:
             raise ValueError(f"attn_res_backend must be one of {ATTN_RES_BACKENDS}, got {self.attn_res_backend!r}")
+        self.check_attn_res_ablations()
         for field in ("layer_types", "mlp_layer_types"):
             types = getattr(self, field)
             if types is not None and len(types) != self.num_hidden_layers:
@@ -117,6 +131,31 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         from attnres.k3.config import check_k3_fields
 
         check_k3_fields(self)
+
+    def check_attn_res_ablations(self):
+        if self.attn_res_score not in ATTN_RES_SCORES:
+            raise ValueError(f"attn_res_score must be one of {ATTN_RES_SCORES}, got {self.attn_res_score!r}")
+        for field in ("attn_res_static_mixing", "attn_res_key_norm"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"{field} must be True or False, got {getattr(self, field)!r}")
+        if not self.attn_res_ablation:
+            return
+        if self.attn_res_mode == "standard":
+            raise ValueError("attn_res_static_mixing / attn_res_score / attn_res_key_norm ablate the depth mix: they need "
+                             "attn_res_mode 'block' or 'full', got 'standard'")
+        if self.attn_res_static_mixing and not self.attn_res_key_norm:
+            raise ValueError("attn_res_key_norm=False has no effect with attn_res_static_mixing=True (no keys are scored)")
+        if self.attn_res_backend == "triton":
+            raise ValueError("attn_res_backend 'triton' has no fused kernel for the ablations (attn_res_static_mixing, "
+                             "attn_res_score, attn_res_key_norm): use 'auto' or 'torch' (the PyTorch reference)")
+        if self.attn_res_two_phase:
+            raise ValueError("attn_res_two_phase=True batches pseudo-query softmaxes: it does not apply to the ablations "
+                             "(attn_res_static_mixing, attn_res_score, attn_res_key_norm)")
+
+    @property
+    def attn_res_ablation(self) -> bool:
+        """Whether a paper ablation changes the mix (then it runs on the PyTorch reference, not the fused kernels)."""
+        return self.attn_res_static_mixing or self.attn_res_score != "softmax" or not self.attn_res_key_norm
 
     @property
     def attn_res_num_blocks(self) -> int:
@@ -184,4 +223,4 @@ def _language_fields(cls) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)} - generic
 
 
-__all__ = ["KimiLinearAttnResConfig", "ATTN_RES_MODES", "ATTN_RES_BACKENDS", "BACKEND_ENV_VAR"]
+__all__ = ["KimiLinearAttnResConfig", "ATTN_RES_MODES", "ATTN_RES_BACKENDS", "ATTN_RES_SCORES", "BACKEND_ENV_VAR"]

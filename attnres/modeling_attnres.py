@@ -41,6 +41,7 @@ from attnres.conversion.mapping import register_moonshot_mapping  # noqa: F401  
 from attnres.input_checks import check_backend, check_dtypes, check_labels, check_values
 from attnres.k3 import install as install_k3, uses_k3
 from attnres.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
+from attnres.ablations import DepthLogits, add_ablation_point, mix_ablation
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
 from attnres.kda_device_guard import install as install_kda_device_guard
 from attnres.kernels import attn_res
@@ -77,6 +78,8 @@ class AttnResMixing:
     `{point}_res_norm` / `{point}_res_proj` (K3's tensor names)."""
 
     def add_mix_point(self, point: str, config: KimiLinearAttnResConfig) -> None:
+        if config.attn_res_ablation:  # the paper's ablations own other tensors (attnres/ablations.py)
+            return add_ablation_point(self, point, config)
         setattr(self, f"{point}_res_norm", KimiLinearRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
         setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
 
@@ -111,6 +114,8 @@ class AttnResMixing:
     ) -> torch.Tensor:
         """The mix, then `out_norm` (the RMSNorm that reads it) when given: fused into the op where possible.
         `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (attnres.inference)."""
+        if self.config.attn_res_ablation:  # the paper's ablations: a plain PyTorch reference op, no fused kernel
+            return mix_ablation(self, point, sources, weights, out_norm)
         if len(sources) == 1:
             return self.single_source_mix(point, sources[0], weights, out_norm)
         # only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
@@ -240,7 +245,7 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
-        if isinstance(module, PseudoQuery):
+        if isinstance(module, (PseudoQuery, DepthLogits)):
             init.zeros_(module.weight)
 
 

@@ -6,11 +6,22 @@ bookkeeping code, so a parity test against it checks the AttnRes wiring itself.
 import torch
 
 
-def mix(sources, proj, norm):
+def mix(sources, owner, point):
+    """The mix at `owner`'s `point`, written from the paper's definitions, ablations included (section 5.3)."""
+    config = owner.config
     v = torch.stack(sources).float()  # [n, ..., d]
-    k = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    score = (k * (norm.weight * proj.weight[0])).sum(-1)
-    p = torch.softmax(score, dim=0)
+    if config.attn_res_static_mixing:  # DenseFormer-style: one learned logit per source, whatever the input
+        score = getattr(owner, f"{point}_res_logits").weight.float()
+        score = score.reshape(-1, *[1] * (v.dim() - 2)).expand(v.shape[:-1])
+    else:
+        q = getattr(owner, f"{point}_res_proj").weight[0]
+        if config.attn_res_key_norm:
+            norm = getattr(owner, f"{point}_res_norm")
+            k = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+            score = (k * (norm.weight * q)).sum(-1)
+        else:  # no RMSNorm on the keys: raw sources scored
+            score = (v * q).sum(-1)
+    p = torch.softmax(score, dim=0) if config.attn_res_score == "softmax" else torch.sigmoid(score)
     return (p.unsqueeze(-1) * v).sum(0).to(sources[0].dtype), p
 
 
@@ -44,7 +55,7 @@ def reference_logits(causal_lm, input_ids):
         for i, layer in enumerate(layers):
             mask = masks[config.layer_types[i]]
             if bank:
-                x, p = mix(bank + [prefix], layer.self_attention_res_proj, layer.self_attention_res_norm)
+                x, p = mix(bank + [prefix], layer, "self_attention")
                 weights.append(p)
             else:
                 x = prefix
@@ -54,25 +65,25 @@ def reference_logits(causal_lm, input_ids):
                 prefix = None
             a = run_attention(layer, layer.input_layernorm(x), mask)
             prefix = a if prefix is None else prefix + a
-            x, p = mix(bank + [prefix], layer.mlp_res_proj, layer.mlp_res_norm)
+            x, p = mix(bank + [prefix], layer, "mlp")
             weights.append(p)
             prefix = prefix + layer.mlp(layer.post_attention_layernorm(x))
-        x, p = mix(bank + [prefix], model.output_attn_res_proj, model.output_attn_res_norm)
+        x, p = mix(bank + [prefix], model, "output_attn")
         weights.append(p)
     elif config.attn_res_mode == "full":
         outputs = [h]
         for i, layer in enumerate(layers):
             mask = masks[config.layer_types[i]]
             if len(outputs) > 1:
-                x, p = mix(outputs, layer.self_attention_res_proj, layer.self_attention_res_norm)
+                x, p = mix(outputs, layer, "self_attention")
             else:
                 x, p = outputs[0], None
             weights.append(p)
             outputs.append(run_attention(layer, layer.input_layernorm(x), mask))
-            x, p = mix(outputs, layer.mlp_res_proj, layer.mlp_res_norm)
+            x, p = mix(outputs, layer, "mlp")
             weights.append(p)
             outputs.append(layer.mlp(layer.post_attention_layernorm(x)))
-        x, p = mix(outputs, model.output_attn_res_proj, model.output_attn_res_norm)
+        x, p = mix(outputs, model, "output_attn")
         weights.append(p)
     else:
         x = h

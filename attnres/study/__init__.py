@@ -1,0 +1,7 @@
+"""The reproduction study (issue 9): a grid of training runs (scripts/study.py), their statistics and scaling fit.
+
+- `grid`: the grid file (JSON): shared model / training settings and the groups of runs to expand.
+- `runner`: runs the grid's runs with scripts/train.py, one record per finished run, so a rerun skips them.
+- `analysis`: mean +- std over seeds, paired deltas, the power-law fit L = a * C^b and the compute multiplier.
+- `report`: RESULTS.md and the PNG plots from the records.
+"""

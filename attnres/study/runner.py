@@ -1,0 +1,142 @@
+"""Run the grid's runs with scripts/train.py (one subprocess each), resumably.
+
+Each finished run leaves `<out>/runs/<id>/result.json` (written atomically, last): a rerun skips the runs whose record
+matches the current settings and redoes the others (never started, crashed, or made with other settings).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from ..atomic_io import write_json_atomic
+from .analysis import training_flops
+from .grid import Grid, RunKey, model_config
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN_SCRIPT = ROOT / "scripts" / "train.py"
+PREPARE_SCRIPT = ROOT / "scripts" / "prepare_data.py"
+RESULT_FILE = "result.json"
+
+
+def ensure_data(grid: Grid) -> dict:
+    """The prepared dataset's meta.json; prepares it first (scripts/prepare_data.py with data.prepare) if missing."""
+    data_dir = Path(grid.data["dir"])
+    if not (data_dir / "meta.json").is_file():
+        command = [sys.executable, str(PREPARE_SCRIPT), *grid.data.get("prepare", []), "--output-dir", str(data_dir)]
+        print("preparing data:", " ".join(command), flush=True)
+        subprocess.run(command, check=True)
+    return json.loads((data_dir / "meta.json").read_text())
+
+
+def run_spec(grid: Grid, key: RunKey) -> dict:
+    """Everything that determines a run's result: a record made with another spec is redone."""
+    return dict(key=key.to_dict(), model=grid.model, train={k: v for k, v in grid.train.items() if k != "launcher"},
+                data=grid.data["dir"])
+
+
+def read_result(run_dir: Path, spec: dict) -> dict | None:
+    path = run_dir / RESULT_FILE
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    return record if record.get("spec") == spec else None
+
+
+def count_params(config) -> tuple[int, int]:
+    """(all parameters, parameters that cost matmul FLOPs per token: all but the input embedding)."""
+    import torch
+
+    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+
+    with torch.device("meta"):
+        model = KimiLinearAttnResForCausalLM(config)
+    total = sum(p.numel() for p in model.parameters())
+    return total, total - model.get_input_embeddings().weight.numel()
+
+
+def train_command(grid: Grid, key: RunKey, run_dir: Path, seq_len: int) -> list[str]:
+    t = grid.train
+    eval_every = max(1, t["max_steps"] // t["eval_points"])
+    launcher = t["launcher"] or [sys.executable]
+    return [
+        *launcher, str(TRAIN_SCRIPT), "--data", grid.data["dir"], "--config", str(run_dir / "config.json"),
+        "--output-dir", str(run_dir / "train"), "--seed", str(key.seed), "--max-steps", str(t["max_steps"]),
+        "--micro-batch-size", str(t["micro_batch_size"]), "--grad-accum", str(t["grad_accum"]), "--lr", str(t["lr"]),
+        "--warmup-steps", str(t["warmup_steps"]), "--seq-len", str(seq_len), "--eval-every", str(eval_every),
+        "--eval-batches", str(t["eval_batches"]), "--log-every", str(t["log_every"]), "--save-every", "0",
+        "--diagnostics-every", "0", "--resume", "never", "--no-final-model", "--no-tensorboard", *t["extra_args"],
+    ]
+
+
+def collect(run_dir: Path) -> dict:
+    """Validation curve and last train loss from the run's metrics.jsonl."""
+    records = [json.loads(line) for line in (run_dir / "train" / "metrics.jsonl").read_text().splitlines() if line]
+    val = [[r["step"], r["val/loss"]] for r in records if "val/loss" in r]
+    train = [r["train/loss"] for r in records if "train/loss" in r]
+    if not val:
+        raise RuntimeError(f"{run_dir}: no validation loss in metrics.jsonl")
+    return dict(val_curve=val, val_loss=val[-1][1], train_loss=train[-1] if train else None)
+
+
+def run_one(grid: Grid, key: RunKey, out: Path, meta: dict, threads: int) -> dict:
+    """Train one run from scratch and write its record; raises RuntimeError (with the log's tail) when it fails."""
+    run_dir = out / "runs" / key.id
+    shutil.rmtree(run_dir / "train", ignore_errors=True)  # a crashed attempt is redone from scratch
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = model_config(grid, key, meta["vocab_size"])
+    config.to_json_file(str(run_dir / "config.json"))
+    seq_len = grid.train["seq_len"] or meta["seq_len"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
+    started = time.time()
+    with open(run_dir / "train.log", "w") as log:
+        code = subprocess.run(train_command(grid, key, run_dir, seq_len), stdout=log, stderr=subprocess.STDOUT,
+                              env=env, cwd=os.getcwd()).returncode
+    wall = time.time() - started
+    if code != 0:
+        tail = (run_dir / "train.log").read_text().strip().splitlines()[-3:]
+        raise RuntimeError(f"{key.id}: scripts/train.py exited with {code} after {wall:.0f}s: " + " | ".join(tail))
+    params, flop_params = count_params(config)
+    tokens = grid.train["max_steps"] * grid.train["micro_batch_size"] * grid.train["grad_accum"] * seq_len
+    record = dict(id=key.id, spec=run_spec(grid, key), **key.to_dict(), **collect(run_dir), params=params,
+                  flop_params=flop_params, tokens=tokens, flops=training_flops(flop_params, tokens), wall_s=round(wall, 1),
+                  finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    write_json_atomic(run_dir / RESULT_FILE, record)
+    shutil.rmtree(run_dir / "train" / "checkpoints", ignore_errors=True)  # the record is what the study keeps
+    return record
+
+
+def run_grid(grid: Grid, out: Path, jobs: int = 1, threads: int = 1, only: list[RunKey] | None = None,
+             runner=None) -> tuple[list[dict], list[str]]:
+    """Run every pending run (`jobs` at a time) with `runner` (default `run_one`); returns (the records of the
+    grid's runs that exist, error messages of the runs that failed)."""
+    from tqdm.auto import tqdm
+
+    runner = runner or run_one
+
+    keys = only if only is not None else grid.runs()
+    meta = ensure_data(grid)
+    done = {k: read_result(out / "runs" / k.id, run_spec(grid, k)) for k in keys}
+    pending = [k for k in keys if done[k] is None]
+    print(f"study {grid.name}: {len(keys)} runs, {len(keys) - len(pending)} already done, {len(pending)} to train",
+          flush=True)
+    errors = []
+    progress = tqdm(total=len(keys), initial=len(keys) - len(pending), desc="study runs", unit="run")
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(runner, grid, k, out, meta, threads): k for k in pending}
+        for future in as_completed(futures):
+            key = futures[future]
+            try:
+                done[key] = future.result()
+                progress.set_postfix_str(f"{key.id}: val {done[key]['val_loss']:.4f}")
+            except Exception as error:  # one failed run must not stop the others: reported, redone on rerun
+                errors.append(str(error))
+                progress.write(f"FAILED {error}")
+            progress.update(1)
+    progress.close()
+    return [r for r in done.values() if r is not None], errors
