@@ -72,6 +72,11 @@ class PseudoQuery(nn.Linear):
     def __init__(self, hidden_size: int):
         super().__init__(hidden_size, 1, bias=False)
 
+    def reset_parameters(self) -> None:
+        # zero without a random draw: the AttnRes modules take nothing from the RNG stream, so with one seed every
+        # shared weight of a standard / block / full model starts identical (a matched pair)
+        nn.init.zeros_(self.weight)
+
 
 class AttnResMixing:
     """The mix at one point: its RMSNorm gain (keys) and pseudo-query live on the owning module as
@@ -244,9 +249,10 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        super()._init_weights(module)
         if isinstance(module, (PseudoQuery, DepthLogits)):
-            init.zeros_(module.weight)
+            init.zeros_(module.weight)  # no random draw first (see PseudoQuery.reset_parameters)
+            return
+        super()._init_weights(module)
 
 
 class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
