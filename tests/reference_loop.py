@@ -91,3 +91,18 @@ def reference_logits(causal_lm, input_ids):
             x = x + run_attention(layer, layer.input_layernorm(x), masks[config.layer_types[i]])
             x = x + layer.mlp(layer.post_attention_layernorm(x))
     return causal_lm.lm_head(model.norm(x)), weights
+
+
+def assert_matches_reference(model, input_ids, num_layers: int, weights_atol: float = 1e-5) -> None:
+    """The model's logits and every mix's weights (fp32) equal the reference loop's; a single-source mix weighs 1."""
+    with torch.no_grad():
+        out = model(input_ids, use_cache=False, output_attn_res_weights=True)
+        expected, expected_weights = reference_logits(model, input_ids)
+    torch.testing.assert_close(out.logits, expected, rtol=1e-5, atol=1e-5)
+    assert len(out.attn_res_weights) == 2 * num_layers + 1
+    for got, want in zip(out.attn_res_weights, expected_weights):
+        if want is None:  # a single source: weight exactly one
+            assert got.shape[-1] == 1 and torch.all(got == 1)
+        else:
+            # fp32 reassociation: the PyTorch path scores r * (v . w) where the pseudo-code sums (v * r) * w
+            torch.testing.assert_close(got, want.movedim(0, -1), rtol=1e-5, atol=weights_atol)

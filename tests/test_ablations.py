@@ -9,7 +9,7 @@ from attnres.kernels.mix.naive import attn_res_naive
 from attnres.kernels.mix.variants import attn_res_variant
 from attnres.tiny import tiny_config
 from model_factory import random_ids, tiny_model
-from reference_loop import reference_logits
+from reference_loop import assert_matches_reference
 
 ABLATIONS = {
     "static": dict(attn_res_static_mixing=True),
@@ -35,17 +35,7 @@ def ablated_model(mode, block_size, layers, **switches):
 @pytest.mark.parametrize("ablation", list(ABLATIONS))
 def test_ablation_matches_reference_loop_fp32(ablation, mode, block_size, layers):
     model = ablated_model(mode, block_size, layers, **ABLATIONS[ablation])
-    ids = random_ids()
-    with torch.no_grad():
-        out = model(ids, use_cache=False, output_attn_res_weights=True)
-        expected, expected_weights = reference_logits(model, ids)
-    torch.testing.assert_close(out.logits, expected, rtol=1e-5, atol=1e-5)
-    assert len(out.attn_res_weights) == 2 * layers + 1
-    for got, want in zip(out.attn_res_weights, expected_weights):
-        if want is None:
-            assert got.shape[-1] == 1 and torch.all(got == 1)
-        else:
-            torch.testing.assert_close(got, want.movedim(0, -1), rtol=1e-5, atol=1e-6)
+    assert_matches_reference(model, random_ids(), layers, weights_atol=1e-6)
 
 
 @pytest.mark.parametrize("ablation", list(ABLATIONS))

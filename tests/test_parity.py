@@ -5,7 +5,7 @@ from transformers import KimiLinearConfig, KimiLinearForCausalLM
 
 from attnres.tiny import tiny_config
 from model_factory import random_ids, tiny_model
-from reference_loop import reference_logits
+from reference_loop import assert_matches_reference, reference_logits
 
 # (mode, block size, layers): S=1, S not dividing L, S dividing L, S == L, S > L, full
 CASES = [("block", 1, 5), ("block", 2, 5), ("block", 3, 6), ("block", 5, 5), ("block", 8, 5), ("full", 0, 5)]
@@ -13,19 +13,7 @@ CASES = [("block", 1, 5), ("block", 2, 5), ("block", 3, 6), ("block", 5, 5), ("b
 
 @pytest.mark.parametrize("mode,block_size,layers", CASES)
 def test_matches_reference_loop_fp32(mode, block_size, layers):
-    model = tiny_model(mode, block_size, layers)
-    ids = random_ids()
-    with torch.no_grad():
-        out = model(ids, use_cache=False, output_attn_res_weights=True)
-        expected, expected_weights = reference_logits(model, ids)
-    torch.testing.assert_close(out.logits, expected, rtol=1e-5, atol=1e-5)
-    assert len(out.attn_res_weights) == 2 * layers + 1
-    for got, want in zip(out.attn_res_weights, expected_weights):
-        if want is None:  # a single source: weight exactly one
-            assert got.shape[-1] == 1 and torch.all(got == 1)
-        else:
-            # fp32 reassociation: the PyTorch path scores r * (v . w) where the pseudo-code sums (v * r) * w
-            torch.testing.assert_close(got, want.movedim(0, -1), rtol=1e-5, atol=1e-5)
+    assert_matches_reference(tiny_model(mode, block_size, layers), random_ids(), layers)
 
 
 @pytest.mark.parametrize("mode,block_size,layers", [("block", 2, 5), ("full", 0, 5)])

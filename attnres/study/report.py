@@ -90,7 +90,6 @@ def scaling_fits(grid: Grid, records: dict) -> dict:
 
 
 def scaling_section(grid: Grid, records: dict) -> tuple[str, dict]:
-    g = grid.groups["scaling"]
     fits = scaling_fits(grid, records)
     rows = []
     for mode, (fit, points) in fits.items():
