@@ -13,7 +13,6 @@ from .modeling_attnres import (
     KimiLinearAttnResPreTrainedModel,
 )
 from .kernels import attn_res, attn_res_naive
-from .conversion import mapping as _moonshot_mapping  # noqa: F401  registers Moonshot weights for from_pretrained
 
 __version__ = "0.1.0"
 

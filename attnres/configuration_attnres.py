@@ -159,10 +159,10 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
 
     @property
     def attn_res_num_blocks(self) -> int:
-        """Number of depth blocks: N in the paper (the embedding is one more source)."""
-        if self.attn_res_mode == "block":
-            return -(-self.num_hidden_layers // self.attn_res_block_size)
-        return self.num_hidden_layers if self.attn_res_mode == "full" else 1
+        """Number of depth blocks: N in the paper (the embedding is one more source); see `attnres.depth_layout`."""
+        from attnres.depth_layout import DepthLayout
+
+        return DepthLayout.of(self).num_blocks
 
     def resolved_backend(self) -> str:
         """The backend in force: the environment variable wins over the config field."""

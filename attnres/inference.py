@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from .kernels.mix import use_triton
-from .kernels.two_phase import DepthBank, phase1, phase2
+from .depth_layout import DepthBank, DepthLayout
+from .kernels.two_phase import phase1, phase2
 from .offload import onloaded
 
 
@@ -30,20 +31,17 @@ class TwoPhaseSchedule:
     def __init__(self, model, backend: str):
         self.model = model
         self.backend = backend
-        self.block_size = model.config.attn_res_block_size
-        self.num_layers = model.config.num_hidden_layers
+        self.layout = DepthLayout.of(model.config)
+        self.num_layers = self.layout.num_layers
         self.block = None
         self.rows: dict[tuple[int, str], int] = {}
         self.bank_out = self.bank_lse = None
-        self.depth_bank = None  # PyTorch path: the completed blocks, grown in place (kernels/two_phase/lean.py)
+        self.depth_bank = None  # PyTorch path: the completed blocks, grown in place (attnres/depth_layout.py)
 
     def mix_points(self, block: int):
-        first = block * self.block_size
-        last = min(first + self.block_size, self.num_layers)
-        points = [(i, self.model.layers[i], name) for i in range(first, last) for name in ("self_attention", "mlp")]
-        if last == self.num_layers:
-            points.append((self.num_layers, self.model, "output_attn"))
-        return points
+        """(index, owning module, point) of every mix point of `block`: the layers', then the output mix at the end."""
+        owner = lambda i: self.model.layers[i] if i < self.num_layers else self.model  # noqa: E731
+        return [(i, owner(i), name) for i, name in self.layout.block_mix_points(block)]
 
     def run_phase1(self, block: int, bank: tuple[torch.Tensor, ...]) -> None:
         points = self.mix_points(block)
@@ -55,7 +53,7 @@ class TwoPhaseSchedule:
         eps = getattr(points[0][1], f"{points[0][2]}_res_norm").variance_epsilon
         if not use_triton(self.backend, bank[0]):
             if self.depth_bank is None:
-                self.depth_bank = DepthBank(self.model.config.attn_res_num_blocks + 1, eps)
+                self.depth_bank = DepthBank(self.layout.bank_capacity, eps)
             self.depth_bank.extend(bank)
             bank = self.depth_bank
         self.bank_out, self.bank_lse = phase1(bank, queries, norms, eps, backend=self.backend)
@@ -64,8 +62,8 @@ class TwoPhaseSchedule:
     def mix(self, owner, point: str, sources: tuple[torch.Tensor, ...], out_norm=None) -> torch.Tensor:
         """The mix of `owner`'s `point` over `sources` (and `out_norm` = (weight, eps) applied after it, fused)."""
         index = getattr(owner, "layer_idx", self.num_layers)
-        block = min(index, self.num_layers - 1) // self.block_size
-        opens = point == "self_attention" and owner.opens_source
+        block = self.layout.block_of(index)
+        opens = point == "self_attention" and self.layout.opens_source(index)
         bank, partial = (sources, None) if opens else (sources[:-1], sources[-1])
         if block != self.block:
             self.run_phase1(block, bank)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .configuration_attnres import KimiLinearAttnResConfig
+from .depth_layout import DepthLayout
 
 GiB = 2**30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
@@ -106,20 +107,16 @@ def depth_bank_bytes(c: KimiLinearAttnResConfig, batch: int, tokens: int, dtype_
 
 
 def max_sources(c: KimiLinearAttnResConfig) -> int:
-    from .pipeline.layout import sources_before_layers
-
-    return sources_before_layers(c)[-1]
+    return DepthLayout.of(c).sources_before_layers()[-1]
 
 
 def pipeline_boundaries(c: KimiLinearAttnResConfig, stages: int, micro_batch: int, seq_len: int,
                         dtype_bytes: int = 2) -> list[tuple[int, int, int]]:
     """(decoder layer the boundary precedes, source tensors crossing it, bytes per micro-batch per direction) for
     decoder layers split evenly over `stages` stages: the minimum `attnres.pipeline.comms` measures traffic against."""
-    from .pipeline.layout import sources_before_layers
-
     if not 1 <= stages <= c.num_hidden_layers:
         raise ValueError(f"stages must be between 1 and num_hidden_layers={c.num_hidden_layers}, got {stages}")
-    counts = sources_before_layers(c)
+    counts = DepthLayout.of(c).sources_before_layers()
     one = micro_batch * seq_len * c.hidden_size * dtype_bytes
     firsts = [round(s * c.num_hidden_layers / stages) for s in range(1, stages)]
     return [(layer, counts[layer], counts[layer] * one) for layer in firsts]

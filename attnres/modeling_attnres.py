@@ -37,15 +37,14 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs, selected_hidden_states
 
 # Imports of this package are absolute here and rewritten to flat relative ones in saved folders (remote_code.py)
-from attnres.conversion.mapping import register_moonshot_mapping  # noqa: F401  (registers: Moonshot names load)
+from attnres.conversion_mapping import register_moonshot_mapping  # noqa: F401  (registers: Moonshot names load)
 from attnres.input_checks import check_backend, check_dtypes, check_labels, check_values
 from attnres.k3 import install as install_k3, uses_k3
 from attnres.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
-from attnres.ablations import DepthLogits, add_ablation_point, mix_ablation
+from attnres.depth_layout import DepthLayout
+from attnres.mix_point import AttnResMixing, DepthLogits, PseudoQuery
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
 from attnres.kda_device_guard import install as install_kda_device_guard
-from attnres.kernels import attn_res
-from attnres.offload import onloaded
 from attnres.remote_code import write_code_files
 
 from .configuration_attnres import KimiLinearAttnResConfig
@@ -66,83 +65,6 @@ class AttnResCausalLMOutputWithPast(MoeCausalLMOutputWithPast):
     attn_res_weights: tuple[torch.Tensor, ...] | None = None
 
 
-class PseudoQuery(nn.Linear):
-    """A mix point's learned depth query, Linear(hidden, 1, bias=False) as in K3. Zero at init: uniform softmax."""
-
-    def __init__(self, hidden_size: int):
-        super().__init__(hidden_size, 1, bias=False)
-
-    def reset_parameters(self) -> None:
-        # zero without a random draw: the AttnRes modules take nothing from the RNG stream, so with one seed every
-        # shared weight of a standard / block / full model starts identical (a matched pair)
-        nn.init.zeros_(self.weight)
-
-
-class AttnResMixing:
-    """The mix at one point: its RMSNorm gain (keys) and pseudo-query live on the owning module as
-    `{point}_res_norm` / `{point}_res_proj` (K3's tensor names)."""
-
-    def add_mix_point(self, point: str, config: KimiLinearAttnResConfig) -> None:
-        if config.attn_res_ablation:  # the paper's ablations own other tensors (attnres/ablations.py)
-            return add_ablation_point(self, point, config)
-        setattr(self, f"{point}_res_norm", KimiLinearRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
-        setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
-
-    def res_query(self, point: str) -> torch.Tensor:
-        """The pseudo-query vector [hidden] of `point`. When an adapter library has wrapped the `PseudoQuery` (PEFT
-        LoRA on `*_res_proj`), the query is read through the wrapper's forward, applied to the identity, so the
-        adapter's delta takes part in the mix and trains (reading `.weight` would silently ignore it)."""
-        proj = getattr(self, f"{point}_res_proj")
-        if type(proj) is PseudoQuery:
-            return proj.weight[0]
-        eye = torch.eye(self.config.hidden_size, dtype=proj.weight.dtype, device=proj.weight.device)
-        return proj(eye)[:, 0]
-
-    def single_source_mix(self, point: str, source: torch.Tensor, weights: list | None, out_norm=None) -> torch.Tensor:
-        """A mix over one source (layer 0's attention point): softmax over a single score is exactly 1 whatever the
-        score, so the mix is the source itself (K3 skips it). Without autograd it is skipped here too. While autograd
-        records, the weight is computed as softmax([score]) from the point's own tensors: still exactly 1.0 (the
-        output is bit-identical) and its derivative is exactly 0, so the K3-named tensors take part in the graph with
-        their true gradient, zero: DDP needs no find_unused_parameters, gradient checkpointing and optimizers see a
-        gradient for every parameter. Cost: one elementwise multiply (the score is a dot product of two vectors)."""
-        if torch.is_grad_enabled() and self.config.attn_res_mode != "standard":  # standard mode has no mix tensors
-            norm = getattr(self, f"{point}_res_norm")
-            with onloaded(norm, getattr(self, f"{point}_res_proj")):
-                score = (norm.weight.float() * self.res_query(point).float()).sum()
-            source = source * score.reshape(1).softmax(0).to(source.dtype)
-        if weights is not None:
-            weights.append(source.new_ones(*source.shape[:-1], 1, dtype=torch.float32))
-        return source if out_norm is None else out_norm(source)
-
-    def mix(
-        self, point: str, sources: tuple[torch.Tensor, ...], weights: list | None, out_norm=None, schedule=None
-    ) -> torch.Tensor:
-        """The mix, then `out_norm` (the RMSNorm that reads it) when given: fused into the op where possible.
-        `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (attnres.inference)."""
-        if self.config.attn_res_ablation:  # the paper's ablations: a plain PyTorch reference op, no fused kernel
-            return mix_ablation(self, point, sources, weights, out_norm)
-        if len(sources) == 1:
-            return self.single_source_mix(point, sources[0], weights, out_norm)
-        # only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
-        fused = type(out_norm) is KimiLinearRMSNorm and self.config.attn_res_fuse_norm
-        norm = getattr(self, f"{point}_res_norm")
-        # tensors read directly, not through a forward: loaded here under big-model offload (attnres/offload.py)
-        with onloaded(norm, getattr(self, f"{point}_res_proj"), out_norm if fused else None):
-            if schedule is not None:
-                fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
-                mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
-                return mixed if out_norm is None or fused else out_norm(mixed)
-            norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
-            mixed = attn_res(
-                sources, self.res_query(point), norm.weight, norm.variance_epsilon, return_weights=weights is not None,
-                backend=self.config.resolved_backend(), recompute=self.config.attn_res_recompute, **norm_kwargs,
-            )
-        if weights is not None:
-            mixed, probs = mixed
-            weights.append(probs)
-        return mixed if out_norm is None or fused else out_norm(mixed)
-
-
 class KimiLinearAttnResDecoderLayer(AttnResMixing, KimiLinearDecoderLayer):
     """Kimi Linear's decoder layer, reading its input from the depth sources instead of one residual stream."""
 
@@ -152,18 +74,17 @@ class KimiLinearAttnResDecoderLayer(AttnResMixing, KimiLinearDecoderLayer):
             install_k3(self, config, layer_idx)
         self.config = config
         self.layer_idx = layer_idx
-        mode = config.attn_res_mode
-        # Whether this layer's attention output starts a new depth source (else it joins the last source's sum)
-        self.opens_source = mode == "full" or (mode == "block" and layer_idx % config.attn_res_block_size == 0)
-        # Full AttnRes adds two sources per layer; block and standard replace (or open) the one partial sum
-        self.num_new_sources = 2 if mode == "full" else 1
-        if mode != "standard":
+        # where this layer's outputs go among the depth sources (attnres/depth_layout.py)
+        self.depth_layout = DepthLayout.of(config)
+        self.opens_source = self.depth_layout.opens_source(layer_idx)
+        self.num_new_sources = self.depth_layout.new_sources_per_layer
+        if config.attn_res_mode != "standard":
             self.add_mix_point("self_attention", config)
             self.add_mix_point("mlp", config)
 
     def update_sources(self, sources: tuple[torch.Tensor, ...], new_sources: tuple[torch.Tensor, ...]):
         """The depth sources after this layer: its outputs open new sources, or replace the running partial sum."""
-        return (*(sources if self.opens_source else sources[:-1]), *new_sources)
+        return self.depth_layout.update_sources(self.layer_idx, sources, new_sources)
 
     def attention(self, hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs):
         """Kimi Linear's attention dispatch (KDA or MLA), without the residual add that its `forward` fuses in."""

@@ -18,6 +18,7 @@ import torch
 from tqdm import trange
 
 from attnres import KimiLinearAttnResForCausalLM
+from attnres.depth_layout import DepthLayout
 from attnres.tiny import tiny_config
 
 
@@ -57,9 +58,8 @@ def mix_point_names(num_layers: int) -> list[str]:
 
 
 def source_names(config) -> list[str]:
-    if config.attn_res_mode == "full":
-        return ["emb"] + [f"{kind}{i}" for i in range(config.num_hidden_layers) for kind in ("a", "m")]
-    return ["emb"] + [f"blk{b}" for b in range(config.attn_res_num_blocks)]
+    """The sources the output mix reads, which are the most of any mix point (attnres.depth_layout)."""
+    return DepthLayout.of(config).source_names(config.num_hidden_layers, "output_attn")
 
 
 def print_weights(weights, config) -> None:

@@ -44,10 +44,10 @@ def load_config(spec: str):
 
     if spec in PRESETS:
         if spec == "k3":
-            from attnres.k3.preset import k3_config_dict
+            from attnres.conversion.k3_preset import k3_config_dict
 
             return parse_config(k3_config_dict()), "Kimi K3 (published config)"
-        from attnres.k3.fixtures import tiny_k3_config
+        from attnres.conversion.k3_fixtures import tiny_k3_config
         from attnres.tiny import tiny_config
 
         return (tiny_config() if spec == "tiny" else tiny_k3_config()), spec

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResForCausalLM
-from attnres.ablations import num_sources
+from attnres.depth_layout import DepthLayout
 from attnres.kernels.mix.naive import attn_res_naive
 from attnres.kernels.mix.variants import attn_res_variant
 from attnres.tiny import tiny_config
@@ -89,11 +89,11 @@ def test_static_logits_have_one_entry_per_source(mode, block_size, layers):
 
 def test_num_sources_counts():
     config = tiny_config("block", 3, 7)
-    assert [num_sources(config, i, "self_attention") for i in range(7)] == [1, 2, 2, 2, 3, 3, 3]
-    assert [num_sources(config, i, "mlp") for i in range(7)] == [2, 2, 2, 3, 3, 3, 4]
-    assert num_sources(config, 7, "output_attn") == 4
+    assert [DepthLayout.of(config).num_sources(i, "self_attention") for i in range(7)] == [1, 2, 2, 2, 3, 3, 3]
+    assert [DepthLayout.of(config).num_sources(i, "mlp") for i in range(7)] == [2, 2, 2, 3, 3, 3, 4]
+    assert DepthLayout.of(config).num_sources(7, "output_attn") == 4
     full = tiny_config("full", 0, 3)
-    assert [num_sources(full, i, p) for i in range(3) for p in ("self_attention", "mlp")] == [1, 2, 3, 4, 5, 6]
+    assert [DepthLayout.of(full).num_sources(i, p) for i in range(3) for p in ("self_attention", "mlp")] == [1, 2, 3, 4, 5, 6]
 
 
 def test_no_key_norm_drops_the_norm_tensors():

@@ -16,7 +16,7 @@ from test_train_fixtures import load_script
 
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.conversion.fixtures import random_model
-from attnres.k3.fixtures import tiny_k3_config, write_k3_checkpoint
+from attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
 
 EXPERT = "language_model.model.layers.2.block_sparse_moe.experts.1.w3"
 

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
 from attnres.conversion import ConversionError, convert_checkpoint
 from attnres.conversion.fixtures import random_model
-from attnres.k3.fixtures import tiny_k3_config, write_k3_checkpoint
+from attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
 import k3_reference
 from reference_loop import reference_logits
 

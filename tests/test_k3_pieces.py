@@ -10,7 +10,7 @@ from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearAtten
 from attnres.k3 import mxfp4
 from attnres.k3.activation import K3Experts, SiTUMLP, situ_glu
 from attnres.k3.attention import BoundedForgetGate, GatedMLA, K3DeltaAttention
-from attnres.k3.fixtures import quantize, tiny_k3_config
+from attnres.conversion.k3_fixtures import quantize, tiny_k3_config
 from attnres.k3.moe import LatentMoE
 
 import k3_reference

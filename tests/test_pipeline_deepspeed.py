@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResForCausalLM
-from attnres.pipeline import sources_before_layers
+from attnres.depth_layout import DepthLayout
 from attnres.pipeline.data import synthetic_micro_batch
 from model_factory import random_ids, tiny_model
 from remote_loading import load_in_clean_process, write_tokenizer
@@ -106,7 +106,7 @@ def test_boundary_sends_exactly_the_needed_sources(pipeline_runs, mode):
     (row,) = report["boundaries"]
     layer = report["parts"][1] - 1  # pipe layer 0 is the embedding
     tensor_bytes = MICRO_BATCH * SEQ_LEN * config.hidden_size * 4 * STEPS * GRAD_ACCUM
-    assert row["tensors"] == sources_before_layers(config)[layer]
+    assert row["tensors"] == DepthLayout.of(config).sources_before_layers()[layer]
     assert row["activation_bytes"] == row["gradient_bytes"] == row["minimum_bytes"] == row["tensors"] * tensor_bytes
     assert row["standard_bytes"] == tensor_bytes
     assert 0 < row["metadata_bytes"] <= 1024  # sent once: the boundary's shapes are fixed

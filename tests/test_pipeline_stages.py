@@ -3,7 +3,8 @@ between them has the size `sources_before_layers` predicts (what a stage boundar
 import pytest
 import torch
 
-from attnres.pipeline import CausalLMLoss, StateDictWeights, build_pipeline, pipeline_layer_specs, sources_before_layers
+from attnres.pipeline import CausalLMLoss, StateDictWeights, build_pipeline, pipeline_layer_specs
+from attnres.depth_layout import DepthLayout
 from attnres.pipeline.layout import single_source_mix_params
 from attnres.tiny import tiny_config
 from model_factory import random_ids, tiny_model
@@ -29,7 +30,7 @@ def test_pipe_layers_equal_the_model(mode, block_size):
     loss.backward()
 
     torch.testing.assert_close(loss, reference, rtol=0, atol=0)
-    assert widths == sources_before_layers(model.config)  # embedding output, then after each decoder layer
+    assert widths == DepthLayout.of(model.config).sources_before_layers()  # embedding output, then after each decoder layer
     params = dict(model.named_parameters())
     for layer in layers:
         for name, param in layer.named_parameters():

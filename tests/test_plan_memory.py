@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResForCausalLM
-from attnres.k3.fixtures import tiny_k3_config
+from attnres.conversion.k3_fixtures import tiny_k3_config
 from attnres.memory_plan import count_parameters, depth_bank_bytes, pipeline_boundaries, weight_bytes
 from attnres.tiny import tiny_config
 
@@ -58,7 +58,7 @@ def test_counts_match_instantiated_models(config):
 
 def test_k3_preset_reads_through_the_strict_k3_reader():
     from attnres.conversion.config import parse_config
-    from attnres.k3.preset import k3_config_dict
+    from attnres.conversion.k3_preset import k3_config_dict
 
     config = parse_config(k3_config_dict())
     assert config.layer_types.count("full_attention") == 24 and config.layer_types[-1] == "full_attention"
@@ -80,7 +80,7 @@ def test_script_prints_every_section(capsys):
 
 
 def test_script_reads_a_config_file_and_folder(tmp_path, capsys):
-    from attnres.k3.fixtures import k3_config_dict
+    from attnres.conversion.k3_fixtures import k3_config_dict
 
     (tmp_path / "config.json").write_text(json.dumps(k3_config_dict(tiny_k3_config())))
     script = plan_memory()

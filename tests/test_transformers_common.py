@@ -8,7 +8,7 @@ from transformers import GenerationMixin
 from transformers.models.kimi_linear import modeling_kimi_linear
 
 from attnres import KimiLinearAttnResForCausalLM, KimiLinearAttnResModel, modeling_attnres
-from attnres.conversion.mapping import LoadOnlyRenaming
+from attnres.conversion_mapping import LoadOnlyRenaming
 from attnres.k3.layout import LoadOnlyConverter
 from attnres.tiny import tiny_config
 from transformers_suite import declare_model, load_common

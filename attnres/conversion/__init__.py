@@ -6,7 +6,7 @@ conversion with bounded memory (see scripts/convert_checkpoint.py); `hub` builds
 """
 from .convert import bitwise_equal, convert_checkpoint, verify_conversion
 from .errors import ConversionError
-from .mapping import convert_tensors, moonshot_transforms, register_moonshot_mapping
+from ..conversion_mapping import convert_tensors, moonshot_transforms, register_moonshot_mapping
 from .plan import plan_conversion
 
 __all__ = [

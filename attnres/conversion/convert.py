@@ -12,7 +12,7 @@ from ..remote_code import AUTO_MAP, write_code_files
 from .atomic import check_output, move_into_place, temporary_folder
 from .config import hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
 from .errors import ConversionError
-from .mapping import convert_tensors
+from ..conversion_mapping import convert_tensors
 from .plan import ConversionPlan, Unit, plan_conversion
 from .reader import INDEX_NAME, CheckpointReader
 from .upcycle import new_attn_res_tensor

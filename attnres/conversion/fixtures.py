@@ -8,7 +8,7 @@ import torch
 
 from ..configuration_attnres import KimiLinearAttnResConfig
 from .config import moonshot_config_dict
-from .mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
+from ..conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
 from .writer import ShardedWriter
 
 

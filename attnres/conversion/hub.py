@@ -121,7 +121,7 @@ def read_eval_results(path: str | Path) -> list[tuple]:
     except (OSError, json.JSONDecodeError) as error:
         raise ConversionError(f"--eval-results {path}: {error}") from error
     if isinstance(results, dict) and "tasks" in results and "models" in results:
-        from ..evaluation.card import report_rows
+        from .card import report_rows
 
         rows = report_rows(results)
     else:

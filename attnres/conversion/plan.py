@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 
 from ..configuration_attnres import KimiLinearAttnResConfig
-from ..k3.source import K3SourceReader
+from .k3_source import K3SourceReader
 from .config import parse_config, read_config_dict
 from .errors import ConversionError
-from .mapping import convert_tensors
+from ..conversion_mapping import convert_tensors
 from .reader import SUPPORTED_DTYPES, CheckpointReader
 from .upcycle import is_attn_res_tensor, upcycled_config
 

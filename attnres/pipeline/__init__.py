@@ -5,7 +5,7 @@
 from .caching import CachingReport, simulate_interleaved
 from .comms import BoundaryTraffic, P2PTraffic, boundary_report, format_report, report_rows
 from .export import save_pipeline_checkpoint
-from .layout import mix_point_sources, single_source_mix_params, sources_before_layers
+from .layout import single_source_mix_params
 from .stages import (CausalLMLoss, DecoderLayerPipe, EmbeddingPipe, OutputHeadPipe, build_pipeline,
                      local_model_state_dict, pipeline_layer_specs)
 from .weights import StateDictWeights
@@ -19,9 +19,7 @@ __all__ = [
     "format_report",
     "report_rows",
     "save_pipeline_checkpoint",
-    "mix_point_sources",
     "single_source_mix_params",
-    "sources_before_layers",
     "CausalLMLoss",
     "DecoderLayerPipe",
     "EmbeddingPipe",

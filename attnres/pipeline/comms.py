@@ -6,7 +6,7 @@ activations, backward sends (to the previous stage) their gradients; DeepSpeed's
 buffer it sends before the first activation.
 
 Minimum: the next stage reads every depth source present at the boundary (each later mix point attends over all of
-them), so it needs all of them: `sources_before_layers(config)[i]` tensors of [batch, seq, hidden] for a boundary in
+them), so it needs all of them: `DepthLayout.of(config).sources_before_layers()[i]` tensors of [batch, seq, hidden] for a boundary in
 front of decoder layer i. Gradients come back for the same tensors. A standard-residual model needs one.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from deepspeed.runtime.pipe import p2p
 
-from .layout import sources_before_layers
+from ..depth_layout import DepthLayout
 
 
 @dataclass
@@ -73,7 +73,7 @@ def boundary_report(
     `parts`: DeepSpeed's partition (`PipelineModule.parts`) over pipe layers [embedding, decoder 0..L-1, head]; the
     boundary after stage s lies in front of pipe layer parts[s + 1], i.e. decoder layer parts[s + 1] - 1.
     """
-    counts = sources_before_layers(config)
+    counts = DepthLayout.of(config).sources_before_layers()
     one_tensor = micro_batch_size * seq_len * config.hidden_size * torch.empty((), dtype=dtype).element_size()
     rows = []
     for boundary in range(len(parts) - 2):

@@ -64,7 +64,7 @@ def canonical_name(name: str) -> str:
 
 def register_moonshot_mapping() -> None:
     """Let `KimiLinearAttnResForCausalLM.from_pretrained` read Moonshot folders (with or without the K3 wrapper)."""
-    from ..k3.layout import k3_load_transforms
+    from .k3.layout import k3_load_transforms
 
     moonshot = moonshot_transforms()
     transforms = [PrefixChange(prefix_to_remove=LANGUAGE_MODEL_PREFIX.rstrip(".")), *k3_load_transforms(moonshot),

@@ -1,0 +1,163 @@
+"""The depth layout of a Kimi Linear AttnRes model: which depth sources exist at each mix point. The one home of that
+rule: the model, the two-phase schedule, pipeline stages, the memory planner, diagnostics, the ablations and the demo
+all ask it, so it is spelled once.
+
+Sources, in order, as the model carries them (`KimiLinearAttnResModel.forward`):
+- standard: one source, the residual stream (PreNorm).
+- block:    the embedding, one sum per completed block of `block_size` layers, then the running partial sum of the
+            current block. A block's first attention output *opens* a new partial sum (the previous partial sum, or
+            at layer 0 the embedding, stays as a source); every other sub-layer output joins the partial sum.
+- full:     the embedding and every sub-layer output, each its own source (each attention output opens a source,
+            and so does each MLP output).
+
+Mix points: before each layer's attention ("self_attention") and MLP ("mlp"), and before the final norm
+("output_attn", index = num_layers). `DepthLayout` is pure arithmetic on three numbers; `DepthBank` holds the
+completed sources of a block-mode no-grad forward (the PyTorch Phase 1 of the two-phase schedule).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+MIX_POINTS = ("self_attention", "mlp")
+OUTPUT_POINT = "output_attn"
+
+
+@dataclass(frozen=True)
+class DepthLayout:
+    mode: str  # "standard", "block" or "full"
+    num_layers: int
+    block_size: int = 0  # layers per block (block mode)
+
+    @classmethod
+    def of(cls, config) -> DepthLayout:
+        """The layout of a `KimiLinearAttnResConfig` (or anything with its three fields)."""
+        return cls(config.attn_res_mode, config.num_hidden_layers, config.attn_res_block_size)
+
+    # --- layers -----------------------------------------------------------------------------------------------------
+    def opens_source(self, layer_idx: int) -> bool:
+        """Whether layer `layer_idx`'s attention output opens a new source (else it joins the last source's sum)."""
+        return self.mode == "full" or (self.mode == "block" and layer_idx % self.block_size == 0)
+
+    @property
+    def new_sources_per_layer(self) -> int:
+        """Sources a layer returns: 2 in full mode (attention and MLP outputs), else 1 (the updated partial sum)."""
+        return 2 if self.mode == "full" else 1
+
+    def update_sources(self, layer_idx: int, sources: tuple, new_sources: tuple) -> tuple:
+        """The sources after layer `layer_idx`: its outputs open new sources, or replace the running partial sum."""
+        return (*(sources if self.opens_source(layer_idx) else sources[:-1]), *new_sources)
+
+    # --- counts -----------------------------------------------------------------------------------------------------
+    def sources_before_layers(self) -> list[int]:
+        """Entry i: the number of sources entering layer i; the last entry: those entering the output mix. A pipeline
+        boundary before layer i carries exactly entry i tensors of [batch, seq, hidden]."""
+        counts, n = [], 1  # the embedding is the first source
+        for i in range(self.num_layers):
+            counts.append(n)
+            n += self.new_sources_per_layer if self.opens_source(i) else 0
+        counts.append(n)
+        return counts
+
+    def num_sources(self, layer_idx: int, point: str) -> int:
+        """Sources the mix `point` of layer `layer_idx` reads (the output mix: `layer_idx` = num_layers)."""
+        if point == OUTPUT_POINT:
+            layer_idx = self.num_layers
+        before = self.sources_before_layers()[layer_idx]
+        if point == "mlp" and self.opens_source(layer_idx):
+            return before + 1  # this layer's attention output is a source of its own at the MLP mix
+        return before
+
+    def mix_point_sources(self, layer_idx: int) -> dict[str, int]:
+        return {point: self.num_sources(layer_idx, point) for point in MIX_POINTS}
+
+    def single_source_points(self, layer_idx: int) -> list[str]:
+        """Mix points of layer `layer_idx` over one source: the identity (softmax over one score is exactly 1)."""
+        if self.mode == "standard":
+            return []
+        return [point for point, n in self.mix_point_sources(layer_idx).items() if n == 1]
+
+    # --- blocks -----------------------------------------------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        """Depth blocks: N in the paper (the embedding is one more source). Full mode: one per layer."""
+        if self.mode == "block":
+            return -(-self.num_layers // self.block_size)
+        return self.num_layers if self.mode == "full" else 1
+
+    @property
+    def bank_capacity(self) -> int:
+        """The most completed sources a block-mode bank holds: the embedding and every block sum."""
+        return self.num_blocks + 1
+
+    def block_of(self, layer_idx: int) -> int:
+        """The block of layer `layer_idx` (the output mix belongs to the last block)."""
+        return min(layer_idx, self.num_layers - 1) // self.block_size
+
+    def block_layers(self, block: int) -> range:
+        first = block * self.block_size
+        return range(first, min(first + self.block_size, self.num_layers))
+
+    def block_mix_points(self, block: int) -> list[tuple[int, str]]:
+        """(layer index, point) of every mix point in `block`, in order; the last block ends with the output mix."""
+        layers = self.block_layers(block)
+        points = [(i, point) for i in layers for point in MIX_POINTS]
+        if layers.stop == self.num_layers:
+            points.append((self.num_layers, OUTPUT_POINT))
+        return points
+
+    # --- names ------------------------------------------------------------------------------------------------------
+    def source_names(self, layer_idx: int, point: str) -> list[str]:
+        """Readable names of the sources the mix `point` of layer `layer_idx` reads, in order (plots, diagnostics):
+        block: "emb", "blk0", ..., "partial"; full: "emb", "L0.attn", "L0.mlp", ...; standard: "stream"."""
+        n = self.num_sources(layer_idx, point)
+        if self.mode == "standard":
+            return ["stream"]
+        if self.mode == "full":
+            names = ["emb"] + [f"L{i}.{part}" for i in range(self.num_layers) for part in ("attn", "mlp")]
+            return names[:n]
+        opening = point == "self_attention" and self.opens_source(layer_idx)
+        completed = n - 1 if opening else n - 2  # the sources besides the embedding (and the partial sum)
+        names = ["emb"] + [f"blk{b}" for b in range(completed)]
+        return names if opening else [*names, "partial"]
+
+
+class DepthBank:
+    """Token-major fp32 copy of the completed depth sources, grown in place; `capacity`: the most sources it holds."""
+
+    def __init__(self, capacity: int, eps: float):
+        self.capacity, self.eps = capacity, eps
+        self.values = self.rstd = None
+        self.shape = None
+        self.size = 0
+
+    def extend(self, bank: Sequence[torch.Tensor]) -> None:
+        """Append the sources of `bank` beyond those already held (`bank` starts with what the bank already holds)."""
+        if self.values is None:
+            self.shape = bank[0].shape
+            tokens, hidden = bank[0].numel() // self.shape[-1], self.shape[-1]
+            self.values = bank[0].new_empty(tokens, self.capacity, hidden, dtype=torch.float32)
+            self.rstd = bank[0].new_empty(tokens, self.capacity, 1, dtype=torch.float32)
+        if len(bank) > self.capacity:
+            raise ValueError(f"depth bank holds {self.capacity} sources, got {len(bank)}")
+        for j in range(self.size, len(bank)):
+            slot = self.values[:, j]
+            slot.copy_(bank[j].reshape(slot.shape))
+            self.rstd[:, j] = torch.rsqrt(slot.pow(2).mean(-1, keepdim=True) + self.eps)
+        self.size = max(self.size, len(bank))
+
+    def phase1(self, queries: torch.Tensor, norm_weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bank-only mixes of Q queries ([Q, d]): (out fp32 [Q, ..., d], lse fp32 [Q, ...]), as `phase1_naive`."""
+        values = self.values[:, : self.size]  # [T, n, d], a view of the buffer
+        w = (queries * norm_weights).float()  # [Q, d]
+        scores = self.rstd[:, : self.size] * (values @ w.T)  # [T, n, Q]
+        lse = scores.logsumexp(dim=1)  # [T, Q]
+        probs = torch.exp(scores - lse.unsqueeze(1))
+        out = probs.transpose(1, 2) @ values  # [T, Q, d]
+        queries_first = (queries.shape[0], *self.shape)
+        return out.transpose(0, 1).reshape(queries_first), lse.T.reshape(queries_first[:-1])
+
+
+__all__ = ["DepthLayout", "DepthBank", "MIX_POINTS", "OUTPUT_POINT"]
