@@ -8,8 +8,8 @@ from attnres.depth_layout import DepthLayout
 from attnres.kernels.mix.naive import attn_res_naive
 from attnres.kernels.mix.variants import attn_res_variant
 from attnres.tiny import tiny_config
-from model_factory import random_ids, tiny_model
-from reference_loop import assert_matches_reference
+from tests.helpers.model_factory import random_ids, tiny_model
+from tests.helpers.reference_loop import assert_matches_reference
 
 ABLATIONS = {
     "static": dict(attn_res_static_mixing=True),
@@ -140,7 +140,7 @@ def test_ablation_round_trips_through_save_pretrained(tmp_path):
 
 
 def test_ablation_cached_greedy_equals_recomputation():
-    from test_generation import greedy_without_cache
+    from tests.helpers.model_factory import greedy_without_cache
 
     model = ablated_model("block", 2, 5, attn_res_static_mixing=True, attn_res_score="sigmoid")
     ids = random_ids(batch=2, seq=7)

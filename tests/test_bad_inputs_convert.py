@@ -6,9 +6,9 @@ import os
 import shutil
 
 import pytest
-from bad_input_fixtures import (INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, SENTINEL, damaged_copy,  # noqa: F401
+from tests.helpers.bad_input_fixtures import (INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, SENTINEL, damaged_copy,  # noqa: F401
                                 expect_script_refused, moonshot_checkpoint)
-from test_train_fixtures import load_script
+from tests.helpers.train_fixtures import load_script
 
 from attnres.atomic_io import recover_interrupted
 

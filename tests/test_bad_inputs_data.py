@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from bad_input_fixtures import SENTINEL, expect_refused
-from test_train_fixtures import load_script, write_documents
+from tests.helpers.bad_input_fixtures import SENTINEL, expect_refused
+from tests.helpers.train_fixtures import load_script, write_documents
 
 
 @pytest.fixture(scope="module")

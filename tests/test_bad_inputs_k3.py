@@ -9,10 +9,10 @@ import shutil
 
 import pytest
 import torch
-from bad_input_fixtures import INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, damaged_copy, expect_refused, expect_script_refused
+from tests.helpers.bad_input_fixtures import INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, damaged_copy, expect_refused, expect_script_refused
 from safetensors import safe_open
 from safetensors.torch import save_file
-from test_train_fixtures import load_script
+from tests.helpers.train_fixtures import load_script
 
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.conversion.fixtures import random_model

@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
-from bad_input_fixtures import (INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, damaged_copy, expect_refused,  # noqa: F401
+from tests.helpers.bad_input_fixtures import (INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, damaged_copy, expect_refused,  # noqa: F401
                                 saved_model, sharded_model, snapshot)
-from model_factory import random_ids, tiny_model
+from tests.helpers.model_factory import random_ids, tiny_model
 
 from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
 from attnres.saved_model import RECORD_FILE

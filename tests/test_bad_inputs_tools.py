@@ -8,9 +8,9 @@ import json
 import shutil
 
 import pytest
-from bad_input_fixtures import expect_refused, expect_script_refused, first_shard, prepared_data, truncate  # noqa: F401
-from test_train_fixtures import load_script
-from toolchain_fixtures import finetune_args, prepare_chat, tiny_folder, write_chat_jsonl
+from tests.helpers.bad_input_fixtures import expect_refused, expect_script_refused, first_shard, prepared_data, truncate  # noqa: F401
+from tests.helpers.train_fixtures import load_script
+from tests.helpers.toolchain_fixtures import finetune_args, prepare_chat, tiny_folder, write_chat_jsonl
 
 from attnres.training.args import SetupError
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from bad_input_fixtures import expect_refused, prepared_data, truncate  # noqa: F401
-from test_train_fixtures import load_script, train_args
+from tests.helpers.bad_input_fixtures import expect_refused, prepared_data, truncate  # noqa: F401
+from tests.helpers.train_fixtures import load_script, train_args
 
 from attnres.training.args import SetupError
 from attnres.training.checkpoint import latest_checkpoint

@@ -6,7 +6,7 @@ keyword arguments would silently drop the gradients flowing into earlier blocks.
 import pytest
 import torch
 
-from model_factory import random_ids, tiny_model
+from tests.helpers.model_factory import random_ids, tiny_model
 
 
 def gradients(model, ids):

@@ -4,7 +4,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from model_factory import random_ids, tiny_model
+from tests.helpers.model_factory import random_ids, tiny_model
 
 
 @pytest.mark.parametrize("mode,block_size", [("block", 2), ("full", 0)])

@@ -16,7 +16,7 @@ from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from attnres.conversion.plan import plan_conversion
 from attnres.conversion.reader import CheckpointReader
 from attnres.tiny import tiny_config
-from remote_loading import auto_map, load_in_clean_process, write_tokenizer
+from tests.helpers.remote_loading import auto_map, load_in_clean_process, write_tokenizer
 
 MODES = ("standard", "block", "full")
 SHARD = "150KB"  # tiny models are ~1 MB: several shards in and out

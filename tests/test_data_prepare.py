@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from test_train_fixtures import load_script, write_documents
+from tests.helpers.train_fixtures import load_script, write_documents
 
 from attnres.training.batches import BatchPlan, check_prepared, load_prepared
 from attnres.training.packing import pack_token_lists

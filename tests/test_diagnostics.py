@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_train_fixtures import load_script, prepare_tiny_dataset, train_args
+from tests.helpers.train_fixtures import load_script, prepare_tiny_dataset, train_args
 
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.training.batches import BatchPlan, load_prepared

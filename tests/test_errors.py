@@ -4,7 +4,7 @@ import torch
 
 from attnres import KimiLinearAttnResConfig
 from attnres.tiny import tiny_config
-from model_factory import random_ids, tiny_model
+from tests.helpers.model_factory import random_ids, tiny_model
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from eval_fixtures import fixture_eval_data, gpqa_rows, tiny_pair, write_gpqa_csv
+from tests.helpers.eval_fixtures import fixture_eval_data, gpqa_rows, tiny_pair, write_gpqa_csv
 
 from attnres.evaluation import DataError, compare, heldout_metrics, prepare_eval_data
 from attnres.evaluation.code_exec import ALLOW_ENV, CodeExecutionRefused, run_program

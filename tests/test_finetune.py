@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 import torch
-from test_train_fixtures import load_script, train_args, train_losses
-from toolchain_fixtures import finetune_args, prepare_chat, tiny_folder, tiny_tokenizer, write_chat_jsonl
+from tests.helpers.train_fixtures import load_script, train_args, train_losses
+from tests.helpers.toolchain_fixtures import finetune_args, prepare_chat, tiny_folder, tiny_tokenizer, write_chat_jsonl
 
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.training.args import SetupError
@@ -162,7 +162,7 @@ def test_init_from_conflicts_are_clear_errors(train, model_dir, chat_data, tmp_p
 
 
 def test_init_from_with_data_of_another_tokenizer_is_refused(train, model_dir, tmp_path):
-    from test_train_fixtures import prepare_tiny_dataset
+    from tests.helpers.train_fixtures import prepare_tiny_dataset
 
     other = prepare_tiny_dataset(tmp_path / "other")
     with pytest.raises(SetupError, match="tokenized with another tokenizer.*--tokenizer"):

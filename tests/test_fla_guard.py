@@ -8,7 +8,7 @@ import textwrap
 
 import torch
 
-from model_factory import random_ids, tiny_model
+from tests.helpers.model_factory import random_ids, tiny_model
 
 FAKE_KDA = '''
 def _needs_cuda(q):

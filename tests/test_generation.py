@@ -2,17 +2,9 @@
 import pytest
 import torch
 
-from model_factory import random_ids, tiny_model
+from tests.helpers.model_factory import greedy_without_cache, random_ids, tiny_model
 
 MODES = [("standard", 0), ("block", 2), ("full", 0)]
-
-
-def greedy_without_cache(model, ids, steps):
-    for _ in range(steps):
-        with torch.no_grad():
-            logits = model(ids, use_cache=False).logits[:, -1]
-        ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
-    return ids
 
 
 @pytest.mark.parametrize("mode,block_size", MODES)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from remote_loading import fake_hub_repo, load_in_clean_process, write_tokenizer
+from tests.helpers.remote_loading import fake_hub_repo, load_in_clean_process, write_tokenizer
 
 from attnres.conversion import ConversionError
 from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint

@@ -14,8 +14,8 @@ from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
 from attnres.conversion import ConversionError, convert_checkpoint
 from attnres.conversion.fixtures import random_model
 from attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
-import k3_reference
-from reference_loop import reference_logits
+import tests.helpers.k3_reference as k3_reference
+from tests.helpers.reference_loop import reference_logits
 
 P = "language_model.model.layers"
 

@@ -13,7 +13,7 @@ from attnres.k3.attention import BoundedForgetGate, GatedMLA, K3DeltaAttention
 from attnres.conversion.k3_fixtures import quantize, tiny_k3_config
 from attnres.k3.moe import LatentMoE
 
-import k3_reference
+import tests.helpers.k3_reference as k3_reference
 
 BETA, LINEAR_BETA = 4.0, 25.0
 

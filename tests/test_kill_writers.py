@@ -13,8 +13,8 @@ import sys
 import time
 
 import pytest
-from bad_input_fixtures import moonshot_checkpoint, saved_model, snapshot  # noqa: F401
-from test_train_fixtures import REPO, load_script, write_documents
+from tests.helpers.bad_input_fixtures import moonshot_checkpoint, saved_model, snapshot  # noqa: F401
+from tests.helpers.train_fixtures import REPO, load_script, write_documents
 
 from attnres.atomic_io import PAUSE_ENV, recover_interrupted, write_json_atomic
 from attnres.training.run_lock import OutputLockedError, output_lock
@@ -82,7 +82,7 @@ def test_kill_push_to_hub_build(saved_model, tmp_path):
 def test_kill_save_pretrained_over_a_model(saved_model, tmp_path):
     folder = shutil.copytree(saved_model, tmp_path / "model")
     before = snapshot(folder)
-    code = ("import sys; sys.path.insert(0, 'tests'); from model_factory import tiny_model; "
+    code = ("from tests.helpers.model_factory import tiny_model; "
             f"tiny_model('full', num_layers=4, seed=3).save_pretrained({str(folder)!r})")
     kill_when_paused([sys.executable, "-c", code])
     assert snapshot(folder) == before and leftovers(tmp_path)

@@ -7,8 +7,8 @@ import json
 import math
 
 import pytest
-from eval_fixtures import fixture_eval_data
-from test_train_fixtures import load_script, write_documents
+from tests.helpers.eval_fixtures import fixture_eval_data
+from tests.helpers.train_fixtures import load_script, write_documents
 
 from attnres.training.metrics import read_jsonl
 

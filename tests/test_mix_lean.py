@@ -17,8 +17,8 @@ from attnres.kernels.mix import lean
 from attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
 from attnres.depth_layout import DepthBank
 from attnres.kernels.two_phase import phase1, phase1_naive
-from model_factory import random_ids, tiny_model
-from test_kernels_mix import bf16_ulps, make_inputs, run
+from tests.helpers.model_factory import random_ids, tiny_model
+from tests.helpers.kernel_cases import bf16_ulps, make_inputs, run
 
 
 @pytest.fixture(params=["loop", "stacked"])

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnres import inference
-from model_factory import random_ids, tiny_model
+from tests.helpers.model_factory import random_ids, tiny_model
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_train_fixtures import REPO, load_script, prepare_tiny_dataset, train_args, train_losses
+from tests.helpers.train_fixtures import REPO, load_script, prepare_tiny_dataset, train_args, train_losses
 
 from attnres.training import engines
 from attnres.training.metrics import read_jsonl
@@ -108,10 +108,10 @@ def free_port() -> int:
 DEEPSPEED_DRIVER = """
 import json, sys
 import torch
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {repo!r}]
 from attnres.training import engines
 from test_nonfinite import poison
-from test_train_fixtures import load_script
+from tests.helpers.train_fixtures import load_script
 
 optimizer_step, sums = engines.DeepSpeedEngine.optimizer_step, []
 
@@ -139,7 +139,7 @@ def test_deepspeed_skips_poisoned_steps(data, tmp_path):
         config.write_text(json.dumps({"zero_optimization": {"stage": stage}, "bf16": {"enabled": False}}))
         runs.append(train_args(data, tmp_path / f"zero{stage}", **dict(RUN, save_every=0, deepspeed=config)))
     driver, sums = tmp_path / "driver.py", tmp_path / "sums.json"
-    driver.write_text(DEEPSPEED_DRIVER.format(tests=str(REPO / "tests")))
+    driver.write_text(DEEPSPEED_DRIVER.format(tests=str(REPO / "tests"), repo=str(REPO)))
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), DS_ACCELERATOR="cpu", MASTER_PORT=str(free_port()))
     env.pop("WORLD_SIZE", None)
     result = subprocess.run([sys.executable, str(driver), json.dumps(runs), str(sums)], capture_output=True, text=True,

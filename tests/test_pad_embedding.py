@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import torch
-from test_train_fixtures import load_script, prepare_tiny_dataset, train_args, train_losses
+from tests.helpers.train_fixtures import load_script, prepare_tiny_dataset, train_args, train_losses
 
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.tiny import tiny_config

@@ -4,8 +4,8 @@ import torch
 from transformers import KimiLinearConfig, KimiLinearForCausalLM
 
 from attnres.tiny import tiny_config
-from model_factory import random_ids, tiny_model
-from reference_loop import assert_matches_reference, reference_logits
+from tests.helpers.model_factory import random_ids, tiny_model
+from tests.helpers.reference_loop import assert_matches_reference, reference_logits
 
 # (mode, block size, layers): S=1, S not dividing L, S dividing L, S == L, S > L, full
 CASES = [("block", 1, 5), ("block", 2, 5), ("block", 3, 6), ("block", 5, 5), ("block", 8, 5), ("full", 0, 5)]

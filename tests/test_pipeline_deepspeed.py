@@ -19,8 +19,8 @@ import torch
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.depth_layout import DepthLayout
 from attnres.pipeline.data import synthetic_micro_batch
-from model_factory import random_ids, tiny_model
-from remote_loading import load_in_clean_process, write_tokenizer
+from tests.helpers.model_factory import random_ids, tiny_model
+from tests.helpers.remote_loading import load_in_clean_process, write_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("block", "full", "standard")

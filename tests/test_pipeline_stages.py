@@ -7,7 +7,7 @@ from attnres.pipeline import CausalLMLoss, StateDictWeights, build_pipeline, pip
 from attnres.depth_layout import DepthLayout
 from attnres.pipeline.layout import single_source_mix_params
 from attnres.tiny import tiny_config
-from model_factory import random_ids, tiny_model
+from tests.helpers.model_factory import random_ids, tiny_model
 
 
 def run_pipe_layers(model, ids):

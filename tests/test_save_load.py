@@ -8,7 +8,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM, KimiLinearAttnResModel
-from model_factory import random_ids, tiny_model
+from tests.helpers.model_factory import random_ids, tiny_model
 
 
 def test_round_trip_and_auto_classes(tmp_path):

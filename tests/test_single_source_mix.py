@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_factory import random_ids, tiny_model
+from tests.helpers.model_factory import random_ids, tiny_model
 
 
 @pytest.mark.parametrize("mode", ["block", "full"])

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from test_train_fixtures import load_script, prepare_tiny_dataset
+from tests.helpers.train_fixtures import load_script, prepare_tiny_dataset
 
 from attnres.study import runner as study_runner
 from attnres.study.analysis import (
@@ -147,7 +147,7 @@ def test_grid_file_errors(tmp_path):
 
 @pytest.mark.parametrize("name", ["cpu", "gpu-20m", "smoke"])
 def test_shipped_grids_load(name):
-    from test_train_fixtures import REPO
+    from tests.helpers.train_fixtures import REPO
 
     grid = load_grid(REPO / "configs" / "study" / f"{name}.json")
     assert grid.runs() and "main" in grid.groups

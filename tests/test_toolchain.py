@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 from safetensors.torch import load_file
-from toolchain_fixtures import REPO, TEXTS, tiny_folder
+from tests.helpers.toolchain_fixtures import REPO, TEXTS, tiny_folder
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from attnres import KimiLinearAttnResForCausalLM

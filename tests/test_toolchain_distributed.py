@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 
 import pytest
-from test_train_fixtures import load_script, train_losses
-from toolchain_fixtures import ACCELERATE_2, REPO, finetune_args, launch, prepare_chat, tiny_folder, write_chat_jsonl
+from tests.helpers.train_fixtures import load_script, train_losses
+from tests.helpers.toolchain_fixtures import ACCELERATE_2, REPO, finetune_args, launch, prepare_chat, tiny_folder, write_chat_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ def work(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def launched(work):
-    return launch([*ACCELERATE_2, str(REPO / "tests" / "ddp_toolchain_worker.py"), str(work)]).stdout
+    return launch([*ACCELERATE_2, str(REPO / "tests" / "helpers" / "ddp_toolchain_worker.py"), str(work)]).stdout
 
 
 @pytest.mark.parametrize("check", ["accelerate-block", "accelerate-full", "trainer"])

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_train_fixtures import REPO, load_script, prepare_tiny_dataset, train_args, train_losses
+from tests.helpers.train_fixtures import REPO, load_script, prepare_tiny_dataset, train_args, train_losses
 
 from attnres.training import trainer
 from attnres.training.args import SetupError
@@ -82,7 +82,7 @@ def test_final_folder_records_tokens_and_data(reference, data):
 
 
 def test_final_folder_loads_where_attnres_is_not_installed(reference, tmp_path):
-    from remote_loading import load_in_clean_process
+    from tests.helpers.remote_loading import load_in_clean_process
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(reference / "final").eval()

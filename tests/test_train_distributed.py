@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from test_train_fixtures import REPO, load_script, prepare_tiny_dataset, train_args, train_losses
+from tests.helpers.train_fixtures import REPO, load_script, prepare_tiny_dataset, train_args, train_losses
 
 from attnres.training.metrics import read_jsonl
 

@@ -11,7 +11,7 @@ from attnres import KimiLinearAttnResForCausalLM, KimiLinearAttnResModel, modeli
 from attnres.conversion_mapping import LoadOnlyRenaming
 from attnres.k3.layout import LoadOnlyConverter
 from attnres.tiny import tiny_config
-from transformers_suite import declare_model, load_common
+from tests.helpers.transformers_suite import declare_model, load_common
 
 common = load_common()
 declare_model(common, "kimi_linear_attnres", "KimiLinearAttnResModel", "KimiLinearAttnResForCausalLM")

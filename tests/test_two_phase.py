@@ -6,7 +6,7 @@ import torch
 from attnres import inference
 from attnres.kernels.mix import attn_res_naive, rms_norm_naive
 from attnres.kernels.two_phase import phase1, phase2
-from model_factory import random_ids, tiny_model
+from tests.helpers.model_factory import random_ids, tiny_model
 
 
 def make_bank(n, hidden, dtype, seed=0):

@@ -25,3 +25,11 @@ def tiny_model(mode="block", block_size=2, num_layers=5, dtype=torch.float32, se
 
 def random_ids(batch=2, seq=12, vocab=256, seed=0):
     return torch.randint(3, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def greedy_without_cache(model, ids, steps):
+    for _ in range(steps):
+        with torch.no_grad():
+            logits = model(ids, use_cache=False).logits[:, -1]
+        ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
+    return ids

@@ -122,7 +122,7 @@ def words(pattern: str) -> str:
 @pytest.fixture(scope="session")
 def saved_model(tmp_path_factory):
     """A tiny block-AttnRes model saved with save_pretrained (weights record included); do not modify: copy it."""
-    from model_factory import tiny_model
+    from tests.helpers.model_factory import tiny_model
 
     folder = tmp_path_factory.mktemp("bad_inputs") / "model"
     tiny_model("block", 2, num_layers=4).save_pretrained(folder)
@@ -132,7 +132,7 @@ def saved_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def sharded_model(tmp_path_factory):
     """The same kind of model in several shards with an index."""
-    from model_factory import tiny_model
+    from tests.helpers.model_factory import tiny_model
 
     folder = tmp_path_factory.mktemp("bad_inputs") / "sharded"
     tiny_model("block", 2, num_layers=4).save_pretrained(folder, max_shard_size="50KB")
@@ -153,7 +153,7 @@ def moonshot_checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def prepared_data(tmp_path_factory):
-    from test_train_fixtures import prepare_tiny_dataset
+    from tests.helpers.train_fixtures import prepare_tiny_dataset
 
     return prepare_tiny_dataset(tmp_path_factory.mktemp("bad_inputs_data"))
 

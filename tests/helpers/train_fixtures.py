@@ -7,7 +7,7 @@ from pathlib import Path
 
 from attnres.training.metrics import read_jsonl
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WORDS = "the a king queen river stone light dark house tree walks runs sees finds under over with and of to in".split()
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # tests.helpers
 
 
 def run_example(name: str, *argv: str) -> None:
@@ -21,9 +21,9 @@ def run_example(name: str, *argv: str) -> None:
 
 
 def main(work: Path) -> None:
-    from toolchain_fixtures import finetune_args
+    from tests.helpers.toolchain_fixtures import finetune_args
 
-    from test_train_fixtures import load_script
+    from tests.helpers.train_fixtures import load_script
 
     for mode in ("block", "full"):
         run_example("finetune_accelerate.py", str(work / mode), str(work / f"accelerate-{mode}"), "--cpu", "--steps", "2")

@@ -14,7 +14,7 @@ from attnres import KimiLinearAttnResForCausalLM
 from attnres.tiny import tiny_config
 from attnres.training.tokenizer import train_bpe
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TEXTS = ["the river runs under the stone bridge", "a queen sees the light of the house",
          "the king walks over the dark tree", "light and stone and the river of the house"]
 # accelerate's MULTI_GPU launcher starts 2 processes; the scripts' Accelerator(cpu=True) makes them gloo DDP
@@ -70,7 +70,7 @@ def write_chat_jsonl(path: Path, count: int = 60, seed: int = 0) -> Path:
 
 
 def prepare_chat(jsonl: Path, tokenizer_dir: Path, out: Path, seq_len: int = 32) -> Path:
-    from test_train_fixtures import load_script
+    from tests.helpers.train_fixtures import load_script
 
     load_script("prepare_data").main(["--chat", str(jsonl), "--tokenizer", str(tokenizer_dir), "--seq-len",
                                       str(seq_len), "--validation-fraction", "0.2", "--output-dir", str(out)])
@@ -78,7 +78,7 @@ def prepare_chat(jsonl: Path, tokenizer_dir: Path, out: Path, seq_len: int = 32)
 
 
 def finetune_args(data: Path, init_from: Path, out: Path, **flags) -> list[str]:
-    from test_train_fixtures import train_args
+    from tests.helpers.train_fixtures import train_args
 
     options = dict(model_size=None, init_from=init_from, max_steps=4, micro_batch_size=2, warmup_steps=1, lr=1e-3,
                    save_every=2, eval_every=2, diagnostics_every=2)
