@@ -4,15 +4,17 @@
 write `auto_map` plus the code files, so a saved folder also loads with `trust_remote_code=True`.
 """
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
 from .configuration_attnres import KimiLinearAttnResConfig
+from .k3.config import K3_WRAPPER_TYPE
+from .kernels import attn_res, attn_res_naive
 from .modeling_attnres import (
     KimiLinearAttnResDecoderLayer,
     KimiLinearAttnResForCausalLM,
     KimiLinearAttnResModel,
     KimiLinearAttnResPreTrainedModel,
 )
-from .kernels import attn_res, attn_res_naive
 
 __version__ = "0.1.0"
 
@@ -22,6 +24,10 @@ AutoModelForCausalLM.register(KimiLinearAttnResConfig, KimiLinearAttnResForCausa
 KimiLinearAttnResConfig.register_for_auto_class()
 KimiLinearAttnResModel.register_for_auto_class("AutoModel")
 KimiLinearAttnResForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+# A Kimi K3 folder (model_type "kimi_k3") reads as our config, which unwraps its text_config, so the Auto classes load
+# it as our model; a transformers that ships its own kimi_k3 keeps it
+if K3_WRAPPER_TYPE not in CONFIG_MAPPING_NAMES:
+    CONFIG_MAPPING.register(K3_WRAPPER_TYPE, KimiLinearAttnResConfig, exist_ok=True)
 
 __all__ = [
     "KimiLinearAttnResConfig",

@@ -3,9 +3,14 @@
 Files: `atomic_write` writes a hidden sibling and renames it into place. Folders: `temporary_folder` builds a hidden
 sibling `.NAME.partial-PID` and `move_into_place` renames it to NAME (an existing NAME steps aside as
 `.NAME.replaced-PID` first and is deleted last). `recover_interrupted` cleans what a killed writer left behind.
+
+Names are literal: an output that is a symbolic link is replaced as a link (the link is renamed and removed, never
+the folder it points to), and sibling names are matched exactly (an output called `f*` touches no other output's
+leftovers). A very long output name gets a shortened, hashed sibling name (a file name has at most 255 bytes).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -26,11 +31,27 @@ def pause_before_rename(target) -> None:
         time.sleep(seconds)
 
 
+def sibling(output: Path, kind: str, pid: int | None = None) -> Path:
+    """The hidden sibling `.NAME.<kind>-PID` of `output` (NAME shortened and hashed when it is very long)."""
+    name = output.name
+    if len(name.encode()) > 200:
+        name = name.encode()[:150].decode(errors="ignore") + "~" + hashlib.sha1(output.name.encode()).hexdigest()[:12]
+    return output.parent / f".{name}.{kind}-{os.getpid() if pid is None else pid}"
+
+
+def remove_path(path: Path) -> None:
+    """Delete a file, a link (the link only, never its target) or a folder."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
     """Call `write(tmp)` for a hidden sibling of `path`, then rename it into place (same folder: atomic)."""
     path = Path(path)
     recover_interrupted(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = sibling(path, "tmp")
     try:
         write(tmp)
         pause_before_rename(path)
@@ -59,10 +80,11 @@ def pid_alive(pid: int) -> bool:
 
 
 def _leftovers(output: Path, kind: str):
-    """The `.NAME.<kind>-PID` siblings of `output` whose writer process is dead."""
-    for path in output.parent.glob(f".{output.name}.{kind}-*"):
-        pid = path.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+    """The `.NAME.<kind>-PID` siblings of `output` whose writer process is dead (names compared literally)."""
+    prefix = sibling(output, kind, 0).name[:-1]  # ".NAME.<kind>-"
+    for path in list(output.parent.iterdir()):
+        pid = path.name[len(prefix):]
+        if path.name.startswith(prefix) and pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             yield path
 
 
@@ -74,17 +96,16 @@ def recover_interrupted(output: str | os.PathLike) -> None:
     if not output.parent.is_dir():
         return
     for partial in _leftovers(output, "partial"):
-        recover_interrupted(partial)  # a writer nested in it (save_pretrained into a build folder) left its own
-        shutil.rmtree(partial, ignore_errors=True)
+        if partial.is_dir() and not partial.is_symlink():
+            recover_interrupted(partial)  # a writer nested in it (save_pretrained into a build folder) left its own
+        remove_path(partial)
     for tmp in _leftovers(output, "tmp"):  # a file written by atomic_write
-        tmp.unlink(missing_ok=True)
+        remove_path(tmp)
     for old in _leftovers(output, "replaced"):
-        if not output.exists():
+        if not os.path.lexists(output):
             os.rename(old, output)
-        elif old.is_dir():
-            shutil.rmtree(old, ignore_errors=True)
         else:
-            old.unlink(missing_ok=True)
+            remove_path(old)
 
 
 @contextmanager
@@ -92,8 +113,8 @@ def temporary_folder(output: str | os.PathLike):
     """A hidden sibling of `output` (same filesystem, so the final rename is atomic), removed on any failure."""
     output = Path(output)
     recover_interrupted(output)
-    folder = output.parent / f".{output.name}.partial-{os.getpid()}"
-    shutil.rmtree(folder, ignore_errors=True)
+    folder = sibling(output, "partial")
+    remove_path(folder)
     folder.mkdir(parents=True)
     try:
         yield folder
@@ -103,14 +124,16 @@ def temporary_folder(output: str | os.PathLike):
 
 
 def move_into_place(folder: str | os.PathLike, output: str | os.PathLike) -> None:
-    """Rename the finished `folder` to `output`; an existing `output` (the caller checked --force) is replaced."""
+    """Rename the finished `folder` to `output`; an existing `output` (the caller checked --force) is replaced: a
+    folder or file by the new folder, a link as a link (the folder it pointed to is left alone)."""
     folder, output = Path(folder), Path(output)
     pause_before_rename(output)
-    if not output.exists():
+    if not os.path.lexists(output):
         os.rename(folder, output)
         return
     # the old output steps aside first, so at every moment one complete copy sits at `output` or beside it
-    old = output.parent / f".{output.name}.replaced-{os.getpid()}"
-    os.rename(output, old)
+    old = sibling(output, "replaced")
+    os.rename(output, old)  # renames a link itself, not its target
+    pause_before_rename(old)
     os.rename(folder, output)
-    shutil.rmtree(old) if old.is_dir() else old.unlink()
+    remove_path(old)

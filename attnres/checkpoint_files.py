@@ -4,8 +4,10 @@ here unpickles: JSON and safetensors headers are plain data."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
@@ -28,6 +30,8 @@ def read_json_file(path: str | Path, what: str = "JSON file") -> dict:
         raise CheckpointFileError(f"{path}: not UTF-8 text ({what} expected)") from None
     except json.JSONDecodeError as error:
         raise CheckpointFileError(f"{path}: invalid JSON ({error})") from None
+    except RecursionError:
+        raise CheckpointFileError(f"{path}: JSON nested too deeply to be a {what}") from None
     if not isinstance(value, dict):
         raise CheckpointFileError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value
@@ -68,18 +72,46 @@ def check_safetensors(path: str | Path) -> dict:
     return header
 
 
+def folder_file(folder: Path, name: str, named_by: Path | str) -> Path:
+    """The file `name` of `folder` as a file there names it (a shard index's weight_map): a plain relative name (no
+    absolute path, no `..`, nothing outside the folder) of a regular file (a FIFO or device would hang a reader).
+    A link is followed (the Hub cache links snapshots to blobs) but must end at a regular file."""
+    if not is_plain_name(name):
+        raise CheckpointFileError(f"{named_by}: names {name!r}, which is not a file inside {folder}")
+    return regular_file(folder / name, named_by)
+
+
+def is_plain_name(name: str) -> bool:
+    """A relative path that stays inside its folder: not empty, not absolute, no `..` part."""
+    parts = PurePosixPath(name.replace("\\", "/"))
+    return bool(name) and not parts.is_absolute() and not os.path.isabs(name) and ".." not in parts.parts
+
+
+def regular_file(path: Path, named_by: Path | str) -> Path:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        raise CheckpointFileError(f"{named_by}: lists {path.name}, which is not in the folder") from None
+    if not stat.S_ISREG(mode):
+        raise CheckpointFileError(f"{path}: not a regular file (a pipe, device or folder cannot be a weight file)")
+    return path
+
+
 def weight_files(folder: str | Path) -> list[Path]:
     """The safetensors files of a model folder (from the index when there is one), each header checked."""
     folder = Path(folder)
     index = folder / INDEX_NAME
     if index.is_file():
         names = sorted(set(read_weight_map(index).values()))
-        missing = [name for name in names if not (folder / name).is_file()]
+        bad = [name for name in names if not is_plain_name(name)]
+        if bad:
+            raise CheckpointFileError(f"{index}: weight_map names {bad}, not files inside {folder}")
+        missing = [name for name in names if not os.path.exists(folder / name)]
         if missing:
             raise CheckpointFileError(f"{index}: lists shard(s) {missing} that are not in the folder")
-        files = [folder / name for name in names]
+        files = [folder_file(folder, name, index) for name in names]
     else:
-        files = sorted(folder.glob("*.safetensors"))
+        files = [regular_file(path, folder) for path in sorted(folder.glob("*.safetensors"))]
     for file in files:
         check_safetensors(file)
     return files

@@ -15,11 +15,6 @@ ATTN_RES_MODES = ("standard", "block", "full")
 ATTN_RES_BACKENDS = ("auto", "torch", "triton")
 ATTN_RES_SCORES = ("softmax", "sigmoid")
 BACKEND_ENV_VAR = "ATTNRES_BACKEND"
-# Integer fields and their smallest valid value; switches (True/False, or also None where optional)
-_COUNT_FIELDS = dict(attn_res_block_size=0, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
-                     hidden_size=1, intermediate_size=1, vocab_size=1)
-_OPTIONAL_COUNTS = ("num_key_value_heads", "intermediate_size")
-_SWITCH_FIELDS = dict(attn_res_two_phase=True, attn_res_fuse_norm=False, attn_res_recompute=False)
 
 
 @strict
@@ -90,21 +85,11 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         self.check_attn_res()
 
     def check_field_types(self):
-        """ValueError naming the field for a wrong type or a size < 1 (2.5, True or "2" as a count, a truthy "no" as a
-        switch): checked first, so nothing below compares a string with a number."""
-        for field, minimum in _COUNT_FIELDS.items():
-            value = getattr(self, field, None)
-            if value is None and field in _OPTIONAL_COUNTS:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{field} must be an integer, got {value!r} ({type(value).__name__})")
-            if value < minimum:
-                raise ValueError(f"{field} must be >= {minimum}, got {value}")
-        for field, optional in _SWITCH_FIELDS.items():
-            value = getattr(self, field, None)
-            if not isinstance(value, bool) and not (optional and value is None):
-                allowed = "True, False or None" if optional else "True or False"
-                raise ValueError(f"{field} must be {allowed}, got {value!r} ({type(value).__name__})")
+        """ValueError naming the field for a wrong type, size, sign, non-finite value or dtype (2.5, True or "2" as a
+        count, a truthy "no" as a switch, NaN as an epsilon): checked first (attnres/config_checks.py)."""
+        from attnres.config_checks import check_fields
+
+        check_fields(self)
 
     def check_attn_res(self):
         """Raise a ValueError naming the field when an AttnRes field (or the layer plan it relies on) is invalid.
@@ -128,8 +113,10 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
                 raise ValueError(
                     f"{field} has {len(types)} entries but num_hidden_layers is {self.num_hidden_layers}: one per layer"
                 )
+        from attnres.config_checks import check_routing
         from attnres.k3.config import check_k3_fields
 
+        check_routing(self)
         check_k3_fields(self)
 
     def check_attn_res_ablations(self):
@@ -173,7 +160,10 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
-        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        try:
+            config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        except RecursionError:  # JSON nested thousands deep: no config describes a model that way
+            raise OSError(f"{pretrained_model_name_or_path}: config.json is nested too deeply to be a model config") from None
         if not config_dict:  # transformers would build the default (48B) model from nothing: refuse
             raise OSError(f"{pretrained_model_name_or_path}: no config.json there, so the model's size and AttnRes "
                           "layout are unknown (a saved model folder holds config.json beside its weights)")

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from .kernels.mix import use_triton
 from .depth_layout import DepthBank, DepthLayout
+from .kernels.mix import use_triton
 from .kernels.two_phase import phase1, phase2
 from .offload import onloaded
 

@@ -1,5 +1,6 @@
 """What a model needs, from its config alone: parameter counts, weight memory per storage format, the AttnRes depth
-bank for a batch and context, and the bytes crossing each pipeline boundary per micro-batch (scripts/plan_memory.py).
+bank for a batch and context, and the bytes crossing each pipeline boundary per micro-batch; `plan_memory` is the
+`attnres plan-memory` command (scripts/plan_memory.py): a config file or preset in, the plan printed.
 
 Counts are closed-form over the config (the same shapes `KimiLinearAttnResForCausalLM` builds; tests check them
 against instantiated models). Buffers (the routers' `e_score_correction_bias`, E floats a layer) are not parameters
@@ -7,85 +8,19 @@ and are left out.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import sys
+from pathlib import Path
 
 from .configuration_attnres import KimiLinearAttnResConfig
 from .depth_layout import DepthLayout
+from .model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
 
 GiB = 2**30
+PRESETS = ("k3", "tiny", "tiny-k3")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 # MXFP4: 4 bits a weight plus one 8-bit scale per 32 weights
 MXFP4_BYTES = 0.5 + 1 / 32
-
-
-@dataclass
-class ParameterCounts:
-    embedding: int = 0
-    lm_head: int = 0
-    attention: int = 0  # MLA + KDA, gates included
-    dense_mlp: int = 0
-    routed_experts: int = 0  # the part K3 stores in MXFP4
-    moe_other: int = 0  # routers, shared experts, latent projections and norm
-    norms: int = 0  # layer norms and the final norm
-    attn_res: int = 0  # pseudo-queries and key norms
-    per_layer: list[int] = field(default_factory=list)
-
-    @property
-    def total(self) -> int:
-        return (self.embedding + self.lm_head + self.attention + self.dense_mlp + self.routed_experts + self.moe_other
-                + self.norms + self.attn_res)
-
-
-def mla_params(c: KimiLinearAttnResConfig) -> int:
-    heads, qk = c.num_attention_heads, c.qk_nope_head_dim + c.qk_rope_head_dim
-    bias = c.hidden_size if c.attention_bias else 0
-    q = c.hidden_size * heads * qk if c.q_lora_rank is None else (
-        c.hidden_size * c.q_lora_rank + (c.q_lora_rank if c.attention_bias else 0) + c.q_lora_rank
-        + c.q_lora_rank * heads * qk)
-    kv = (c.hidden_size * (c.kv_lora_rank + c.qk_rope_head_dim) + (c.kv_lora_rank + c.qk_rope_head_dim if c.attention_bias
-          else 0) + c.kv_lora_rank + c.kv_lora_rank * heads * (c.qk_nope_head_dim + c.v_head_dim))
-    out = heads * c.v_head_dim * c.hidden_size + bias
-    gate = c.hidden_size * heads * c.v_head_dim if c.mla_use_output_gate else 0
-    return q + kv + out + gate
-
-
-def kda_params(c: KimiLinearAttnResConfig) -> int:
-    h, heads, dim = c.hidden_size, c.linear_num_heads, c.linear_head_dim
-    d = heads * dim
-    forget = h * dim + dim * d + d + heads  # f_a, f_b, dt_bias, A_log
-    gate = h * d if c.linear_use_full_rank_gate else h * dim + dim * d
-    return 3 * h * d + 3 * d * c.linear_conv_kernel_dim + forget + h * heads + gate + dim + d * h
-
-
-def moe_params(c: KimiLinearAttnResConfig) -> tuple[int, int]:
-    """(routed experts, everything else of the MoE block)."""
-    width = c.routed_expert_hidden_size or c.hidden_size
-    routed = 3 * c.num_local_experts * c.moe_intermediate_size * width
-    other = c.num_local_experts * c.hidden_size + 3 * c.hidden_size * c.moe_intermediate_size * c.n_shared_experts
-    if c.routed_expert_hidden_size is not None:
-        other += 2 * c.hidden_size * width + (width if c.latent_moe_use_norm else 0)
-    return routed, other
-
-
-def count_parameters(c: KimiLinearAttnResConfig) -> ParameterCounts:
-    # transformers' Kimi Linear never ties lm_head to the embedding (its `_tied_weights_keys` is empty)
-    counts = ParameterCounts(embedding=c.vocab_size * c.hidden_size, lm_head=c.vocab_size * c.hidden_size,
-                             norms=c.hidden_size)
-    mix = 2 * c.hidden_size  # one mix point: key-norm gain + pseudo-query
-    counts.attn_res = mix if c.attn_res_mode != "standard" else 0  # the output mix
-    for i in range(c.num_hidden_layers):
-        attention = kda_params(c) if c.layer_types[i] == "linear_attention" else mla_params(c)
-        routed, other = moe_params(c) if c.mlp_layer_types[i] == "sparse" else (0, 0)
-        dense = 3 * c.hidden_size * c.intermediate_size if c.mlp_layer_types[i] != "sparse" else 0
-        mixes = 2 * mix if c.attn_res_mode != "standard" else 0
-        counts.attention += attention
-        counts.routed_experts += routed
-        counts.moe_other += other
-        counts.dense_mlp += dense
-        counts.norms += 2 * c.hidden_size
-        counts.attn_res += mixes
-        counts.per_layer.append(attention + routed + other + dense + 2 * c.hidden_size + mixes)
-    return counts
 
 
 def weight_bytes(counts: ParameterCounts) -> dict[str, float]:
@@ -120,3 +55,73 @@ def pipeline_boundaries(c: KimiLinearAttnResConfig, stages: int, micro_batch: in
     one = micro_batch * seq_len * c.hidden_size * dtype_bytes
     firsts = [round(s * c.num_hidden_layers / stages) for s in range(1, stages)]
     return [(layer, counts[layer], counts[layer] * one) for layer in firsts]
+
+
+def load_plan_config(spec: str):
+    """(config, name) of a preset or a config.json (or a folder holding one) in any layout the converter reads.
+    ValueError (ConversionError is one) names the file and the problem."""
+    from .conversion.config import parse_config
+
+    if spec in PRESETS:
+        if spec == "k3":
+            from .conversion.k3_preset import k3_config_dict
+
+            return parse_config(k3_config_dict()), "Kimi K3 (published config)"
+        from .conversion.k3_fixtures import tiny_k3_config
+        from .tiny import tiny_config
+
+        return (tiny_config() if spec == "tiny" else tiny_k3_config()), spec
+    path = Path(spec)
+    path = path / "config.json" if path.is_dir() else path
+    if not path.is_file():
+        raise ValueError(f"{spec}: neither a config.json, a folder holding one, nor a preset {PRESETS}")
+    try:
+        config_dict = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from error
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error})") from error
+    if not isinstance(config_dict, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return parse_config(config_dict), str(path)
+
+
+def gib(n: float) -> str:
+    return f"{n / GiB:,.2f} GiB"
+
+
+def format_plan(config, name: str, batch: int, context: int, stages: int, micro_batch: int,
+                activation_dtype: str) -> str:
+    """The printed plan: parameters by part, weights per format, the depth bank, the pipeline boundaries."""
+    counts = count_parameters(config)
+    act = DTYPE_BYTES[activation_dtype]
+    block = f" (block size {config.attn_res_block_size})" if config.attn_res_mode == "block" else ""
+    lines = [f"{name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, attn_res_mode="
+             f"{config.attn_res_mode}" + block, "", "parameters"]
+    for part in ("embedding", "lm_head", "attention", "dense_mlp", "routed_experts", "moe_other", "norms", "attn_res"):
+        lines.append(f"  {part:<16}{getattr(counts, part):>20,}")
+    lines += [f"  {'total':<16}{counts.total:>20,}", "",
+              "weights (parameters only: no optimizer state, caches, activations)"]
+    lines += [f"  {fmt:<30}{gib(n):>16}" for fmt, n in weight_bytes(counts).items()]
+    bank = depth_bank_bytes(config, batch, context, act)
+    lines += ["", f"AttnRes depth bank, batch {batch} x {context} tokens, {activation_dtype}: "
+              f"{max_sources(config)} sources of [batch, tokens, hidden] = {gib(bank)}",
+              "  (a chunked prefill holds it for one chunk, a decode step for one token)"]
+    stages = min(stages, config.num_hidden_layers)
+    lines += ["", f"pipeline boundaries, {stages} stages, micro-batch {micro_batch} x {context} tokens, "
+              f"{activation_dtype} (each direction: activations forward, gradients back)",
+              "  before-layer  tensors  bytes/micro-batch"]
+    for layer, tensors, nbytes in pipeline_boundaries(config, stages, micro_batch, context, act):
+        lines.append(f"  {layer:>12}  {tensors:>7}  {nbytes:>17,}  ({gib(nbytes)})")
+    return "\n".join(lines)
+
+
+def plan_memory(args) -> int:
+    """`attnres plan-memory`: print the plan of `args.config`; a config that cannot be read is one line, exit 1."""
+    try:
+        config, name = load_plan_config(args.config)
+    except ValueError as error:  # ConversionError is one
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(format_plan(config, name, args.batch, args.context, args.stages, args.micro_batch, args.activation_dtype))
+    return 0

@@ -38,14 +38,16 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs,
 
 # Imports of this package are absolute here and rewritten to flat relative ones in saved folders (remote_code.py)
 from attnres.conversion_mapping import register_moonshot_mapping  # noqa: F401  (registers: Moonshot names load)
-from attnres.input_checks import check_backend, check_dtypes, check_labels, check_values
-from attnres.k3 import install as install_k3, uses_k3
-from attnres.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
 from attnres.depth_layout import DepthLayout
-from attnres.mix_point import AttnResMixing, DepthLogits, PseudoQuery
 from attnres.inference import chunked_causal_lm_forward, two_phase_schedule
+from attnres.input_checks import check_backend, check_dtypes, check_labels, check_values
+from attnres.k3 import install as install_k3
+from attnres.k3 import uses_k3
 from attnres.kda_device_guard import install as install_kda_device_guard
+from attnres.mix_point import AttnResMixing, DepthLogits, PseudoQuery
+from attnres.model_size import check_buildable
 from attnres.remote_code import write_code_files
+from attnres.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
 
 from .configuration_attnres import KimiLinearAttnResConfig
 
@@ -178,6 +180,7 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
 
 class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
     def __init__(self, config: KimiLinearAttnResConfig):
+        check_buildable(config)  # a config too large for this machine is refused with the number, before allocation
         super().__init__(config)
         # No padding_idx (Kimi Linear passes pad_token_id): padded positions are already excluded by the attention mask
         # and labels=-100, and pad is usually a real token (most BPE tokenizers use pad = EOS). A padding_idx freezes

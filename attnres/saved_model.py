@@ -6,17 +6,20 @@ that disagrees with the weights would load silently as a different model. Every 
 weight file. `from_pretrained` compares the loaded config with it and refuses a mismatch, naming the fields.
 
 `save_folder` writes through a hidden temporary folder: a save that fails (full disk, error, kill) leaves the existing
-model untouched; a completed one replaces exactly the files it writes (other files in the folder, e.g. a tokenizer,
-stay), with the record renamed last.
+model untouched. Over an existing model, the new folder is completed first (it also takes the files of the old folder
+that the save does not write, e.g. a tokenizer, but not the old weight shards), then swapped in by two renames: the
+old folder steps aside, the new one takes its name. A kill at any moment leaves one complete model, at the name or
+beside it, and the next save (or `recover_interrupted`) puts it back.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
-from .atomic_io import pause_before_rename, recover_interrupted, temporary_folder, write_json_atomic
+from .atomic_io import move_into_place, recover_interrupted, temporary_folder, write_json_atomic
 
 RECORD_FILE = "attnres_weights.json"
 RECORD_FIELDS = ("attn_res_mode", "attn_res_block_size", "num_hidden_layers", "hidden_size", "vocab_size",
@@ -75,29 +78,38 @@ def save_folder(save, save_directory: str | Path, config, *args, **kwargs) -> No
     output = Path(save_directory)
     if output.exists() and not output.is_dir():
         raise ValueError(f"save_pretrained: {output} is a file, not a folder")
+    if output.is_symlink():  # save into the folder it names: the link stays, its target is swapped atomically
+        output = output.resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
     recover_interrupted(output)
     with temporary_folder(output) as tmp:
         save(tmp, *args, **kwargs)
         write_weights_record(tmp, config)
-        pause_before_rename(output)
-        if not output.exists():
-            os.rename(tmp, output)
-            return
-        _replace_files(tmp, output)
-        tmp.rmdir()
+        if output.exists():
+            _carry_over(output, tmp)
+        move_into_place(tmp, output)
 
 
-def _replace_files(new: Path, output: Path) -> None:
-    """Move every file of `new` into `output`: the old record goes first and the new one comes last, so a folder
-    caught half-way has no record (rather than one describing other weights); old weight shards are removed."""
-    (output / RECORD_FILE).unlink(missing_ok=True)
-    written = {p.name for p in new.iterdir()}
-    for old in output.iterdir():
-        if old.is_file() and old.name.endswith(_WEIGHT_SUFFIXES) and old.name not in written:
-            old.unlink()  # a shard of the previous save (transformers removes these too)
-    for path in sorted(new.iterdir(), key=lambda p: (p.name == RECORD_FILE, p.name == "config.json")):
-        os.replace(path, output / path.name)
+def _carry_over(old: Path, new: Path) -> None:
+    """Give `new` the entries of `old` that the save did not write (tokenizer, README, a user's files), hard-linked
+    where possible; not the old weight shards or record, which describe other weights."""
+    for entry in old.iterdir():
+        target = new / entry.name
+        if os.path.lexists(target) or entry.name == RECORD_FILE or entry.name.endswith(_WEIGHT_SUFFIXES):
+            continue
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry), target)
+        elif entry.is_dir():
+            shutil.copytree(entry, target, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(entry, target)
+
+
+def _link_or_copy(source, target) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def check_folder_before_load(path) -> None:

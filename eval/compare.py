@@ -20,61 +20,12 @@ Examples:
   accelerate launch --num_processes 8 eval/compare.py A B --batch-size auto    # data parallel on 8 GPUs
   python eval/compare.py A B --model-args parallelize=True --batch-size auto   # one big model over several GPUs
 """
-from __future__ import annotations
-
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from attnres.evaluation.comparison import DEFAULT_MAX_LENGTH
-from attnres.evaluation.data import DEFAULT_EVAL_DATA
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("models", nargs="+", type=Path, help="model folders (any from_pretrained folder); first = reference")
-    p.add_argument("--tasks", nargs="+", default=None, help="task names (default: see above)")
-    p.add_argument("--labels", nargs="+", default=None, help="short model names for the report (default: folder names)")
-    p.add_argument("--data", type=Path, default=None, help="scripts/prepare_data.py folder, for the heldout task")
-    p.add_argument("--eval-data", type=Path, default=DEFAULT_EVAL_DATA,
-                   help=f"eval/prepare_eval_data.py folder (default {DEFAULT_EVAL_DATA})")
-    p.add_argument("--output-dir", type=Path, default=Path("outputs/eval"), help="report folder (default outputs/eval)")
-    p.add_argument("--limit", type=int, default=None, help="first N items of each (sub)task: smoke runs")
-    p.add_argument("--num-fewshot", type=int, default=None,
-                   help="shots for the official tasks (default: each task's own; *_bpb and heldout stay 0-shot)")
-    p.add_argument("--seed", type=int, default=1234, help="lm-eval's random, numpy, torch and few-shot seeds")
-    p.add_argument("--batch-size", default="1", help="an integer or 'auto' (lm-eval finds the largest that fits)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
-    p.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH,
-                   help=f"context window lm-eval uses (default {DEFAULT_MAX_LENGTH}; Kimi Linear's config says 1M)")
-    p.add_argument("--model-args", default="", help="extra lm-eval HF options, e.g. parallelize=True,dtype=bfloat16")
-    p.add_argument("--gen-kwargs", default=None, help="generation overrides, e.g. max_gen_toks=64 (smoke runs)")
-    p.add_argument("--allow-code-execution", action="store_true",
-                   help="let attnres_humaneval run model-written code (subprocess, timeout, memory cap)")
-    return p
-
-
-def main(argv=None):
-    args = build_parser().parse_args(argv)
-    from attnres.evaluation.comparison import CompareError, compare
-    from attnres.evaluation.data import DataError
-
-    try:
-        report = compare(args.models, args.tasks, args.output_dir, labels=args.labels, data_dir=args.data,
-                         eval_data=args.eval_data, limit=args.limit, num_fewshot=args.num_fewshot, seed=args.seed,
-                         batch_size=args.batch_size, device=args.device, max_length=args.max_length,
-                         model_args=args.model_args, gen_kwargs=args.gen_kwargs,
-                         allow_code_execution=args.allow_code_execution)
-    except (CompareError, DataError, FileNotFoundError) as error:
-        if argv is not None:
-            raise
-        sys.exit(f"error: {error}")
-    if report is not None:
-        print(f"wrote {args.output_dir}/report.md")
-    return report
-
+from attnres.cli.compare import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

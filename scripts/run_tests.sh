@@ -4,5 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet "torch==2.13.0"   # first: the CPU build, so nothing below pulls a CUDA one
 python3 -m pip install --quiet -e ".[test]"
+# llama.cpp for tests/serving (built once, ~8 CPU-minutes, then cached); a failed build stops here
+scripts/setup_llama_cpp.sh --install >/dev/null
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 python3 -m pytest "$@"

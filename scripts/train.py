@@ -13,37 +13,12 @@ The matched baseline is the same command with --attn-res standard. Data: scripts
 commands: docs/TRAINING.md. Writes <output-dir>/{metrics.jsonl, tensorboard/, diagnostics.jsonl,
 depth_diagnostics.png, checkpoints/step-00000500/ (8-digit step), final/}.
 """
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from attnres.training.args import build_parser
-
-
-def main(argv=None) -> dict:
-    args = build_parser(__doc__).parse_args(argv)
-    from attnres.training.args import SetupError
-    from attnres.training.nonfinite import EXIT_CODE, NonFiniteError
-    from attnres.training.trainer import train
-
-    try:
-        return train(args)
-    except SetupError as error:
-        # Bad input: one clear line, not a traceback (raised before any training work starts)
-        if argv is not None:
-            raise
-        sys.exit(f"error: {error}")
-    except NonFiniteError as error:  # the loss or gradients kept being NaN/inf: its own exit code
-        if argv is not None:
-            raise
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(EXIT_CODE)
-
+from attnres.cli.train import main  # noqa: E402
 
 if __name__ == "__main__":
-    summary = main()
-    loss = "n/a (resumed at the last step)" if summary["train_loss"] is None else f"{summary['train_loss']:.4f}"
-    print(f"done: step {summary['step']}, train loss {loss}, output {summary['output_dir']}")
+    main()

@@ -1,7 +1,7 @@
 """SIGKILL in the middle of every writer: the output never appears half-written, an existing output stays as it was,
 the inputs are untouched, and the next run (or `recover_interrupted`) cleans what the killed one left. Each writer
 pauses just before its final rename when ATTNRES_PAUSE_BEFORE_RENAME_S is set, and says so on stderr; the test kills
-it there. (The training checkpoint writer has its own kill test: tests/test_train.py.)"""
+it there. (The training checkpoint writer has its own kill test: tests/training/test_train.py.)"""
 from __future__ import annotations
 
 import json
@@ -13,11 +13,12 @@ import sys
 import time
 
 import pytest
-from tests.helpers.bad_input_fixtures import moonshot_checkpoint, saved_model, snapshot  # noqa: F401
-from tests.helpers.train_fixtures import REPO, load_script, write_documents
 
 from attnres.atomic_io import PAUSE_ENV, recover_interrupted, write_json_atomic
-from attnres.training.run_lock import OutputLockedError, output_lock
+from attnres.cli.convert import main as convert_main
+from attnres.training.state import OutputLockedError, output_lock
+from tests.helpers.bad_input_fixtures import moonshot_checkpoint, saved_model, snapshot  # noqa: F401
+from tests.helpers.train_fixtures import REPO, write_documents
 
 pytestmark = pytest.mark.slow
 
@@ -44,16 +45,16 @@ def leftovers(folder, *kinds):
     return sorted(p.name for p in folder.iterdir() if any(kind in p.name for kind in kinds))
 
 
-def script(name):
-    return [sys.executable, str(REPO / "scripts" / f"{name}.py")]
+def command(name):
+    return [sys.executable, "-m", "attnres", name]
 
 
 def test_kill_conversion(moonshot_checkpoint, tmp_path):
     before = snapshot(moonshot_checkpoint)
     out = tmp_path / "out"
-    kill_when_paused([*script("convert_checkpoint"), str(moonshot_checkpoint), str(out), "--no-progress"])
+    kill_when_paused([*command("convert"), str(moonshot_checkpoint), str(out), "--no-progress"])
     assert not out.exists() and leftovers(tmp_path) and snapshot(moonshot_checkpoint) == before
-    assert load_script("convert_checkpoint").main([str(moonshot_checkpoint), str(out), "--no-progress"]) == 0
+    assert convert_main([str(moonshot_checkpoint), str(out), "--no-progress"]) == 0
     assert not leftovers(tmp_path) and (out / "config.json").is_file()  # the next run cleaned up
 
 
@@ -63,7 +64,7 @@ def test_kill_prepare_data_replacing_an_output(tmp_path):
     out.mkdir()
     (out / "meta.json").write_text('{"old": true}')
     before = snapshot(tmp_path)
-    kill_when_paused([*script("prepare_data"), "--files", *map(str, files), "--tokenizer", "bpe", "--vocab-size",
+    kill_when_paused([*command("prepare-data"), "--files", *map(str, files), "--tokenizer", "bpe", "--vocab-size",
                       "260", "--seq-len", "8", "--validation-fraction", "0.5", "--output-dir", str(out), "--force"])
     assert leftovers(tmp_path)
     recover_interrupted(out)
@@ -73,7 +74,7 @@ def test_kill_prepare_data_replacing_an_output(tmp_path):
 def test_kill_push_to_hub_build(saved_model, tmp_path):
     before = snapshot(saved_model)
     out = tmp_path / "hub"
-    kill_when_paused([*script("push_to_hub"), "--model", str(saved_model), "--output", str(out), "--dry-run"])
+    kill_when_paused([*command("push-to-hub"), "--model", str(saved_model), "--output", str(out), "--dry-run"])
     assert not out.exists() and leftovers(tmp_path) and snapshot(saved_model) == before
     recover_interrupted(out)
     assert not leftovers(tmp_path)
@@ -102,7 +103,7 @@ def test_kill_atomic_write(tmp_path):
 
 def test_killed_run_leaves_no_lock(tmp_path):
     out = tmp_path / "run"
-    code = ("import sys, time; from attnres.training.run_lock import output_lock\n"
+    code = ("import sys, time; from attnres.training.state import output_lock\n"
             f"with output_lock({str(out)!r}):\n    print('LOCKED', file=sys.stderr, flush=True); time.sleep(120)")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, env=env)

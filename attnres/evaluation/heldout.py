@@ -52,7 +52,7 @@ def heldout_metrics(model_dir, data_dir, *, max_sequences: int | None = None, ba
     """
     from tqdm.auto import tqdm
 
-    from ..training.batches import check_prepared, load_prepared
+    from ..training.data import check_prepared, load_prepared
 
     check_prepared(Path(data_dir))
     check_tokenizer(model_dir, data_dir)

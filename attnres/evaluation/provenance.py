@@ -10,8 +10,6 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..training.provenance import INFO_FILE
-
 # Config fields that define the residual itself (or only how it is computed): allowed to differ in a matched pair
 RESIDUAL_FIELDS = ("attn_res_mode", "attn_res_block_size", "attn_res_backend", "attn_res_two_phase",
                    "attn_res_fuse_norm", "attn_res_recompute", "auto_map", "architectures", "model_type",
@@ -60,6 +58,8 @@ def file_hash(path: Path) -> str | None:
 
 
 def describe_model(model_dir: Path, label: str) -> dict:
+    from ..training.logs import INFO_FILE  # not at import: training's modules load `datasets`
+
     model_dir = Path(model_dir)
     config = json.loads((model_dir / "config.json").read_text())
     info_file = model_dir / INFO_FILE

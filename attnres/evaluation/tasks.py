@@ -1,4 +1,4 @@
-"""Render eval/tasks/ (templates of lm-eval task YAMLs) into <eval-data>/tasks/, the folder lm-eval loads.
+"""Render task_templates/ (lm-eval task YAMLs, package data) into <eval-data>/tasks/, the folder lm-eval loads.
 
 lm-eval resolves `include:` and data files by path, so the templates name two placeholders filled in here:
 ${lm_eval_tasks} (the installed lm-eval's own task folder, whose official YAMLs ours include) and ${data} (the
@@ -11,9 +11,8 @@ import shutil
 from pathlib import Path
 from string import Template
 
-from .data import MATH_SUBJECTS
-
-TEMPLATES = Path(__file__).resolve().parents[2] / "eval" / "tasks"
+# Package data beside this module (pyproject.toml's package-data ships it in the wheel)
+TEMPLATES = Path(__file__).resolve().parent / "task_templates"
 TASKS_DIR = "tasks"
 SUBJECT = "SUBJECT"  # in a template's file name: one copy per subject (${subject} inside)
 
@@ -26,6 +25,13 @@ TASKS = {
     "attnres_gpqa": ("gpqa", False), "attnres_gpqa_bpb": ("gpqa", False),
 }
 CODE_TASKS = ("attnres_humaneval",)
+# Minerva math's subjects: lm-eval's file name -> the dataset config name (EleutherAI/hendrycks_math) and the official
+# test count (data.py checks the prepared rows against it)
+MATH_SUBJECTS = {
+    "algebra": ("algebra", 1187), "counting_and_prob": ("counting_and_probability", 474),
+    "geometry": ("geometry", 479), "intermediate_algebra": ("intermediate_algebra", 903),
+    "num_theory": ("number_theory", 540), "prealgebra": ("prealgebra", 871), "precalc": ("precalculus", 546),
+}
 
 
 def lm_eval_tasks_dir() -> Path:
@@ -44,13 +50,24 @@ def subjects(benchmark: str, data_dir: Path) -> list[dict]:
     raise ValueError(f"{benchmark} has no subjects")
 
 
+def template_files(templates: Path) -> list[Path]:
+    """The templates under `templates`; a missing or empty folder (an install without the package data) is an error,
+    never an empty task folder that leaves every task unknown to lm-eval."""
+    files = sorted(p for p in Path(templates).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    if not files:
+        raise FileNotFoundError(f"no lm-eval task templates in {templates} (a broken attnres install: the wheel ships "
+                                "them as package data; reinstall attnres)")
+    return files
+
+
 def render_tasks(data_dir: Path, benchmarks: list[str], templates: Path = TEMPLATES) -> Path:
     """Write <data_dir>/tasks/<benchmark>/*.yaml for `benchmarks` (replacing the folder); returns it."""
+    files = template_files(templates)
     data_dir = Path(data_dir).resolve()
     out, tmp = data_dir / TASKS_DIR, data_dir / f".{TASKS_DIR}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     common = dict(data=str(data_dir), lm_eval_tasks=str(lm_eval_tasks_dir()))
-    for template in sorted(p for p in templates.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    for template in files:
         rel = template.relative_to(templates)
         if len(rel.parts) > 1 and rel.parts[0] not in benchmarks:
             continue  # a benchmark whose data is not prepared: its tasks stay unknown to lm-eval

@@ -21,8 +21,8 @@ from transformers.core_model_loading import (
     WeightTransform,
 )
 
-from .mxfp4 import PACKED_SUFFIX, SCALE_SUFFIX, dequantize
 from .config import LINEAR_ATTN_K3_KEYS
+from .mxfp4 import PACKED_SUFFIX, SCALE_SUFFIX, dequantize
 
 _NEVER = "\x00never\x00"
 

@@ -1,31 +1,6 @@
 """Pipeline parallelism for KimiLinearAttnRes: DeepSpeed stages, boundary traffic, and the cross-stage caching model.
 
-`caching` is pure Python (no DeepSpeed); the other modules import DeepSpeed (the `train` extra).
+Import the modules themselves (`attnres.pipeline.stages`, ...): this package imports nothing, so the pure-Python parts
+(`caching`, `layout`, `data`, `weights`) work without DeepSpeed. `stages`, `comms`, `export` and `train` need it (the
+`train` extra) and say so in one line when it is missing.
 """
-from .caching import CachingReport, simulate_interleaved
-from .comms import BoundaryTraffic, P2PTraffic, boundary_report, format_report, report_rows
-from .export import save_pipeline_checkpoint
-from .layout import single_source_mix_params
-from .stages import (CausalLMLoss, DecoderLayerPipe, EmbeddingPipe, OutputHeadPipe, build_pipeline,
-                     local_model_state_dict, pipeline_layer_specs)
-from .weights import StateDictWeights
-
-__all__ = [
-    "CachingReport",
-    "simulate_interleaved",
-    "BoundaryTraffic",
-    "P2PTraffic",
-    "boundary_report",
-    "format_report",
-    "report_rows",
-    "save_pipeline_checkpoint",
-    "single_source_mix_params",
-    "CausalLMLoss",
-    "DecoderLayerPipe",
-    "EmbeddingPipe",
-    "OutputHeadPipe",
-    "build_pipeline",
-    "local_model_state_dict",
-    "pipeline_layer_specs",
-    "StateDictWeights",
-]

@@ -6,8 +6,9 @@ activations, backward sends (to the previous stage) their gradients; DeepSpeed's
 buffer it sends before the first activation.
 
 Minimum: the next stage reads every depth source present at the boundary (each later mix point attends over all of
-them), so it needs all of them: `DepthLayout.of(config).sources_before_layers()[i]` tensors of [batch, seq, hidden] for a boundary in
-front of decoder layer i. Gradients come back for the same tensors. A standard-residual model needs one.
+them), so it needs all of them: `DepthLayout.of(config).sources_before_layers()[i]` tensors of [batch, seq, hidden]
+for a boundary in front of decoder layer i. Gradients come back for the same tensors. A standard-residual model needs
+one.
 """
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import contextlib
 from dataclasses import asdict, dataclass, field
 
 import torch
-from deepspeed.runtime.pipe import p2p
 
 from ..depth_layout import DepthLayout
+from .ds import deepspeed
+
+p2p = deepspeed.runtime.pipe.p2p
 
 
 @dataclass

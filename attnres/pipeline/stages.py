@@ -11,16 +11,17 @@ only the pieces it owns (`LayerSpec` builds them on the owning rank) and copies 
 """
 from __future__ import annotations
 
-import deepspeed
 import torch
-from deepspeed.pipe import LayerSpec, PipelineModule
 from torch import nn
 from transformers.loss.loss_utils import LOSS_MAPPING
 from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
 
 from ..configuration_attnres import KimiLinearAttnResConfig
 from ..modeling_attnres import AttnResMixing, KimiLinearAttnResForCausalLM
+from .ds import deepspeed
 from .layout import single_source_mix_params
+
+LayerSpec, PipelineModule = deepspeed.pipe.LayerSpec, deepspeed.pipe.PipelineModule
 
 DECODER_PIPE_TYPE = "DecoderLayerPipe"
 

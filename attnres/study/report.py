@@ -4,6 +4,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
+import platform
+import time
 from pathlib import Path
 
 from ..atomic_io import write_text_atomic
@@ -154,3 +157,29 @@ def write_report(grid: Grid, records: list[dict], report_dir: Path, header: str 
     write_text_atomic(path, "\n".join(parts))
     return path
 
+
+def hardware() -> str:
+    import torch
+
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU only, {os.cpu_count()} cores"
+    return (f"{platform.machine()} {platform.system()}, {device}, torch {torch.__version__}, "
+            f"Python {platform.python_version()}")
+
+
+def header(command: str, started: float, records: list[dict], *, jobs: int, threads: int, report_only: bool,
+           note: str = "") -> str:
+    """The report's header: the command, when and where it ran, how the runs were scheduled, the machine's load."""
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    wall = sum(r.get("wall_s", 0) for r in records)
+    finished = [r["finished"] for r in records if "finished" in r]
+    lines = [
+        f"- Command: `{command}`",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}"
+        + (f" (runs finished between {min(finished)} and {max(finished)})" if finished else "")
+        + f"; hardware: {hardware()}",
+        ("- " if report_only else f"- Runs: {jobs} at a time, OMP_NUM_THREADS={threads} each; ")
+        + f"summed run wall time {wall / 60:.1f} min; load average (1/5/15 min) when the report was written: {load}",
+    ]
+    if note:
+        lines.append(f"- Note: {note}")
+    return "\n".join(lines) + "\n\n"

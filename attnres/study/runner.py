@@ -1,4 +1,4 @@
-"""Run the grid's runs with scripts/train.py (one subprocess each), resumably.
+"""Run the grid's runs with `python -m attnres.cli.train` (one subprocess each), resumably.
 
 Each finished run leaves `<out>/runs/<id>/result.json` (written atomically, last): a rerun skips the runs whose record
 matches the current settings and redoes the others (never started, crashed, or made with other settings).
@@ -16,21 +16,31 @@ from pathlib import Path
 
 from ..atomic_io import write_json_atomic
 from .analysis import training_flops
-from .grid import Grid, RunKey, model_config
+from .grid import Grid, RunKey, load_grid, model_config
 
-ROOT = Path(__file__).resolve().parents[2]
-TRAIN_SCRIPT = ROOT / "scripts" / "train.py"
-PREPARE_SCRIPT = ROOT / "scripts" / "prepare_data.py"
+# The children run these command modules (`-m`, which python, torchrun and accelerate launch all take)
+TRAIN_MODULE = "attnres.cli.train"
+PREPARE_MODULE = "attnres.cli.prepare_data"
 RESULT_FILE = "result.json"
 
 
+def child_env(**overrides) -> dict:
+    """The environment of a child process. Run from a source checkout, the checkout goes first on the child's path, so
+    it runs this attnres even when it is not installed (or another one is), from any working folder."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, **overrides)
+    if (root / "pyproject.toml").is_file():  # a checkout (an installed package's parent is site-packages: left alone)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
+    return env
+
+
 def ensure_data(grid: Grid) -> dict:
-    """The prepared dataset's meta.json; prepares it first (scripts/prepare_data.py with data.prepare) if missing."""
+    """The prepared dataset's meta.json; prepares it first (`attnres prepare-data` with data.prepare) if missing."""
     data_dir = Path(grid.data["dir"])
     if not (data_dir / "meta.json").is_file():
-        command = [sys.executable, str(PREPARE_SCRIPT), *grid.data.get("prepare", []), "--output-dir", str(data_dir)]
+        command = [sys.executable, "-m", PREPARE_MODULE, *grid.data.get("prepare", []), "--output-dir", str(data_dir)]
         print("preparing data:", " ".join(command), flush=True)
-        subprocess.run(command, check=True)
+        subprocess.run(command, check=True, env=child_env())
     return json.loads((data_dir / "meta.json").read_text())
 
 
@@ -65,7 +75,7 @@ def train_command(grid: Grid, key: RunKey, run_dir: Path, seq_len: int) -> list[
     eval_every = max(1, t["max_steps"] // t["eval_points"])
     launcher = t["launcher"] or [sys.executable]
     return [
-        *launcher, str(TRAIN_SCRIPT), "--data", grid.data["dir"], "--config", str(run_dir / "config.json"),
+        *launcher, "-m", TRAIN_MODULE, "--data", grid.data["dir"], "--config", str(run_dir / "config.json"),
         "--output-dir", str(run_dir / "train"), "--seed", str(key.seed), "--max-steps", str(t["max_steps"]),
         "--micro-batch-size", str(t["micro_batch_size"]), "--grad-accum", str(t["grad_accum"]), "--lr", str(t["lr"]),
         "--warmup-steps", str(t["warmup_steps"]), "--seq-len", str(seq_len), "--eval-every", str(eval_every),
@@ -92,7 +102,7 @@ def run_one(grid: Grid, key: RunKey, out: Path, meta: dict, threads: int) -> dic
     config = model_config(grid, key, meta["vocab_size"])
     config.to_json_file(str(run_dir / "config.json"))
     seq_len = grid.train["seq_len"] or meta["seq_len"]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
+    env = child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
     started = time.time()
     with open(run_dir / "train.log", "w") as log:
         code = subprocess.run(train_command(grid, key, run_dir, seq_len), stdout=log, stderr=subprocess.STDOUT,
@@ -100,7 +110,7 @@ def run_one(grid: Grid, key: RunKey, out: Path, meta: dict, threads: int) -> dic
     wall = time.time() - started
     if code != 0:
         tail = (run_dir / "train.log").read_text().strip().splitlines()[-3:]
-        raise RuntimeError(f"{key.id}: scripts/train.py exited with {code} after {wall:.0f}s: " + " | ".join(tail))
+        raise RuntimeError(f"{key.id}: {TRAIN_MODULE} exited with {code} after {wall:.0f}s: " + " | ".join(tail))
     params, flop_params = count_params(config)
     tokens = grid.train["max_steps"] * grid.train["micro_batch_size"] * grid.train["grad_accum"] * seq_len
     record = dict(id=key.id, spec=run_spec(grid, key), **key.to_dict(), **collect(run_dir), params=params,
@@ -140,3 +150,42 @@ def run_grid(grid: Grid, out: Path, jobs: int = 1, threads: int = 1, only: list[
             progress.update(1)
     progress.close()
     return [r for r in done.values() if r is not None], errors
+
+
+class StudyError(ValueError):
+    """A study that cannot start (a bad grid file, impossible settings): one line naming the cause."""
+
+
+def run_study(grid_file: Path, output_dir: Path | None = None, report_dir: Path | None = None, *, jobs: int = 1,
+              threads: int = 1, report_only: bool = False, dry_run: bool = False, note: str = "",
+              command: str = "") -> int:
+    """The whole study command: train the grid's missing runs (unless `report_only` / `dry_run`), then write the report
+    (default folder: runs/study-<grid name>). Returns the exit code: 1 when some run failed (a rerun redoes it)."""
+    from .report import header, write_report
+
+    if jobs < 1 or threads < 1:
+        raise StudyError(f"--jobs and --threads must be >= 1, got {jobs} and {threads}")
+    try:
+        grid = load_grid(grid_file)
+    except ValueError as error:
+        raise StudyError(str(error)) from None
+    out = output_dir or Path("runs") / f"study-{grid.name}"
+    started = time.time()
+    if dry_run or report_only:
+        records = [r for k in grid.runs() if (r := read_result(out / "runs" / k.id, run_spec(grid, k)))]
+        errors = []
+        if dry_run:
+            done = {r["id"] for r in records}
+            for key in grid.runs():
+                print(f"{'done ' if key.id in done else 'to do'}  {key.id}  ({out / 'runs' / key.id / RESULT_FILE})")
+            return 0
+    else:
+        records, errors = run_grid(grid, out, jobs=jobs, threads=threads)
+    text = header(command, started, records, jobs=jobs, threads=threads, report_only=report_only, note=note)
+    path = write_report(grid, records, report_dir or out, text)
+    print(f"wrote {path} ({len(records)} of {len(grid.runs())} runs finished)")
+    if errors:
+        print(f"error: {len(errors)} run(s) failed (rerun the same command to redo them):", *errors, sep="\n  ",
+              file=sys.stderr)
+        return 1
+    return 0

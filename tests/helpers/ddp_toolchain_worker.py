@@ -1,4 +1,4 @@
-"""Run under `accelerate launch --multi_gpu --num_processes 2` by tests/test_toolchain_distributed.py: several
+"""Run under `accelerate launch --multi_gpu --num_processes 2` by tests/training/test_toolchain_distributed.py: several
 fine-tuning paths in one launch (process start-up is the costly part on CPU), each as users run it:
 the README's plain accelerate loop (block and full), the transformers Trainer example, and
 `train.py --init-from` on instruction data.
@@ -21,16 +21,15 @@ def run_example(name: str, *argv: str) -> None:
 
 
 def main(work: Path) -> None:
+    from attnres.cli.train import main as train
     from tests.helpers.toolchain_fixtures import finetune_args
-
-    from tests.helpers.train_fixtures import load_script
 
     for mode in ("block", "full"):
         run_example("finetune_accelerate.py", str(work / mode), str(work / f"accelerate-{mode}"), "--cpu", "--steps", "2")
         print(f"ok accelerate-{mode}", flush=True)
     run_example("finetune_trainer.py", str(work / "full"), str(work / "trainer"), "--cpu", "--steps", "2")
     print("ok trainer", flush=True)
-    load_script("train").main(finetune_args(work / "chat_data", work / "block", work / "init-from", micro_batch_size=1))
+    train(finetune_args(work / "chat_data", work / "block", work / "init-from", micro_batch_size=1))
     print("ok init-from", flush=True)
     if dist.get_rank() == 0:
         print("world", dist.get_world_size(), flush=True)

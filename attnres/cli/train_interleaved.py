@@ -1,0 +1,83 @@
+"""Train a KimiLinearAttnRes model with PyTorch's interleaved pipeline schedule (torch.distributed.pipelining,
+ScheduleInterleaved1F1B) and the paper's cross-stage caching of completed Block AttnRes blocks.
+
+Each process is one physical stage holding --virtual-stages chunks of decoder layers (chunk c on rank c % P). Between
+chunks travel the depth sources; with caching (the default) a rank keeps, per micro-batch, the completed sources that
+reached its earlier chunks, so each transition sends only the blocks the receiver lacks plus the partial sum, and the
+gradient of a kept block goes back once. With no arguments (under a 2-process launcher) it trains a tiny random block
+AttnRes model on synthetic tokens.
+
+CPU (gloo):
+  torchrun --nproc_per_node 2 scripts/train_interleaved.py
+  torchrun --nproc_per_node 4 scripts/train_interleaved.py --layers 8 --block-size 2 --grad-accum 4  # paper's Fig. 3
+GPU (NCCL), 4 stages x 2 virtual stages, a prepared dataset and a checkpoint:
+  torchrun --nproc_per_node 4 scripts/train_interleaved.py --model path/to/checkpoint --data data/packed \\
+      --micro-batch-size 4 --grad-accum 8 --steps 1000 --save-every 100 --output-dir runs/ipp4
+
+Outputs (--output-dir): log.jsonl (loss and gradient norm per step), checkpoints/step-N/ (each rank's weights and
+AdamW state; --resume auto continues from the latest), comms.json (tensors and bytes sent per transition, measured,
+next to the plan and the caching simulator), and the trained model `model/` (a from_pretrained folder, one shard per
+rank; saving uses the DeepSpeed pipeline's exporter, the `train` extra). fp32 weights; packed, unpadded batches.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import command_main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", type=Path, help="a save_pretrained folder; default: a tiny random model")
+    model.add_argument("--mode", choices=["standard", "block", "full"], default="block",
+                       help="tiny model's AttnRes mode")
+    model.add_argument("--block-size", type=int, default=3, help="tiny model's layers per block (block mode)")
+    model.add_argument("--layers", type=int, default=8, help="tiny model's decoder layers")
+    data = parser.add_argument_group("data")
+    data.add_argument("--data", type=Path, help="folder written by scripts/prepare_data.py; default: synthetic tokens")
+    data.add_argument("--seq-len", type=int, default=32, help="tokens per synthetic sequence (--data: its own length)")
+    train = parser.add_argument_group("training")
+    train.add_argument("--virtual-stages", type=int, default=2, help="chunks per process V (P = the processes)")
+    train.add_argument("--no-caching", action="store_true", help="send every depth source at every transition")
+    train.add_argument("--micro-batch-size", type=int, default=2)
+    train.add_argument("--grad-accum", type=int, default=2, help="micro-batches per step (fill the pipe)")
+    train.add_argument("--steps", type=int, default=4)
+    train.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
+    train.add_argument("--weight-decay", type=float, default=0.0)
+    train.add_argument("--grad-clip", type=float, default=0.0, help="max gradient norm (0: off)")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--max-nonfinite-steps", type=int, default=3,
+                       help="a step with a NaN/inf loss or gradient makes no update and is logged; this many in a row "
+                            "stop the run with exit code 3 and no saved model (default 3)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--output-dir", type=Path, default=Path("runs/interleaved"))
+    out.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (and at the end)")
+    out.add_argument("--keep-checkpoints", type=int, default=2)
+    out.add_argument("--resume", default="auto", help="auto (latest checkpoint of --output-dir), never, or a folder")
+    out.add_argument("--no-save", action="store_true", help="skip writing the trained model")
+    return parser
+
+
+def main(argv=None):
+    """Parse the flags and run this process's stage (`attnres.pipeline.interleaved_train`): the run's summary, or
+    exit code 3 when the non-finite guard stopped it."""
+    args = build_parser().parse_args(argv)
+    from ..pipeline.interleaved_train import train_interleaved
+    from ..training.args import SetupError
+
+    try:
+        summary = train_interleaved(args)
+    except SetupError as error:  # bad input (a locked output folder, ...): one line, not a traceback
+        raise SystemExit(f"error: {error}") from None
+    return summary.get("exit_code", summary)
+
+
+def run():
+    sys.exit(command_main("train-interleaved"))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,97 @@
+"""The config validator: every size, sign, finite value and dtype name of a `KimiLinearAttnResConfig` checked at
+construction, before anything is allocated, with one ValueError naming the field. Hostile or mistyped configs
+(negative head sizes, `rms_norm_eps` NaN, more experts per token than experts, `dtype: "os.system"`) stop here
+instead of as a raw error in a constructor, all-NaN logits, or a folder that will not load. The memory a config would
+allocate is checked when a model is built (`attnres.model_size.check_buildable`).
+"""
+from __future__ import annotations
+
+import math
+
+# Integer fields and their smallest valid value; optional ones may also be None
+COUNT_FIELDS = dict(
+    attn_res_block_size=0, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1, hidden_size=1,
+    intermediate_size=1, vocab_size=1, moe_intermediate_size=1, num_local_experts=1, num_experts_per_tok=1,
+    n_shared_experts=0, n_group=1, topk_group=1, kv_lora_rank=1, q_lora_rank=1, qk_rope_head_dim=0, qk_nope_head_dim=1,
+    v_head_dim=1, linear_head_dim=1, linear_num_heads=1, linear_conv_kernel_dim=1, max_position_embeddings=1,
+    routed_expert_hidden_size=1,
+)
+OPTIONAL_COUNTS = ("num_key_value_heads", "intermediate_size", "q_lora_rank", "routed_expert_hidden_size")
+# Float fields: (smallest valid value, whether the smallest itself is allowed, optional)
+FLOAT_FIELDS = dict(
+    rms_norm_eps=(0.0, False, False), initializer_range=(0.0, True, False), routed_scaling_factor=(0.0, True, False),
+    attention_dropout=(0.0, True, False), activation_situ_beta=(0.0, False, True),
+    activation_situ_linear_beta=(0.0, False, True), linear_gate_lower_bound=(-math.inf, False, True),
+)
+# Switches: True/False, or also None where optional
+SWITCH_FIELDS = dict(attn_res_two_phase=True, attn_res_fuse_norm=False, attn_res_recompute=False)
+# The dtypes this model computes in; float8 and the like are storage formats of quantized checkpoints
+DTYPES = ("float32", "float16", "bfloat16", "auto")
+
+
+def check_counts(config) -> None:
+    for field, minimum in COUNT_FIELDS.items():
+        value = getattr(config, field, None)
+        if value is None and field in OPTIONAL_COUNTS:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{field} must be an integer, got {value!r} ({type(value).__name__})")
+        if value < minimum:
+            raise ValueError(f"{field} must be >= {minimum}, got {value}")
+
+
+def check_floats(config) -> None:
+    for field, (minimum, inclusive, optional) in FLOAT_FIELDS.items():
+        value = getattr(config, field, None)
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{field} must be a number, got {value!r} ({type(value).__name__})")
+        if not math.isfinite(value):
+            raise ValueError(f"{field} must be finite, got {value}")
+        if value < minimum or (value == minimum and not inclusive):
+            raise ValueError(f"{field} must be {'>=' if inclusive else '>'} {minimum}, got {value}")
+    if getattr(config, "attention_dropout", 0) >= 1:
+        raise ValueError(f"attention_dropout must be < 1, got {config.attention_dropout}")
+
+
+def check_switches(config) -> None:
+    for field, optional in SWITCH_FIELDS.items():
+        value = getattr(config, field, None)
+        if not isinstance(value, bool) and not (optional and value is None):
+            allowed = "True, False or None" if optional else "True or False"
+            raise ValueError(f"{field} must be {allowed}, got {value!r} ({type(value).__name__})")
+
+
+def check_dtype(value, field: str = "dtype") -> None:
+    """`dtype` / `torch_dtype`: a name (or torch dtype) of a floating type this model computes in."""
+    if value is None:
+        return
+    name = str(value).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ValueError(f"{field} must be one of {DTYPES} (or unset), got {value!r}"
+                         + ("; float8 is a storage format of quantized checkpoints, not one this model computes in"
+                            if "float8" in name else ""))
+
+
+def check_routing(config) -> None:
+    """The MoE router's choices must exist: k of E experts, groups that divide the experts."""
+    if config.num_experts_per_tok > config.num_local_experts:
+        raise ValueError(f"num_experts_per_tok ({config.num_experts_per_tok}) must be <= num_local_experts "
+                         f"({config.num_local_experts}): a token cannot choose more experts than there are")
+    if config.topk_group > config.n_group:
+        raise ValueError(f"topk_group ({config.topk_group}) must be <= n_group ({config.n_group})")
+    if config.num_local_experts % config.n_group:
+        raise ValueError(f"n_group ({config.n_group}) must divide num_local_experts ({config.num_local_experts})")
+
+
+def check_fields(config) -> None:
+    """Types, sizes, signs, finite values and the dtype name: checked first, so nothing later compares a string with
+    a number or allocates from a negative size."""
+    check_counts(config)
+    check_floats(config)
+    check_switches(config)
+    check_dtype(getattr(config, "dtype", None))
+
+
+__all__ = ["check_fields", "check_routing", "check_dtype", "COUNT_FIELDS", "FLOAT_FIELDS", "DTYPES"]

@@ -1,0 +1,226 @@
+"""The training run behind `attnres train-interleaved` (scripts/train_interleaved.py): PyTorch's interleaved 1F1B
+schedule over P ranks x V virtual stages (`attnres.pipeline.interleaved`), cross-stage caching on by default.
+
+As `train.py` does: one run per output folder (the lock), a NaN/inf loss or gradient norm skips the update and a few
+in a row stop the run with exit code 3 and no model, atomic checkpoints (`checkpoints/step-N/`: each rank's chunk
+weights and AdamW state, then `trainer_state.json`) and `--resume auto|never|DIR` (refused when the settings differ).
+Data is a pure function of the step (synthetic tokens or a prepared dataset's seeded order), so a resumed run
+continues bit for bit. Outputs: log.jsonl, comms.json (tensors and bytes per transition, measured against the
+plan and the caching simulator), the trained model `model/` (a `from_pretrained` folder, one shard per rank).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..atomic_io import write_json_atomic
+from ..depth_layout import DepthLayout
+from .caching import simulate_interleaved
+from .interleaved import build_interleaved, expected_traffic
+
+CHECKPOINT_FILE = "pipeline_rank{rank}.pt"
+
+
+def check_args(args, world: int) -> None:
+    if world < 2:
+        raise SystemExit("error: an interleaved pipeline needs >= 2 processes (torchrun --nproc_per_node 2 ...)")
+    for name in ("micro_batch_size", "grad_accum", "steps", "seq_len", "virtual_stages", "max_nonfinite_steps"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    rounds = max(1, args.grad_accum // world)  # PyTorch's interleaved 1F1B runs whole rounds of micro-batches
+    if args.grad_accum % rounds:
+        raise SystemExit(f"error: --grad-accum {args.grad_accum} must be a multiple of {rounds} (micro-batches per "
+                         f"round of {world} stages)")
+
+
+def run_signature(args, config, world: int) -> dict:
+    return dict(attn_res=config.attn_res_mode, block_size=config.attn_res_block_size, layers=config.num_hidden_layers,
+                model=str(args.model), data=str(args.data), stages=world, virtual_stages=args.virtual_stages,
+                micro_batch_size=args.micro_batch_size, grad_accum=args.grad_accum, seq_len=args.seq_len,
+                seed=args.seed)
+
+
+def resume_folder(args, config, world: int) -> Path | None:
+    """The checkpoint to resume from (None: start fresh); refused when it was made with other settings."""
+    from ..training.state import latest_checkpoint, read_state, resolve_checkpoint
+
+    if args.resume == "never":
+        return None
+    folder = (latest_checkpoint(args.output_dir / "checkpoints") if args.resume == "auto"
+              else resolve_checkpoint(args.resume))
+    if folder is None:
+        return None
+    saved, now = read_state(folder)["signature"], run_signature(args, config, world)
+    mismatch = {key: (saved.get(key), value) for key, value in now.items() if saved.get(key) != value}
+    if mismatch:
+        raise SystemExit(f"error: --resume {folder}: checkpoint was made with other settings {mismatch} (saved, "
+                         f"now); use another --output-dir or --resume never")
+    return folder
+
+
+def load_checkpoint(folder: Path, pipe, optimizer) -> int:
+    """This rank's weights and optimizer state (plain data: `weights_only=True`); returns the checkpoint's step."""
+    from ..training.state import load_weights_only, read_state
+
+    saved = load_weights_only(folder / CHECKPOINT_FILE.format(rank=pipe.rank))
+    for chunk in pipe.chunks:
+        chunk.load_state_dict({name: saved["model"][chunk.model_name(name)] for name in chunk.state_dict()})
+    optimizer.load_state_dict(saved["optimizer"])
+    return read_state(folder)["step"]
+
+
+def save_checkpoint(args, step: int, state: dict, pipe, optimizer) -> None:
+    from ..training.state import save_checkpoint as save_atomic
+
+    def write(tmp: Path) -> None:
+        torch.save({"model": pipe.state_dict(), "optimizer": optimizer.state_dict()},
+                   tmp / CHECKPOINT_FILE.format(rank=pipe.rank))
+
+    save_atomic(args.output_dir / "checkpoints", step, state, write, pipe.rank == 0, dist.barrier,
+                args.keep_checkpoints)
+
+
+def global_grad_norm(params) -> float:
+    squares = torch.zeros(1, dtype=torch.float64)
+    for p in params:
+        if p.grad is not None:
+            squares += p.grad.detach().double().pow(2).sum().cpu()
+    dist.all_reduce(squares)
+    return math.sqrt(squares.item())
+
+
+def train_step(pipe, optimizer, ids: torch.Tensor, grad_clip: float) -> tuple[float, float, bool]:
+    """One pipeline step: (mean micro-batch loss, gradient norm, whether the update was made). Loss and norm are the
+    same on every rank, so a non-finite step is skipped by all of them."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = pipe.step(ids, ids)
+    loss = torch.zeros(1) if loss is None else loss.reshape(1).float()
+    dist.broadcast(loss, src=pipe.plans[-1].rank)
+    loss, norm = loss.item(), global_grad_norm(pipe.parameters())
+    finite = math.isfinite(loss) and math.isfinite(norm)
+    if finite:
+        if grad_clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(pipe.parameters(), grad_clip, torch.tensor(norm))
+        optimizer.step()
+    return loss, norm, finite
+
+
+def traffic_report(args, config, pipe, micro_batches: int) -> dict:
+    """Measured sends per transition (all ranks' counters) next to the plan and, in block mode with equal chunks,
+    the caching simulator's block counts."""
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, pipe.traffic.per_microbatch())
+    measured = {key: row for part in gathered for key, row in part.items()}
+    dtype_bytes = pipe.chunks[0].parameters().__next__().element_size()
+    report = {"stages": pipe.num_stages, "virtual_stages": args.virtual_stages, "caching": not args.no_caching,
+              "micro_batches": micro_batches, "measured_per_micro_batch": measured,
+              "plan_per_micro_batch": expected_traffic(pipe.plans, args.micro_batch_size, args.seq_len,
+                                                       config.hidden_size, dtype_bytes)}
+    layout, chunks = DepthLayout.of(config), len(pipe.plans)
+    if layout.mode == "block" and layout.num_layers % chunks == 0:
+        sim = simulate_interleaved(pipe.num_stages, args.virtual_stages, layout.num_layers // chunks,
+                                   layout.block_size)
+        report["simulator"] = {"naive_blocks": sim.naive_blocks, "cached_blocks": sim.cached_blocks,
+                               "partial_sums": sim.partial_sums, "table": sim.table()}
+    return report
+
+
+def model_and_data(args):
+    """(model, fetch(step, micro) -> input_ids, tokenizer to save): the DeepSpeed pipeline trainer's data and model
+    choices (`attnres.pipeline.train`), the same on every rank."""
+    from .train import batch_source, load_config, load_data, output_tokenizer
+
+    train, data_tokenizer = load_data(args)
+    config = load_config(args, len(data_tokenizer) if data_tokenizer is not None else None)
+    tokenizer = output_tokenizer(args, data_tokenizer)
+    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+
+    if args.model is not None:
+        model = KimiLinearAttnResForCausalLM.from_pretrained(args.model)
+    else:
+        torch.manual_seed(args.seed)
+        model = KimiLinearAttnResForCausalLM(config)
+    fetch = batch_source(args, model.config, train, 1)
+    return model.train(), (lambda step, micro: fetch(step, micro, 0)), tokenizer
+
+
+def train_interleaved(args) -> dict:
+    """One run; call on every process of a torchrun launch (each process is one physical stage)."""
+    from ..training.loop import EXIT_CODE, NonFiniteError, NonFiniteGuard
+    from ..training.state import is_rank_zero, output_lock, remove_partial
+
+    if "WORLD_SIZE" not in os.environ:
+        raise SystemExit("error: launch with torchrun, e.g. `torchrun --nproc_per_node 2 "
+                         "scripts/train_interleaved.py` (see --help)")
+    world = int(os.environ["WORLD_SIZE"])
+    check_args(args, world)
+    lock = contextlib.ExitStack()  # one run per output folder, held until the run returns (or the process ends)
+    lock.enter_context(output_lock(args.output_dir, enabled=is_rank_zero()))
+    owns_group = not dist.is_initialized()
+    if owns_group:
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    try:
+        model, fetch, tokenizer = model_and_data(args)
+        config, rank = model.config, dist.get_rank()
+        pipe = build_interleaved(model, rank, world, args.virtual_stages, args.grad_accum, args.micro_batch_size,
+                                 args.seq_len, caching=not args.no_caching)
+        del model  # the chunks hold this rank's modules
+        optimizer = torch.optim.AdamW(pipe.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        state = {"signature": run_signature(args, config, world)}
+        folder = resume_folder(args, config, world)
+        start = load_checkpoint(folder, pipe, optimizer) if folder is not None else 0
+        if rank == 0:
+            remove_partial(args.output_dir / "checkpoints")
+        log = open(args.output_dir / "log.jsonl", "a" if start else "w") if rank == 0 else None
+        guard, loss = NonFiniteGuard(args.max_nonfinite_steps), None
+        try:
+            for step in range(start + 1, args.steps + 1):
+                ids = torch.cat([fetch(step - 1, micro) for micro in range(args.grad_accum)])
+                loss, norm, finite = train_step(pipe, optimizer, ids, args.grad_clip)
+                if log is not None:
+                    log.write(json.dumps({"step": step, "loss": loss, "grad_norm": norm,
+                                          **({} if finite else {"skipped/nonfinite": 1})}) + "\n")
+                    log.flush()
+                if guard.check(step, loss, norm) and rank == 0:
+                    print(guard.message(step, loss, norm), file=sys.stderr)
+                if (args.save_every and step % args.save_every == 0) or step == args.steps:
+                    save_checkpoint(args, step, state, pipe, optimizer)
+        except NonFiniteError as error:  # no model is saved from these weights
+            if rank == 0:
+                print(f"error: {error}", file=sys.stderr)
+            return {"exit_code": EXIT_CODE}
+        finally:
+            if log is not None:
+                log.close()
+        report = traffic_report(args, config, pipe, (args.steps - start) * args.grad_accum)
+        if rank == 0:
+            write_json_atomic(args.output_dir / "comms.json", report)
+        if not args.no_save:
+            from .export import save_pipeline_checkpoint
+
+            save_pipeline_checkpoint(_ChunkList(pipe.chunks), config, args.output_dir / "model", rank, world, True,
+                                     tokenizer=tokenizer)
+        dist.barrier()
+        return {"start_step": start, "step": args.steps, "loss": loss, "output_dir": str(args.output_dir),
+                "traffic": report["measured_per_micro_batch"]}
+    finally:
+        if owns_group:
+            dist.destroy_process_group()
+        lock.close()
+
+
+class _ChunkList:
+    """The pipe layers `save_pipeline_checkpoint` reads (`forward_funcs`: modules with `model_name`)."""
+
+    def __init__(self, chunks):
+        self.forward_funcs = chunks
+
+
+__all__ = ["train_interleaved", "train_step", "CHECKPOINT_FILE"]

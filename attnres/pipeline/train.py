@@ -1,0 +1,229 @@
+"""The pipeline training run behind `attnres train-pipeline` (scripts/train_pipeline.py): DeepSpeed's 1F1B
+`train_batch` over the stages of `attnres.pipeline.stages`, ZeRO stage 0 or 1, a loss log, the boundary traffic
+report and the trained model saved as one Hugging Face folder (a shard per stage).
+
+Every process of the launch runs `train_pipeline(args)` with the same arguments (the flags of
+`attnres.cli.train_pipeline`); the number of processes is a multiple of the stages (the quotient: data-parallel
+replicas).
+"""
+from __future__ import annotations
+
+# DeepSpeed before anything else: without the `train` extra the import stops here, with one line naming it
+from .ds import deepspeed  # isort: skip
+
+import contextlib
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from ..atomic_io import write_json_atomic
+from ..checkpoint_files import check_model_folder
+from ..configuration_attnres import KimiLinearAttnResConfig
+from ..modeling_attnres import KimiLinearAttnResForCausalLM
+from ..tiny import tiny_config
+from ..training.args import check_finite_flags
+from ..training.loop import EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps, step_is_finite
+from ..training.state import is_rank_zero, output_lock
+from .comms import P2PTraffic, boundary_report, format_report, report_rows
+from .data import micro_batches, synthetic_micro_batch
+from .export import save_pipeline_checkpoint
+from .stages import build_pipeline
+from .weights import StateDictWeights
+
+
+def check_args(args, world_size: int) -> int:
+    """Clear errors before any work; returns the number of stages."""
+    stages = args.num_stages or world_size
+    if world_size % stages:
+        raise SystemExit(f"error: {world_size} processes cannot hold --num-stages {stages} (need a multiple)")
+    if stages < 2:
+        raise SystemExit("error: pipeline parallelism needs >= 2 stages: launch >= 2 processes (torchrun "
+                         "--nproc_per_node 2 ...)")
+    for name in ("micro_batch_size", "grad_accum", "steps", "seq_len", "max_nonfinite_steps"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.grad_accum < stages:
+        print(f"warning: --grad-accum {args.grad_accum} < {stages} stages leaves the pipeline mostly idle",
+              file=sys.stderr)
+    try:
+        check_finite_flags(args)
+        if args.model is not None:
+            check_model_folder(args.model, "--model")
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
+    return stages
+
+
+def load_data(args):
+    """(train split, tokenizer) of a prepared dataset, or (None, None) for synthetic tokens. Sets args.seq_len from
+    the data."""
+    if args.data is None:
+        return None, None
+    from ..training.data import check_prepared, load_prepared  # `datasets`: only with --data
+
+    try:
+        meta = check_prepared(args.data)
+    except FileNotFoundError as error:
+        raise SystemExit(f"error: {error}") from None
+    train, _, tokenizer = load_prepared(args.data)
+    args.seq_len = int(meta["seq_len"])
+    return train, tokenizer
+
+
+def output_tokenizer(args, data_tokenizer):
+    """The tokenizer saved with the trained model: the dataset's, else the --model folder's, else none (synthetic
+    tokens: no text)."""
+    if data_tokenizer is not None or args.model is None or not (args.model / "tokenizer_config.json").is_file():
+        return data_tokenizer
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(args.model)
+
+
+def load_config(args, data_vocab: int | None):
+    """The checkpoint's config, or a tiny one (vocabulary sized to the dataset's tokenizer when there is one)."""
+    if args.model is not None:
+        config = KimiLinearAttnResConfig.from_pretrained(args.model)
+    else:
+        extra = {"vocab_size": data_vocab} if data_vocab else {}
+        config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers, **extra)
+    if data_vocab and data_vocab > config.vocab_size:
+        raise SystemExit(f"error: the dataset's tokenizer has {data_vocab} tokens but the model's vocab_size is "
+                         f"{config.vocab_size}")
+    return config
+
+
+def initial_weights(args, config):
+    """The checkpoint's tensors, or a seeded random model's (every rank builds the same model, then keeps its stage)."""
+    if args.model is not None:
+        return StateDictWeights.from_pretrained(args.model)
+    torch.manual_seed(args.seed)
+    return StateDictWeights(KimiLinearAttnResForCausalLM(config).state_dict())
+
+
+def batch_source(args, config, train, dp_world: int):
+    """fetch(step, micro_step, dp_rank) -> input_ids [micro_batch, seq_len], identical on every stage of a replica."""
+    if train is None:
+        return lambda step, micro, rank: synthetic_micro_batch(
+            args.seed, step, micro, rank, args.micro_batch_size, args.seq_len, config.vocab_size)
+    from ..training.data import BatchPlan
+
+    plan = BatchPlan(len(train), args.micro_batch_size, args.grad_accum, dp_world, args.seed)
+    return lambda step, micro, rank: train[plan.indices(step, micro, rank)]["input_ids"]
+
+
+def ds_config(args) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": args.micro_batch_size,
+        "gradient_accumulation_steps": args.grad_accum,
+        "gradient_clipping": args.grad_clip,
+        "zero_optimization": {"stage": args.zero_stage},
+        "zero_allow_untested_optimizer": True,  # a plain torch optimizer: no JIT-built fused Adam
+        "bf16": {"enabled": args.bf16},
+        "steps_per_print": 10**9,
+    }
+
+
+def make_optimizer(args, params):
+    if args.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=args.lr, weight_decay=args.weight_decay)
+    return torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+
+
+def skip_cpu_shm_build() -> None:
+    """On CPU DeepSpeed JIT-compiles a shared-memory allreduce op at init (minutes on a small machine, once per
+    cache). The pipeline's point-to-point sends never use it, so by default mark it unavailable: DeepSpeed then uses
+    plain gloo (its documented fallback on platforms without the op)."""
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
+def train_steps(args, engine, data, traffic: P2PTraffic, is_rank0: bool) -> None:
+    """`args.steps` pipeline steps, each logged to log.jsonl (rank 0); too many non-finite steps in a row end the run
+    with exit code 3, before any model is saved."""
+    log = open(args.output_dir / "log.jsonl", "w") if is_rank0 else None
+    guard = NonFiniteGuard(args.max_nonfinite_steps)
+    try:
+        with traffic.counting():
+            for step in (progress := tqdm(range(1, args.steps + 1), desc="pipeline steps", disable=not is_rank0)):
+                loss = float(engine.train_batch(data_iter=data))  # the mean micro-batch loss, broadcast to every stage
+                norm, applied = engine.get_global_grad_norm(), engine.was_step_applied()  # norm: None if not measured
+                finite = step_is_finite(loss, norm, applied)  # alike on every rank: the skip is agreed across stages
+                if log is not None:
+                    record = {"step": step, "loss": loss, **({} if finite else {"skipped/nonfinite": 1})}
+                    log.write(json.dumps(record) + "\n")
+                    log.flush()
+                if guard.check(step, loss, norm, applied) and is_rank0:
+                    progress.write(guard.message(step, loss, norm))
+    except NonFiniteError as error:  # no model is saved from these weights
+        if is_rank0:
+            print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(EXIT_CODE) from None
+    finally:
+        if log is not None:
+            log.close()
+
+
+def report_comms(args, config, pipe, traffic: P2PTraffic, dp_rank: int, is_rank0: bool) -> None:
+    """Bytes sent per stage boundary (replica 0's, gathered) against the minimum -> comms.json, printed."""
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, traffic.sent if dp_rank == 0 else {})
+    sent = {key: value for part in gathered for key, value in part.items()}
+    rows = boundary_report(config, pipe.parts, sent, args.steps * args.grad_accum, args.micro_batch_size,
+                           args.seq_len, torch.bfloat16 if args.bf16 else torch.float32)
+    if is_rank0:
+        write_json_atomic(args.output_dir / "comms.json", {"parts": [int(p) for p in pipe.parts],
+                                                          "boundaries": report_rows(rows)})
+        print(format_report(rows))
+
+
+def train_pipeline(args) -> None:
+    """One pipeline training run; call on every process of a torchrun / deepspeed launch."""
+    if "WORLD_SIZE" not in os.environ:
+        raise SystemExit("error: launch with torchrun or deepspeed, e.g. `torchrun --nproc_per_node 2 "
+                         "scripts/train_pipeline.py` (see --help)")
+    stages = check_args(args, int(os.environ["WORLD_SIZE"]))
+    lock = contextlib.ExitStack()  # one run per output folder, held until the run returns (or the process ends)
+    try:
+        lock.enter_context(output_lock(args.output_dir, enabled=is_rank_zero()))
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
+    train, data_tokenizer = load_data(args)
+    config = load_config(args, len(data_tokenizer) if data_tokenizer is not None else None)
+    tokenizer = output_tokenizer(args, data_tokenizer)  # read before training: a broken one fails now, not at the end
+    if stages > config.num_hidden_layers:
+        raise SystemExit(f"error: --num-stages {stages} exceeds the model's {config.num_hidden_layers} decoder layers")
+    if not torch.cuda.is_available() and not args.cpu_shm_comm:
+        skip_cpu_shm_build()
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
+    pipe = build_pipeline(config, initial_weights(args, config), stages, args.partition_method,
+                          args.activation_checkpoint_interval)
+    trainable = [p for p in pipe.parameters() if p.requires_grad]
+    # DeepSpeed's ZeRO-1 and bf16 optimizers skip a non-finite gradient norm themselves; a plain fp32 one is guarded
+    check_grads = args.zero_stage == 0 and not args.bf16
+    optimizer = skip_nonfinite_steps(make_optimizer(args, trainable), check_grads=check_grads)
+    engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=optimizer, config=ds_config(args))
+    grid = engine.grid
+    stage, dp_rank = grid.get_stage_id(), grid.get_data_parallel_id()
+    fetch = batch_source(args, config, train, grid.get_data_parallel_world_size())
+    data = micro_batches(fetch, 0, args.grad_accum, dp_rank)
+
+    is_rank0 = dist.get_rank() == 0
+    if is_rank0:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+    traffic = P2PTraffic(stage)
+    train_steps(args, engine, data, traffic, is_rank0)
+    if args.report_comms:
+        report_comms(args, config, pipe, traffic, dp_rank, is_rank0)
+    if not args.no_save:
+        save_pipeline_checkpoint(pipe, config, args.output_dir / "model", stage, stages, dp_rank == 0,
+                                 tokenizer=tokenizer)
+    dist.barrier()
+    lock.close()
+
+
+__all__ = ["check_args", "train_pipeline"]

@@ -1,0 +1,328 @@
+"""The training loop of the train command: checks first, then model, engine, resume, steps, evals, checkpoints; the
+optimizer and schedule it steps; and the non-finite guard.
+
+The non-finite guard (issue 10, item 5): a step whose loss or gradient norm is NaN/inf makes no update, is logged, and
+a few such steps in a row stop the run with a clear error and exit code 3. A skipped step leaves weights and optimizer
+state as they were and does not advance the learning-rate schedule (as DeepSpeed's and the HF Trainer's overflow
+skips); its batch is consumed, so the data order stays a function of the step.
+
+Optimizer: AdamW parameter groups (no decay on norms/biases/pseudo-queries; an optional own LR for pseudo-queries) and
+the warmup + cosine schedule, from transformers' scheduler library.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from transformers import get_cosine_with_min_lr_schedule_with_warmup
+
+from .args import SetupError, check_args, world_size
+from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
+from .models import build_config, data_token_ids, init_config, init_tokenizer, load_model, reinit_zero_embedding_rows
+from .state import (
+    checked_resume_folder,
+    is_rank_zero,
+    output_lock,
+    read_state,
+    remove_partial,
+    run_signature,
+    save_checkpoint,
+)
+
+EXIT_CODE = 3  # scripts exit with it when the guard stops a run (1 is argparse / setup errors)
+RES_PROJ_SUFFIX = "_res_proj.weight"
+
+
+class NonFiniteError(RuntimeError):
+    """Too many non-finite steps in a row: training stopped, no final model written."""
+
+
+def is_finite(value) -> bool:
+    return value is not None and math.isfinite(float(value))
+
+
+def step_is_finite(loss, grad_norm, applied: bool = True) -> bool:
+    """A step counts as finite when its loss and gradient norm (None: not measured) are, and the update was made."""
+    return is_finite(loss) and (grad_norm is None or is_finite(grad_norm)) and applied
+
+
+class NonFiniteGuard:
+    """Counts non-finite steps in a row; `check` raises NonFiniteError at `limit` of them."""
+
+    def __init__(self, limit: int):
+        self.limit, self.in_row = limit, 0
+
+    def check(self, step: int, loss, grad_norm, applied: bool = True) -> bool:
+        """True when this step was non-finite (its update skipped). `grad_norm` None: not measured. `applied`: whether
+        the engine made the update (DeepSpeed skips it by itself on a non-finite gradient norm)."""
+        if step_is_finite(loss, grad_norm, applied):
+            self.in_row = 0
+            return False
+        self.in_row += 1
+        if self.in_row >= self.limit:
+            raise NonFiniteError(
+                f"step {step}: loss {loss:.4g}, gradient norm {_number(grad_norm)}: {self.in_row} non-finite steps in "
+                f"a row (limit --max-nonfinite-steps {self.limit}); training stopped, no final model written (the "
+                f"skipped steps made no update). Lower --lr, raise --warmup-steps or check the data")
+        return True
+
+    def message(self, step: int, loss, grad_norm) -> str:
+        return (f"step {step}: non-finite loss {loss:.4g} / gradient norm {_number(grad_norm)}: update skipped "
+                f"({self.in_row} in a row, stop at {self.limit})")
+
+
+def _number(value) -> str:
+    return "n/a" if value is None else f"{float(value):.4g}"
+
+
+def grads_finite(params, group=None) -> bool:
+    """Whether every gradient of `params` is finite, agreed across the process group `group` when distributed
+    (pipeline stages hold different parameters: all must skip together)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    bad = torch.stack([(~torch.isfinite(g)).any() for g in grads]).any().float() if grads else torch.zeros(())
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        bad = bad.reshape(1).to("cuda" if torch.cuda.is_available() else "cpu")
+        torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX, group=group)
+    return not bool(bad.item())
+
+
+def skip_nonfinite_steps(optimizer, check_grads: bool, group=None):
+    """Wrap a torch optimizer's `step` (before handing it to DeepSpeed): skip it when `optimizer.skip_requested` is set
+    (a non-finite loss) or, with `check_grads`, when a gradient is non-finite. DeepSpeed ZeRO and its bf16 optimizer
+    already skip on a non-finite norm; a plain fp32 optimizer (ZeRO stage 0) does not, hence `check_grads` there.
+    `optimizer.overflow` tells DeepSpeed's engine that the step was skipped (no scheduler step, was_step_applied())."""
+    step = optimizer.step
+    optimizer.skip_requested, optimizer.overflow = False, False
+
+    @functools.wraps(step)  # keeps torch's LR-scheduler marker on the method
+    def guarded_step(*args, **kwargs):
+        params = [p for group_ in optimizer.param_groups for p in group_["params"]]
+        optimizer.overflow = optimizer.skip_requested or (check_grads and not grads_finite(params, group))
+        return None if optimizer.overflow else step(*args, **kwargs)
+
+    optimizer.step = guarded_step
+    return optimizer
+
+
+# --- optimizer and schedule -------------------------------------------------------------------------------------
+
+
+def param_groups(model: torch.nn.Module, lr: float, weight_decay: float, res_proj_lr: float | None) -> list[dict]:
+    """Three groups: decayed matrices, undecayed vectors (norm gains, biases), AttnRes pseudo-queries.
+
+    Pseudo-queries are [1, hidden] matrices but act like gains of the depth softmax: no weight decay (it would pull
+    them to the uniform mix), and their own learning rate when `res_proj_lr` is given.
+    """
+    decay, no_decay, queries = [], [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if name.endswith(RES_PROJ_SUFFIX):
+            queries.append(param)
+        elif param.dim() >= 2 and "embed" not in name:
+            decay.append(param)
+        else:
+            no_decay.append(param)
+    groups = [
+        dict(params=decay, lr=lr, weight_decay=weight_decay, name="decay"),
+        dict(params=no_decay, lr=lr, weight_decay=0.0, name="no_decay"),
+        dict(params=queries, lr=res_proj_lr or lr, weight_decay=0.0, name="res_proj"),
+    ]
+    return [g for g in groups if g["params"]]
+
+
+def build_optimizer(model, args) -> torch.optim.Optimizer:
+    groups = param_groups(model, args.lr, args.weight_decay, args.res_proj_lr)
+    # foreach=False: the same arithmetic on every backend, so single-process, DDP and ZeRO runs stay comparable
+    return torch.optim.AdamW(groups, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+
+
+def build_scheduler(optimizer, args):
+    """Linear warmup to each group's peak LR, cosine decay to `min_lr_ratio` of it at `max_steps`."""
+    return get_cosine_with_min_lr_schedule_with_warmup(
+        optimizer, num_warmup_steps=args.warmup_steps, num_training_steps=args.max_steps, min_lr_rate=args.min_lr_ratio
+    )
+
+
+# --- the loop ---------------------------------------------------------------------------------------------------
+
+
+def prepare(args):
+    """Every check that can fail on user input, before a model is built or a process group started."""
+    try:
+        return _prepare(args)
+    except (ValueError, FileNotFoundError) as error:
+        raise SetupError(str(error)) from error
+
+
+def _prepare(args):
+    world = world_size()
+    meta = check_prepared(args.data)
+    check_args(args, meta, world)
+    train_set, val_set, tokenizer = load_prepared(args.data)
+    if args.init_from is not None:  # fine-tuning: model and tokenizer from the folder (attnres/training/models.py)
+        tokenizer = init_tokenizer(args.init_from, tokenizer, args.data)
+        config = init_config(args.init_from, args.attn_res, args.block_size, tokenizer)
+    else:
+        config = build_config(args.model_size, args.config, args.attn_res, args.block_size, tokenizer)
+    if args.output_dir is None:
+        name = (f"finetune-{Path(args.init_from).name}" if args.init_from
+                else args.model_size if args.config is None else args.config.stem)
+        args.output_dir = Path("runs") / f"{name}-{config.attn_res_mode}"
+    args.seq_len = args.seq_len or meta["seq_len"]
+    return world, config, train_set, val_set, tokenizer, checked_resume_folder(args, config, world)
+
+
+def build_model(config, args):
+    from transformers import set_seed
+
+    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+
+    set_seed(args.seed)  # same init on every process (DDP and ZeRO then start from identical weights)
+    model = load_model(args.init_from, config) if args.init_from else KimiLinearAttnResForCausalLM(config)
+    if args.gradient_checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def evaluate(engine, val_set, args) -> float:
+    """Mean loss over the first eval_batches global batches of validation (a global batch as in training: micro-batch
+    x accumulation x processes). The same sequences at every eval, whatever the process count or accumulation:
+    rank r reads the slices a training step would give it."""
+    global_batch = args.micro_batch_size * args.grad_accum * engine.world_size
+    losses = []
+    with engine.evaluation():
+        for b in range(min(args.eval_batches, len(val_set) // global_batch)):
+            for micro in range(args.grad_accum):
+                start = b * global_batch + (micro * engine.world_size + engine.rank) * args.micro_batch_size
+                ids, labels = batch_tensors(val_set, slice(start, start + args.micro_batch_size), args.seq_len, engine.device)
+                losses.append(engine.forward(ids, labels).loss.float())
+    return engine.mean(torch.stack(losses).mean())
+
+
+def save_final_model(engine, tokenizer, output_dir: Path) -> None:
+    final, tmp = output_dir / "final", output_dir / ".tmp-final"
+    if engine.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    engine.barrier()
+    engine.save_model(tmp)
+    if engine.is_main:
+        tokenizer.save_pretrained(str(tmp))  # "next to the model": the folder loads with Auto classes alone
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    engine.barrier()
+
+
+def train_step(step, engine, train_set, plan, diagnostics, args) -> tuple[float, float | None, dict, bool]:
+    """One optimizer step (1-based `step`) over grad_accum micro-batches: (mean loss, grad norm or None where not
+    measured, learning rates, whether the update was made: not when the loss or gradient norm is non-finite)."""
+    diagnose = diagnostics.due(step)
+    losses = []
+    batches = [batch_tensors(train_set, plan.indices(step - 1, micro, engine.rank), args.seq_len, engine.device)
+               for micro in range(args.grad_accum)]
+    normalizer = loss_normalizer(batches, engine, args.grad_accum)  # a loss mask: the global token mean
+    for micro, (ids, labels) in enumerate(batches):
+        is_last = micro == args.grad_accum - 1
+        with engine.micro_batch(is_last):
+            with diagnostics.capture(diagnose):
+                out = engine.forward(ids, labels, output_attn_res_weights=diagnose, **normalizer)
+                if diagnose:
+                    diagnostics.add_weights(out.attn_res_weights)
+            engine.backward(out.loss, is_last_micro_step=is_last)
+        losses.append(out.loss.detach().float())
+    if diagnose:
+        diagnostics.record(step, engine.full_grad, engine.mean_tensor)
+    lrs = engine.learning_rates()  # the rates this step used (the scheduler moves on in optimizer_step)
+    loss = engine.mean(torch.stack(losses).mean())  # the same on every process: all skip a non-finite step together
+    grad_norm, applied = engine.optimizer_step(loss_finite=is_finite(loss))
+    return loss, grad_norm, lrs, applied
+
+
+def check_finite(guard, step, loss, grad_norm, applied, logger, progress) -> bool:
+    """Whether the step was finite; logs a skipped one (JSONL record + message). At the guard's limit, closes the logs
+    and raises NonFiniteError."""
+    finite = step_is_finite(loss, grad_norm, applied)
+    if not finite:
+        logger.log(step, **{"skipped/nonfinite": 1, "skipped/loss": loss, "skipped/grad_norm": grad_norm})
+    try:
+        guard.check(step, loss, grad_norm, applied)
+    except NonFiniteError:
+        progress.close()
+        logger.close()
+        raise
+    if not finite:
+        progress.write(guard.message(step, loss, grad_norm))
+    return finite
+
+
+def train(args) -> dict:
+    """Run training; returns a summary (start and final step, last losses, output dir)."""
+    prepared = prepare(args)
+    with output_lock(args.output_dir, enabled=is_rank_zero()):  # one run per output folder
+        return run(args, *prepared)
+
+
+def run(args, world, config, train_set, val_set, tokenizer, folder) -> dict:
+    """The training itself, once `prepare` has checked everything and the output folder is locked."""
+    from tqdm.auto import tqdm
+
+    from .engines import make_engine
+    from .logs import DepthDiagnostics, MetricsLogger
+
+    model = build_model(config, args)
+    reinit_zero_embedding_rows(model, data_token_ids(train_set), seed=args.seed)  # a no-op unless rows are zero
+    optimizer = build_optimizer(model, args)
+    engine = make_engine(model, optimizer, build_scheduler(optimizer, args), args, world)
+    output_dir, root = Path(args.output_dir), Path(args.output_dir) / "checkpoints"
+    if engine.is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        remove_partial(root)
+    engine.barrier()
+    start_step = 0
+    if folder is not None:
+        engine.load(folder)
+        start_step = read_state(folder)["step"]
+
+    logger = MetricsLogger(output_dir, engine.is_main, start_step, tensorboard=not args.no_tensorboard)
+    diagnostics = DepthDiagnostics(engine.module, output_dir, args.diagnostics_every, engine.is_main, start_step)
+    plan = BatchPlan(len(train_set), args.micro_batch_size, args.grad_accum, engine.world_size, args.seed)
+    progress = tqdm(total=args.max_steps, initial=start_step, disable=not engine.is_main, desc=f"train {config.attn_res_mode}")
+    summary = dict(output_dir=str(output_dir), start_step=start_step, train_loss=None, val_loss=None)
+    state = dict(signature=run_signature(args, config, world))
+    started = time.time()
+
+    guard = NonFiniteGuard(args.max_nonfinite_steps)
+    for step in range(start_step + 1, args.max_steps + 1):
+        loss, grad_norm, lrs, applied = train_step(step, engine, train_set, plan, diagnostics, args)
+        finite = check_finite(guard, step, loss, grad_norm, applied, logger, progress)
+        summary["train_loss"] = loss if finite else summary["train_loss"]
+        progress.update(1)
+        progress.set_postfix(loss=f"{loss:.4f}")
+        if finite and (step % args.log_every == 0 or step == args.max_steps):
+            tokens_per_s = plan.global_batch * args.seq_len * (step - start_step) / (time.time() - started)
+            logger.log(step, **{"train/loss": loss, "train/grad_norm": grad_norm, "train/tokens_per_s": tokens_per_s},
+                       **{f"lr/{name}": lr for name, lr in lrs.items()})
+        if args.eval_every and (step % args.eval_every == 0 or step == args.max_steps):
+            summary["val_loss"] = evaluate(engine, val_set, args)
+            logger.log(step, **{"val/loss": summary["val_loss"]})
+        if (args.save_every and step % args.save_every == 0) or step == args.max_steps:
+            save_checkpoint(root, step, state, engine.save, engine.is_main, engine.barrier, args.keep_checkpoints)
+    progress.close()
+    logger.close()
+
+    if not args.no_final_model:
+        save_final_model(engine, tokenizer, output_dir)
+        if engine.is_main:  # tokens trained and data fingerprint, for attnres.evaluation's matched-pair check
+            from .logs import write_training_info
+
+            write_training_info(output_dir / "final", args, plan.global_batch, args.max_steps, state["signature"])
+    if engine.is_main and args.diagnostics_every and (output_dir / "diagnostics.jsonl").is_file():
+        from .logs import plot_runs
+
+        plot_runs([output_dir], output_dir / "depth_diagnostics.png")
+    summary["step"] = args.max_steps
+    return summary

@@ -1,0 +1,290 @@
+"""Run state on disk, and every step of resuming from it.
+
+- Atomic checkpoint folders: every process writes into `.tmp-step-N/`, then the main process renames it to
+  `step-N/` once everything (including `trainer_state.json`, written last) is on disk. A process killed mid-write
+  leaves only a `.tmp-*` folder, which is ignored and cleaned up at the next start; the previous `step-*` folder
+  stays complete and loadable. A rename within one folder is atomic on POSIX file systems.
+- Resuming: which checkpoint (`--resume auto|never|DIR`), whether it was made with the same settings, and reading
+  it back without ever running code from it: torch files load with `weights_only=True` (tensors, numbers, strings,
+  numpy arrays: no pickled objects), and every file is checked first, so a damaged or missing one gets a message
+  naming it instead of a traceback or, as accelerate does for RNG states, silence.
+- One run per output folder: the run that writes to a folder holds an exclusive lock on `<folder>/.lock` until it
+  ends. A second run in the same folder stops at once with a message naming the holder. The lock is the kernel's
+  (`flock`): it disappears with its process, so a killed run never leaves a stale lock behind.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import time
+import zipfile
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..checkpoint_files import CheckpointFileError, check_safetensors, read_json_file
+from .args import SetupError
+
+STATE_FILE = "trainer_state.json"
+STEP_DIR = re.compile(r"^step-(\d+)$")
+# Fault injection for the kill test: seconds to sleep after the files are written, before the rename
+PAUSE_ENV = "ATTNRES_CHECKPOINT_PAUSE_S"
+# The scheduler's state (a plain dict of numbers), saved by torch.save and read back with weights_only=True
+SCHEDULER_FILE = "lr_scheduler.pt"
+LOCK_FILE = ".lock"
+
+
+def checkpoint_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step:08d}"
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A `--resume` folder: as given, or `step-N` naming the zero-padded `step-0000000N` beside it (`checkpoints/step-100`
+    finds `checkpoints/step-00000100`). Raises ValueError naming the path when neither is a complete checkpoint."""
+    path = Path(path)
+    match = STEP_DIR.match(path.name)
+    candidates = [path] + ([checkpoint_dir(path.parent, int(match.group(1)))] if match else [])
+    for folder in candidates:
+        if (folder / STATE_FILE).is_file():
+            return folder
+    existing = [d.name for d in complete_checkpoints(path.parent)]
+    hint = f"; checkpoints there: {', '.join(existing)}" if existing else ""
+    if path.is_dir():
+        raise ValueError(f"--resume {path}: not a checkpoint (no {STATE_FILE}){hint}")
+    raise ValueError(f"--resume {path}: no such checkpoint folder{hint}")
+
+
+def complete_checkpoints(root: Path) -> list[Path]:
+    """Finished checkpoints under `root`, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [d for d in root.iterdir() if STEP_DIR.match(d.name) and (d / STATE_FILE).is_file()]
+    return sorted(found, key=lambda d: int(STEP_DIR.match(d.name).group(1)))
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    found = complete_checkpoints(root)
+    return found[-1] if found else None
+
+
+def remove_partial(root: Path) -> None:
+    """Delete `.tmp-*` folders left by a killed run (main process only, before training)."""
+    for leftover in Path(root).glob(".tmp-*") if Path(root).is_dir() else ():
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file so the rename never publishes data still in the page cache."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+
+
+def save_checkpoint(root: Path, step: int, state: dict, write: Callable[[Path], None], is_main: bool,
+                    barrier: Callable[[], None], keep: int) -> Path:
+    """Collective: every process calls it. `write(tmp)` saves the process's share of model/optimizer/RNG state."""
+    root, final = Path(root), checkpoint_dir(root, step)
+    tmp = root / f".tmp-{final.name}"
+    if is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    barrier()
+    write(tmp)
+    barrier()
+    if is_main:
+        (tmp / STATE_FILE).write_text(json.dumps(dict(state, step=step), indent=2))
+        _fsync_tree(tmp)
+        time.sleep(float(os.environ.get(PAUSE_ENV, "0")))
+        if final.exists():  # the same step saved again (e.g. the end of a resumed run): replace it
+            shutil.rmtree(final)
+        tmp.rename(final)
+        for old in complete_checkpoints(root)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    barrier()
+    return final
+
+
+def read_state(folder: Path) -> dict:
+    return json.loads((Path(folder) / STATE_FILE).read_text())
+
+
+# --- resuming: which checkpoint, and whether it fits this run --------------------------------------------------
+
+
+def run_signature(args, config, world: int) -> dict:
+    return dict(attn_res=config.attn_res_mode, block_size=config.attn_res_block_size, model_size=args.model_size,
+                config=str(args.config), micro_batch_size=args.micro_batch_size, grad_accum=args.grad_accum,
+                world_size=world, seed=args.seed, seq_len=args.seq_len,
+                **({"init_from": str(args.init_from)} if args.init_from else {}))
+
+
+def checked_resume_folder(args, config, world: int) -> Path | None:
+    """The checkpoint to resume from (None: start fresh); refused when it was made with other settings."""
+    if args.resume == "never":
+        return None
+    folder = Path(args.resume) if args.resume != "auto" else latest_checkpoint(Path(args.output_dir) / "checkpoints")
+    if folder is None:
+        return None
+    check_checkpoint(folder, deepspeed=args.deepspeed is not None)  # damaged files: one message naming them
+    saved, now = read_state(folder)["signature"], run_signature(args, config, world)
+    mismatch = {key: (saved.get(key), value) for key, value in now.items() if saved.get(key) != value}
+    if mismatch:
+        raise ValueError(f"--resume {folder}: checkpoint was made with other settings {mismatch} (saved, now); "
+                         f"use another --output-dir or --resume never")
+    return folder
+
+
+# --- resuming: reading the files back as plain data ----------------------------------------------------------------
+
+
+class ResumeFileError(CheckpointFileError, SetupError):
+    """A damaged checkpoint file found while resuming: scripts print its message alone."""
+
+
+def load_weights_only(path: str | Path):
+    """torch.load with weights_only=True (accelerate's helper also allows numpy RNG arrays); errors name the file."""
+    from accelerate.utils import load
+
+    path = Path(path)
+    if not path.is_file():
+        raise ResumeFileError(f"{path}: missing from the checkpoint")
+    try:
+        return load(str(path), map_location="cpu")
+    except Exception as error:  # noqa: BLE001  torch raises many types for bad files; one message for all
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ResumeFileError(f"{path}: cannot be read as a plain-data torch file ({first}); the checkpoint "
+                                  "is damaged or holds pickled objects, which are never loaded") from None
+
+
+def check_torch_file(path: Path) -> None:
+    """A torch.save file is a zip archive: a truncated one has no central directory. Reads no data."""
+    if not path.is_file():
+        raise ResumeFileError(f"{path}: missing from the checkpoint")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            archive.infolist()
+    except (zipfile.BadZipFile, OSError):
+        raise ResumeFileError(f"{path}: truncated or not a torch checkpoint file") from None
+
+
+def check_accelerate_checkpoint(folder: str | Path, rank: int = 0) -> None:
+    """Every file accelerate's load_state and our scheduler load will read, before any state changes."""
+    folder = Path(folder)
+    read_json_file(folder / STATE_FILE, "training state")
+    model_files = sorted(folder.glob("model*.safetensors"))
+    if not model_files:
+        raise ResumeFileError(f"{folder}: no model.safetensors (not a complete checkpoint)")
+    for path in model_files:
+        check_safetensors(path)
+    for name in ("optimizer.bin", SCHEDULER_FILE, f"random_states_{rank}.pkl"):
+        check_torch_file(folder / name)
+    load_weights_only(folder / f"random_states_{rank}.pkl")  # small; accelerate would skip a bad one silently
+
+
+def check_deepspeed_checkpoint(folder: str | Path, rank: int = 0) -> None:
+    """DeepSpeed's own files (under the `deepspeed/` tag) and our RNG state, checked without loading them."""
+    folder = Path(folder)
+    read_json_file(folder / STATE_FILE, "training state")
+    files = sorted((folder / "deepspeed").glob("*.pt"))
+    if not files:
+        raise ResumeFileError(f"{folder / 'deepspeed'}: no DeepSpeed state files (not a complete checkpoint)")
+    for path in files:
+        check_torch_file(path)
+    load_weights_only(folder / f"rng_state_{rank}.pt")
+
+
+def check_checkpoint(folder: str | Path, deepspeed: bool) -> None:
+    """The --resume checkpoint's files, for the engine that will read them (this process's rank)."""
+    rank = int(os.environ.get("RANK", "0"))
+    (check_deepspeed_checkpoint if deepspeed else check_accelerate_checkpoint)(folder, rank)
+
+
+def _deepspeed_safe_globals() -> list:
+    """The plain-data classes DeepSpeed stores in its state files (found by loading ZeRO checkpoints with
+    weights_only=True), plus the numpy types accelerate allows for RNG states."""
+    from accelerate.utils.other import TORCH_SAFE_GLOBALS
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, ZeroStageEnum, fragment_address, *TORCH_SAFE_GLOBALS]
+
+
+def read_deepspeed_weights_only(checkpoint_engine) -> None:
+    """DeepSpeed's checkpoint engine loads with weights_only=False: make this one load plain data only."""
+    def load(path, map_location=None):
+        try:
+            with torch.serialization.safe_globals(_deepspeed_safe_globals()):
+                return torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as error:  # noqa: BLE001  one message naming the file
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ResumeFileError(f"{path}: cannot be read as plain data ({first}); the checkpoint is damaged or "
+                                  "holds pickled objects, which are never loaded") from None
+
+    checkpoint_engine.load = load
+
+
+def rng_state() -> dict:
+    state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# --- the output folder's lock --------------------------------------------------------------------------------------
+
+
+class OutputLockedError(SetupError):
+    """Another live process writes to this output folder."""
+
+
+def is_rank_zero() -> bool:
+    """The process that writes run outputs (torchrun, accelerate and deepspeed all set RANK)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+@contextmanager
+def output_lock(folder: str | os.PathLike, flag: str = "--output-dir", enabled: bool = True):
+    """Hold the lock of `folder` (created if needed) for the body; raise OutputLockedError if another run has it."""
+    if not enabled:
+        yield
+        return
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise SetupError(f"{flag} {folder} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise SetupError(f"{flag} {folder}: cannot create it ({error.strerror or error})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 256, 0).decode("utf-8", "replace").strip() or "unknown process"
+            raise OutputLockedError(f"{flag} {folder} is in use by another run ({holder}); wait for it to finish "
+                                    "or choose another folder") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                  .encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock (the file stays: removing it would race with a run opening it)

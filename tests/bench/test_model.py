@@ -1,0 +1,38 @@
+"""`attnres bench-model`'s arguments (attnres.cli.bench_model: the comparison modes it accepts, the clear error for an
+unknown one), the models attnres.bench.model builds for them, and scripts/bench_gpu.sh's refusal without a GPU."""
+from pathlib import Path
+
+import pytest
+
+from attnres.bench.model import build_model
+from attnres.cli.bench_model import parse_args
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_block_two_phase_variant_builds_a_block_model_with_the_schedule_forced_on():
+    args = parse_args(["--device", "cpu", "--modes", "standard,block_two_phase", "--hidden", "64",
+                                   "--layers", "2", "--skip-memory"])
+    assert args.modes == ["standard", "block_two_phase"] and args.skip_memory
+    config = build_model(args, "block_two_phase").config
+    assert config.attn_res_mode == "block" and config.attn_res_two_phase is True
+    assert build_model(args, "block").config.attn_res_two_phase is None  # follows the backend
+
+
+def test_unknown_mode_is_named(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--device", "cpu", "--modes", "standard,blok"])
+    err = capsys.readouterr().err
+    assert "--modes: unknown mode 'blok'" in err and "block_two_phase" in err
+
+
+def test_gpu_script_refuses_without_cuda_and_writes_nothing(tmp_path):
+    import os
+    import subprocess
+
+    out = tmp_path / "results"
+    script = REPO / "scripts" / "bench_gpu.sh"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU, even on a machine that has one
+    result = subprocess.run(["bash", str(script), str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode != 0 and "no CUDA device" in result.stderr
+    assert not out.exists()

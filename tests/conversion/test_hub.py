@@ -1,0 +1,99 @@
+"""Hub packaging: the built folder holds everything, its card says what the model is, and it loads with
+`trust_remote_code=True` in a fresh process where attnres is not installed, with identical logits."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+
+from attnres.conversion import ConversionError
+from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
+from attnres.conversion.hub import build_hub_folder, read_eval_results
+from attnres.tiny import tiny_config
+from tests.helpers.remote_loading import fake_hub_repo, load_in_clean_process, write_tokenizer
+
+
+@pytest.fixture(scope="module")
+def hub_folder(tmp_path_factory):
+    """(model, folder): a block-mode model given in Moonshot's layout, packaged with tokenizer and evaluation."""
+    root = tmp_path_factory.mktemp("hub")
+    model = random_model(tiny_config("block", 2))
+    source = write_moonshot_checkpoint(root / "ms", model)
+    (root / "eval.json").write_text(json.dumps({"results": {
+        "arc_easy": {"alias": "arc_easy", "acc,none": 0.4321, "acc_stderr,none": 0.01},
+        "hellaswag": {"acc_norm,none": 0.2875},
+    }}))
+    folder = build_hub_folder(source, root / "hub", tokenizer=write_tokenizer(root / "tok"), repo_id="me/tiny-attnres",
+                              training_data="FineWeb-Edu sample, 2M tokens", datasets=["HuggingFaceFW/fineweb-edu"],
+                              eval_results=root / "eval.json")
+    return model, folder
+
+
+def test_folder_has_weights_config_code_tokenizer_card(hub_folder):
+    _, folder = hub_folder
+    names = {p.name for p in folder.iterdir()}
+    assert {"model.safetensors", "config.json", "configuration_attnres.py", "modeling_attnres.py", "README.md",
+            "tokenizer.json", "tokenizer_config.json"} <= names
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "kimi_linear_attnres"
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_attnres.KimiLinearAttnResForCausalLM"
+    assert config["auto_map"]["AutoConfig"] == "configuration_attnres.KimiLinearAttnResConfig"
+    assert "linear_attn_config" not in config  # Moonshot's fields do not leak into the HF-native config
+    assert not any(p.name.startswith(".") for p in folder.parent.iterdir())
+
+
+def test_model_card_describes_the_model(hub_folder):
+    model, folder = hub_folder
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.library_name == "transformers" and card.data.datasets == ["HuggingFaceFW/fineweb-edu"]
+    text = card.text
+    assert "model_type `kimi_linear_attnres`" in text and "| AttnRes mode | `block` |" in text and "3 blocks of 2 layers" in text
+    assert f"{model.num_parameters():,}" in text
+    assert "FineWeb-Edu sample, 2M tokens" in text
+    assert "| arc_easy | acc | 0.4321 |" in text and "| hellaswag | acc_norm | 0.2875 |" in text
+    assert "stderr" not in text
+    assert "pip install attnres" not in text and "only `torch` and `transformers" in text
+    assert "trust_remote_code=True" in text
+
+
+def test_loads_with_remote_code_where_attnres_is_not_installed(hub_folder, tmp_path):
+    """As a Hub user: a fresh process without attnres (or triton), model and tokenizer through the Auto classes."""
+    model, folder = hub_folder
+    ids = torch.randint(3, 256, (2, 8), generator=torch.Generator().manual_seed(0))
+    repo = fake_hub_repo(folder, tmp_path / "hf" / "hub")
+    result = load_in_clean_process(repo, ids, tmp_path / "run", tmp_path / "hf", tokenizer=True)
+    with torch.no_grad():  # the clean process runs one thread: the same reduction order only at one thread here too
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            expected = model(ids).logits
+        finally:
+            torch.set_num_threads(threads)
+    assert torch.equal(result["logits"], expected)
+    assert result["tokens"] == [5, 7, 9]
+
+
+def test_eval_results_formats_and_errors(tmp_path):
+    (tmp_path / "plain.json").write_text(json.dumps({"mmlu": 0.25, "gsm8k": {"exact_match": 0.125}}))
+    assert read_eval_results(tmp_path / "plain.json") == [("gsm8k", "exact_match", "0.125"), ("mmlu", "score", "0.25")]
+    (tmp_path / "counts.json").write_text(json.dumps({"results": {"mmlu": {"acc,none": 0.25, "sample_len": 14042}}}))
+    assert read_eval_results(tmp_path / "counts.json") == [("mmlu", "acc", "0.25")]  # sample_len is no metric
+    (tmp_path / "empty.json").write_text(json.dumps({"results": {"mmlu": {"alias": "mmlu"}}}))
+    with pytest.raises(ConversionError, match="empty.json: no numeric metrics"):
+        read_eval_results(tmp_path / "empty.json")
+
+
+def test_script_dry_run_and_refusals(hub_folder, tmp_path, capsys, monkeypatch):
+    from attnres.cli import push_to_hub as script
+    uploads = []
+    monkeypatch.setattr("attnres.conversion.hub.upload_folder", lambda *a, **k: uploads.append(a) or "url")
+    _, built = hub_folder
+    out = tmp_path / "out"
+    assert script.main(["--model", str(built), "--repo-id", "me/x", "--output", str(out), "--dry-run"]) == 0
+    assert "dry run" in capsys.readouterr().out and not uploads and (out / "model.safetensors").is_file()
+    assert script.main(["--model", str(built), "--repo-id", "me/x", "--output", str(out)]) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert script.main(["--model", str(built), "--repo-id", "me/x", "--output", str(out), "--force"]) == 0
+    assert uploads == [(out.resolve(), "me/x")]

@@ -1,0 +1,87 @@
+"""Bad input to `attnres push-to-hub` (attnres.cli.push_to_hub, in-process main(), exit code and message): missing or
+damaged --model folders, invalid repository ids (refused before the build), output folders overlapping the model, no network."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from attnres.cli import push_to_hub as push_cli
+from tests.helpers.bad_input_fixtures import (  # noqa: F401
+    MODEL_FOLDER_DAMAGE,
+    SENTINEL,
+    damaged_copy,
+    expect_script_refused,
+    saved_model,
+)
+
+
+@pytest.fixture(scope="module")
+def push():
+    return push_cli.main
+
+
+run_refused = expect_script_refused
+
+
+REPO_ID_CASES = {
+    "no_slash": ("just-a-name", ["--repo-id", "just-a-name"]),
+    "two_slashes": ("a/b/c", ["--repo-id"]),
+    "spaces": ("me/my model", ["--repo-id"]),
+    "double_dash": ("me/--x", ["--repo-id"]),
+    "too_long": ("me/" + "x" * 100, ["--repo-id"]),
+}
+
+
+@pytest.mark.parametrize("repo_id, named", REPO_ID_CASES.values(), ids=REPO_ID_CASES.keys())
+def test_invalid_repo_id_refused_before_the_build(push, capsys, saved_model, tmp_path, repo_id, named):
+    out = tmp_path / "hub"
+    run_refused(push, capsys, ["--model", saved_model, "--repo-id", repo_id, "--output", out, "--dry-run"], named,
+                untouched=[saved_model], absent=[out])
+
+
+MODEL_CASES = {name: MODEL_FOLDER_DAMAGE[name] for name in ("no_config", "config_invalid_json", "truncated_weights")}
+
+
+@pytest.mark.parametrize("damage, named", MODEL_CASES.values(), ids=MODEL_CASES.keys())
+def test_damaged_model_folder_refused(push, capsys, saved_model, tmp_path, damage, named):
+    folder = damaged_copy(saved_model, tmp_path, damage)
+    out = tmp_path / "hub"
+    run_refused(push, capsys, ["--model", folder, "--output", out, "--dry-run"], named, untouched=[folder],
+                absent=[out])
+
+
+def test_missing_model_folder(push, capsys, tmp_path):
+    run_refused(push, capsys, ["--model", tmp_path / "nowhere", "--repo-id", "me/x", "--output", tmp_path / "hub"],
+                ["--model", "nowhere", "no such folder"], absent=[tmp_path / "hub"])
+
+
+OUTPUT_CASES = {
+    "output_is_model": (lambda model: model, ["is the input"]),
+    "output_contains_model": (lambda model: model.parent, ["contains the input"]),
+    "output_inside_model": (lambda model: model / "hub", ["lies inside the input"]),
+    "output_is_a_file": (lambda model: model.parent / "notes.txt", ["file"]),
+}
+
+
+@pytest.mark.parametrize("output, named", OUTPUT_CASES.values(), ids=OUTPUT_CASES.keys())
+def test_output_overlapping_model_refused(push, capsys, saved_model, tmp_path, output, named):
+    model = shutil.copytree(saved_model, tmp_path / "models" / "mine")
+    (tmp_path / "models" / "notes.txt").write_text(SENTINEL)
+    run_refused(push, capsys, ["--model", model, "--output", output(model), "--force", "--dry-run"],
+                ["--output", *named], untouched=[tmp_path / "models"])
+
+
+def test_bad_eval_results_named(push, capsys, saved_model, tmp_path):
+    (tmp_path / "eval.json").write_text("{nope")
+    run_refused(push, capsys, ["--model", saved_model, "--output", tmp_path / "hub", "--eval-results",
+                               tmp_path / "eval.json", "--dry-run"], ["eval.json"], absent=[tmp_path / "hub"])
+
+
+def test_no_network_is_one_message_and_keeps_the_folder(push, capsys, saved_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # what a machine without network sees
+    out = tmp_path / "hub"
+    assert push(["--model", str(saved_model), "--repo-id", "me/tiny", "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "error: upload to me/tiny failed" in err and "Traceback" not in err, err
+    assert (out / "config.json").is_file() and (out / "README.md").is_file()

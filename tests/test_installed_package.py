@@ -1,0 +1,90 @@
+"""The package works installed from its wheel, away from the checkout: the wheel is built, installed (no deps) into a
+fresh virtual environment that sees this machine's torch / transformers / lm-eval (--system-site-packages) but not the
+checkout, and there the lm-eval task templates render (package data), the console scripts run, and a tiny model saves,
+loads and generates. Everything lives under tmp_path; nothing is written into the checkout."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Run inside the venv, cwd outside the checkout: which attnres it imports, then the three things a user does first
+IN_VENV = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+
+    import attnres
+    from attnres.evaluation.tasks import render_tasks
+
+    venv, work = Path(sys.argv[1]).resolve(), Path(sys.argv[2])
+    assert Path(attnres.__file__).resolve().is_relative_to(venv), f"not the installed copy: {attnres.__file__}"
+
+    # the lm-eval task YAMLs, rendered from the templates the wheel ships
+    (work / "eval" / "mmlu" / "anatomy").mkdir(parents=True)
+    tasks = render_tasks(work / "eval", ["mmlu", "gpqa", "humaneval", "triviaqa", "minerva_math"])
+    names = sorted(p.relative_to(tasks).as_posix() for p in tasks.rglob("*.yaml"))
+    for expected in ("mmlu/attnres_mmlu_anatomy.yaml", "gpqa/attnres_gpqa_bpb.yaml", "humaneval/attnres_humaneval.yaml",
+                     "minerva_math/attnres_minerva_math_algebra.yaml", "triviaqa/attnres_triviaqa.yaml"):
+        assert expected in names, (expected, names)
+    assert "${data}" not in (tasks / "gpqa" / "attnres_gpqa_bpb.yaml").read_text()
+
+    # a tiny model: save, load through the Auto classes, generate the same tokens
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from attnres import KimiLinearAttnResForCausalLM
+    from attnres.tiny import tiny_config
+
+    torch.manual_seed(0)
+    model = KimiLinearAttnResForCausalLM(tiny_config("block", num_layers=2, layer_types=["full_attention"] * 2)).eval()
+    model.save_pretrained(work / "model")
+    loaded = AutoModelForCausalLM.from_pretrained(work / "model").eval()
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(prompt, **kwargs), loaded.generate(prompt, **kwargs))
+    print("ok", len(names), "task files")
+""")
+
+
+def run(command, **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900, **kwargs)
+    assert result.returncode == 0, f"{command[:2]}: {result.stdout[-3000:]}{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.mark.slow
+def test_wheel_installed_in_a_fresh_venv_works(tmp_path):
+    src = tmp_path / "src"  # a copy of the sources: the build writes nothing into the checkout
+    shutil.copytree(REPO / "attnres", src / "attnres", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, src / name)
+    run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(src)])
+    wheel = next((tmp_path / "dist").glob("attnres-*.whl"))
+
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
+    python, bin_dir = venv / "bin" / "python", venv / "bin"
+    # The system's pip (visible through the system site-packages) installs into the venv; --ignore-installed: the
+    # editable checkout the system sees must not count as "already satisfied"
+    run([str(python), "-m", "pip", "install", "--no-deps", "--ignore-installed", "--no-index", "--quiet", str(wheel)])
+
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
+    result = run([str(python), "-c", IN_VENV, str(venv), str(work)], cwd=work, env=env)
+    assert result.stdout.splitlines()[-1].startswith("ok"), result.stdout
+
+    # the console scripts the wheel installs
+    assert "prepare-eval-data" in run([str(bin_dir / "attnres"), "--help"], cwd=work, env=env).stdout
+    assert "--allow-code-execution" in run([str(bin_dir / "attnres"), "compare", "--help"], cwd=work, env=env).stdout
+    assert "--gpqa-csv" in run([str(bin_dir / "attnres-prepare-eval-data"), "--help"], cwd=work, env=env).stdout
+    plan = run([str(bin_dir / "attnres"), "plan-memory", "tiny", "--stages", "2", "--context", "64"], cwd=work, env=env)
+    assert "param" in plan.stdout.lower(), plan.stdout

@@ -1,0 +1,115 @@
+"""The package's layout as a contract: a model core that imports no tool, tools in layers that import only downward,
+no import cycles. Read from the sources (every import, including those inside functions) and from a fresh process."""
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import attnres
+from attnres.remote_code import code_modules
+
+PACKAGE_DIR = Path(attnres.__file__).parent
+
+# The model core: what `save_pretrained` ships as remote code, and all that `import attnres` loads
+CORE = {
+    "attnres", "attnres.configuration_attnres", "attnres.modeling_attnres", "attnres.mix_point",
+    "attnres.depth_layout", "attnres.inference", "attnres.conversion_mapping", "attnres.input_checks",
+    "attnres.saved_model", "attnres.checkpoint_files", "attnres.atomic_io", "attnres.offload",
+    "attnres.kda_device_guard", "attnres.remote_code",
+    "attnres.k3", "attnres.k3.activation", "attnres.k3.attention", "attnres.k3.config", "attnres.k3.layout",
+    "attnres.k3.moe", "attnres.k3.mxfp4",
+    "attnres.kernels", "attnres.kernels.mix", "attnres.kernels.mix.naive", "attnres.kernels.mix.lean",
+    "attnres.kernels.mix.variants", "attnres.kernels.mix.triton", "attnres.kernels.mix.kernels",
+    "attnres.kernels.two_phase", "attnres.kernels.two_phase.naive", "attnres.kernels.two_phase.lean",
+    "attnres.kernels.two_phase.triton",
+}
+# Tools, lowest layer first: a module may import the core, its own layer and the layers before it, never after.
+LAYERS = [
+    {"attnres.extras", "attnres.safe_paths", "attnres.tiny"},
+    {"attnres.conversion", "attnres.memory_plan"},
+    {"attnres.training"},
+    {"attnres.pipeline"},
+    {"attnres.evaluation"},
+    {"attnres.study", "attnres.bench"},
+    {"attnres.cli", "attnres.__main__"},
+]
+
+
+def all_modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE_DIR.rglob("*.py"):
+        parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return modules
+
+
+def imports_of(name: str, path: Path) -> set[str]:
+    """The package modules `name` imports anywhere in its source (a `from pkg import x` of a submodule counts x)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "attnres"}
+        elif isinstance(node, ast.ImportFrom):
+            base = ("." * node.level + (node.module or "")) if node.level else node.module
+            target = __import__("importlib.util").util.resolve_name(base, package) if node.level else base
+            if target.split(".")[0] != "attnres":
+                continue
+            found.add(target)
+            found |= {f"{target}.{a.name}" for a in node.names}
+    modules = all_modules()
+    return {t for t in found if t in modules and t != name}
+
+
+def layer_of(module: str) -> int:
+    if module in CORE:
+        return -1
+    for index, layer in enumerate(LAYERS):
+        if any(module == top or module.startswith(top + ".") for top in layer):
+            return index
+    raise AssertionError(f"{module} is in no layer of tests/test_layout.py: place it (core or a tool layer)")
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {name: imports_of(name, path) for name, path in all_modules().items()}
+
+
+def test_every_module_has_a_place_and_imports_only_downward():
+    upward = [f"{name} -> {target}" for name, targets in import_graph().items() for target in targets
+              if layer_of(target) > layer_of(name) and not (name == "attnres" and target in CORE)]
+    assert not upward, "imports from a lower layer up:\n" + "\n".join(sorted(upward))
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    # `attnres/__init__` re-exports the core: edges into the package root itself are not dependencies
+    graph = {name: {t for t in targets if t != "attnres"} for name, targets in graph.items()}
+    state, cycles = {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join(stack[stack.index(target):] + [target]))
+            elif target not in state:
+                visit(target, stack + [target])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_core_imports_no_tool_and_is_exactly_what_a_saved_folder_ships():
+    # a fresh process: the modules loaded by `import attnres` (and the model module) are core modules only
+    code = ("import json, sys, attnres, attnres.modeling_attnres; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'attnres')))")
+    loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                           check=True, timeout=300).stdout))
+    assert loaded <= CORE, f"import attnres loads tool modules: {sorted(loaded - CORE)}"
+    shipped = set(code_modules())
+    assert shipped | {"attnres"} == CORE, (f"remote code ships {sorted(shipped - CORE)} beyond the core and misses "
+                                           f"{sorted(CORE - shipped - {'attnres'})}")

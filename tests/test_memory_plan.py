@@ -1,0 +1,121 @@
+"""attnres.memory_plan and `attnres plan-memory` (attnres.cli.plan_memory): arithmetic by hand on a tiny config,
+against real models, the CLI, and a base install (no extras) running it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attnres import KimiLinearAttnResForCausalLM
+from attnres.cli import plan_memory as cli
+from attnres.conversion.k3_fixtures import tiny_k3_config
+from attnres.memory_plan import count_parameters, depth_bank_bytes, pipeline_boundaries, weight_bytes
+from attnres.tiny import tiny_config
+from tests.helpers.base_install import ABSENT, run_on_base_install
+
+
+def test_tiny_k3_by_hand():
+    """2 layers, hidden 64: layer 0 KDA (2 heads x 16) + dense MLP (128), layer 1 MLA (4 heads) + latent MoE."""
+    config = tiny_k3_config(num_layers=2)
+    kda = 3 * 64 * 32 + 3 * 32 * 4 + 64 * 16 + 16 * 32 + 32 + 2 + 64 * 2 + 64 * 32 + 16 + 32 * 64  # ... g_proj, o_norm, o_proj
+    mla = 64 * 4 * 16 + 64 * (16 + 8) + 16 + 16 * 4 * (8 + 16) + 4 * 16 * 64 + 64 * 4 * 16  # q, kv_a, norm, kv_b, o, gate
+    routed = 4 * 3 * 32 * 32  # 4 experts at latent width 32, intermediate 32
+    moe_other = 4 * 64 + 3 * 64 * (2 * 32) + 64 * 32 + 32 * 64 + 32  # router, 2 shared experts, down, up, latent norm
+    per_layer_norms, mixes = 2 * 64, 2 * (64 + 64)
+    counts = count_parameters(config)
+    assert (counts.attention, counts.routed_experts, counts.moe_other, counts.dense_mlp) == (
+        kda + mla, routed, moe_other, 3 * 64 * 128)
+    total = kda + mla + routed + moe_other + 3 * 64 * 128 + 2 * per_layer_norms + 2 * mixes + 2 * 256 * 64 + 64 + 128
+    assert counts.total == total == 114978
+    assert weight_bytes(counts) == {"fp32": 4 * total, "bf16": 2 * total,
+                                    "bf16 + MXFP4 routed experts": 2 * (total - routed) + routed * (4 + 0.25) / 8}
+    # block size 2: the embedding and the running partial sum reach the output mix
+    assert depth_bank_bytes(config, batch=3, tokens=5) == 2 * 3 * 5 * 64 * 2
+    assert pipeline_boundaries(config, stages=2, micro_batch=1, seq_len=5, dtype_bytes=4) == [(1, 2, 2 * 5 * 64 * 4)]
+
+
+@pytest.mark.parametrize("config", [
+    tiny_k3_config(), tiny_config("block", 2), tiny_config("full"), tiny_config("standard"),
+    tiny_k3_config(linear_use_full_rank_gate=False, latent_moe_use_norm=False, q_lora_rank=8, attention_bias=True,
+                   mla_use_output_gate=False, linear_gate_lower_bound=None),
+], ids=["k3", "block", "full", "standard", "k3-variant"])
+def test_counts_match_instantiated_models(config):
+    with torch.device("meta"):
+        model = KimiLinearAttnResForCausalLM(config)
+    assert count_parameters(config).total == sum(p.numel() for p in model.parameters())
+    layer_sizes = [sum(p.numel() for p in layer.parameters()) for layer in model.model.layers]
+    assert count_parameters(config).per_layer == layer_sizes
+
+
+def test_k3_preset_reads_through_the_strict_k3_reader():
+    from attnres.conversion.config import parse_config
+    from attnres.conversion.k3_preset import k3_config_dict
+
+    config = parse_config(k3_config_dict())
+    assert config.layer_types.count("full_attention") == 24 and config.layer_types[-1] == "full_attention"
+    assert config.mlp_layer_types[0] == "dense" and config.mlp_layer_types.count("sparse") == 92
+    assert config.attn_res_num_blocks == 8 and config.linear_gate_lower_bound == -5.0
+    counts = count_parameters(config)
+    # per routed expert: 3 x 3584 x 3072 weights; 896 of them in each of 92 MoE layers
+    assert counts.routed_experts == 92 * 896 * 3 * 3584 * 3072
+
+
+def test_script_prints_every_section(capsys):
+    assert cli.main([]) == 0 and "Kimi K3 (published config): 93 layers" in capsys.readouterr().out  # defaults
+    assert cli.main(["tiny-k3", "--batch", "2", "--context", "16", "--stages", "2"]) == 0
+    out = capsys.readouterr().out
+    total = count_parameters(tiny_k3_config()).total
+    assert f"{total:,}" in out and "bf16 + MXFP4 routed experts" in out
+    assert "AttnRes depth bank, batch 2 x 16 tokens" in out and "pipeline boundaries, 2 stages" in out
+
+
+def test_script_reads_a_config_file_and_folder(tmp_path, capsys):
+    from attnres.conversion.k3_fixtures import k3_config_dict
+
+    (tmp_path / "config.json").write_text(json.dumps(k3_config_dict(tiny_k3_config())))
+    assert cli.main([str(tmp_path)]) == 0 and cli.main([str(tmp_path / "config.json")]) == 0
+    assert f"{count_parameters(tiny_k3_config()).total:,}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "neither a config.json"),
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    (json.dumps({"model_type": "kimi_k3", "text_config": {"num_hidden_layers": 2, "hidden_act": "situ",
+                                                           "activation_situ_beta": 4.0, "mystery": 1}}),
+     r"text_config\.mystery: unknown Kimi K3 field"),
+])
+def test_script_bad_inputs_are_one_line_errors(tmp_path, capsys, content, message):
+    import re
+
+    path = tmp_path / "config.json"
+    if content is not None:
+        path.write_text(content)
+    assert cli.main([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and re.search(message, err) and "Traceback" not in err
+
+
+def test_script_flags(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0 and "MXFP4" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["tiny", "--batch", "0"])
+    assert exit_info.value.code == 2 and "--batch must be >= 1" in capsys.readouterr().err
+
+
+def test_runs_on_a_base_install():
+    """Only torch, transformers and the base dependencies: no DeepSpeed, datasets or lm-eval anywhere on the way."""
+    result = run_on_base_install(f"""
+        import importlib.util, json, sys
+        assert all(importlib.util.find_spec(name) is None for name in {ABSENT!r})  # the extras really are hidden
+        from attnres.cli.plan_memory import main
+        code = main(["tiny-k3", "--stages", "2"])
+        print(json.dumps([code, sorted(name for name in sys.modules if name.split(".")[0] in {ABSENT!r})]))
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    *out, last = result.stdout.strip().splitlines()
+    assert json.loads(last) == [0, []]
+    assert f"{count_parameters(tiny_k3_config()).total:,}" in "\n".join(out) and "pipeline boundaries" in "\n".join(out)

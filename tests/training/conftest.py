@@ -1,0 +1,29 @@
+"""Fixtures shared by the training tests: the commands as in-process calls, and a tiny prepared dataset."""
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.bad_input_fixtures import prepared_data  # noqa: F401  (session-wide, shared with other areas)
+from tests.helpers.train_fixtures import prepare_tiny_dataset
+
+
+@pytest.fixture(scope="module")
+def train():
+    """The train command in-process: main(argv) returns the run's summary; bad input raises."""
+    from attnres.cli.train import main
+
+    return main
+
+
+@pytest.fixture(scope="module")
+def prepare():
+    """The prepare-data command in-process: main(argv); bad input raises SystemExit("error: ...")."""
+    from attnres.cli.prepare_data import main
+
+    return main
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A tiny prepared dataset (BPE 300, 32-token sequences), one per test module."""
+    return prepare_tiny_dataset(tmp_path_factory.mktemp("data"))

@@ -1,0 +1,66 @@
+"""Depth diagnostics: what the callback records equals an independent forward pass, and the PNG plots."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnres import KimiLinearAttnResForCausalLM
+from attnres.training.data import BatchPlan, load_prepared
+from attnres.training.logs import plot_runs, read_jsonl
+from tests.helpers.train_fixtures import prepare_tiny_dataset, train_args
+
+MODES = ("standard", "block", "full")
+
+
+@pytest.fixture(scope="module")
+def runs(train, tmp_path_factory):
+    """One training step per mode, diagnostics on that step."""
+    root = tmp_path_factory.mktemp("diagnostics")
+    data = prepare_tiny_dataset(root)
+    for mode in MODES:
+        train(train_args(data, root / mode, attn_res=mode, max_steps=1, diagnostics_every=1, eval_every=0,
+                         save_every=0, no_final_model=True))
+    return data, root
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_recorded_statistics_match_an_independent_forward(runs, mode):
+    """Rebuild the step-1 model (same seed) and batch: layer output RMS and depth weights must be what was logged."""
+    from transformers import set_seed
+
+    from attnres.training.models import build_config
+
+    data, root = runs
+    (record,) = read_jsonl(root / mode / "diagnostics.jsonl")
+    train_set, _, tokenizer = load_prepared(data)
+    set_seed(0)
+    model = KimiLinearAttnResForCausalLM(build_config("tiny", None, mode, None, tokenizer))
+    ids = train_set[BatchPlan(len(train_set), 4, 1, 1, seed=0).indices(0, 0, 0)]["input_ids"]
+    with torch.no_grad():
+        out = model(input_ids=ids, output_hidden_states=True, output_attn_res_weights=True)
+    layers = model.config.num_hidden_layers
+    assert record["mode"] == mode and len(record["layer_rms"]) == len(record["layer_grad_norm"]) == layers
+    # hidden_states[i + 1] is layer i's last depth source (the last entry is replaced by the final norm's output)
+    expected_rms = [float(h.pow(2).mean().sqrt()) for h in out.hidden_states[1:layers]]
+    assert record["layer_rms"][: layers - 1] == pytest.approx(expected_rms, rel=1e-5)
+    assert len(record["depth_weights"]) == 2 * layers + 1  # two mix points per layer, then the output
+    for logged, weights in zip(record["depth_weights"], out.attn_res_weights, strict=True):
+        assert logged == pytest.approx(weights.mean(dim=(0, 1)).tolist(), abs=1e-6)
+        assert sum(logged) == pytest.approx(1.0, abs=1e-5)
+    assert all(g > 0 for g in record["layer_grad_norm"])
+
+
+def test_source_counts_per_mode(runs):
+    _, root = runs
+    counts = {mode: [len(w) for w in read_jsonl(root / mode / "diagnostics.jsonl")[0]["depth_weights"]] for mode in MODES}
+    assert set(counts["standard"]) == {1}
+    assert counts["full"] == [1, 2, 3, 4, 5, 6, 7, 8, 9]  # embedding + every sub-layer output so far
+    assert counts["block"][-1] == 3  # embedding, one completed block, the partial sum of the last block
+
+
+def test_plots_compare_standard_and_attnres_runs(runs, tmp_path):
+    _, root = runs
+    png = plot_runs([root / mode for mode in MODES], tmp_path / "figure5.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    with pytest.raises(FileNotFoundError, match="diagnostics.jsonl"):
+        plot_runs([tmp_path], tmp_path / "none.png")

@@ -1,0 +1,93 @@
+"""scripts/main_job.py end to end at a reduced setting (no network: a local corpus and self-written benchmark items):
+a matched pair is trained, evaluated through attnres.evaluation, compared, summarised and plotted; bad flags are
+refused before anything is written."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from attnres.training.logs import read_jsonl
+from tests.helpers.eval_fixtures import fixture_eval_data
+from tests.helpers.train_fixtures import write_documents
+
+
+@pytest.fixture(scope="module")
+def main_job():
+    from attnres.cli.main_job import main
+
+    return main
+
+
+def small_job(tmp_path, **flags) -> list[str]:
+    options = dict(files=None, vocab_size=300, seq_len=32, data=tmp_path / "data", layers=3, hidden_size=32,
+                   block_size=2, steps=6, micro_batch_size=4, eval_every=3, task_limit=2, output_dir=tmp_path / "out")
+    options.update(flags)
+    argv = ["--files", *map(str, write_documents(tmp_path / "text"))]
+    for key, value in options.items():
+        if value is True:
+            argv.append(f"--{key.replace('_', '-')}")
+        elif value is not None:
+            argv += [f"--{key.replace('_', '-')}", *(map(str, value) if isinstance(value, list) else [str(value)])]
+    return argv
+
+
+def test_reduced_main_job(main_job, tmp_path, capsys):
+    eval_data = fixture_eval_data(tmp_path / "bench", benchmarks=("triviaqa",))
+    summary = main_job(small_job(tmp_path, eval_data=eval_data, tasks=["attnres_triviaqa_bpb"]))
+    out = tmp_path / "out"
+    for name in ("summary.md", "summary.json", "loss_curves.png", "figure5.png", "model_config.json",
+                 "eval/heldout/report.json", "eval/tasks/report.json"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    assert json.loads((out / "summary.json").read_text())["results"] == summary["results"]
+    results = summary["results"]
+    assert set(results) == {"held-out loss (nats/token)", "held-out bits per byte", "attnres_triviaqa_bpb bpb (n=2)"}
+    for values in results.values():
+        assert set(values) == {"standard", "block"} and all(math.isfinite(v) for v in values.values())
+    # a matched pair: the same config except the residual, the same steps, tokens and data order
+    standard, block = summary["parameters"]["standard"], summary["parameters"]["block"]
+    assert standard["attn_res"] == 0 and block["attn_res"] > 0
+    assert block["total"] - block["attn_res"] == standard["total"]
+    curves = summary["validation_curves"]
+    assert [s for s, _ in curves["standard"]] == [s for s, _ in curves["block"]] == [3, 6]
+    logs = {mode: read_jsonl(out / mode / "metrics.jsonl") for mode in ("standard", "block")}
+    assert [r["step"] for r in logs["standard"]] == [r["step"] for r in logs["block"]]
+    diagnostics = read_jsonl(out / "block" / "diagnostics.jsonl")[-1]
+    assert len(diagnostics["layer_rms"]) == 3 and len(diagnostics["depth_weights"]) == 2 * 3 + 1
+    printed = capsys.readouterr().out
+    assert "block - standard" in printed and "held-out bits per byte" in printed
+    assert "| held-out loss (nats/token) |" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("flags,message", [
+    (dict(steps=0), "--steps must be >= 1"),
+    (dict(hidden_size=30), "--hidden-size must be a multiple of 4"),
+    (dict(lr=float("nan")), "--lr must be a finite number"),
+    (dict(eval_every=99), "--eval-every must be in [1, --steps]"),
+    (dict(warmup_steps=7), "--warmup-steps must be in [0, --steps]"),
+    (dict(tasks=["attnres_humaneval"]), "--tasks attnres_humaneval: not one the main job can fetch and run offline"),
+])
+def test_bad_flags_write_nothing(main_job, tmp_path, flags, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        main_job(small_job(tmp_path, **flags))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "data").exists()
+
+
+def test_missing_file_is_named(main_job, tmp_path):
+    argv = small_job(tmp_path)
+    argv[argv.index("--files") + 1] = str(tmp_path / "nope.txt")
+    with pytest.raises(ValueError, match="--files .*nope.txt: no such file"):
+        main_job(argv)
+    assert not (tmp_path / "out").exists()
+
+
+def test_failed_run_names_its_log(tmp_path):
+    """A training run that fails stops the pair with its exit code and log (here: train.py refuses a missing --data)."""
+    from attnres.training.main_job import run_pair
+
+    run_dirs = {mode: tmp_path / mode for mode in ("standard", "block")}
+    runs = {mode: ["--data", str(tmp_path / "none")] for mode in run_dirs}
+    with pytest.raises(RuntimeError, match=r"training (standard|block) failed \(exit code 1\); log: .*train.log") as error:
+        run_pair(runs, run_dirs, steps=2, parallel=True, threads=1)
+    assert "no prepared dataset there" in str(error.value)  # the log's tail comes with the message
