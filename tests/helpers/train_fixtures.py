@@ -1,7 +1,6 @@
 """Shared helpers of the training tests (no tests here): a tiny prepared dataset and train command lines."""
 from __future__ import annotations
 
-import importlib.util
 import random
 from pathlib import Path
 
@@ -9,15 +8,6 @@ from attnres.training.logs import read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS = "the a king queen river stone light dark house tree walks runs sees finds under over with and of to in".split()
-
-
-def load_script(name: str):
-    """scripts/<name>.py as a module, so tests call its main(argv) in-process (no interpreter start-up). Left for the
-    tests of the commands not yet in attnres/cli/; the training tests call attnres.cli.<command>.main."""
-    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def write_documents(folder: Path, count: int = 6, lines: int = 60, seed: int = 0) -> list[Path]:

@@ -22,7 +22,6 @@ from tests.helpers.bad_input_fixtures import (
     expect_refused,
     expect_script_refused,
 )
-from tests.helpers.train_fixtures import load_script
 
 EXPERT = "language_model.model.layers.2.block_sparse_moe.experts.1.w3"
 
@@ -38,7 +37,9 @@ def k3_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def convert():
-    return load_script("convert_checkpoint").main
+    from attnres.cli.convert import main
+
+    return main
 
 
 def edit_config(edit):
