@@ -14,39 +14,15 @@ import time
 
 import pytest
 
-from attnres.atomic_io import PAUSE_ENV, recover_interrupted, write_json_atomic
+from attnres.atomic_io import recover_interrupted, write_json_atomic
 from attnres.cli.convert import main as convert_main
 from attnres.training.state import OutputLockedError, output_lock
 from tests.helpers.bad_input_fixtures import moonshot_checkpoint, saved_model, snapshot  # noqa: F401
+from tests.helpers.processes import attnres_command as command
+from tests.helpers.processes import kill_when_paused, leftovers, pause_line
 from tests.helpers.train_fixtures import REPO, write_documents
 
 pytestmark = pytest.mark.slow
-
-
-def kill_when_paused(argv, marker: str = PAUSE_ENV):
-    """Start `argv`, wait for `marker` on its stderr (the writer is paused before its rename), SIGKILL it."""
-    env = dict(os.environ, **{PAUSE_ENV: "120"}, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    process = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, cwd=REPO)
-    seen = b""
-    while marker.encode() not in seen:
-        chunk = process.stderr.read1(4096)
-        if not chunk:
-            process.wait()
-            pytest.fail(f"{argv} ended before pausing: {seen.decode(errors='replace')[-2000:]}")
-        seen += chunk
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    process.stderr.close()
-    return process
-
-
-def leftovers(folder, *kinds):
-    kinds = kinds or (".partial-", ".replaced-")
-    return sorted(p.name for p in folder.iterdir() if any(kind in p.name for kind in kinds))
-
-
-def command(name):
-    return [sys.executable, "-m", "attnres", name]
 
 
 def test_kill_conversion(moonshot_checkpoint, tmp_path):
@@ -89,6 +65,49 @@ def test_kill_save_pretrained_over_a_model(saved_model, tmp_path):
     assert snapshot(folder) == before and leftovers(tmp_path)
     recover_interrupted(folder)
     assert not leftovers(tmp_path)
+
+
+def save_over(folder) -> list[str]:
+    """A process saving another model over the model folder `folder` with save_pretrained."""
+    code = ("from tests.helpers.model_factory import tiny_model; "
+            f"tiny_model('full', num_layers=4, seed=3).save_pretrained({str(folder)!r})")
+    return [sys.executable, "-c", code]
+
+
+def test_kill_save_pretrained_before_the_old_model_steps_aside(saved_model, tmp_path):
+    folder = shutil.copytree(saved_model, tmp_path / "model")
+    before = snapshot(folder)
+    kill_when_paused(save_over(folder), pause_line(folder))  # move_into_place's first pause: the new copy is built
+    assert snapshot(folder) == before and leftovers(tmp_path) == [f".model.partial-{_only_pid(tmp_path)}"]
+    recover_interrupted(folder)
+    assert snapshot(folder) == before and not leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("recovery", ["recover_interrupted", "next_save"])
+def test_kill_save_pretrained_while_the_old_model_is_aside(saved_model, tmp_path, recovery):
+    """Killed between the two renames of move_into_place: the old model is `.model.replaced-PID`, nothing at the name.
+    Recovery puts the complete old model back (and the next save then replaces it as usual)."""
+    folder = shutil.copytree(saved_model, tmp_path / "model")
+    before = snapshot(folder)
+    kill_when_paused(save_over(folder), pause_line(tmp_path / ".model.replaced-"))
+    pid = _only_pid(tmp_path)
+    assert not folder.exists() and leftovers(tmp_path) == [f".model.partial-{pid}", f".model.replaced-{pid}"]
+    if recovery == "recover_interrupted":
+        recover_interrupted(folder)
+        assert snapshot(folder) == before  # the old model, complete, at its name
+    else:
+        from tests.helpers.model_factory import tiny_model
+
+        tiny_model("full", num_layers=4, seed=3).save_pretrained(folder)
+        assert json.loads((folder / "config.json").read_text())["attn_res_mode"] == "full"
+    assert not leftovers(tmp_path)
+
+
+def _only_pid(folder) -> str:
+    """The writer id of the leftovers in `folder` (one killed writer)."""
+    pids = {name.rsplit("-", 1)[1] for name in leftovers(folder)}
+    assert len(pids) == 1, pids
+    return pids.pop()
 
 
 def test_kill_atomic_write(tmp_path):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..evaluation.comparison import DEFAULT_MAX_LENGTH, CompareError, compare
 from ..evaluation.data import DEFAULT_EVAL_DATA, DataError
+from ..trust import add_trust_flag
 from . import command_main
 
 
@@ -50,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-args", default="", help="extra lm-eval HF options, e.g. parallelize=True,dtype=bfloat16")
     p.add_argument("--gen-kwargs", default=None, help="generation overrides, e.g. max_gen_toks=64 (smoke runs)")
     p.add_argument("--allow-code-execution", action="store_true",
-                   help="let attnres_humaneval run model-written code (subprocess, timeout, memory cap)")
+                   help="let attnres_humaneval run model-written code (in a sandbox: README's Safety section)")
+    add_trust_flag(p)
     return p
 
 
@@ -63,7 +65,7 @@ def main(argv=None):
                          eval_data=args.eval_data, limit=args.limit, num_fewshot=args.num_fewshot, seed=args.seed,
                          batch_size=args.batch_size, device=args.device, max_length=args.max_length,
                          model_args=args.model_args, gen_kwargs=args.gen_kwargs,
-                         allow_code_execution=args.allow_code_execution)
+                         allow_code_execution=args.allow_code_execution, trust_remote_code=args.trust_remote_code)
     except (CompareError, DataError, FileNotFoundError) as error:
         if argv is not None:
             raise

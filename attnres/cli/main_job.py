@@ -16,7 +16,7 @@ Steps (everything lands in --output-dir, default runs/main-job/):
   4. report: the comparison table (printed), summary.md + summary.json, loss_curves.png and figure5.png (per-layer
      output RMS and gradient norm, and the depth-attention heatmap: sub-layer x source, the paper's Figure 5)
 
-The CPU layout (MLA in every layer, dense MLP) was chosen by measurement: see attnres/training/main_job.py.
+The CPU layout (MLA in every layer, dense MLP) was chosen by measurement: see attnres/study/main_job.py.
 Rerunning the same command continues an interrupted training from its last checkpoint (one every --eval-every
 steps, train.py's --resume auto); a finished run is not retrained, its evaluation is redone.
 """
@@ -68,7 +68,7 @@ def main(argv=None) -> dict:
     from ..extras import require
 
     require("datasets", why="the training corpus")
-    from ..training.main_job import main_job
+    from ..study.main_job import main_job
 
     try:
         return main_job(args, argv)

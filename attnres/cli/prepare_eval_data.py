@@ -9,7 +9,9 @@
 Row counts are checked against the official ones. TriviaQA's local copy is rc.wikipedia.nocontext validation (7,993
 questions), not the rc.nocontext split lm-eval's official task uses: reports say so. Writes <output-dir>/<benchmark>/,
 prepared.json (status) and tasks/ (the rendered lm-eval task folder: `lm_eval --include_path <output-dir>/tasks`).
-A benchmark that cannot be made available gets one line saying why; the others are still prepared.
+A benchmark that cannot be made available gets one line saying why; the others are still prepared. Into an existing
+folder, a rerun replaces only the folders an earlier run wrote and nobody changed since (written.json keeps their
+digests); any other <benchmark>/ or tasks/ there is refused by name unless --force, and nothing else is ever touched.
 
 Examples:
   python eval/prepare_eval_data.py
@@ -33,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpqa-csv", type=Path, default=None, help="GPQA CSV in the official column layout")
     p.add_argument("--benchmarks", nargs="+", default=list(BENCHMARKS), choices=BENCHMARKS,
                    help="benchmarks to prepare (default: all)")
+    p.add_argument("--force", action="store_true",
+                   help="replace <benchmark>/ and tasks/ folders in --output-dir that an earlier run did not write "
+                        "(or that changed since); only those folders, never anything else there")
     return p
 
 
@@ -40,7 +45,7 @@ def main(argv=None) -> dict:
     """{benchmark: status} (what prepared.json records); one line per benchmark on stdout."""
     args = build_parser().parse_args(argv)
     try:
-        status = prepare_eval_data(args.output_dir, args.cache_dir, args.gpqa_csv, args.benchmarks)
+        status = prepare_eval_data(args.output_dir, args.cache_dir, args.gpqa_csv, args.benchmarks, force=args.force)
     except DataError as error:
         sys.exit(f"error: {error}")
     print(*status_lines(status, args.output_dir), sep="\n")

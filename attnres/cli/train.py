@@ -32,7 +32,8 @@ def main(argv=None) -> dict:
 
     require("datasets", why="the prepared dataset")
     from ..training.args import SetupError
-    from ..training.loop import EXIT_CODE, NonFiniteError, train
+    from ..training.guard import EXIT_CODE, NonFiniteError
+    from ..training.loop import train
 
     try:
         summary = train(args)

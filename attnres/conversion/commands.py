@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ..checkpoint_files import CheckpointFileError, check_model_folder
+from ..safe_paths import interrupt_signal, settle_interrupted, signals_interrupt
 from ..tiny import tiny_config
 from . import hub
 from .convert import convert_checkpoint
@@ -22,6 +23,15 @@ def refused(error: Exception) -> int:
     return 1
 
 
+def interrupted(stop: KeyboardInterrupt, output: Path) -> int:
+    """Ctrl-C or SIGTERM while building `output`: one line, and the exit code a shell gives that signal (130, 143).
+    The half-built folder is gone already (`temporary_folder`); an old output caught stepping aside goes back."""
+    replaced = settle_interrupted(output)
+    print(f"interrupted: {output} had already been replaced, complete" if replaced else
+          "interrupted: nothing written", file=sys.stderr)
+    return 128 + interrupt_signal(stop)
+
+
 def convert(args) -> int:
     """Convert args.input -> args.output (the flags of `attnres.cli.convert`); without them, a tiny Moonshot-format
     demo checkpoint is written to outputs/tiny-moonshot and converted to outputs/tiny-moonshot-hf."""
@@ -30,12 +40,15 @@ def convert(args) -> int:
         write_moonshot_checkpoint(args.input, random_model(tiny_config("block", 2)))
         print(f"wrote a tiny Moonshot-format demo checkpoint to {args.input}")
     try:
-        plan = convert_checkpoint(
-            args.input, args.output, to=args.to, upcycle=args.upcycle, block_size=args.block_size, force=args.force,
-            verify=args.verify, max_shard_size=args.max_shard_size, progress=not args.no_progress,
-        )
+        with signals_interrupt():
+            plan = convert_checkpoint(
+                args.input, args.output, to=args.to, upcycle=args.upcycle, block_size=args.block_size,
+                force=args.force, verify=args.verify, max_shard_size=args.max_shard_size, progress=not args.no_progress,
+            )
     except ConversionError as error:
         return refused(error)
+    except KeyboardInterrupt as stop:
+        return interrupted(stop, args.output)
     skipped = f", left {len(plan.reader.skipped)} non-language tensors behind" if plan.reader.skipped else ""
     print(
         f"{args.input} ({plan.source_layout}, attn_res_mode={plan.source_config.attn_res_mode}) -> {args.output} "
@@ -62,12 +75,15 @@ def push_to_hub(args) -> int:
     name = (args.repo_id or args.model.resolve().name).replace("/", "--")
     output = args.output or Path("outputs") / f"hub-{name}"
     try:
-        folder = build_hub_folder(
-            args.model, output, tokenizer=args.tokenizer, training_data=args.training_data, datasets=args.dataset,
-            eval_results=args.eval_results, repo_id=args.repo_id, license=args.license, force=args.force,
-        )
+        with signals_interrupt():
+            folder = build_hub_folder(
+                args.model, output, tokenizer=args.tokenizer, training_data=args.training_data, datasets=args.dataset,
+                eval_results=args.eval_results, repo_id=args.repo_id, license=args.license, force=args.force,
+            )
     except (OSError, ValueError) as error:  # ConversionError, damaged files, a tokenizer that does not load
         return refused(error)
+    except KeyboardInterrupt as stop:
+        return interrupted(stop, output)
     print(f"built {folder}: " + ", ".join(sorted(p.name for p in folder.iterdir())))
     if args.dry_run or not args.repo_id:
         print("dry run: not uploaded" + ("" if args.repo_id else " (no --repo-id)"))

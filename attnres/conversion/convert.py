@@ -9,7 +9,7 @@ from tqdm.auto import tqdm
 
 from ..saved_model import RECORD_FILE, write_weights_record
 from ..remote_code import AUTO_MAP, write_code_files
-from .atomic import check_output, move_into_place, temporary_folder
+from .atomic import check_output, move_into_place, output_folder
 from .config import hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
 from .errors import ConversionError
 from ..conversion_mapping import convert_tensors
@@ -43,7 +43,7 @@ def convert_checkpoint(
     output = check_output(output, force, inputs=[input])
     check_max_shard_size(max_shard_size)
     plan = plan_conversion(input, to=to, upcycle=upcycle, block_size=block_size)
-    with temporary_folder(output) as folder:
+    with output_folder(output) as folder:
         writer = ShardedWriter(folder, plan.target, max_shard_size)
         for unit in tqdm(plan.units, desc=f"converting to {to}", unit="unit", disable=not progress):
             for name, tensor in convert_unit(plan, unit).items():

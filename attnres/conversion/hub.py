@@ -8,7 +8,7 @@ from pathlib import Path
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
 from .config import drop_moonshot_fields
-from .atomic import check_output, move_into_place, temporary_folder
+from .atomic import check_output, move_into_place, output_folder
 from ..checkpoint_files import CheckpointFileError, check_model_folder
 from .errors import ConversionError
 
@@ -46,7 +46,7 @@ def build_hub_folder(
     evaluation = read_eval_results(eval_results) if eval_results else None
     model = KimiLinearAttnResForCausalLM.from_pretrained(model_path)
     drop_moonshot_fields(model.config)
-    with temporary_folder(output) as folder:
+    with output_folder(output) as folder:
         # HF-native names (no reverse mapping): the Hub copy loads without any conversion
         model.save_pretrained(folder, save_original_format=False)
         if tokenizer is not None:

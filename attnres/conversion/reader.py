@@ -46,7 +46,8 @@ class CheckpointReader:
         if not self.folder.is_dir():
             raise ConversionError(f"{self.folder}: not a folder")
         try:
-            files = [path.name for path in weight_files(self.folder)]
+            # the index's names as checked there (inside the folder, regular files), kept relative to it
+            files = [path.relative_to(self.folder).as_posix() for path in weight_files(self.folder)]
         except CheckpointFileError as error:
             raise ConversionError(str(error)) from None
         if not files:

@@ -13,13 +13,18 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .code_exec import ALLOW_ENV
+from ..trust import TRUST_FLAG, UntrustedCodeError, check_folder_code, trust_kwargs
+from .code_exec import ALLOW_ENV, CodeSettingError, check_settings as check_code_settings
 from .data import DEFAULT_EVAL_DATA, PREPARED_FILE, read_prepared
+from .disk_errors import disk_errors_named
 from .provenance import check_model_dir, describe_model
 from .runner import HELDOUT, evaluate_task, file_stamp, is_main_process, model_stamp, run_heldout, run_lm_eval_task
 from .tasks import CODE_TASKS, TASKS, TASKS_DIR
 
 DEFAULT_MAX_LENGTH = 2048  # KimiLinear's config reports 1,048,576 positions; lm-eval would use that as the window
+# lm-eval model options that compare's own flags set (a second value would silently win or crash the model's init)
+RESERVED_MODEL_ARGS = {"pretrained": "the model folders", "trust_remote_code": TRUST_FLAG, "max_length": "--max-length",
+                       "device": "--device", "batch_size": "--batch-size"}
 
 
 class CompareError(ValueError):
@@ -83,6 +88,44 @@ def check_settings(limit, num_fewshot, max_length, batch_size) -> None:
         raise CompareError(f"--batch-size must be a positive integer, 'auto' or 'auto:N', got {size!r}")
 
 
+def parse_arg_string(flag: str, text: str | None, reserved: dict | None = None) -> dict:
+    """lm-eval's `name=value,name=value` (--model-args, --gen-kwargs): every part needs a name and `=`, so a typo is
+    refused instead of being passed on as an empty option that nothing reads."""
+    parsed = {}
+    for part in (text or "").split(","):
+        if not part:
+            continue  # lm-eval skips empty parts too ("a=1,")
+        name, equals, value = part.partition("=")
+        if not equals or not name.strip().isidentifier():
+            raise CompareError(f"{flag} {text!r}: {part!r} is not name=value (comma-separated, e.g. "
+                               f"{'dtype=bfloat16' if flag == '--model-args' else 'max_gen_toks=64'})")
+        if reserved and name.strip() in reserved:
+            raise CompareError(f"{flag}: {name.strip()} is set by {reserved[name.strip()]}, not here")
+        parsed[name.strip()] = value
+    return parsed
+
+
+def check_device(device: str | None) -> None:
+    """A device torch knows and this machine has (lm-eval would otherwise fall back or fail deep inside)."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise CompareError(f"--device {device!r} is not a device name (cpu, cuda, cuda:1, mps, ...)") from None
+    if parsed.type == "cpu":
+        return
+    backend = {"cuda": torch.cuda, "mps": getattr(torch.backends, "mps", None), "xpu": getattr(torch, "xpu", None)}
+    backend = backend.get(parsed.type)
+    if backend is None or not backend.is_available():
+        raise CompareError(f"--device {device}: this machine has no {parsed.type} device (use --device cpu)")
+    count = backend.device_count() if hasattr(backend, "device_count") else 1
+    if parsed.index is not None and parsed.index >= count:
+        raise CompareError(f"--device {device}: this machine has {count} {parsed.type} device(s)")
+
+
 def check_output_dir(out_dir: Path, inputs: list[Path]) -> None:
     """The report folder must be a folder and must not lie in (or be) an input: the results would change them."""
     if out_dir.exists() and not out_dir.is_dir():
@@ -96,21 +139,19 @@ def check_output_dir(out_dir: Path, inputs: list[Path]) -> None:
 def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data_dir=None,
             eval_data=DEFAULT_EVAL_DATA, limit=None, num_fewshot=None, seed=1234, batch_size=1, device=None,
             max_length=DEFAULT_MAX_LENGTH, model_args="", gen_kwargs=None, allow_code_execution=False,
-            progress=True) -> dict | None:
+            trust_remote_code=False, progress=True) -> dict | None:
     """Evaluate `model_dirs` (two or more; the first is the reference) on `tasks` and write
     <out_dir>/{report.md, report.json, metrics.png, deltas.png, results/<label>/<task>.json}. Returns the report
-    (None on non-main processes of a multi-process launch). Resumable: finished (model, task) results are reused."""
-    import os
-
-    from .report import build_report, write_report
-
+    (None on non-main processes of a multi-process launch). Resumable: finished (model, task) results are reused.
+    Code a model folder carries (an auto_map) runs only with `trust_remote_code` (attnres.trust)."""
     model_dirs = [Path(p) for p in model_dirs]
     if len(model_dirs) < 2:
         raise CompareError("compare needs at least two model folders (the first is the reference)")
     for model_dir in model_dirs:
         try:
             check_model_dir(model_dir)
-        except FileNotFoundError as error:
+            check_folder_code(model_dir, trust_remote_code)
+        except (FileNotFoundError, UntrustedCodeError) as error:
             raise CompareError(str(error)) from error
     if data_dir is not None:
         from ..training.data import check_prepared
@@ -120,11 +161,33 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
         except FileNotFoundError as error:
             raise CompareError(str(error)) from error
     check_settings(limit, num_fewshot, max_length, batch_size)
+    check_device(device)
+    parse_arg_string("--model-args", model_args, RESERVED_MODEL_ARGS)
+    parse_arg_string("--gen-kwargs", gen_kwargs)
     check_output_dir(Path(out_dir), [*model_dirs, *([Path(data_dir)] if data_dir else []), Path(eval_data)])
     tasks = list(tasks) if tasks else default_tasks(Path(eval_data), data_dir)
     include = check_tasks(tasks, Path(eval_data), data_dir, allow_code_execution)
+    if allow_code_execution and any(t in CODE_TASKS for t in tasks):
+        try:
+            check_code_settings()
+        except CodeSettingError as error:
+            raise CompareError(str(error)) from None
     labels = model_labels(model_dirs, labels)
     out_dir = Path(out_dir)
+    with disk_errors_named(f"--output-dir {out_dir}", "the report was not replaced; finished results are kept and "
+                           "a rerun continues", CompareError):
+        return _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, data_dir, eval_data, limit,
+                                    num_fewshot, seed, batch_size, device, max_length, model_args, gen_kwargs,
+                                    allow_code_execution, trust_remote_code, progress)
+
+
+def _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, data_dir, eval_data, limit, num_fewshot, seed,
+                         batch_size, device, max_length, model_args, gen_kwargs, allow_code_execution,
+                         trust_remote_code, progress):
+    import os
+
+    from .report import build_report, write_report
+
     records = {}
     saved = os.environ.get(ALLOW_ENV)
     try:
@@ -135,7 +198,8 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
                             gen_kwargs=gen_kwargs, model_args=model_args, model=model_stamp(model_dir),
                             eval_data=file_stamp(Path(eval_data) / PREPARED_FILE))
             records[label] = evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, settings,
-                                            batch_size, device, model_args, allow_code_execution, progress)
+                                            batch_size, device, model_args, allow_code_execution, progress,
+                                            trust_remote_code)
     finally:
         if saved is None:
             os.environ.pop(ALLOW_ENV, None)
@@ -152,7 +216,7 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
 
 
 def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_settings, batch_size, device,
-                   model_args, allow_code_execution, progress=True) -> dict | None:
+                   model_args, allow_code_execution, progress=True, trust_remote_code=False) -> dict | None:
     """{task: record} for one model; the model is loaded once, and only when some task is not finished yet."""
     from tqdm.auto import tqdm
 
@@ -162,7 +226,8 @@ def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_set
 
     def lm():
         if "lm" not in loaded:
-            loaded["lm"] = make_lm(model_dir, batch_size, device, base_settings["max_length"], model_args)
+            loaded["lm"] = make_lm(model_dir, batch_size, device, base_settings["max_length"], model_args,
+                                   trust_remote_code)
         return loaded["lm"]
 
     records = {}
@@ -180,16 +245,23 @@ def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_set
     return None if any(r is None for r in records.values()) else records
 
 
-def make_lm(model_dir: Path, batch_size, device, max_length: int, model_args: str):
-    """lm-eval's HF model on `model_dir` (trust_remote_code; an explicit max_length); `model_args` adds lm-eval
-    options such as parallelize=True or dtype=bfloat16."""
+def make_lm(model_dir: Path, batch_size, device, max_length: int, model_args: str, trust_remote_code: bool = False):
+    """lm-eval's HF model on `model_dir` (an explicit max_length; the folder's own code only with
+    `trust_remote_code`: our saved folders load through the registered classes); `model_args` adds lm-eval options
+    such as parallelize=True or dtype=bfloat16."""
     from lm_eval.models.huggingface import HFLM
 
     import attnres  # noqa: F401  registers the AttnRes classes with the Auto classes
 
-    args = f"pretrained={model_dir},trust_remote_code=True,max_length={max_length}"
-    args += f",{model_args}" if model_args else ""
+    check_folder_code(model_dir, trust_remote_code)
+    args = f"pretrained={model_dir},trust_remote_code={trust_kwargs(trust_remote_code)['trust_remote_code']}"
+    args += f",max_length={max_length}" + (f",{model_args}" if model_args else "")
     import torch
 
     extra = dict(batch_size=batch_size, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    return HFLM.create_from_arg_string(args, extra)
+    try:
+        return HFLM.create_from_arg_string(args, extra)
+    except TypeError as error:  # an option neither lm-eval nor the model's from_pretrained takes
+        if not model_args or "argument" not in str(error):
+            raise
+        raise CompareError(f"--model-args {model_args!r}: {error}") from None

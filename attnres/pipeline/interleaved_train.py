@@ -153,7 +153,7 @@ def model_and_data(args):
 
 def train_interleaved(args) -> dict:
     """One run; call on every process of a torchrun launch (each process is one physical stage)."""
-    from ..training.loop import EXIT_CODE, NonFiniteError, NonFiniteGuard
+    from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard
     from ..training.state import is_rank_zero, output_lock, remove_partial
 
     if "WORLD_SIZE" not in os.environ:

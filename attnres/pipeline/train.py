@@ -26,7 +26,7 @@ from ..configuration_attnres import KimiLinearAttnResConfig
 from ..modeling_attnres import KimiLinearAttnResForCausalLM
 from ..tiny import tiny_config
 from ..training.args import check_finite_flags
-from ..training.loop import EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps, step_is_finite
+from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps, step_is_finite
 from ..training.state import is_rank_zero, output_lock
 from .comms import P2PTraffic, boundary_report, format_report, report_rows
 from .data import micro_batches, synthetic_micro_batch

@@ -10,8 +10,13 @@ diagnostics. One job per module:
 - `engines`:  accelerate (one process or DDP) and DeepSpeed ZeRO behind one small interface
 - `state`:    checkpoints, everything about resuming, the output folder's lock
 - `logs`:     metrics.jsonl / TensorBoard, depth diagnostics, their plots, training_info.json (provenance)
-- `main_job`: the matched standard / Block AttnRes pair, trained, evaluated and compared
+- `guard`:    the non-finite guard: a NaN/inf step makes no update, a few in a row stop the run
 
-`attnres/cli/{train,prepare_data,main_job}.py` are the command lines over them. Needs the `train` extra
+`attnres/cli/{train,prepare_data}.py` are the command lines over them (the main job is `attnres.study.main_job`). Needs the `train` extra
 (`pip install -e ".[train]"`): datasets, tokenizers, deepspeed, tensorboard, matplotlib.
 """
+
+
+class SetupError(ValueError):
+    """Bad user input found before any work starts: commands print its message alone, without a traceback. Defined
+    here, below every module of the package, so each can raise it without importing another."""

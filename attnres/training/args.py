@@ -9,14 +9,11 @@ import os
 from pathlib import Path
 
 from ..configuration_attnres import ATTN_RES_MODES
+from . import SetupError  # noqa: F401  (defined once for the package; importers take it from here too)
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
 from .models import PRESETS, check_init_from
 
 ZERO_STAGES = (0, 1, 2, 3)
-
-
-class SetupError(ValueError):
-    """Bad user input found before any work starts: scripts print its message alone, without a traceback."""
 
 
 def build_parser(description: str = "") -> argparse.ArgumentParser:
@@ -125,7 +122,7 @@ def check_args(args, meta: dict, world: int) -> None:
     if args.seq_len is not None and not 2 <= args.seq_len <= meta["seq_len"]:
         raise ValueError(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), got {args.seq_len}")
     if args.resume not in ("auto", "never"):
-        from .state import resolve_checkpoint  # state.py imports SetupError from here
+        from .state import resolve_checkpoint
 
         args.resume = str(resolve_checkpoint(args.resume))  # also accepts checkpoints/step-100 for step-00000100
     global_batch = args.micro_batch_size * args.grad_accum * world

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from .args import SetupError
-from .loop import is_finite, skip_nonfinite_steps
+from .guard import is_finite, skip_nonfinite_steps
 from .state import (
     SCHEDULER_FILE,
     check_accelerate_checkpoint,

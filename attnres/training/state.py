@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..checkpoint_files import CheckpointFileError, check_safetensors, read_json_file
-from .args import SetupError
+from . import SetupError
 
 STATE_FILE = "trainer_state.json"
 STEP_DIR = re.compile(r"^step-(\d+)$")

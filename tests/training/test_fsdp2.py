@@ -37,10 +37,10 @@ def check(result: dict) -> None:
     assert not result["missing"] and not result["unexpected"]
     assert result["losses"] == pytest.approx(result["ref_losses"], rel=1e-6)
     assert result["moved"] > 50 and result["unmoved_equal"]
-    # the 2-step update agrees with one process's to fp32 summation noise: the worst tensor seen is the KDA short
-    # convolution's weight, whose gradient cancels between the two halves (1.8e-4 of its update); a missing or
-    # doubled gradient reduction would be off by O(1)
-    assert result["max_relative_update_diff"] < 1e-3, result["worst"]
+    # weights after 2 steps: fp32 summation noise in step 1's gradient reduction is amplified by step 2 (in one
+    # process, a 1e-7 relative perturbation of step 1's gradients moves full mode's embedding by 1.3e-4); 2.3e-4 seen
+    # here, while the updates reach 0.3-0.9 and a missing or doubled gradient reduction would be off by their size
+    assert result["max_update"] > 0.1 and result["max_weight_diff"] < 1e-3, result["worst"]
 
 
 @pytest.mark.slow

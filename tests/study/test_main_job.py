@@ -84,7 +84,7 @@ def test_missing_file_is_named(main_job, tmp_path):
 
 def test_failed_run_names_its_log(tmp_path):
     """A training run that fails stops the pair with its exit code and log (here: train.py refuses a missing --data)."""
-    from attnres.training.main_job import run_pair
+    from attnres.study.main_job import run_pair
 
     run_dirs = {mode: tmp_path / mode for mode in ("standard", "block")}
     runs = {mode: ["--data", str(tmp_path / "none")] for mode in run_dirs}

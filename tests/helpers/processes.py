@@ -1,0 +1,78 @@
+"""Child processes for the kill and signal tests: a writer started with ATTNRES_PAUSE_BEFORE_RENAME_S set says on
+stderr each time it pauses before a rename (`attnres.atomic_io.pause_before_rename`); the test waits for the N-th such
+line (or the N-th naming a given target) and signals it there, so every step of a replace can be interrupted."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from attnres.atomic_io import PAUSE_ENV
+from tests.helpers.train_fixtures import REPO
+
+
+def attnres_command(name: str) -> list[str]:
+    """`python -m attnres NAME`, as a user runs a command."""
+    return [sys.executable, "-m", "attnres", name]
+
+
+def start_paused_writer(argv) -> subprocess.Popen:
+    """Start `argv` with every rename preceded by a long pause (killed long before it ends)."""
+    env = dict(os.environ, **{PAUSE_ENV: "120"}, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, cwd=REPO)
+
+
+def wait_for_pause(process: subprocess.Popen, marker: str = PAUSE_ENV, occurrence: int = 1) -> str:
+    """Read the child's stderr until its `occurrence`-th complete line containing `marker` (the child is then
+    sleeping in that pause); returns the stderr read so far. Fails the test if the child ends first."""
+    seen = b""
+    while sum(marker in line for line in seen.decode(errors="replace").splitlines(keepends=True)
+              if line.endswith("\n")) < occurrence:
+        chunk = process.stderr.read1(4096)
+        if not chunk:
+            process.wait()
+            pytest.fail(f"{process.args} ended before pause {occurrence} ({marker!r}): "
+                        f"{seen.decode(errors='replace')[-2000:]}")
+        seen += chunk
+    return seen.decode(errors="replace")
+
+
+def signal_when_paused(argv, sig: int = signal.SIGKILL, marker: str = PAUSE_ENV,
+                       occurrence: int = 1) -> tuple[subprocess.Popen, str]:
+    """Start `argv`, send `sig` at its `occurrence`-th pause whose line contains `marker`, wait for it to end;
+    returns the ended process (its returncode set) and all it wrote to stderr."""
+    process = start_paused_writer(argv)
+    seen = wait_for_pause(process, marker, occurrence)
+    process.send_signal(sig)
+    rest = process.stderr.read()  # what it says on its way out (nothing after SIGKILL)
+    process.wait()
+    process.stderr.close()
+    return process, seen + rest.decode(errors="replace")
+
+
+def kill_when_paused(argv, marker: str = PAUSE_ENV, occurrence: int = 1) -> subprocess.Popen:
+    """Start `argv`, SIGKILL it at its `occurrence`-th pause whose line contains `marker`."""
+    return signal_when_paused(argv, signal.SIGKILL, marker, occurrence)[0]
+
+
+def pause_line(target) -> str:
+    """The start of the line a writer prints when it pauses before renaming `target` into place."""
+    return f"{PAUSE_ENV}: {target} written"
+
+
+def dead_pid() -> int:
+    """The id of a process that has just ended (what a killed writer's leftovers are named after)."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
+def leftovers(folder, *kinds) -> list[str]:
+    """The writers' hidden siblings in `folder` (`.NAME.partial-PID`, `.NAME.replaced-PID` by default)."""
+    kinds = kinds or (".partial-", ".replaced-")
+    return sorted(p.name for p in folder.iterdir() if any(kind in p.name for kind in kinds))
