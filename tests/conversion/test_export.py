@@ -21,8 +21,9 @@ from tests.helpers.toolchain_fixtures import tiny_tokenizer
 def k3_folder(path, **overrides):
     """A tiny K3-format checkpoint (MXFP4 experts, vision tower) of a random model, with a tokenizer."""
     tokenizer = tiny_tokenizer()
-    config = tiny_k3_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **overrides)
+    fields = dict(linear_num_heads=4, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                  bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)  # KDA heads = MLA heads
+    config = tiny_k3_config(**{**fields, **overrides})
     model = KimiLinearAttnResForCausalLM(config)
     with torch.no_grad():  # pseudo-queries off zero: a uniform depth mix hides wiring bugs
         for name, param in model.named_parameters():
@@ -66,7 +67,7 @@ def test_k3_export_is_the_k3_layout_and_loads_back_bit_identical(source, tmp_pat
                 "quantization_config"} & set(text)
     names = stored_names(out)
     assert all(name.startswith("language_model.model.") or name == "language_model.lm_head.weight" for name in names)
-    assert names["language_model.model.layers.0.self_attn.A_log"] == [16]  # K3's [head_dim]
+    assert names["language_model.model.layers.0.self_attn.A_log"] == [16]  # K3's [head_dim] (4 heads used)
     assert "language_model.model.layers.1.block_sparse_moe.experts.0.w1.weight" in names  # Moonshot's names, bf16
     assert not any("vision_tower" in name or name.endswith("weight_packed") for name in names)
     assert {"tokenizer.json", "tokenizer_config.json"} <= set(result["side_files"])
@@ -83,7 +84,7 @@ def test_kimi_linear_export_carries_attn_res_block_size(source, tmp_path):
     assert config["architectures"] == ["KimiLinearForCausalLM"] and config["model_type"] == "kimi_linear"
     assert config["attn_res_block_size"] == 2 and config["dtype"] == "bfloat16" and "text_config" not in config
     names = stored_names(out)
-    assert names["model.layers.0.self_attn.A_log"] == [1, 1, 2, 1]  # Kimi Linear's own shape
+    assert names["model.layers.0.self_attn.A_log"] == [1, 1, 4, 1]  # Kimi Linear's own shape
     loaded = KimiLinearAttnResForCausalLM.from_pretrained(out)
     assert loaded.dtype == torch.bfloat16
     expected = KimiLinearAttnResForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
@@ -102,6 +103,7 @@ REFUSALS = [
     (dict(attn_res_key_norm=False), "k3", "attn_res_key_norm=False", "llama.cpp"),
     (dict(hidden_act="silu"), "k3", "hidden_act='silu'", "llama.cpp, SGLang"),
     (dict(num_expert_group=2, topk_group=1), "k3", "num_expert_group=2", "llama.cpp"),
+    (dict(linear_num_heads=2), "k3", "linear_num_heads=2", "llama.cpp"),
     (dict(layer_types=["full_attention"] * 4), "k3", "layer_types=", "llama.cpp"),
     (dict(layer_types=["linear_attention"] * 4), "k3", "layer_types=", "llama.cpp"),
 ]
