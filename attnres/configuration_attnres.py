@@ -22,8 +22,8 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
     r"""
     attn_res_mode (`str`, *optional*):
         How sub-layers read the depth stream: `"standard"` (PreNorm residual sum, identical to Kimi Linear), `"block"`
-        (Block AttnRes) or `"full"` (Full AttnRes). Unset, it follows Kimi K3: block mode when `attn_res_block_size > 0`,
-        standard otherwise.
+        (Block AttnRes) or `"full"` (Full AttnRes). Unset, it follows Kimi K3: block mode when
+        `attn_res_block_size > 0`, standard otherwise.
     attn_res_block_size (`int`, defaults to 0):
         Decoder layers per block in block mode (K3: 12 of 93 layers; the paper's 48B model: 3 of 27). It need not
         divide `num_hidden_layers`; a size >= the layer count makes a single block.
@@ -39,7 +39,8 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         Apply the RMSNorm that reads each mix (`input_layernorm`, `post_attention_layernorm`, `model.norm`) inside the
         mix kernel (Triton backend).
     attn_res_recompute (`bool`, defaults to `False`):
-        Triton backward: re-read the sources instead of saving per-token softmax statistics (less memory, one more pass).
+        Triton backward: re-read the sources instead of saving per-token softmax statistics (less memory, one more
+        pass).
     attn_res_static_mixing (`bool`, defaults to `False`):
         Ablation (paper section 5.3, DenseFormer-style): input-independent depth weights, a learned logit per source
         and mix point (`{point}_res_logits.weight`, zero at init), softmax over them; no pseudo-query, no key norm.
@@ -100,7 +101,8 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
             raise ValueError(f"attn_res_mode must be one of {ATTN_RES_MODES}, got {self.attn_res_mode!r}")
         if self.attn_res_mode == "block" and self.attn_res_block_size < 1:
             raise ValueError(
-                f"attn_res_block_size must be >= 1 in block mode (decoder layers per block), got {self.attn_res_block_size}"
+                "attn_res_block_size must be >= 1 in block mode (decoder layers per block), "
+                f"got {self.attn_res_block_size}"
             )
         if self.attn_res_block_size < 0:
             raise ValueError(f"attn_res_block_size must be >= 0, got {self.attn_res_block_size}")
@@ -128,16 +130,17 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         if not self.attn_res_ablation:
             return
         if self.attn_res_mode == "standard":
-            raise ValueError("attn_res_static_mixing / attn_res_score / attn_res_key_norm ablate the depth mix: they need "
-                             "attn_res_mode 'block' or 'full', got 'standard'")
+            raise ValueError("attn_res_static_mixing / attn_res_score / attn_res_key_norm ablate the depth mix: "
+                             "they need attn_res_mode 'block' or 'full', got 'standard'")
         if self.attn_res_static_mixing and not self.attn_res_key_norm:
-            raise ValueError("attn_res_key_norm=False has no effect with attn_res_static_mixing=True (no keys are scored)")
+            raise ValueError("attn_res_key_norm=False has no effect with attn_res_static_mixing=True "
+                             "(no keys are scored)")
         if self.attn_res_backend == "triton":
             raise ValueError("attn_res_backend 'triton' has no fused kernel for the ablations (attn_res_static_mixing, "
                              "attn_res_score, attn_res_key_norm): use 'auto' or 'torch' (the PyTorch reference)")
         if self.attn_res_two_phase:
-            raise ValueError("attn_res_two_phase=True batches pseudo-query softmaxes: it does not apply to the ablations "
-                             "(attn_res_static_mixing, attn_res_score, attn_res_key_norm)")
+            raise ValueError("attn_res_two_phase=True batches pseudo-query softmaxes: it does not apply to the "
+                             "ablations (attn_res_static_mixing, attn_res_score, attn_res_key_norm)")
 
     @property
     def attn_res_ablation(self) -> bool:
@@ -163,7 +166,9 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         try:
             config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         except RecursionError:  # JSON nested thousands deep: no config describes a model that way
-            raise OSError(f"{pretrained_model_name_or_path}: config.json is nested too deeply to be a model config") from None
+            raise OSError(
+                f"{pretrained_model_name_or_path}: config.json is nested too deeply to be a model config"
+            ) from None
         if not config_dict:  # transformers would build the default (48B) model from nothing: refuse
             raise OSError(f"{pretrained_model_name_or_path}: no config.json there, so the model's size and AttnRes "
                           "layout are unknown (a saved model folder holds config.json beside its weights)")

@@ -19,7 +19,8 @@ LANGUAGE_MODEL_PREFIX = "language_model."
 # transformers renames every `.block_sparse_moe.` to `.mlp.`; reversed (saving, `--to moonshot`) that would also move
 # the dense first MLPs into `block_sparse_moe`, which Moonshot's code names `mlp`. We rename the MoE parts one by one.
 _GENERIC_MOE_RENAME = r"\.block_sparse_moe\."
-_MOE_PARTS = ("gate", "shared_experts", "experts", "routed_expert_down_proj", "routed_expert_up_proj", "routed_expert_norm")
+_MOE_PARTS = ("gate", "shared_experts", "experts", "routed_expert_down_proj", "routed_expert_up_proj",
+              "routed_expert_norm")
 # ...but transformers' own `KimiLinearForCausalLM.save_pretrained` did write them there: read those names too
 _TRANSFORMERS_DENSE_MLP = r"\.block_sparse_moe\.(gate_proj|up_proj|down_proj)\."
 _NEVER = "\x00never\x00"  # a pattern no tensor name contains

@@ -38,8 +38,9 @@ def mla_params(c) -> int:
     q = c.hidden_size * heads * qk if c.q_lora_rank is None else (
         c.hidden_size * c.q_lora_rank + (c.q_lora_rank if c.attention_bias else 0) + c.q_lora_rank
         + c.q_lora_rank * heads * qk)
-    kv = (c.hidden_size * (c.kv_lora_rank + c.qk_rope_head_dim) + (c.kv_lora_rank + c.qk_rope_head_dim if c.attention_bias
-          else 0) + c.kv_lora_rank + c.kv_lora_rank * heads * (c.qk_nope_head_dim + c.v_head_dim))
+    kv = (c.hidden_size * (c.kv_lora_rank + c.qk_rope_head_dim)
+          + (c.kv_lora_rank + c.qk_rope_head_dim if c.attention_bias else 0)
+          + c.kv_lora_rank + c.kv_lora_rank * heads * (c.qk_nope_head_dim + c.v_head_dim))
     out = heads * c.v_head_dim * c.hidden_size + bias
     gate = c.hidden_size * heads * c.v_head_dim if c.mla_use_output_gate else 0
     return q + kv + out + gate
@@ -109,8 +110,8 @@ def check_buildable(config) -> None:
         raise ValueError(
             f"this config builds {needed / 2**30:,.1f} GiB of {torch.get_default_dtype()} weights, more than the "
             f"{available / 2**30:,.1f} GiB of memory of {device} (vocab_size={config.vocab_size}, "
-            f"hidden_size={config.hidden_size}, num_hidden_layers={config.num_hidden_layers}); check the config, or set "
-            f"{ALLOW_LARGE_ENV}=1 to build it anyway")
+            f"hidden_size={config.hidden_size}, num_hidden_layers={config.num_hidden_layers}); check the config, "
+            f"or set {ALLOW_LARGE_ENV}=1 to build it anyway")
 
 
 __all__ = ["ParameterCounts", "count_parameters", "mla_params", "kda_params", "moe_params", "check_buildable"]

@@ -185,7 +185,8 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
         # No padding_idx (Kimi Linear passes pad_token_id): padded positions are already excluded by the attention mask
         # and labels=-100, and pad is usually a real token (most BPE tokenizers use pad = EOS). A padding_idx freezes
         # that token's embedding at zero, and a zero residual stream makes RMSNorm's backward scale by 1/sqrt(eps) per
-        # layer: deep models diverged (issue 9). Forward is unchanged: standard mode equals Kimi Linear given the weights.
+        # layer: deep models diverged (issue 9). Forward is unchanged: standard mode equals Kimi Linear given the
+        # weights.
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
             [KimiLinearAttnResDecoderLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
@@ -205,9 +206,12 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
         check_backend(self.config.resolved_backend(), reference.device)
         if input_ids is not None and input_ids.dim() != 2:
             raise ValueError(f"input_ids must have shape [batch, seq_len], got {tuple(input_ids.shape)}")
-        if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size):
+        if inputs_embeds is not None and (
+            inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size
+        ):
             raise ValueError(
-                f"inputs_embeds must have shape [batch, seq_len, {self.config.hidden_size}], got {tuple(inputs_embeds.shape)}"
+                f"inputs_embeds must have shape [batch, seq_len, {self.config.hidden_size}], "
+                f"got {tuple(inputs_embeds.shape)}"
             )
         if reference.shape[0] == 0 or reference.shape[1] == 0:
             raise ValueError(f"empty input: batch and sequence length must be >= 1, got shape {tuple(reference.shape)}")

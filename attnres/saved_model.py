@@ -73,7 +73,8 @@ def check_weights_record(config, folder: str | Path, explicit: set[str] = frozen
 def save_folder(save, save_directory: str | Path, config, *args, **kwargs) -> None:
     """`save(folder, *args, **kwargs)` (a save_pretrained) into a temporary sibling, then the files into place."""
     if not kwargs.get("is_main_process", True) or kwargs.get("push_to_hub"):
-        save(save_directory, *args, **kwargs)  # not the writing process, or transformers' Hub flow: as transformers does
+        # not the writing process, or transformers' Hub flow: as transformers does
+        save(save_directory, *args, **kwargs)
         return
     output = Path(save_directory)
     if output.exists() and not output.is_dir():

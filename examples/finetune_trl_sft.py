@@ -22,8 +22,10 @@ tokenizer = AutoTokenizer.from_pretrained(args.model_dir, trust_remote_code=True
 tokenizer = ensure_chat_template(tokenizer)  # the tokenizer's template, or attnres' default when it has none
 model = AutoModelForCausalLM.from_pretrained(args.model_dir, trust_remote_code=True)
 conversations = [
-    [{"role": "user", "content": "where does the river run"}, {"role": "assistant", "content": "under the stone bridge"}],
-    [{"role": "user", "content": "what does the queen see"}, {"role": "assistant", "content": "the light of the house"}],
+    [{"role": "user", "content": "where does the river run"},
+     {"role": "assistant", "content": "under the stone bridge"}],
+    [{"role": "user", "content": "what does the queen see"},
+     {"role": "assistant", "content": "the light of the house"}],
 ] * 4
 train_set = Dataset.from_dict({"messages": conversations})
 

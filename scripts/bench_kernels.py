@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`attnres bench-kernels`, run from a checkout without installing. Its documentation: `python scripts/bench_kernels.py --help`
-(attnres/cli/bench_kernels.py)."""
+"""`attnres bench-kernels`, run from a checkout without installing. Its documentation:
+`python scripts/bench_kernels.py --help` (attnres/cli/bench_kernels.py)."""
 import sys
 from pathlib import Path
 

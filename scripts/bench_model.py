@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`attnres bench-model`, run from a checkout without installing. Its documentation: `python scripts/bench_model.py --help`
-(attnres/cli/bench_model.py)."""
+"""`attnres bench-model`, run from a checkout without installing. Its documentation:
+`python scripts/bench_model.py --help` (attnres/cli/bench_model.py)."""
 import sys
 from pathlib import Path
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`attnres convert`, run from a checkout without installing. Its documentation: `python scripts/convert_checkpoint.py --help`
-(attnres/cli/convert.py)."""
+"""`attnres convert`, run from a checkout without installing. Its documentation:
+`python scripts/convert_checkpoint.py --help` (attnres/cli/convert.py)."""
 import sys
 from pathlib import Path
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`attnres plan-memory`, run from a checkout without installing. Its documentation: `python scripts/plan_memory.py --help`
-(attnres/cli/plan_memory.py)."""
+"""`attnres plan-memory`, run from a checkout without installing. Its documentation:
+`python scripts/plan_memory.py --help` (attnres/cli/plan_memory.py)."""
 import sys
 from pathlib import Path
 

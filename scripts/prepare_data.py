@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`attnres prepare-data`, run from a checkout without installing. Its documentation: `python scripts/prepare_data.py --help`
-(attnres/cli/prepare_data.py)."""
+"""`attnres prepare-data`, run from a checkout without installing. Its documentation:
+`python scripts/prepare_data.py --help` (attnres/cli/prepare_data.py)."""
 import sys
 from pathlib import Path
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`attnres push-to-hub`, run from a checkout without installing. Its documentation: `python scripts/push_to_hub.py --help`
-(attnres/cli/push_to_hub.py)."""
+"""`attnres push-to-hub`, run from a checkout without installing. Its documentation:
+`python scripts/push_to_hub.py --help` (attnres/cli/push_to_hub.py)."""
 import sys
 from pathlib import Path
 

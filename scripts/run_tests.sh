@@ -6,5 +6,6 @@ python3 -m pip install --quiet "torch==2.13.0"   # first: the CPU build, so noth
 python3 -m pip install --quiet -e ".[test]"
 # llama.cpp for tests/serving (built once, ~8 CPU-minutes, then cached); a failed build stops here
 scripts/setup_llama_cpp.sh --install >/dev/null
+python3 -m ruff check .                          # the linter (config: pyproject.toml [tool.ruff])
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 python3 -m pytest "$@"

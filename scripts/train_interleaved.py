@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`attnres train-interleaved`, run from a checkout without installing. Its documentation: `python scripts/train_interleaved.py --help`
-(attnres/cli/train_interleaved.py)."""
+"""`attnres train-interleaved`, run from a checkout without installing. Its documentation:
+`python scripts/train_interleaved.py --help` (attnres/cli/train_interleaved.py)."""
 import sys
 from pathlib import Path
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`attnres train-pipeline`, run from a checkout without installing. Its documentation: `python scripts/train_pipeline.py --help`
-(attnres/cli/train_pipeline.py)."""
+"""`attnres train-pipeline`, run from a checkout without installing. Its documentation:
+`python scripts/train_pipeline.py --help` (attnres/cli/train_pipeline.py)."""
 import sys
 from pathlib import Path
 

@@ -1,6 +1,6 @@
 """With fla installed on a CPU-only machine, transformers binds fla's Triton KDA kernels, which cannot take CPU
-tensors. attnres routes CPU calls to transformers' PyTorch reference. A stand-in `fla` package that fails on CPU tensors,
-as the real one does, makes the binding happen here without a GPU."""
+tensors. attnres routes CPU calls to transformers' PyTorch reference. A stand-in `fla` package that fails on CPU
+tensors, as the real one does, makes the binding happen here without a GPU."""
 import os
 import subprocess
 import sys
@@ -18,7 +18,8 @@ def _needs_cuda(q):
 def chunk_kda(q, k, v, g, beta, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False, **kw):
     _needs_cuda(q)
 
-def fused_recurrent_kda(q, k, v, g, beta, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False, **kw):
+def fused_recurrent_kda(q, k, v, g, beta, initial_state=None, output_final_state=False,
+                        use_qk_l2norm_in_kernel=False, **kw):
     _needs_cuda(q)
 '''
 
@@ -26,7 +27,8 @@ def fused_recurrent_kda(q, k, v, g, beta, initial_state=None, output_final_state
 def run(code, fake_root):
     """Run `code` in a fresh interpreter that finds the stand-in `fla` first."""
     env = {**os.environ, "PYTHONPATH": str(fake_root)}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+                          env=env)
 
 
 def test_model_runs_on_cpu_with_fla_bound(tmp_path):
@@ -47,7 +49,8 @@ def test_model_runs_on_cpu_with_fla_bound(tmp_path):
         f"""
         import torch
         from transformers import KimiLinearConfig, KimiLinearForCausalLM
-        config = KimiLinearConfig(**{{k: v for k, v in {model.config.to_dict()!r}.items() if not k.startswith("attn_res")
+        config = KimiLinearConfig(**{{k: v for k, v in {model.config.to_dict()!r}.items()
+                                       if not k.startswith("attn_res")
                                        and k not in ("model_type", "auto_map", "architectures")}})
         KimiLinearForCausalLM(config)(torch.load({str(tmp_path / "expected.pt")!r})["ids"])
         """,
@@ -65,7 +68,8 @@ def test_model_runs_on_cpu_with_fla_bound(tmp_path):
         model = KimiLinearAttnResForCausalLM.from_pretrained({str(tmp_path / "model")!r}).eval()
         expected = torch.load({str(tmp_path / "expected.pt")!r})
         with torch.no_grad():
-            torch.testing.assert_close(model(expected["ids"], use_cache=False).logits, expected["logits"], rtol=0, atol=0)
+            torch.testing.assert_close(model(expected["ids"], use_cache=False).logits, expected["logits"],
+                                       rtol=0, atol=0)
             model.generate(expected["ids"], max_new_tokens=3, do_sample=False)  # decode path: recurrent kernel
         print("GUARD_OK")
         """,

@@ -18,8 +18,10 @@ from tests.helpers.base_install import ABSENT, run_on_base_install
 def test_tiny_k3_by_hand():
     """2 layers, hidden 64: layer 0 KDA (2 heads x 16) + dense MLP (128), layer 1 MLA (4 heads) + latent MoE."""
     config = tiny_k3_config(num_layers=2)
-    kda = 3 * 64 * 32 + 3 * 32 * 4 + 64 * 16 + 16 * 32 + 32 + 2 + 64 * 2 + 64 * 32 + 16 + 32 * 64  # ... g_proj, o_norm, o_proj
-    mla = 64 * 4 * 16 + 64 * (16 + 8) + 16 + 16 * 4 * (8 + 16) + 4 * 16 * 64 + 64 * 4 * 16  # q, kv_a, norm, kv_b, o, gate
+    kda = (3 * 64 * 32 + 3 * 32 * 4 + 64 * 16 + 16 * 32 + 32 + 2 + 64 * 2
+           + 64 * 32 + 16 + 32 * 64)  # ... g_proj, o_norm, o_proj
+    # q, kv_a, norm, kv_b, o, gate
+    mla = 64 * 4 * 16 + 64 * (16 + 8) + 16 + 16 * 4 * (8 + 16) + 4 * 16 * 64 + 64 * 4 * 16
     routed = 4 * 3 * 32 * 32  # 4 experts at latent width 32, intermediate 32
     moe_other = 4 * 64 + 3 * 64 * (2 * 32) + 64 * 32 + 32 * 64 + 32  # router, 2 shared experts, down, up, latent norm
     per_layer_norms, mixes = 2 * 64, 2 * (64 + 64)

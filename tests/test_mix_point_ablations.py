@@ -93,7 +93,8 @@ def test_num_sources_counts():
     assert [DepthLayout.of(config).num_sources(i, "mlp") for i in range(7)] == [2, 2, 2, 3, 3, 3, 4]
     assert DepthLayout.of(config).num_sources(7, "output_attn") == 4
     full = tiny_config("full", 0, 3)
-    assert [DepthLayout.of(full).num_sources(i, p) for i in range(3) for p in ("self_attention", "mlp")] == [1, 2, 3, 4, 5, 6]
+    assert ([DepthLayout.of(full).num_sources(i, p) for i in range(3) for p in ("self_attention", "mlp")]
+            == [1, 2, 3, 4, 5, 6])
 
 
 def test_no_key_norm_drops_the_norm_tensors():

@@ -1,5 +1,6 @@
 """Layer 0's attention mix point has one source: the mix is the identity. Under autograd it still runs, so its
-K3-named tensors take part in the graph with an exactly-zero gradient (plain DDP, gradient checkpointing, optimizers)."""
+K3-named tensors take part in the graph with an exactly-zero gradient (plain DDP, gradient checkpointing,
+optimizers)."""
 from __future__ import annotations
 
 import pytest
@@ -42,7 +43,8 @@ def test_adamw_groups_leave_layer0_tensors_unchanged():
     from attnres.training.loop import build_optimizer
 
     model = tiny_model(mode="block", num_layers=3).train()
-    before = {n: p.detach().clone() for n, p in model.named_parameters() if n.startswith("model.layers.0.self_attention_res")}
+    before = {n: p.detach().clone() for n, p in model.named_parameters()
+              if n.startswith("model.layers.0.self_attention_res")}
     optimizer = build_optimizer(model, SimpleNamespace(lr=1e-2, weight_decay=0.1, res_proj_lr=None))
     for _ in range(2):
         ids = random_ids(batch=2, seq=8)

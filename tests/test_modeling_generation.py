@@ -25,7 +25,8 @@ def test_left_padded_batch_equals_per_sample(mode, block_size):
     for row, prompt in enumerate(prompts):
         ids[row, width - len(prompt):] = prompt
         mask[row, width - len(prompt):] = 1
-    batched = model.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False, eos_token_id=None, pad_token_id=0)
+    batched = model.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False, eos_token_id=None,
+                             pad_token_id=0)
     for row, prompt in enumerate(prompts):
         alone = model.generate(prompt[None], max_new_tokens=5, do_sample=False, eos_token_id=None, pad_token_id=0)
         assert torch.equal(batched[row, width:], alone[0, len(prompt):]), f"row {row} differs"

@@ -64,7 +64,8 @@ def test_remote_copy_runs_its_triton_kernels_beside_the_package(tmp_path, monkey
         expected = model(ids).logits  # the package's Triton ops are registered now
         model.save_pretrained(tmp_path / "model")
         # the Auto classes prefer the registered package class here: take the folder's class as they would elsewhere
-        remote_class = get_class_from_dynamic_module("modeling_attnres.KimiLinearAttnResForCausalLM", tmp_path / "model")
+        remote_class = get_class_from_dynamic_module("modeling_attnres.KimiLinearAttnResForCausalLM",
+                                                     tmp_path / "model")
         remote = remote_class.from_pretrained(tmp_path / "model").eval()
         assert type(remote).__module__.startswith("transformers_modules.")
         torch.testing.assert_close(remote(ids).logits, expected)

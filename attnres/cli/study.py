@@ -29,7 +29,8 @@ DEFAULT_GRID = _CHECKOUT_GRID if _CHECKOUT_GRID.is_file() else Path("configs") /
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--grid", type=Path, default=DEFAULT_GRID, help="grid file (default configs/study/cpu.json)")
-    p.add_argument("--output-dir", type=Path, default=None, help="run records and logs (default runs/study-<grid name>)")
+    p.add_argument("--output-dir", type=Path, default=None,
+                   help="run records and logs (default runs/study-<grid name>)")
     p.add_argument("--report-dir", type=Path, default=None, help="RESULTS.md, runs.csv, PNGs (default: --output-dir)")
     p.add_argument("--jobs", type=int, default=1, help="runs trained at the same time (default 1)")
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each run (default 1)")

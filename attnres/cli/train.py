@@ -31,12 +31,20 @@ def main(argv=None) -> dict:
     from ..extras import require
 
     require("datasets", why="the prepared dataset")
+    from ..safe_paths import interrupt_signal, signals_interrupt
     from ..training.args import SetupError
     from ..training.guard import EXIT_CODE, NonFiniteError
     from ..training.loop import train
+    from ..training.state import interrupted_message
 
     try:
-        summary = train(args)
+        with signals_interrupt():  # SIGTERM stops as Ctrl-C does: the checkpoint being written is removed
+            summary = train(args, argv)
+    except KeyboardInterrupt as stop:
+        if argv is not None:
+            raise
+        print(interrupted_message(args.output_dir, interrupt_signal(stop)), file=sys.stderr)
+        sys.exit(128 + interrupt_signal(stop))
     except SetupError as error:
         # Bad input: one clear line, not a traceback (raised before any training work starts)
         if argv is not None:

@@ -23,7 +23,13 @@ from tqdm.auto import tqdm
 from ..conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
 from ..k3.config import FIXED_FIELDS, K3_WRAPPER_TYPE
 from .atomic import check_output, move_into_place, temporary_folder
-from .config import MOONSHOT_ARCHITECTURE, hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
+from .config import (
+    MOONSHOT_ARCHITECTURE,
+    hf_config_dict,
+    moonshot_config_dict,
+    parse_config,
+    write_config,
+)
 from .convert import DEFAULT_MAX_SHARD_SIZE, bitwise_equal, check_max_shard_size, convert_unit
 from .errors import ConversionError
 from .k3_preset import K3_TEXT_CONFIG
@@ -66,7 +72,8 @@ def export_checkpoint(
     config_dict = export_config_dict(plan.source_config, to, _written_dtype(plan, DTYPES[dtype]))
     output = check_output(output, force, inputs=[input])
     check_max_shard_size(max_shard_size)
-    planned = {export_name(name, to): export_tensor(name, t, plan, to, DTYPES[dtype]) for name, t in plan.target.items()}
+    planned = {export_name(name, to): export_tensor(name, t, plan, to, DTYPES[dtype])
+               for name, t in plan.target.items()}
     with temporary_folder(output) as folder:
         writer = ShardedWriter(folder, planned, max_shard_size)
         for tensors in _exported_units(plan, to, DTYPES[dtype], progress):
@@ -133,7 +140,8 @@ def export_tensor(name: str, tensor: torch.Tensor, plan: ConversionPlan, to: str
 
 def _exported_units(plan: ConversionPlan, to: str, dtype, progress: bool):
     for unit in tqdm(plan.units, desc=f"exporting to {to}", unit="unit", disable=not progress):
-        yield {export_name(name, to): export_tensor(name, t, plan, to, dtype) for name, t in convert_unit(plan, unit).items()}
+        tensors = convert_unit(plan, unit)
+        yield {export_name(name, to): export_tensor(name, t, plan, to, dtype) for name, t in tensors.items()}
 
 
 def _written_dtype(plan: ConversionPlan, dtype) -> torch.dtype | None:

@@ -7,8 +7,8 @@ SGLang's `kimi_k3`) also hard-code K3's pieces. Rules quote what the runtimes' o
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .errors import ConversionError
 

@@ -30,17 +30,28 @@ TIMEOUT_RANGE_S = (0.1, 3600.0)
 MEMORY_RANGE_MB = (128, 2**20)  # below 128 MiB Python itself cannot start; 1 TiB is "no cap" in practice
 HARNESS = Path(__file__).resolve().parent / "sandbox.py"
 MARKER = "attnres-code-sandbox"  # on every sandbox process's command line: tests look for leftovers by it
-# Started as root (the interpreter may lie under /root), then as the run's uid: kill(-1) reaches exactly its processes,
-# in one call (a fork cannot slip past it); repeated until none is left (ESRCH), at most 5 s (zombies count as left)
+# Started as root (the interpreter may lie under /root), then as the run's uid: kill(-1) reaches exactly its processes
+# in one call (a fork cannot slip past it); repeated until no live process of the uid is left, at most 5 s
 SWEEP = """import os, sys, time
-uid = int(sys.argv[2]); os.setgroups([]); os.setgid(uid); os.setuid(uid)
+uid, me = int(sys.argv[2]), os.getpid()
+os.setgroups([]); os.setgid(uid); os.setuid(uid)
+
+def alive():
+    for name in os.listdir("/proc"):
+        try:
+            if name.isdigit() and int(name) != me and os.stat("/proc/" + name).st_uid == uid:
+                with open("/proc/" + name + "/stat") as f:
+                    if f.read().rpartition(")")[2].split()[0] != "Z":
+                        return True
+        except OSError:
+            pass
+    return False
+
 deadline = time.monotonic() + 5
-while time.monotonic() < deadline:
-    try:
-        os.kill(-1, 9)
-    except ProcessLookupError:
-        break
+os.kill(-1, 9)
+while alive() and time.monotonic() < deadline:
     time.sleep(0.01)
+    os.kill(-1, 9)
 """
 SANDBOX_UIDS = (1_600_000_000, 2**24)  # (first, count): a fresh unprivileged uid per program when running as root
 

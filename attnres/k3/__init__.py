@@ -14,7 +14,11 @@ from .moe import LatentMoE
 
 def install(layer, config, layer_idx: int) -> None:
     if layer.block_type == "linear_attention":
-        if config.hidden_act == "situ" or config.linear_use_full_rank_gate or config.linear_gate_lower_bound is not None:
+        if (
+            config.hidden_act == "situ"
+            or config.linear_use_full_rank_gate
+            or config.linear_gate_lower_bound is not None
+        ):
             layer.self_attn = K3DeltaAttention(config, layer_idx)
     elif config.mla_use_output_gate:
         layer.self_attn = GatedMLA(config, layer_idx)

@@ -51,8 +51,8 @@ def is_k3(text: dict) -> bool:
 
 def known_text_keys(config_class) -> set[str]:
     return (
-        set(config_class.__dataclass_fields__) | set(config_class.attribute_map) | set(config_class.attribute_map.values())
-        | set(FIXED_FIELDS) | MOONSHOT_KEYS | {"model_type"}
+        set(config_class.__dataclass_fields__) | set(config_class.attribute_map)
+        | set(config_class.attribute_map.values()) | set(FIXED_FIELDS) | MOONSHOT_KEYS | {"model_type"}
     )
 
 

@@ -58,7 +58,9 @@ class DequantizeMxfp4(ConversionOps):
                 raise ValueError(f"{full_layer_name}: MXFP4 weight_packed without its weight_scale (or the reverse)")
             packed, scale = [_codes(t) for t in _as_list(packed)], [_codes(t) for t in _as_list(scale)]
             if len(packed) != len(scale):
-                raise ValueError(f"{full_layer_name}: {len(packed)} weight_packed tensors but {len(scale)} weight_scale")
+                raise ValueError(
+                    f"{full_layer_name}: {len(packed)} weight_packed tensors but {len(scale)} weight_scale"
+                )
             out[pattern] = [dequantize(p, s, dtype) for p, s in zip(packed, scale)]
         return out
 

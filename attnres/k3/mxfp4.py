@@ -41,7 +41,10 @@ def check_packed(name: str, packed_shape, scale_shape, packed_dtype=torch.uint8,
     if packed_dtype != torch.uint8 or scale_dtype != torch.uint8:
         return [f"{base}: MXFP4 weight_packed and weight_scale must be uint8, got {packed_dtype} and {scale_dtype}"]
     if len(packed_shape) != 2 or len(scale_shape) != 2:
-        return [f"{base}: MXFP4 tensors must be 2-D, got weight_packed {list(packed_shape)}, weight_scale {list(scale_shape)}"]
+        return [
+            f"{base}: MXFP4 tensors must be 2-D, got weight_packed {list(packed_shape)}, "
+            f"weight_scale {list(scale_shape)}"
+        ]
     out, half = packed_shape
     if tuple(scale_shape) != (out, 2 * half // GROUP_SIZE) or (2 * half) % GROUP_SIZE:
         return [

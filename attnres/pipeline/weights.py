@@ -19,7 +19,7 @@ class StateDictWeights:
         self.state_dict = state_dict
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path) -> "StateDictWeights":
+    def from_pretrained(cls, folder: str | Path) -> StateDictWeights:
         from ..modeling_attnres import KimiLinearAttnResForCausalLM
 
         return cls(KimiLinearAttnResForCausalLM.from_pretrained(folder).state_dict())

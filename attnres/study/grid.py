@@ -3,7 +3,8 @@
 A grid is a JSON file (configs/study/*.json):
 
     {"name": "cpu",
-     "data":  {"dir": "data/study-bpe4096", "prepare": ["--tokenizer", "bpe", "--vocab-size", "4096", "--seq-len", "128"]},
+     "data":  {"dir": "data/study-bpe4096",
+               "prepare": ["--tokenizer", "bpe", "--vocab-size", "4096", "--seq-len", "128"]},
      "model": {"layers": 8, "hidden": 64, "block_size": 2, "attention": "mla", "mlp": "dense"},
      "train": {"max_steps": 300, "micro_batch_size": 16, "lr": 0.003, "warmup_steps": 30},
      "groups": {"main": {"modes": ["standard", "block", "full"], "seeds": [0, 1, 2]}, ...}}
@@ -122,7 +123,8 @@ def grid_from_dict(raw: dict, source: str = "<dict>") -> Grid:
     for field in ("layers", "hidden", "block_size", "heads"):
         _positive(model[field], f"model.{field}", fail)
     if model["attention"] not in ("mla", "hybrid"):
-        fail(f"model.attention must be 'mla' (MLA in every layer) or 'hybrid' (Kimi Linear's KDA + MLA), got {model['attention']!r}")
+        fail("model.attention must be 'mla' (MLA in every layer) or 'hybrid' (Kimi Linear's KDA + MLA), "
+             f"got {model['attention']!r}")
     if model["mlp"] not in ("dense", "moe"):
         fail(f"model.mlp must be 'dense' or 'moe', got {model['mlp']!r}")
     if model["hidden"] % (2 * model["heads"]):
@@ -165,7 +167,8 @@ def _check_group(name: str, group, model: dict, fail) -> None:
         values = group[axis]
         if axis == "base":
             if values not in ("block", "full"):
-                fail(f"groups.{name}.base must be 'block' or 'full' (the ablations change the depth mix), got {values!r}")
+                fail(f"groups.{name}.base must be 'block' or 'full' (the ablations change the depth mix), "
+                     f"got {values!r}")
             continue
         if not isinstance(values, list) or not values or len(set(map(str, values))) != len(values):
             fail(f"groups.{name}.{axis} must be a non-empty list without repeats")

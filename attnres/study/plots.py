@@ -49,7 +49,8 @@ def block_size_plot(grid: Grid, records: dict, points: list, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(5.5, 4))
     sizes = [s for s, stat in points if stat.n]
     stats = [stat for _, stat in points if stat.n]
-    ax.errorbar(sizes, [s.mean for s in stats], yerr=[0 if s.n < 2 else s.std for s in stats], marker="o", label="block")
+    ax.errorbar(sizes, [s.mean for s in stats], yerr=[0 if s.n < 2 else s.std for s in stats], marker="o",
+                label="block")
     seeds = grid.groups["block_size"]["seeds"]
     for mode, style in (("standard", "--"), ("full", ":")):
         ref = mean_std(records[k.id]["val_loss"] for k in (grid.key(mode, s) for s in seeds) if k.id in records)

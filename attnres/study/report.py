@@ -49,7 +49,8 @@ def main_section(grid: Grid, records: dict) -> tuple[str, dict]:
         deltas = delta_cells(base, losses[mode]) if mode != "standard" and base else ["", ""]
         rows.append([label, f"{len(losses[mode])}/{len(g['seeds'])}", mean_std(losses[mode].values()), *deltas])
     text = "### Main comparison (final validation loss)\n\n" + table(
-        ["mode", "seeds done", "val loss mean +- std", "paired delta vs standard, mean +- std (paired t)", "per-seed deltas"], rows)
+        ["mode", "seeds done", "val loss mean +- std", "paired delta vs standard, mean +- std (paired t)",
+         "per-seed deltas"], rows)
     return text, losses
 
 
@@ -87,7 +88,8 @@ def scaling_fits(grid: Grid, records: dict) -> dict:
             runs = [records[k.id] for k in (grid.key(mode, s, hidden=hidden) for s in g["seeds"]) if k.id in records]
             if runs:
                 points.append((runs[0]["flops"], mean_std(r["val_loss"] for r in runs).mean, runs[0]["params"]))
-        fit = fit_power_law([p[0] for p in points], [p[1] for p in points]) if len({p[0] for p in points}) >= 2 else None
+        fit = (fit_power_law([p[0] for p in points], [p[1] for p in points])
+               if len({p[0] for p in points}) >= 2 else None)
         fits[mode] = (fit, points)
     return fits
 
@@ -108,8 +110,10 @@ def scaling_section(grid: Grid, records: dict) -> tuple[str, dict]:
         for mode, (fit, _) in fits.items():
             if mode != "standard" and fit is not None:
                 m = compute_multiplier(base, fit, middle)
-                ends = ", ".join(f"{compute_multiplier(base, fit, c):.3f}x at C = {c:.2e}" for c in (computes[0], computes[-1]))
-                text += (f"\nCompute multiplier, {mode} vs standard at C = {middle:.2e} (geometric middle of the grid): "
+                ends = ", ".join(f"{compute_multiplier(base, fit, c):.3f}x at C = {c:.2e}"
+                                 for c in (computes[0], computes[-1]))
+                text += (f"\nCompute multiplier, {mode} vs standard at C = {middle:.2e} "
+                         "(geometric middle of the grid): "
                          f"**{'undefined (baseline fit does not decrease)' if math.isnan(m) else f'{m:.3f}x'}** "
                          f"(the baseline needs this much compute to reach {mode}'s loss; the paper: 1.25x for Block); "
                          f"at the ends of the grid: {ends}.\n")
@@ -151,7 +155,8 @@ def write_report(grid: Grid, records: list[dict], report_dir: Path, header: str 
     from .plots import write_plots
 
     images = write_plots(grid, by_id, plots, report_dir)
-    parts.append("Plots: " + ", ".join(f"[{p.name}]({p.name})" for p in images) + "; every run: [runs.csv](runs.csv).\n")
+    parts.append("Plots: " + ", ".join(f"[{p.name}]({p.name})" for p in images)
+                 + "; every run: [runs.csv](runs.csv).\n")
     write_text_atomic(report_dir / "runs.csv", runs_csv(records))
     path = report_dir / "RESULTS.md"
     write_text_atomic(path, "\n".join(parts))

@@ -114,8 +114,8 @@ def run_one(grid: Grid, key: RunKey, out: Path, meta: dict, threads: int) -> dic
     params, flop_params = count_params(config)
     tokens = grid.train["max_steps"] * grid.train["micro_batch_size"] * grid.train["grad_accum"] * seq_len
     record = dict(id=key.id, spec=run_spec(grid, key), **key.to_dict(), **collect(run_dir), params=params,
-                  flop_params=flop_params, tokens=tokens, flops=training_flops(flop_params, tokens), wall_s=round(wall, 1),
-                  finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                  flop_params=flop_params, tokens=tokens, flops=training_flops(flop_params, tokens),
+                  wall_s=round(wall, 1), finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     write_json_atomic(run_dir / RESULT_FILE, record)
     shutil.rmtree(run_dir / "train" / "checkpoints", ignore_errors=True)  # the record is what the study keeps
     return record

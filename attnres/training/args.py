@@ -15,11 +15,36 @@ from .models import PRESETS, check_init_from
 
 ZERO_STAGES = (0, 1, 2, 3)
 
+# The flags that decide a run's trajectory, with their defaults. They parse to None when left out, so a resume can
+# tell a flag given (it must match the recorded run) from one left out (it takes the recorded value). Flags left out
+# of this table (logging, evaluation, checkpoint cadence, gradient checkpointing, the non-finite guard) change nothing
+# the model learns and may differ between the segments of a run.
+RUN_SETTINGS = {
+    "data": Path("data/packed"), "model_size": None, "config": None, "init_from": None, "attn_res": None,
+    "block_size": None, "seq_len": None, "max_steps": 2000, "micro_batch_size": 8, "grad_accum": 1, "lr": 3e-4,
+    "res_proj_lr": None, "min_lr_ratio": 0.1, "warmup_steps": 100, "weight_decay": 0.1, "grad_clip": 1.0,
+    "mixed_precision": "auto", "seed": 0, "deepspeed": None,
+}
+PATH_SETTINGS = ("data", "config", "init_from", "deepspeed")
+
+
+def given_settings(args) -> dict:
+    """The run settings given on the command line (the others are None until `fill_settings`)."""
+    return {name: getattr(args, name) for name in RUN_SETTINGS if getattr(args, name) is not None}
+
+
+def fill_settings(args, recorded: dict | None = None) -> None:
+    """Flags left out take the recorded run's value (`recorded`: trainer_state.json's settings), else the default."""
+    for name, default in RUN_SETTINGS.items():
+        if getattr(args, name) is None:
+            value = (recorded or {}).get(name, default)
+            setattr(args, name, Path(value) if name in PATH_SETTINGS and value is not None else value)
+
 
 def build_parser(description: str = "") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("data and model")
-    g.add_argument("--data", type=Path, default=Path("data/packed"), help="folder written by scripts/prepare_data.py (default data/packed)")
+    g.add_argument("--data", type=Path, default=None, help="folder written by scripts/prepare_data.py (default data/packed)")
     g.add_argument("--attn-res", choices=ATTN_RES_MODES, default=None,
                    help="residual: standard (baseline), block or full AttnRes (default: block, or the --config's mode)")
     g.add_argument("--block-size", type=int, default=None, help="decoder layers per block in block mode (default: the preset's)")
@@ -31,20 +56,20 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
                         "unless --attn-res/--block-size change it (not with --config/--model-size)")
     g.add_argument("--seq-len", type=int, default=None, help="train on the first N tokens of each sequence (default: all)")
     g = p.add_argument_group("optimization")
-    g.add_argument("--max-steps", type=int, default=2000, help="optimizer steps (default 2000)")
-    g.add_argument("--micro-batch-size", type=int, default=8, help="sequences per process per forward (default 8)")
-    g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default 1)")
-    g.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (default 3e-4)")
+    g.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default 2000)")
+    g.add_argument("--micro-batch-size", type=int, default=None, help="sequences per process per forward (default 8)")
+    g.add_argument("--grad-accum", type=int, default=None, help="micro-batches per optimizer step (default 1)")
+    g.add_argument("--lr", type=float, default=None, help="peak learning rate (default 3e-4)")
     g.add_argument("--res-proj-lr", type=float, default=None,
                    help="peak learning rate of the AttnRes pseudo-queries (*_res_proj); default: --lr")
-    g.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine floor as a fraction of the peak (default 0.1)")
-    g.add_argument("--warmup-steps", type=int, default=100, help="linear warmup steps (default 100)")
-    g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay on matrices (default 0.1)")
-    g.add_argument("--grad-clip", type=float, default=1.0, help="global gradient norm clip, 0 = off (default 1.0)")
-    g.add_argument("--mixed-precision", choices=("auto", "no", "bf16"), default="auto",
+    g.add_argument("--min-lr-ratio", type=float, default=None, help="cosine floor as a fraction of the peak (default 0.1)")
+    g.add_argument("--warmup-steps", type=int, default=None, help="linear warmup steps (default 100)")
+    g.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay on matrices (default 0.1)")
+    g.add_argument("--grad-clip", type=float, default=None, help="global gradient norm clip, 0 = off (default 1.0)")
+    g.add_argument("--mixed-precision", choices=("auto", "no", "bf16"), default=None,
                    help="auto: bf16 on a GPU that supports it, fp32 elsewhere (default auto)")
     g.add_argument("--gradient-checkpointing", action="store_true", help="recompute layer activations in backward")
-    g.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
+    g.add_argument("--seed", type=int, default=None, help="model init and data order (default 0)")
     g.add_argument("--max-nonfinite-steps", type=int, default=3,
                    help="a step with a NaN/inf loss or gradient norm makes no update and is logged; this many in a row "
                         "stop the run with exit code 3 and no final model (default 3)")
@@ -58,7 +83,9 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps, 0 = only at the end (default 500)")
     g.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept (default 2)")
     g.add_argument("--resume", default="auto", help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder "
-                   "(checkpoints/step-00000100; checkpoints/step-100 also works)")
+                   "(checkpoints/step-00000100; checkpoints/step-100 also works). A resume continues exactly the "
+                   "recorded run: flags left out take the recorded values, a flag that would change the run (data, "
+                   "model, --lr, --max-steps, ...: RUN_SETTINGS in attnres/training/args.py) is refused by name")
     g.add_argument("--log-every", type=int, default=10, help="log train loss every N steps (default 10)")
     g.add_argument("--eval-every", type=int, default=200, help="validation loss every N steps, 0 = off (default 200)")
     g.add_argument("--eval-batches", type=int, default=10, help="validation global batches per eval (default 10)")
@@ -121,10 +148,6 @@ def check_args(args, meta: dict, world: int) -> None:
         raise ValueError(f"--config {args.config}: file not found")
     if args.seq_len is not None and not 2 <= args.seq_len <= meta["seq_len"]:
         raise ValueError(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), got {args.seq_len}")
-    if args.resume not in ("auto", "never"):
-        from .state import resolve_checkpoint
-
-        args.resume = str(resolve_checkpoint(args.resume))  # also accepts checkpoints/step-100 for step-00000100
     global_batch = args.micro_batch_size * args.grad_accum * world
     n_train, n_val = meta["num_sequences"]["train"], meta["num_sequences"]["validation"]
     if global_batch > n_train:

@@ -22,6 +22,7 @@ import torch
 from datasets import Dataset, DatasetDict
 
 from ..atomic_io import move_into_place, temporary_folder
+from ..safe_paths import write_failure
 
 META_FILE = "meta.json"
 DATASET_DIR = "dataset"
@@ -209,6 +210,11 @@ def prepare_dataset(args) -> dict:
         save_prepared(args.output_dir, packed, tokenizer, meta)
     except ValueError as error:  # too little text for the split or the sequence length: nothing was written
         raise SystemExit(f"error: {error}") from None
+    except OSError as error:  # disk full, no permission: the half-written folder is gone already
+        message = write_failure(args.output_dir, error)
+        if message is None:
+            raise
+        raise SystemExit(f"error: {message}; nothing was written") from None
     tokens = {name: len(split) * args.seq_len for name, split in packed.items()}
     print(f"wrote {args.output_dir}: {tokens['train']:,} train / {tokens['validation']:,} validation tokens, "
           f"vocab {len(tokenizer)}, {time.time() - start:.0f}s")

@@ -13,7 +13,8 @@
       python -m attnres.training.logs runs/small-standard runs/small-block runs/small-full --out figure5.png
 
 - training_info.json in a run's final/ folder (provenance): what the model saw, so an evaluation can tell whether two
-  models are matched (same tokens trained, same data) without the run folder around it.
+  models are matched (same tokens trained, same data) without the run folder around it, and how: the run's settings
+  and one record per segment (a resumed run has several: start and end step, command line, time, data fingerprint).
 """
 from __future__ import annotations
 
@@ -271,10 +272,13 @@ def data_fingerprint(data_dir: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def write_training_info(folder: Path, args, global_batch: int, step: int, signature: dict) -> None:
+def write_training_info(folder: Path, args, global_batch: int, step: int, run: dict) -> None:
+    """`run`: the checkpoint record (`resume.run_record`: settings, data fingerprint, model digest, process count)
+    with its segments, one per command that trained the model (start and end step, command line, time, data)."""
     write_json_atomic(Path(folder) / INFO_FILE, dict(
         steps=step, tokens_trained=step * global_batch * args.seq_len, global_batch=global_batch, seq_len=args.seq_len,
-        data=str(args.data), data_fingerprint=data_fingerprint(args.data), signature=signature,
+        data=str(args.data), data_fingerprint=run["data_fingerprint"], settings=run["settings"],
+        world_size=run["world_size"], model_config_digest=run["model"], segments=run["segments"],
     ))
 
 

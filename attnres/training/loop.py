@@ -6,26 +6,32 @@ the warmup + cosine schedule, from transformers' scheduler library.
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
 import shutil
+import sys
 import time
 from pathlib import Path
 
 import torch
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
-from .args import SetupError, check_args, world_size
+from ..atomic_io import move_into_place, recover_interrupted
+from .args import SetupError, check_args, fill_settings, world_size
 from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
 from .guard import NonFiniteError, NonFiniteGuard, is_finite, step_is_finite
-from .models import build_config, data_token_ids, init_config, init_tokenizer, load_model, reinit_zero_embedding_rows
-from .state import (
-    checked_resume_folder,
-    is_rank_zero,
-    output_lock,
-    read_state,
-    remove_partial,
-    run_signature,
-    save_checkpoint,
+from .models import (
+    build_config,
+    check_init_from,
+    data_token_ids,
+    init_config,
+    init_tokenizer,
+    load_model,
+    reinit_zero_embedding_rows,
 )
+from .logs import data_fingerprint
+from .resume import apply_recorded, check_resolved, checked_step, new_segment, read_recorded, resume_folder, run_record
+from .state import check_checkpoint, is_rank_zero, output_lock, remove_partial, save_checkpoint, write_error, written_or_removed
 
 RES_PROJ_SUFFIX = "_res_proj.weight"
 
@@ -82,21 +88,45 @@ def prepare(args):
 
 
 def _prepare(args):
+    """(world size, config, splits, tokenizer, the checkpoint to resume or None, its trainer state or None, the run
+    record). The flags a resume leaves out are filled from the recorded run first (`resume.py`), then checked."""
     world = world_size()
+    if args.output_dir is None:  # named after the model: found with the flags as given (or defaulted), before a resume
+        args.output_dir = _default_output_dir(argparse.Namespace(**vars(args)))
+    folder = resume_folder(args)
+    state = read_recorded(folder) if folder is not None else None
+    apply_recorded(args, state, folder)
+    if state is not None:
+        checked_step(folder, state)
     meta = check_prepared(args.data)
     check_args(args, meta, world)
     train_set, val_set, tokenizer = load_prepared(args.data)
-    if args.init_from is not None:  # fine-tuning: model and tokenizer from the folder (attnres/training/models.py)
-        tokenizer = init_tokenizer(args.init_from, tokenizer, args.data)
-        config = init_config(args.init_from, args.attn_res, args.block_size, tokenizer)
-    else:
-        config = build_config(args.model_size, args.config, args.attn_res, args.block_size, tokenizer)
-    if args.output_dir is None:
-        name = (f"finetune-{Path(args.init_from).name}" if args.init_from
-                else args.model_size if args.config is None else args.config.stem)
-        args.output_dir = Path("runs") / f"{name}-{config.attn_res_mode}"
+    config, tokenizer = _model_config(args, tokenizer)
     args.seq_len = args.seq_len or meta["seq_len"]
-    return world, config, train_set, val_set, tokenizer, checked_resume_folder(args, config, world)
+    record = run_record(args, config, world, data_fingerprint(args.data))
+    if folder is not None:
+        check_checkpoint(folder, deepspeed=args.deepspeed is not None)  # damaged files: one message naming them
+        check_resolved(folder, state, record)
+    return world, config, train_set, val_set, tokenizer, folder, state, record
+
+
+def _model_config(args, tokenizer):
+    """(config, tokenizer) of the run: fine-tuning takes both from --init-from (attnres/training/models.py)."""
+    if args.init_from is not None:
+        tokenizer = init_tokenizer(args.init_from, tokenizer, args.data)
+        return init_config(args.init_from, args.attn_res, args.block_size, tokenizer), tokenizer
+    return build_config(args.model_size, args.config, args.attn_res, args.block_size, tokenizer), tokenizer
+
+
+def _default_output_dir(args) -> Path:
+    """runs/<model name>-<residual>, from a copy of the flags (a resume then fills the real ones)."""
+    fill_settings(args)
+    check_init_from(args)
+    check_prepared(args.data)
+    config, _ = _model_config(args, load_prepared(args.data)[2])
+    name = (f"finetune-{Path(args.init_from).name}" if args.init_from
+            else args.model_size if args.config is None else args.config.stem)
+    return Path("runs") / f"{name}-{config.attn_res_mode}"
 
 
 def build_model(config, args):
@@ -126,17 +156,33 @@ def evaluate(engine, val_set, args) -> float:
     return engine.mean(torch.stack(losses).mean())
 
 
-def save_final_model(engine, tokenizer, output_dir: Path) -> None:
-    final, tmp = output_dir / "final", output_dir / ".tmp-final"
+FINAL_BUILD = ".tmp-final"  # one name every process agrees on (the model is saved collectively)
+
+
+def save_final_model(engine, tokenizer, output_dir: Path, write_info) -> None:
+    """Build final/ beside it (model, tokenizer, `write_info(folder)`: training_info.json), then swap it in with
+    `move_into_place`: the old final/ steps aside before the new one takes the name, so a kill at any moment leaves
+    one complete model at final/ or beside it (`clean_run_folder` puts it back)."""
+    final, tmp = output_dir / "final", output_dir / FINAL_BUILD
     if engine.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
     engine.barrier()
-    engine.save_model(tmp)
-    if engine.is_main:
-        tokenizer.save_pretrained(str(tmp))  # "next to the model": the folder loads with Auto classes alone
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+    with written_or_removed(tmp, final) if engine.is_main else contextlib.nullcontext():
+        engine.save_model(tmp)
+        if engine.is_main:
+            tokenizer.save_pretrained(str(tmp))  # "next to the model": the folder loads with Auto classes alone
+            write_info(tmp)
+            move_into_place(tmp, final)
     engine.barrier()
+
+
+def clean_run_folder(output_dir: Path) -> None:
+    """What a killed run left in its folder: half-written checkpoints and final model builds go, a final/ caught
+    mid-swap is settled (the old one back if the new one never arrived). Main process, under the output lock."""
+    remove_partial(output_dir / "checkpoints")
+    recover_interrupted(output_dir / FINAL_BUILD)  # save_pretrained's own build folder inside a killed final save
+    shutil.rmtree(output_dir / FINAL_BUILD, ignore_errors=True)
+    recover_interrupted(output_dir / "final")
 
 
 def train_step(step, engine, train_set, plan, diagnostics, args) -> tuple[float, float | None, dict, bool]:
@@ -181,14 +227,21 @@ def check_finite(guard, step, loss, grad_norm, applied, logger, progress) -> boo
     return finite
 
 
-def train(args) -> dict:
-    """Run training; returns a summary (start and final step, last losses, output dir)."""
+def train(args, argv: list[str] | None = None) -> dict:
+    """Run training; returns a summary (start and final step, last losses, output dir). `argv`: the command line,
+    for the provenance (None: sys.argv)."""
     prepared = prepare(args)
     with output_lock(args.output_dir, enabled=is_rank_zero()):  # one run per output folder
-        return run(args, *prepared)
+        try:
+            return run(args, *prepared, argv=sys.argv[1:] if argv is None else argv)
+        except OSError as error:  # a log or plot write failed (checkpoints and final/ name their own folder)
+            failure = write_error(Path(args.output_dir), error)
+            if failure is None:
+                raise
+            raise failure from None
 
 
-def run(args, world, config, train_set, val_set, tokenizer, folder) -> dict:
+def run(args, world, config, train_set, val_set, tokenizer, folder, state, record, argv) -> dict:
     """The training itself, once `prepare` has checked everything and the output folder is locked."""
     from tqdm.auto import tqdm
 
@@ -202,19 +255,22 @@ def run(args, world, config, train_set, val_set, tokenizer, folder) -> dict:
     output_dir, root = Path(args.output_dir), Path(args.output_dir) / "checkpoints"
     if engine.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
-        remove_partial(root)
+        clean_run_folder(output_dir)
     engine.barrier()
     start_step = 0
     if folder is not None:
         engine.load(folder)
-        start_step = read_state(folder)["step"]
+        start_step = state["step"]
+    segments = [*(state or {}).get("segments", []), new_segment(start_step, argv, record["data_fingerprint"])]
+
+    def checkpoint_state(step: int) -> dict:  # the run record and its segments, this one ending at `step`
+        return dict(record, segments=[*segments[:-1], dict(segments[-1], end_step=step)])
 
     logger = MetricsLogger(output_dir, engine.is_main, start_step, tensorboard=not args.no_tensorboard)
     diagnostics = DepthDiagnostics(engine.module, output_dir, args.diagnostics_every, engine.is_main, start_step)
     plan = BatchPlan(len(train_set), args.micro_batch_size, args.grad_accum, engine.world_size, args.seed)
     progress = tqdm(total=args.max_steps, initial=start_step, disable=not engine.is_main, desc=f"train {config.attn_res_mode}")
     summary = dict(output_dir=str(output_dir), start_step=start_step, train_loss=None, val_loss=None)
-    state = dict(signature=run_signature(args, config, world))
     started = time.time()
 
     guard = NonFiniteGuard(args.max_nonfinite_steps)
@@ -232,16 +288,17 @@ def run(args, world, config, train_set, val_set, tokenizer, folder) -> dict:
             summary["val_loss"] = evaluate(engine, val_set, args)
             logger.log(step, **{"val/loss": summary["val_loss"]})
         if (args.save_every and step % args.save_every == 0) or step == args.max_steps:
-            save_checkpoint(root, step, state, engine.save, engine.is_main, engine.barrier, args.keep_checkpoints)
+            save_checkpoint(root, step, checkpoint_state(step), engine.save, engine.is_main, engine.barrier,
+                            args.keep_checkpoints)
     progress.close()
     logger.close()
 
     if not args.no_final_model:
-        save_final_model(engine, tokenizer, output_dir)
-        if engine.is_main:  # tokens trained and data fingerprint, for attnres.evaluation's matched-pair check
-            from .logs import write_training_info
+        from .logs import write_training_info  # tokens trained, data fingerprint, settings, segments (provenance)
 
-            write_training_info(output_dir / "final", args, plan.global_batch, args.max_steps, state["signature"])
+        final_state = checkpoint_state(args.max_steps)
+        save_final_model(engine, tokenizer, output_dir, lambda folder: write_training_info(
+            folder, args, plan.global_batch, args.max_steps, final_state))
     if engine.is_main and args.diagnostics_every and (output_dir / "diagnostics.jsonl").is_file():
         from .logs import plot_runs
 

@@ -4,8 +4,8 @@
   `step-N/` once everything (including `trainer_state.json`, written last) is on disk. A process killed mid-write
   leaves only a `.tmp-*` folder, which is ignored and cleaned up at the next start; the previous `step-*` folder
   stays complete and loadable. A rename within one folder is atomic on POSIX file systems.
-- Resuming: which checkpoint (`--resume auto|never|DIR`), whether it was made with the same settings, and reading
-  it back without ever running code from it: torch files load with `weights_only=True` (tensors, numbers, strings,
+- Resuming (which checkpoint, and the rule that a resume continues the recorded run: `resume.py`): reading the
+  checkpoint back without ever running code from it: torch files load with `weights_only=True` (tensors, numbers, strings,
   numpy arrays: no pickled objects), and every file is checked first, so a damaged or missing one gets a message
   naming it instead of a traceback or, as accelerate does for RNG states, silence.
 - One run per output folder: the run that writes to a folder holds an exclusive lock on `<folder>/.lock` until it
@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -24,13 +25,15 @@ import socket
 import time
 import zipfile
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..atomic_io import move_into_place, recover_interrupted
 from ..checkpoint_files import CheckpointFileError, check_safetensors, read_json_file
+from ..safe_paths import settle_interrupted, write_failure
 from . import SetupError
 
 STATE_FILE = "trainer_state.json"
@@ -77,9 +80,15 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def remove_partial(root: Path) -> None:
-    """Delete `.tmp-*` folders left by a killed run (main process only, before training)."""
-    for leftover in Path(root).glob(".tmp-*") if Path(root).is_dir() else ():
+    """Delete `.tmp-*` folders left by a killed run, and settle a checkpoint swap it left midway (main process only,
+    before training)."""
+    root = Path(root)
+    if not root.is_dir():
+        return
+    for leftover in root.glob(".tmp-*"):
         shutil.rmtree(leftover, ignore_errors=True)
+    for old in root.glob(".step-*.replaced-*"):  # `move_into_place` of a re-saved step: the old copy goes back or goes
+        recover_interrupted(root / old.name[1:].rsplit(".replaced-", 1)[0])
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -88,6 +97,36 @@ def _fsync_tree(folder: Path) -> None:
         if path.is_file():
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
+
+
+class OutputWriteError(SetupError):
+    """Writing a run output failed on the filesystem (disk full, no permission): commands print its message alone.
+    The half-written folder is gone; the previous checkpoint or model stays as it was."""
+
+
+def write_error(output: Path, error: BaseException) -> OutputWriteError | None:
+    """One error naming the OS error and `output`, for a failed write; None for other errors. torch.save reports a
+    short write without an errno ("unexpected pos"): on a filesystem with (nearly) no space left that is ENOSPC."""
+    message = write_failure(output, error) if isinstance(error, Exception) else None
+    if message is None and isinstance(error, RuntimeError) and "unexpected pos" in str(error):
+        full = shutil.disk_usage(Path(output).parent).free < 64 * 2**20
+        message = write_failure(output, OSError(errno.ENOSPC if full else errno.EIO, ""))
+    return None if message is None else OutputWriteError(message)
+
+
+@contextmanager
+def written_or_removed(folder: Path, output: Path):
+    """Around the writing of `folder` (the build folder of `output`): on any failure or interrupt it is removed, and
+    a filesystem error becomes one OutputWriteError naming it and `output`."""
+    try:
+        yield
+    except BaseException as error:
+        shutil.rmtree(folder, ignore_errors=True)
+        settle_interrupted(output)  # caught mid-swap: the old copy that stepped aside goes back
+        failure = write_error(output, error)
+        if failure is None:
+            raise
+        raise failure from None
 
 
 def save_checkpoint(root: Path, step: int, state: dict, write: Callable[[Path], None], is_main: bool,
@@ -99,49 +138,32 @@ def save_checkpoint(root: Path, step: int, state: dict, write: Callable[[Path], 
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     barrier()
-    write(tmp)
-    barrier()
+    with written_or_removed(tmp, final) if is_main else nullcontext():
+        write(tmp)
+        barrier()
+        if is_main:
+            (tmp / STATE_FILE).write_text(json.dumps(dict(state, step=step), indent=2))
+            _fsync_tree(tmp)
+            time.sleep(float(os.environ.get(PAUSE_ENV, "0")))
+            # the same step saved again (a resume from an older checkpoint): the old copy steps aside, then goes
+            move_into_place(tmp, final)
     if is_main:
-        (tmp / STATE_FILE).write_text(json.dumps(dict(state, step=step), indent=2))
-        _fsync_tree(tmp)
-        time.sleep(float(os.environ.get(PAUSE_ENV, "0")))
-        if final.exists():  # the same step saved again (e.g. the end of a resumed run): replace it
-            shutil.rmtree(final)
-        tmp.rename(final)
         for old in complete_checkpoints(root)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     barrier()
     return final
 
 
+def interrupted_message(output_dir, signal) -> str:
+    """The one line of a run stopped by Ctrl-C or SIGTERM: where it can continue from."""
+    latest = latest_checkpoint(Path(output_dir) / "checkpoints") if output_dir is not None else None
+    where = (f"the last complete checkpoint is {latest} (step {read_state(latest)['step']}): rerun the same command "
+             "to continue from it" if latest else "no checkpoint was written yet: rerunning starts over")
+    return f"interrupted ({signal.name}): {where}"
+
+
 def read_state(folder: Path) -> dict:
     return json.loads((Path(folder) / STATE_FILE).read_text())
-
-
-# --- resuming: which checkpoint, and whether it fits this run --------------------------------------------------
-
-
-def run_signature(args, config, world: int) -> dict:
-    return dict(attn_res=config.attn_res_mode, block_size=config.attn_res_block_size, model_size=args.model_size,
-                config=str(args.config), micro_batch_size=args.micro_batch_size, grad_accum=args.grad_accum,
-                world_size=world, seed=args.seed, seq_len=args.seq_len,
-                **({"init_from": str(args.init_from)} if args.init_from else {}))
-
-
-def checked_resume_folder(args, config, world: int) -> Path | None:
-    """The checkpoint to resume from (None: start fresh); refused when it was made with other settings."""
-    if args.resume == "never":
-        return None
-    folder = Path(args.resume) if args.resume != "auto" else latest_checkpoint(Path(args.output_dir) / "checkpoints")
-    if folder is None:
-        return None
-    check_checkpoint(folder, deepspeed=args.deepspeed is not None)  # damaged files: one message naming them
-    saved, now = read_state(folder)["signature"], run_signature(args, config, world)
-    mismatch = {key: (saved.get(key), value) for key, value in now.items() if saved.get(key) != value}
-    if mismatch:
-        raise ValueError(f"--resume {folder}: checkpoint was made with other settings {mismatch} (saved, now); "
-                         f"use another --output-dir or --resume never")
-    return folder
 
 
 # --- resuming: reading the files back as plain data ----------------------------------------------------------------

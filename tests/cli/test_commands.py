@@ -2,10 +2,10 @@
 extras): every `--help` works, and a command that needs an extra says which one in one line."""
 import json
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from attnres.cli import COMMANDS, main
 from tests.helpers.base_install import run_on_base_install
@@ -31,10 +31,10 @@ def test_dispatcher_lists_commands_and_refuses_unknown_ones(capsys):
     assert main(["no-such-command"]) == 2 and "unknown command 'no-such-command'" in capsys.readouterr().err
 
 
-HELP_ALL = f"""
+HELP_ALL = """
 import contextlib, io, json, sys
 from attnres.cli import COMMANDS, command_main
-codes = {{}}
+codes = {}
 for name in COMMANDS:
     with contextlib.redirect_stdout(io.StringIO()) as out:
         try:

@@ -4,10 +4,12 @@ resume (redone, never a crash). Every refused case: one message naming the flag 
 written."""
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 
 import pytest
+import torch
 
 from attnres.cli.compare import main as compare_main
 from attnres.evaluation.comparison import CompareError
@@ -29,11 +31,17 @@ def env(tmp_path_factory, offline):
     for name, text in {"bad_json": "{not json", "not_model": "{}", "no_weights": '{"model_type": "kimi_linear"}'}.items():
         (root / name).mkdir()
         (root / name / "config.json").write_text(text)
+    planted = shutil.copytree(a, root / "planted")  # our model, plus a tokenizer module of the folder's own
+    (planted / "tokenization_evil.py").write_text(f"open({str(root / 'ran')!r}, 'w')\n")
+    config = json.loads((planted / "tokenizer_config.json").read_text())
+    (planted / "tokenizer_config.json").write_text(json.dumps({**config, "auto_map": {
+        "AutoTokenizer": [None, "tokenization_evil.Tok"]}}))
     damaged = fixture_eval_data(root / "damaged_eval")
     (damaged / "prepared.json").write_text("{")
     return dict(root=root, a=a, b=b, eval=fixture_eval_data(root), damaged_eval=damaged)
 
 
+ABSENT_DEVICE = "cuda" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count()}"
 # name -> (argv: {a} {b} {root} {eval} {out} are filled in; words the error must contain)
 COMPARE_CASES = {
     "model_missing": (["{root}/missing", "{b}"], ["missing", "does not exist"]),
@@ -61,6 +69,16 @@ COMPARE_CASES = {
     "output_dir_inside_a_model": (["{a}", "{b}", "--output-dir", "{b}/report"], ["--output-dir", "inside", "b"]),
     "output_dir_inside_eval_data": (["{a}", "{b}", "--output-dir", "{eval}/report"], ["--output-dir", "inside"]),
     "prepared_json_damaged": (["{a}", "{b}", "--eval-data", "{root}/damaged_eval/eval"], ["prepared.json", "damaged"]),
+    "folder_carries_code": (["{a}", "{root}/planted"], ["planted", "tokenizer_config.json", "tokenization_evil.py",
+                                                        "--trust-remote-code"]),
+    "device_not_a_device": (["{a}", "{b}", "--device", "banana"], ["--device", "banana", "not a device"]),
+    "device_not_on_this_machine": (["{a}", "{b}", "--device", ABSENT_DEVICE], ["--device", ABSENT_DEVICE]),
+    "gen_kwargs_no_name": (["{a}", "{b}", "--gen-kwargs", "==="], ["--gen-kwargs", "===", "name=value"]),
+    "gen_kwargs_no_value": (["{a}", "{b}", "--gen-kwargs", "max_gen_toks"], ["--gen-kwargs", "max_gen_toks"]),
+    "model_args_no_name": (["{a}", "{b}", "--model-args", "=1"], ["--model-args", "name=value"]),
+    "model_args_set_by_a_flag": (["{a}", "{b}", "--model-args", "trust_remote_code=True"],
+                                 ["--model-args", "trust_remote_code", "--trust-remote-code"]),
+    "model_args_unknown_option": (["{a}", "{b}", "--model-args", "nonsense=1"], ["--model-args", "nonsense"]),
 }
 
 
@@ -77,6 +95,18 @@ def test_compare_refuses_before_any_work(env, tmp_path, argv, named):
     inputs = [env["a"], env["b"], env["eval"], env["root"] / "a_file"]
     absent = [out, env["a"] / "results", env["b"] / "report", env["eval"] / "report"]
     expect_refused(lambda: compare_main(argv), named, untouched=inputs, absent=absent, errors=(CompareError, DataError))
+    assert not (env["root"] / "ran").exists()  # the planted tokenizer module never ran
+
+
+def test_planted_code_runs_only_with_the_flag(env, tmp_path):
+    """The same folder with --trust-remote-code: its module is imported (the marker appears)."""
+    marker = env["root"] / "ran"
+    with pytest.raises(Exception):  # the planted module defines no tokenizer: loading fails after it ran
+        compare_main([str(env["a"]), str(env["root"] / "planted"), "--trust-remote-code", "--tasks", TASK,
+                      "--eval-data", str(env["eval"]), "--limit", "1", "--device", "cpu",
+                      "--output-dir", str(tmp_path / "out")])
+    assert marker.exists()
+    marker.unlink()
 
 
 ARGPARSE_CASES = {
@@ -125,3 +155,23 @@ def test_damaged_result_file_is_redone_on_resume(env, finished, tmp_path, damage
     assert redone["items"] == json.loads((finished / "results" / "b" / f"{TASK}.json").read_text())["items"]
     assert snapshot(out / "results" / "a") == kept  # the intact result was reused, not recomputed
     assert report["models"][1]["label"] == "b" and (out / "report.md").is_file()
+
+
+DISK_FULL = {"plots": ("matplotlib.figure.Figure.savefig", "1"), "results": ("attnres.evaluation.runner.write_json_atomic", "2")}
+
+
+@pytest.mark.parametrize("target, limit", DISK_FULL.values(), ids=DISK_FULL.keys())
+def test_disk_full_while_writing_the_report(env, finished, tmp_path, monkeypatch, target, limit):
+    """One message naming --output-dir; the earlier report and results stay as they were, nothing half-written."""
+    out = shutil.copytree(finished, tmp_path / "report")
+    before = snapshot(out)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(target, full)
+    argv = [str(env["a"]), str(env["b"]), "--tasks", TASK, "--eval-data", str(env["eval"]), "--limit", limit,
+            "--device", "cpu", "--output-dir", str(out)]
+    message = expect_refused(lambda: compare_main(argv), ["--output-dir", str(out), "No space left on device"],
+                             untouched=[out], errors=CompareError)
+    assert snapshot(out) == before and not list(out.rglob(".*")), message

@@ -107,3 +107,62 @@ def test_damaged_prepared_json_is_rewritten_by_prepare(tmp_path):
                            "--gpqa-csv", str(write_gpqa_csv(tmp_path / "g.csv", gpqa_rows(2)))])
     assert status["gpqa"]["rows"] == {"train": 2}
     assert json.loads((out / "prepared.json").read_text())["gpqa"]["rows"] == {"train": 2}
+
+
+def prepare_argv(out: Path, tmp_path: Path, *extra) -> list[str]:
+    csv = write_gpqa_csv(tmp_path / "gpqa_ok.csv", gpqa_rows(2))
+    return ["--output-dir", str(out), "--cache-dir", str(tmp_path / "cache"), "--benchmarks", "gpqa", "--gpqa-csv",
+            str(csv), *extra]
+
+
+def test_folders_this_command_did_not_write_are_kept_without_force(tmp_path):
+    """An existing --output-dir with the user's own tasks/ and gpqa/ folders: refused by name, nothing touched; with
+    --force only the folders the command writes are replaced, and the user's other files stay."""
+    out = tmp_path / "eval"
+    (out / "tasks").mkdir(parents=True)
+    (out / "tasks" / "my_task.yaml").write_text("task: mine")
+    (out / "gpqa").mkdir()
+    (out / "gpqa" / "notes.txt").write_text("mine")
+    (out / "keep.txt").write_text("never touched")
+    expect_refused(lambda: prepare_main(prepare_argv(out, tmp_path)), ["--output-dir", "tasks/", "gpqa/", "--force"],
+                   untouched=[out], absent=[out / "prepared.json", tmp_path / "cache"], errors=SystemExit)
+    assert (out / "tasks" / "my_task.yaml").read_text() == "task: mine"
+    status = prepare_main(prepare_argv(out, tmp_path, "--force"))
+    assert status["gpqa"]["rows"] == {"train": 2}
+    assert not (out / "tasks" / "my_task.yaml").exists() and not (out / "gpqa" / "notes.txt").exists()
+    assert (out / "tasks" / "gpqa" / "attnres_gpqa.yaml").is_file() and (out / "keep.txt").read_text() == "never touched"
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_a_rerun_replaces_only_what_it_wrote(good_gpqa, tmp_path):
+    out = shutil.copytree(good_gpqa, tmp_path / "eval")
+    prepare_main(prepare_argv(out, tmp_path))  # unchanged since written: no --force needed
+    (out / "tasks" / "my_notes.txt").write_text("added by the user")
+    expect_refused(lambda: prepare_main(prepare_argv(out, tmp_path)), ["tasks/", "--force"], untouched=[out],
+                   errors=SystemExit)
+    assert (out / "tasks" / "my_notes.txt").read_text() == "added by the user"
+
+
+DISK_FULL = {"benchmark_file": "write_text_atomic", "status_file": "write_json_atomic"}
+
+
+@pytest.mark.parametrize("writer", DISK_FULL.values(), ids=DISK_FULL.keys())
+def test_disk_full_is_one_message_and_nothing_half_written(good_gpqa, tmp_path, monkeypatch, writer):
+    import errno
+
+    from attnres.evaluation import data
+
+    out = shutil.copytree(good_gpqa, tmp_path / "eval")
+    before = snapshot(out)
+
+    def full(path, *args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(data, writer, full)
+    with pytest.raises(SystemExit) as info:
+        prepare_main(prepare_argv(out, tmp_path))
+    message = str(info.value.code)
+    assert message.startswith("error: writing --output-dir") and "No space left on device" in message, message
+    assert not [p for p in out.rglob(".*")], "a half-written staging file or folder was left"
+    if writer == "write_text_atomic":  # the benchmark could not be written: the earlier copy is untouched
+        assert snapshot(out) == before

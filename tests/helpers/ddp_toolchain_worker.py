@@ -25,7 +25,8 @@ def main(work: Path) -> None:
     from tests.helpers.toolchain_fixtures import finetune_args
 
     for mode in ("block", "full"):
-        run_example("finetune_accelerate.py", str(work / mode), str(work / f"accelerate-{mode}"), "--cpu", "--steps", "2")
+        run_example("finetune_accelerate.py", str(work / mode), str(work / f"accelerate-{mode}"), "--cpu",
+                    "--steps", "2")
         print(f"ok accelerate-{mode}", flush=True)
     run_example("finetune_trainer.py", str(work / "full"), str(work / "trainer"), "--cpu", "--steps", "2")
     print("ok trainer", flush=True)

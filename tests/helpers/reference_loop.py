@@ -39,7 +39,8 @@ def masks_for(model, embeds):
         config=model.config, inputs_embeds=embeds, attention_mask=None, past_key_values=None,
         position_ids=torch.arange(embeds.shape[1]).unsqueeze(0),
     )
-    return {"full_attention": create_causal_mask(**kwargs), "linear_attention": create_recurrent_attention_mask(**kwargs)}
+    return {"full_attention": create_causal_mask(**kwargs),
+            "linear_attention": create_recurrent_attention_mask(**kwargs)}
 
 
 def reference_logits(causal_lm, input_ids):

@@ -143,8 +143,8 @@ CONFIG_CASES = {
     "router": (lambda c: c["text_config"].update(moe_router_activation_func="softmax"),
                r"moe_router_activation_func='softmax': only \('sigmoid',\)"),
     "rope mla": (lambda c: c["text_config"].update(mla_use_nope=False), r"mla_use_nope=False"),
-    "8-bit": (lambda c: c["text_config"]["quantization_config"]["config_groups"]["group_0"]["weights"].update(num_bits=8),
-              r"num_bits=8"),
+    "8-bit": (lambda c: c["text_config"]["quantization_config"]["config_groups"]["group_0"]["weights"]
+              .update(num_bits=8), r"num_bits=8"),
     "situ beta": (lambda c: c["text_config"].pop("activation_situ_beta"), r"needs activation_situ_beta"),
     "positive bound": (lambda c: c["text_config"]["linear_attn_config"].update(gate_lower_bound=1.0),
                        r"linear_gate_lower_bound must be < 0"),

@@ -45,7 +45,8 @@ def test_situ_glu_matches_formula_where_the_clipping_bites():
     assert low.dtype == torch.bfloat16
     assert torch.equal(low, situ_reference(gate.bfloat16(), up.bfloat16()).float().bfloat16())
     # no linear beta: the up half is used as is
-    torch.testing.assert_close(situ_glu(gate, up, BETA, None), (BETA * torch.tanh(gate / BETA) * torch.sigmoid(gate) * up))
+    torch.testing.assert_close(situ_glu(gate, up, BETA, None),
+                               (BETA * torch.tanh(gate / BETA) * torch.sigmoid(gate) * up))
 
 
 def test_situ_mlp_and_experts_match_reference():
@@ -118,7 +119,8 @@ def kda_pair(**overrides):
         fg = k3.forget_gate
         plain.forget_gate.forward = lambda x: -5.0 * torch.sigmoid(
             fg.A_log.view(1, 1, -1, 1).exp()
-            * (F.linear(F.linear(x, fg.f_a_proj.weight), fg.f_b_proj.weight) + fg.dt_bias).view(*x.shape[:2], -1, k3.head_dim)
+            * (F.linear(F.linear(x, fg.f_a_proj.weight), fg.f_b_proj.weight) + fg.dt_bias)
+            .view(*x.shape[:2], -1, k3.head_dim)
         )
     return config, k3, plain
 

@@ -29,7 +29,8 @@ def test_reference_matches_pseudo_code(n, dtype):
 def test_stacked_input_equals_list_input():
     sources = [torch.randn(4, 32) for _ in range(3)]
     query, gain = torch.randn(32), torch.ones(32)
-    assert torch.equal(attn_res_naive(sources, query, gain, 1e-5), attn_res_naive(torch.stack(sources), query, gain, 1e-5))
+    assert torch.equal(attn_res_naive(sources, query, gain, 1e-5),
+                       attn_res_naive(torch.stack(sources), query, gain, 1e-5))
 
 
 def test_keys_are_scale_free_but_values_are_not():

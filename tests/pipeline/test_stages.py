@@ -31,7 +31,8 @@ def test_pipe_layers_equal_the_model(mode, block_size):
     loss.backward()
 
     torch.testing.assert_close(loss, reference, rtol=0, atol=0)
-    assert widths == DepthLayout.of(model.config).sources_before_layers()  # embedding output, then after each decoder layer
+    # embedding output, then after each decoder layer
+    assert widths == DepthLayout.of(model.config).sources_before_layers()
     params = dict(model.named_parameters())
     for layer in layers:
         for name, param in layer.named_parameters():

@@ -25,7 +25,7 @@ CONVERTER = CACHE / "llama.cpp" / "convert_hf_to_gguf.py"
 PROMPTS = ["the king walks over the river", "a queen sees the light of the", "stone and tree and the dark house",
            "the river runs under"]
 # max |llama.cpp - ours| / max |ours| over all positions of all prompts (measured: RESULTS.md "Serving")
-REL_TOLERANCE = {"f32": 1e-2, "f16": 3e-2, "q8_0": 8e-2}
+REL_TOLERANCE = {"f32": 1e-2, "f16": 1e-2, "q8_0": 3e-2}
 GREEDY_TOKENS = 20
 
 
@@ -62,8 +62,8 @@ def gguf(exported: Path, outtype: str) -> Path:
     out = exported.parent / f"model-{outtype}.gguf"
     if not out.exists():
         env = dict(os.environ, PYTHONPATH=str(CONVERTER.parent / "gguf-py"), NO_LOCAL_GGUF="")
-        run = subprocess.run([sys.executable, str(CONVERTER), str(exported), "--outtype", outtype, "--outfile", str(out)],
-                             env=env, capture_output=True, text=True, timeout=600)
+        command = [sys.executable, str(CONVERTER), str(exported), "--outtype", outtype, "--outfile", str(out)]
+        run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, f"convert_hf_to_gguf.py --outtype {outtype} failed:\n{run.stderr[-4000:]}"
     return out
 

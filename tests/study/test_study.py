@@ -84,7 +84,8 @@ GRID = {
     "name": "t",
     "data": {"dir": "data/x"},
     "model": {"layers": 3, "hidden": 16, "block_size": 2, "heads": 2},
-    "train": {"max_steps": 2, "micro_batch_size": 2, "seq_len": 16, "warmup_steps": 1, "eval_points": 1, "eval_batches": 1},
+    "train": {"max_steps": 2, "micro_batch_size": 2, "seq_len": 16, "warmup_steps": 1, "eval_points": 1,
+              "eval_batches": 1},
     "groups": {
         "main": {"modes": ["standard", "block", "full"], "seeds": [0, 1]},
         "ablations": {"base": "full", "ablations": ["static", "sigmoid", "no_key_norm"], "seeds": [0]},
@@ -125,8 +126,10 @@ def test_grid_expansion_shares_runs_between_groups():
     (with_changes(groups={"main": {"modes": ["standard"]}}), "groups.main needs exactly"),
     (with_changes(groups={"mian": {"modes": ["standard"], "seeds": [0]}}), "unknown group 'mian'"),
     (with_changes(groups={"scaling": {"modes": ["standard"], "hidden": [8, 16], "seeds": [0]}}), "at least three"),
-    (with_changes(groups={"ablations": {"base": "standard", "ablations": ["static"], "seeds": [0]}}), "groups.ablations.base"),
-    (with_changes(groups={"ablations": {"base": "full", "ablations": ["tanh"], "seeds": [0]}}), "groups.ablations.ablations"),
+    (with_changes(groups={"ablations": {"base": "standard", "ablations": ["static"], "seeds": [0]}}),
+     "groups.ablations.base"),
+    (with_changes(groups={"ablations": {"base": "full", "ablations": ["tanh"], "seeds": [0]}}),
+     "groups.ablations.ablations"),
     (with_changes(groups={"main": {"modes": ["standard"], "seeds": [-1]}}), "groups.main.seeds"),
     (with_changes(model={"layers": 0}), "model.layers"),
     (with_changes(model={"hidden": 10}), "model.hidden"),
@@ -165,8 +168,9 @@ def fake_record(grid, key, flops_scale=1.0):
     """A result whose loss follows an exact power law in compute, 0.02 lower with AttnRes, seed noise 0.01."""
     flops = 1e12 * flops_scale * (key.hidden / 8) ** 2
     loss = 3.0 * (flops / 1e12) ** -0.05 - (0.02 if key.mode != "standard" else 0.0) + 0.01 * key.seed
-    return dict(id=key.id, spec=run_spec(grid, key), **key.to_dict(), val_loss=loss, val_curve=[[1, loss + 0.5], [2, loss]],
-                train_loss=loss, params=int(flops / 6e3), flop_params=int(flops / 6e3), tokens=1000, flops=flops, wall_s=0.1)
+    return dict(id=key.id, spec=run_spec(grid, key), **key.to_dict(), val_loss=loss,
+                val_curve=[[1, loss + 0.5], [2, loss]], train_loss=loss, params=int(flops / 6e3),
+                flop_params=int(flops / 6e3), tokens=1000, flops=flops, wall_s=0.1)
 
 
 class FakeRunner:

@@ -176,10 +176,10 @@ def test_resume_with_other_settings_is_refused(data, train, reference, tmp_path)
     import shutil
 
     shutil.copytree(reference / "checkpoints", tmp_path / "checkpoints")
-    with pytest.raises(ValueError, match="attn_res"):
+    with pytest.raises(ValueError, match=r"--attn-res block \(recorded\) vs standard \(given\)"):
         train(train_args(data, tmp_path, **dict(REFERENCE, attn_res="standard")))
     short_name = tmp_path / "checkpoints" / "step-2"  # the folder is step-00000002: the alias reaches the same check
-    with pytest.raises(ValueError, match="step-00000002: checkpoint was made with other settings.*attn_res"):
+    with pytest.raises(ValueError, match=r"step-00000002: --attn-res block \(recorded\) vs standard \(given\)"):
         train(train_args(data, tmp_path, **dict(REFERENCE, attn_res="standard", resume=short_name)))
 
 

@@ -1,0 +1,131 @@
+"""The resume rule: a resume continues exactly the recorded run, or is refused.
+
+The first segment of a run records its settings in every checkpoint's trainer_state.json: the flags of
+`args.RUN_SETTINGS` (data, model, optimizer, schedule, batch plan, seed, precision, DeepSpeed), and what they
+resolved to (the data's fingerprint, a digest of the model config, the process count). A later segment (`--resume`)
+- takes the recorded value of every such flag it leaves out;
+- is refused, with one message naming every conflicting flag and both values, when a flag it gives differs;
+- in particular a larger or smaller --max-steps is refused: the warmup + cosine schedule was built for the recorded
+  total, so a longer one would make the learning rate jump and a shorter one end a run midway through its schedule.
+  To train further, start a new --output-dir with --init-from <run>/final (a fresh optimizer and schedule).
+The checkpoint's step is checked (an integer in [0, recorded --max-steps] matching its folder name), and the state
+keeps one record per segment (start and end step, command line, start time, data fingerprint): the provenance
+training_info.json copies them.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from ..checkpoint_files import read_json_file
+from .args import PATH_SETTINGS, RUN_SETTINGS, fill_settings, given_settings
+from .state import STATE_FILE, STEP_DIR, ResumeFileError, latest_checkpoint, resolve_checkpoint
+
+
+def resume_folder(args) -> Path | None:
+    """The checkpoint `--resume` names (None: start fresh); ValueError naming the path when there is none."""
+    if args.resume == "never":
+        return None
+    if args.resume == "auto":
+        return latest_checkpoint(Path(args.output_dir) / "checkpoints")
+    return resolve_checkpoint(args.resume)  # also accepts checkpoints/step-100 for step-00000100
+
+
+def read_recorded(folder: Path) -> dict:
+    """trainer_state.json of a checkpoint, with its recorded settings; messages name the file."""
+    path = Path(folder) / STATE_FILE
+    state = read_json_file(path, "training state")
+    if not isinstance(state, dict) or not isinstance(state.get("settings"), dict):
+        raise ResumeFileError(f"{path}: no recorded run settings (a checkpoint of an older version, or edited): "
+                              "resume it with the version that wrote it, or start a new --output-dir")
+    return state
+
+
+def apply_recorded(args, state: dict | None, folder: Path | None = None) -> None:
+    """Fill the flags left out from the recorded run (or the defaults when starting fresh); refuse given flags that
+    differ from it, all named in one message."""
+    if state is None:
+        fill_settings(args)
+        return
+    recorded, given = state["settings"], given_settings(args)
+    conflicts = [(name, recorded.get(name), value) for name, value in given.items()
+                 if name != "data" and not _same(name, recorded.get(name), value)]
+    if conflicts:
+        raise ValueError(conflict_message(folder, conflicts))
+    fill_settings(args, recorded)
+
+
+def _same(name: str, recorded, given) -> bool:
+    if name in PATH_SETTINGS:
+        return recorded is not None and Path(recorded).resolve() == Path(given).resolve()
+    return recorded == given
+
+
+def _show(value) -> str:
+    return "unset" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def conflict_message(folder, conflicts) -> str:
+    flags = "; ".join(f"--{name.replace('_', '-')} {_show(old)} (recorded) vs {_show(new)} (given)"
+                      for name, old, new in conflicts)
+    hint = ""
+    if any(name == "max_steps" for name, _, _ in conflicts):
+        hint = (" (the learning-rate schedule was built for the recorded --max-steps; to train further, start a new "
+                "--output-dir with --init-from <this run>/final)")
+    return (f"--resume {folder}: {flags}: resume continues the recorded run{hint}; start a new --output-dir to "
+            "change it, or leave the flag out")
+
+
+def checked_step(folder: Path, state: dict) -> int:
+    """The checkpoint's step: an integer in [0, recorded --max-steps], the one its folder is named after."""
+    step, limit = state.get("step"), state["settings"].get("max_steps")
+    match = STEP_DIR.match(Path(folder).name)
+    valid = isinstance(step, int) and not isinstance(step, bool) and isinstance(limit, int) and 0 <= step <= limit
+    if not valid or (match and int(match.group(1)) != step):
+        expected = f" (its folder is {Path(folder).name})" if match else ""
+        raise ResumeFileError(f"{Path(folder) / STATE_FILE}: step {step!r} is not an integer in [0, {limit}] "
+                              f"matching the checkpoint{expected}: the file is damaged or was edited")
+    return step
+
+
+# --- what the settings resolved to, and the segments ---------------------------------------------------------------
+
+
+def model_digest(config) -> str:
+    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def run_record(args, config, world: int, fingerprint: str) -> dict:
+    """What a checkpoint records of its run: the settings (every flag of RUN_SETTINGS, filled in) and what they
+    resolved to."""
+    settings = {name: str(value) if name in PATH_SETTINGS and value is not None else value
+                for name, value in ((name, getattr(args, name)) for name in RUN_SETTINGS)}
+    settings.update(attn_res=config.attn_res_mode,
+                    block_size=config.attn_res_block_size if config.attn_res_mode == "block" else None)
+    return dict(settings=settings, world_size=world, data_fingerprint=fingerprint, model=model_digest(config))
+
+
+def check_resolved(folder: Path, state: dict, record: dict) -> None:
+    """What the settings resolve to must match too: the data's content, the model config, the process count."""
+    differences = []
+    if state.get("data_fingerprint") != record["data_fingerprint"]:
+        differences.append(f"--data {record['settings']['data']}: other data (fingerprint "
+                           f"{state.get('data_fingerprint')} recorded, {record['data_fingerprint']} given; recorded "
+                           f"--data {state['settings'].get('data')})")
+    if state.get("model") != record["model"]:
+        differences.append("the model config (--config, --model-size, --init-from, --attn-res, --block-size) differs "
+                           "from the recorded one")
+    if state.get("world_size") != record["world_size"]:
+        differences.append(f"processes {state.get('world_size')} (recorded) vs {record['world_size']} (now)")
+    if differences:
+        raise ValueError(f"--resume {folder}: {'; '.join(differences)}: resume continues the recorded run; start a "
+                         "new --output-dir to change it")
+
+
+def new_segment(start_step: int, argv: list[str], fingerprint: str) -> dict:
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return dict(start_step=start_step, end_step=start_step, argv=list(argv), started=started, pid=os.getpid(),
+                data_fingerprint=fingerprint)
