@@ -13,3 +13,12 @@ import torch  # noqa: E402
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# Session-wide model folders and data shared by every test folder (built once, copied by the tests that damage them)
+from tests.helpers.bad_input_fixtures import (  # noqa: E402, F401
+    moonshot_checkpoint,
+    prepared_data,
+    saved_model,
+    sharded_model,
+)

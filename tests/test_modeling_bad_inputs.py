@@ -9,15 +9,7 @@ import torch
 
 from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
 from attnres.saved_model import RECORD_FILE
-from tests.helpers.bad_input_fixtures import (  # noqa: F401  fixtures, taken by name as test arguments (F811 there)
-    INDEX_DAMAGE,
-    MODEL_FOLDER_DAMAGE,
-    damaged_copy,
-    expect_refused,
-    saved_model,
-    sharded_model,
-    snapshot,
-)
+from tests.helpers.bad_input_fixtures import INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, damaged_copy, expect_refused, snapshot
 from tests.helpers.model_factory import random_ids, tiny_model
 
 # --- configs: (fields, words the ValueError must contain) -------------------------------------------------------------
@@ -178,19 +170,19 @@ INDEX_CASES = {**INDEX_DAMAGE}
 
 
 @pytest.mark.parametrize("damage, named", FOLDER_CASES.values(), ids=FOLDER_CASES.keys())
-def test_from_pretrained_damaged_folder(saved_model, tmp_path, damage, named):  # noqa: F811
+def test_from_pretrained_damaged_folder(saved_model, tmp_path, damage, named):
     folder = damaged_copy(saved_model, tmp_path, damage)
     expect_refused(lambda: KimiLinearAttnResForCausalLM.from_pretrained(folder), [str(folder), *named],
                    untouched=[folder])
 
 
 @pytest.mark.parametrize("damage, named", INDEX_CASES.values(), ids=INDEX_CASES.keys())
-def test_from_pretrained_damaged_index(sharded_model, tmp_path, damage, named):  # noqa: F811
+def test_from_pretrained_damaged_index(sharded_model, tmp_path, damage, named):
     folder = damaged_copy(sharded_model, tmp_path, damage)
     expect_refused(lambda: KimiLinearAttnResForCausalLM.from_pretrained(folder), named, untouched=[folder])
 
 
-def test_config_from_folder_without_config_json(saved_model, tmp_path):  # noqa: F811
+def test_config_from_folder_without_config_json(saved_model, tmp_path):
     folder = damaged_copy(saved_model, tmp_path, lambda f: (f / "config.json").unlink())
     expect_refused(lambda: KimiLinearAttnResConfig.from_pretrained(folder), [str(folder), "config.json"])
 
@@ -203,7 +195,7 @@ RECORD_CASES = {
 
 
 @pytest.mark.parametrize("changes, named", RECORD_CASES.values(), ids=RECORD_CASES.keys())
-def test_config_disagreeing_with_weights_refused(saved_model, tmp_path, changes, named):  # noqa: F811
+def test_config_disagreeing_with_weights_refused(saved_model, tmp_path, changes, named):
     folder = damaged_copy(saved_model, tmp_path, lambda f: None)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, **changes}))
@@ -213,7 +205,7 @@ def test_config_disagreeing_with_weights_refused(saved_model, tmp_path, changes,
         assert KimiLinearAttnResForCausalLM.from_pretrained(folder, **changes).config.attn_res_block_size == 3
 
 
-def test_record_written_and_matching_folder_loads(saved_model):  # noqa: F811
+def test_record_written_and_matching_folder_loads(saved_model):
     record = json.loads((saved_model / RECORD_FILE).read_text())
     assert (record["attn_res_mode"], record["attn_res_block_size"], record["num_hidden_layers"]) == ("block", 2, 4)
     KimiLinearAttnResForCausalLM.from_pretrained(saved_model)
@@ -223,7 +215,7 @@ class _Boom(RuntimeError):
     pass
 
 
-def test_failed_save_over_a_model_keeps_the_old_one(saved_model, tmp_path, monkeypatch):  # noqa: F811
+def test_failed_save_over_a_model_keeps_the_old_one(saved_model, tmp_path, monkeypatch):
     """The save dies after writing the new config (the issue's 'new config + old weights' case): nothing changes."""
     folder = damaged_copy(saved_model, tmp_path, lambda f: None)
     (folder / "tokenizer.json").write_text("{}")

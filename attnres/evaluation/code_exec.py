@@ -142,7 +142,8 @@ def execute(program: str, timeout_s=None, memory_mb=None, *, namespaces: bool = 
             _kill_everything(proc, uid)
         out.seek(0)
         lines = out.read().decode(errors="replace").splitlines()
-    errors = [line for line in lines if line.startswith("setup-error: ")]
+    started = next((i for i, line in enumerate(lines) if line.startswith("isolation: ")), len(lines))
+    errors = [line for line in lines[:started] if line.startswith("setup-error: ")]  # later ones: the program's
     if errors:
         raise CodeExecutionRefused(f"the code sandbox could not start: {errors[0].removeprefix('setup-error: ')}")
     isolation = next((tuple(line.split()[1:]) for line in lines if line.startswith("isolation: ")), ())

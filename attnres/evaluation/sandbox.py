@@ -168,14 +168,14 @@ def worker(request: dict, workdir: str, isolation: list, report: int) -> int:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    token, program = request.pop("token"), compile(request.pop("program"), "program.py", "exec")
+    token, source = request.pop("token"), request.pop("program")
     if request["guard"]:
         reliability_guard()
         isolation.append("guard")
     write(report, f"isolation: {' '.join(isolation)}\n".encode())
     try:
-        exec(program, {"__name__": "__main__"})
-    except BaseException:  # a failed check, sys.exit(), exit() (None under the guard): not a pass
+        exec(compile(source, "program.py", "exec"), {"__name__": "__main__"})
+    except BaseException:  # a syntax error, a failed check, sys.exit(), exit() (None under the guard): not a pass
         return 1
     write(report, f"{token}\n".encode())
     return 0

@@ -56,6 +56,8 @@ def test_generated_code_runs_isolated_and_infinite_loop_is_killed():
     assert run_program("x = bytearray(2**31)", memory_mb=256) == "failed"  # the memory cap
     assert run_program("while True:\n    pass", timeout_s=1.0) == "timeout"
     assert run_program("import os\nassert os.listdir('.') == []") == "passed"  # an empty working folder
+    assert run_program("def f(:\n  \ufffd") == "failed"  # model-written code that does not even compile
+    assert run_program("import os\nos.write(3, b'setup-error: fake\\n')") == "passed"  # the program cannot stop us
 
 
 def test_layers_this_machine_provides():

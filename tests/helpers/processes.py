@@ -1,12 +1,14 @@
-"""Child processes for the kill and signal tests: a writer started with ATTNRES_PAUSE_BEFORE_RENAME_S set says on
-stderr each time it pauses before a rename (`attnres.atomic_io.pause_before_rename`); the test waits for the N-th such
-line (or the N-th naming a given target) and signals it there, so every step of a replace can be interrupted."""
+"""Child processes for the kill and signal tests: a writer started with ATTNRES_PAUSE_BEFORE_RENAME_S set pauses
+before a rename and says so on stderr (`attnres.atomic_io.pause_before_rename`); the test signals it there. The
+pause is kept at one step only, the N-th rename whose pause line contains a marker (`pause_at/sitecustomize.py`), so
+every step of a replace can be interrupted without waiting out the pauses before it."""
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,23 +21,28 @@ def attnres_command(name: str) -> list[str]:
     return [sys.executable, "-m", "attnres", name]
 
 
-def start_paused_writer(argv) -> subprocess.Popen:
-    """Start `argv` with every rename preceded by a long pause (killed long before it ends)."""
-    env = dict(os.environ, **{PAUSE_ENV: "120"}, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+# Child processes load this folder's sitecustomize.py: it keeps only the chosen pause (see there)
+PAUSE_FILTER = Path(__file__).parent / "pause_at"
+
+
+def start_paused_writer(argv, marker: str = PAUSE_ENV, occurrence: int = 1) -> subprocess.Popen:
+    """Start `argv` so that it pauses (long: it is signalled long before the pause ends) before its `occurrence`-th
+    rename whose pause line contains `marker`, and before no other."""
+    env = dict(os.environ, **{PAUSE_ENV: "120"}, PYTHONPATH=f"{PAUSE_FILTER}{os.pathsep}{REPO}", OMP_NUM_THREADS="1",
+               ATTNRES_TEST_PAUSE_AT=marker, ATTNRES_TEST_PAUSE_OCCURRENCE=str(occurrence))
     return subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, cwd=REPO)
 
 
-def wait_for_pause(process: subprocess.Popen, marker: str = PAUSE_ENV, occurrence: int = 1) -> str:
-    """Read the child's stderr until its `occurrence`-th complete line containing `marker` (the child is then
-    sleeping in that pause); returns the stderr read so far. Fails the test if the child ends first."""
+def wait_for_pause(process: subprocess.Popen, marker: str = PAUSE_ENV) -> str:
+    """Read the child's stderr until a complete pause line containing `marker` (the child is then sleeping in that
+    pause); returns the stderr read so far. Fails the test if the child ends first."""
     seen = b""
-    while sum(marker in line for line in seen.decode(errors="replace").splitlines(keepends=True)
-              if line.endswith("\n")) < occurrence:
+    while not any(marker in line and line.startswith(PAUSE_ENV) and line.endswith("\n")
+                  for line in seen.decode(errors="replace").splitlines(keepends=True)):
         chunk = process.stderr.read1(4096)
         if not chunk:
             process.wait()
-            pytest.fail(f"{process.args} ended before pause {occurrence} ({marker!r}): "
-                        f"{seen.decode(errors='replace')[-2000:]}")
+            pytest.fail(f"{process.args} ended before pausing at {marker!r}: {seen.decode(errors='replace')[-2000:]}")
         seen += chunk
     return seen.decode(errors="replace")
 
@@ -44,8 +51,8 @@ def signal_when_paused(argv, sig: int = signal.SIGKILL, marker: str = PAUSE_ENV,
                        occurrence: int = 1) -> tuple[subprocess.Popen, str]:
     """Start `argv`, send `sig` at its `occurrence`-th pause whose line contains `marker`, wait for it to end;
     returns the ended process (its returncode set) and all it wrote to stderr."""
-    process = start_paused_writer(argv)
-    seen = wait_for_pause(process, marker, occurrence)
+    process = start_paused_writer(argv, marker, occurrence)
+    seen = wait_for_pause(process, marker)
     process.send_signal(sig)
     rest = process.stderr.read()  # what it says on its way out (nothing after SIGKILL)
     process.wait()

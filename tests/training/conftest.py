@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.bad_input_fixtures import prepared_data  # noqa: F401  (session-wide, shared with other areas)
 from tests.helpers.train_fixtures import prepare_tiny_dataset
 
 
