@@ -18,8 +18,8 @@ from attnres.atomic_io import recover_interrupted, write_json_atomic
 from attnres.cli.convert import main as convert_main
 from attnres.training.state import OutputLockedError, output_lock
 from tests.helpers.bad_input_fixtures import moonshot_checkpoint, saved_model, snapshot  # noqa: F401
+from tests.helpers.processes import aside_pause_line, kill_when_paused, leftovers, pause_line
 from tests.helpers.processes import attnres_command as command
-from tests.helpers.processes import kill_when_paused, leftovers, pause_line
 from tests.helpers.train_fixtures import REPO, write_documents
 
 pytestmark = pytest.mark.slow
@@ -89,7 +89,7 @@ def test_kill_save_pretrained_while_the_old_model_is_aside(saved_model, tmp_path
     Recovery puts the complete old model back (and the next save then replaces it as usual)."""
     folder = shutil.copytree(saved_model, tmp_path / "model")
     before = snapshot(folder)
-    kill_when_paused(save_over(folder), pause_line(tmp_path / ".model.replaced-"))
+    kill_when_paused(save_over(folder), aside_pause_line(folder))
     pid = _only_pid(tmp_path)
     assert not folder.exists() and leftovers(tmp_path) == [f".model.partial-{pid}", f".model.replaced-{pid}"]
     if recovery == "recover_interrupted":

@@ -18,7 +18,9 @@ Steps (everything lands in --output-dir, default runs/main-job/):
 
 The CPU layout (MLA in every layer, dense MLP) was chosen by measurement: see attnres/study/main_job.py.
 Rerunning the same command continues an interrupted training from its last checkpoint (one every --eval-every
-steps, train.py's --resume auto); a finished run is not retrained, its evaluation is redone.
+steps, train.py's --resume auto); a finished run is not retrained, its evaluation is redone. A rerun with another
+training setting (data, model, steps, lr, seed, ...) is refused naming the flag: use a new --output-dir. Ctrl-C or
+SIGTERM stops both train runs (each keeps its last checkpoint) and then the job.
 """
 from __future__ import annotations
 
@@ -68,10 +70,18 @@ def main(argv=None) -> dict:
     from ..extras import require
 
     require("datasets", why="the training corpus")
+    from ..safe_paths import interrupt_signal, signals_interrupt
     from ..study.main_job import main_job
 
     try:
-        return main_job(args, argv)
+        with signals_interrupt():  # SIGTERM stops the job as Ctrl-C does: both train runs are stopped first
+            return main_job(args, argv)
+    except KeyboardInterrupt as stop:
+        if argv is not None:
+            raise
+        print(f"interrupted ({interrupt_signal(stop).name}): the job and its runs stopped; rerun the same command "
+              "to continue from their last checkpoints", file=sys.stderr)
+        sys.exit(128 + interrupt_signal(stop))
     except (ValueError, FileNotFoundError, RuntimeError) as error:
         if argv is not None:
             raise

@@ -9,11 +9,13 @@ with MLA in every layer, and the MoE routing costs another ~25% at this size; so
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -64,8 +66,12 @@ def last_step(run_dir: Path) -> int:
 def run_pair(runs: dict[str, list[str]], run_dirs: dict[str, Path], steps: int, parallel: bool, threads: int) -> dict:
     """Run the train command once per mode (both at once when `parallel`, one thread each) with a progress bar per run
     (read from its metrics.jsonl); each run's output goes to <run_dir>/train.log. Returns {mode: wall seconds}.
-    Raises RuntimeError naming the run and its log when one fails."""
+    Raises RuntimeError naming the run and its log when one fails. Ctrl-C or SIGTERM (a KeyboardInterrupt, see
+    `safe_paths.signals_interrupt`) is passed on to the runs, which stop at once keeping their last checkpoint;
+    the interrupt is raised again once both have ended."""
     from tqdm.auto import tqdm
+
+    from ..safe_paths import interrupt_signal
 
     # `-m attnres.cli.train` from this checkout's copy of the package, installed or not
     package_root = str(Path(__file__).resolve().parents[2])
@@ -76,34 +82,63 @@ def run_pair(runs: dict[str, list[str]], run_dirs: dict[str, Path], steps: int, 
         batch = pending if parallel else pending[:1]
         pending = [mode for mode in pending if mode not in batch]
         bars, procs, started = {}, {}, {}
-        for position, mode in enumerate(batch):
-            run_dirs[mode].mkdir(parents=True, exist_ok=True)
-            log = open(run_dirs[mode] / "train.log", "w")
-            procs[mode] = (subprocess.Popen([sys.executable, "-m", "attnres.cli.train", *runs[mode]], stdout=log,
-                                            stderr=subprocess.STDOUT, env=env), log)
-            started[mode] = time.time()
-            bars[mode] = tqdm(total=steps, desc=f"train {mode:8s}", position=position, unit="step", dynamic_ncols=True)
-        while procs:
-            time.sleep(1.0)
-            for mode in list(procs):
-                bars[mode].update(last_step(run_dirs[mode]) - bars[mode].n)
-                proc, log = procs[mode]
-                if proc.poll() is None:
-                    continue
-                log.close()
-                del procs[mode]
-                walls[mode] = time.time() - started[mode]
-                bars[mode].close()
-                if proc.returncode != 0:
-                    for other_mode, (other, other_log) in procs.items():
-                        other.terminate()
-                        other.wait()
-                        other_log.close()
-                        bars[other_mode].close()
-                    tail = (run_dirs[mode] / "train.log").read_text()[-2000:]
-                    raise RuntimeError(f"training {mode} failed (exit code {proc.returncode}); "
-                                       f"log: {run_dirs[mode] / 'train.log'}\n{tail}")
+        try:
+            for position, mode in enumerate(batch):
+                run_dirs[mode].mkdir(parents=True, exist_ok=True)
+                log = open(run_dirs[mode] / "train.log", "w")
+                # its own session: a signal reaches a run only through us, once (a terminal's Ctrl-C would reach
+                # the whole foreground group, then our forward a second time, mid-cleanup)
+                procs[mode] = (subprocess.Popen([sys.executable, "-m", "attnres.cli.train", *runs[mode]], stdout=log,
+                                                stderr=subprocess.STDOUT, env=env, start_new_session=True), log)
+                started[mode] = time.time()
+                bars[mode] = tqdm(total=steps, desc=f"train {mode:8s}", position=position, unit="step",
+                                  dynamic_ncols=True)
+            _wait_for_runs(procs, bars, run_dirs, started, walls)
+        except KeyboardInterrupt as stop:
+            _stop_runs(procs, bars, interrupt_signal(stop))
+            raise
+        except RuntimeError:
+            _stop_runs(procs, bars, signal.SIGTERM)
+            raise
     return walls
+
+
+def _wait_for_runs(procs: dict, bars: dict, run_dirs: dict, started: dict, walls: dict) -> None:
+    """Until every run of `procs` has ended (each is removed from it then); RuntimeError when one fails."""
+    while procs:
+        time.sleep(1.0)
+        for mode in list(procs):
+            bars[mode].update(last_step(run_dirs[mode]) - bars[mode].n)
+            proc, log = procs[mode]
+            if proc.poll() is None:
+                continue
+            log.close()
+            del procs[mode]
+            walls[mode] = time.time() - started[mode]
+            bars[mode].close()
+            if proc.returncode != 0:
+                tail = (run_dirs[mode] / "train.log").read_text()[-2000:]
+                raise RuntimeError(f"training {mode} failed (exit code {proc.returncode}); "
+                                   f"log: {run_dirs[mode] / 'train.log'}\n{tail}")
+
+
+def _stop_runs(procs: dict, bars: dict, sig: signal.Signals, grace_s: float = 60.0) -> None:
+    """Send `sig` to every run still going (its whole process group) and wait for them; SIGKILL after `grace_s`."""
+    for proc, _ in procs.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+    deadline = time.time() + grace_s
+    for mode, (proc, log) in procs.items():
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+        if mode in bars:
+            bars[mode].close()
+    procs.clear()
 
 
 def validation_curve(run_dir: Path) -> list[tuple[int, float]]:
@@ -200,6 +235,32 @@ def check_args(args) -> None:
                              f"eval/compare.py runs any lm-eval task")
     if args.output_dir.exists() and not args.output_dir.is_dir():
         raise ValueError(f"--output-dir {args.output_dir}: exists and is not a folder")
+
+
+JOB_FILE = "job_settings.json"
+# The flags that decide what the two models are trained on and how: a rerun continues the recorded pair (train's
+# resume rule), so it must not change them; evaluation flags (--tasks, --task-limit, ...) may change freely
+JOB_SETTINGS = ("data", "files", "vocab_size", "seq_len", "layers", "hidden_size", "block_size", "steps",
+                "micro_batch_size", "lr", "warmup_steps", "eval_every", "seed")
+
+
+def check_job_settings(args, out: Path) -> None:
+    """Record the job's training settings with its first run; a rerun over trained runs with another value is
+    refused naming every changed flag (the summary would report the new value for models trained with the old)."""
+    from ..atomic_io import write_json_atomic
+
+    settings = {name: str(value) if isinstance(value, Path) else value
+                for name, value in ((name, getattr(args, name)) for name in JOB_SETTINGS)}
+    recorded_file = out / JOB_FILE
+    if recorded_file.is_file() and any((out / mode).exists() for mode in MODES):
+        recorded = json.loads(recorded_file.read_text())
+        changed = [f"--{name.replace('_', '-')} {recorded.get(name)} (recorded) vs {value} (given)"
+                   for name, value in settings.items() if recorded.get(name) != value]
+        if changed:
+            raise ValueError(f"--output-dir {out} holds runs trained with other settings: {'; '.join(changed)}: a "
+                             "rerun continues them; use a new --output-dir to change a training setting")
+        return
+    write_json_atomic(recorded_file, settings)
 
 
 def prepare_data(args) -> None:
@@ -318,6 +379,7 @@ def main_job(args, argv=None) -> dict:
     started = time.time()
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
+    check_job_settings(args, out)
     prepare_data(args)
     if not args.no_tasks and args.tasks:  # before training: a download problem shows in a minute, not after 15
         prepare_benchmarks(args.tasks, args.eval_data)

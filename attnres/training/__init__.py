@@ -8,7 +8,10 @@ diagnostics. One job per module:
 - `models`:   the model a run starts from: size presets, --config, --init-from, the embedding repair
 - `loop`:     the training loop, the optimizer and schedule, the non-finite guard
 - `engines`:  accelerate (one process or DDP) and DeepSpeed ZeRO behind one small interface
-- `state`:    checkpoints, everything about resuming, the output folder's lock
+- `state`:    checkpoints (written atomically, removed on a failed write or an interrupt), reading them back, the
+              output folder's lock
+- `resume`:   the resume rule: a resume continues exactly the recorded run (flags left out take the recorded
+              values, conflicting ones are refused by name), one provenance record per segment
 - `logs`:     metrics.jsonl / TensorBoard, depth diagnostics, their plots, training_info.json (provenance)
 - `guard`:    the non-finite guard: a NaN/inf step makes no update, a few in a row stop the run
 

@@ -20,6 +20,7 @@ from ..atomic_io import move_into_place, recover_interrupted
 from .args import SetupError, check_args, fill_settings, world_size
 from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
 from .guard import NonFiniteError, NonFiniteGuard, is_finite, step_is_finite
+from .logs import data_fingerprint
 from .models import (
     build_config,
     check_init_from,
@@ -29,9 +30,16 @@ from .models import (
     load_model,
     reinit_zero_embedding_rows,
 )
-from .logs import data_fingerprint
 from .resume import apply_recorded, check_resolved, checked_step, new_segment, read_recorded, resume_folder, run_record
-from .state import check_checkpoint, is_rank_zero, output_lock, remove_partial, save_checkpoint, write_error, written_or_removed
+from .state import (
+    check_checkpoint,
+    is_rank_zero,
+    output_lock,
+    remove_partial,
+    save_checkpoint,
+    write_error,
+    written_or_removed,
+)
 
 RES_PROJ_SUFFIX = "_res_proj.weight"
 

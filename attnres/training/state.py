@@ -3,10 +3,11 @@
 - Atomic checkpoint folders: every process writes into `.tmp-step-N/`, then the main process renames it to
   `step-N/` once everything (including `trainer_state.json`, written last) is on disk. A process killed mid-write
   leaves only a `.tmp-*` folder, which is ignored and cleaned up at the next start; the previous `step-*` folder
-  stays complete and loadable. A rename within one folder is atomic on POSIX file systems.
+  stays complete and loadable. A rename within one folder is atomic on POSIX file systems. A failed write (disk
+  full) or an interrupt (Ctrl-C, SIGTERM) removes the `.tmp-*` folder on the way out (`written_or_removed`).
 - Resuming (which checkpoint, and the rule that a resume continues the recorded run: `resume.py`): reading the
-  checkpoint back without ever running code from it: torch files load with `weights_only=True` (tensors, numbers, strings,
-  numpy arrays: no pickled objects), and every file is checked first, so a damaged or missing one gets a message
+  checkpoint back without ever running code from it: torch files load with `weights_only=True` (tensors, numbers,
+  strings, numpy arrays: no pickled objects), and every file is checked first, so a damaged or missing one gets a message
   naming it instead of a traceback or, as accelerate does for RNG states, silence.
 - One run per output folder: the run that writes to a folder holds an exclusive lock on `<folder>/.lock` until it
   ends. A second run in the same folder stops at once with a message naming the holder. The lock is the kernel's

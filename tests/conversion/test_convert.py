@@ -312,6 +312,8 @@ ERROR_CASES = {
               r"model\.layers\.0\.self_attn\.q_conv1d\.weight: shape \[32, 1, 3\], expected \[32, 1, 4\]"),
     "dtype": (lambda t: t.update({"model.norm.weight": t["model.norm.weight"].to(torch.float64)}),
               r"model\.norm\.weight: dtype F64 is not supported"),
+    "float8": (lambda t: t.update({"model.norm.weight": t["model.norm.weight"].to(torch.float8_e4m3fn)}),
+               r"model\.norm\.weight: dtype F8_E4M3 is not supported"),
     "packed_4bit": (add_packed_4bit, r"experts\.1\.w1\.weight_packed: dtype I32 is not supported.*dequantized"),
 }
 

@@ -2,7 +2,6 @@
 checked): output folders that overlap the input, damaged checkpoints, bad flags; stale temporary folders recovered."""
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from attnres.atomic_io import recover_interrupted
 from attnres.cli import convert as convert_cli
 from tests.helpers.bad_input_fixtures import (  # noqa: F401
+    CONFIG_DTYPE_DAMAGE,
     INDEX_DAMAGE,
     MODEL_FOLDER_DAMAGE,
     SENTINEL,
@@ -17,6 +17,7 @@ from tests.helpers.bad_input_fixtures import (  # noqa: F401
     expect_script_refused,
     moonshot_checkpoint,
 )
+from tests.helpers.processes import dead_pid
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def test_bad_flags_refused(convert, capsys, moonshot_checkpoint, tmp_path, flags
                 absent=[out])
 
 
-INPUT_CASES = {**MODEL_FOLDER_DAMAGE, **INDEX_DAMAGE}
+INPUT_CASES = {**MODEL_FOLDER_DAMAGE, **INDEX_DAMAGE, **CONFIG_DTYPE_DAMAGE}
 
 
 @pytest.mark.parametrize("damage, named", INPUT_CASES.values(), ids=INPUT_CASES.keys())
@@ -86,7 +87,7 @@ def test_missing_input_folder(convert, capsys, tmp_path):
 
 
 def test_stale_partial_of_a_killed_run_is_cleaned(convert, capsys, moonshot_checkpoint, tmp_path):
-    dead = _dead_pid()
+    dead = dead_pid()
     stale = tmp_path / f".out.partial-{dead}"
     stale.mkdir()
     (stale / "model.safetensors").write_text("half")
@@ -96,16 +97,8 @@ def test_stale_partial_of_a_killed_run_is_cleaned(convert, capsys, moonshot_chec
 
 def test_replaced_output_of_a_killed_run_is_restored(tmp_path):
     """Killed between 'old output steps aside' and 'new output renamed': the old output comes back."""
-    old = tmp_path / f".out.replaced-{_dead_pid()}"
+    old = tmp_path / f".out.replaced-{dead_pid()}"
     old.mkdir()
     (old / "config.json").write_text("{}")
     recover_interrupted(tmp_path / "out")
     assert (tmp_path / "out" / "config.json").read_text() == "{}" and not old.exists()
-
-
-def _dead_pid() -> int:
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-    return pid

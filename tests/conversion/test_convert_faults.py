@@ -24,7 +24,7 @@ from tests.helpers.bad_input_fixtures import (  # noqa: F401
     saved_model,
     snapshot,
 )
-from tests.helpers.processes import attnres_command, leftovers, pause_line, signal_when_paused
+from tests.helpers.processes import aside_pause_line, attnres_command, leftovers, pause_line, signal_when_paused
 
 SHARDS = "60KB"  # the tiny checkpoint (0.6 MiB) in about ten output shards: a failure can come midway
 
@@ -144,7 +144,7 @@ def test_signal_while_replacing_keeps_the_old_output(moonshot_checkpoint, tmp_pa
     out.mkdir()
     (out / "config.json").write_text('{"old": true}')
     before = snapshot(out)
-    target = literal_path(out) if step == "before_old_steps_aside" else literal_path(tmp_path / ".out.replaced-")
-    process, err = signal_when_paused(convert_command(moonshot_checkpoint, out, "--force"), sig, pause_line(target))
+    marker = pause_line(literal_path(out)) if step == "before_old_steps_aside" else aside_pause_line(literal_path(out))
+    process, err = signal_when_paused(convert_command(moonshot_checkpoint, out, "--force"), sig, marker)
     expect_interrupted(process, err, sig)
     assert snapshot(out) == before and not leftovers(tmp_path)

@@ -8,11 +8,14 @@ import pytest
 
 from attnres.cli import push_to_hub as push_cli
 from tests.helpers.bad_input_fixtures import (  # noqa: F401
+    CONFIG_DTYPE_DAMAGE,
+    INDEX_DAMAGE,
     MODEL_FOLDER_DAMAGE,
     SENTINEL,
     damaged_copy,
     expect_script_refused,
     saved_model,
+    sharded_model,
 )
 
 
@@ -40,12 +43,21 @@ def test_invalid_repo_id_refused_before_the_build(push, capsys, saved_model, tmp
                 untouched=[saved_model], absent=[out])
 
 
-MODEL_CASES = {name: MODEL_FOLDER_DAMAGE[name] for name in ("no_config", "config_invalid_json", "truncated_weights")}
+MODEL_CASES = {
+    **{name: MODEL_FOLDER_DAMAGE[name] for name in ("no_config", "config_invalid_json", "truncated_weights",
+                                                    "weights_are_a_fifo")},
+    **CONFIG_DTYPE_DAMAGE,
+}
+# an index naming files outside the folder: checked on the sharded model (the others have no index)
+SHARDED_CASES = {name: INDEX_DAMAGE[name] for name in ("index_names_parent_folder", "index_names_absolute_path")}
 
 
-@pytest.mark.parametrize("damage, named", MODEL_CASES.values(), ids=MODEL_CASES.keys())
-def test_damaged_model_folder_refused(push, capsys, saved_model, tmp_path, damage, named):
-    folder = damaged_copy(saved_model, tmp_path, damage)
+@pytest.mark.parametrize("damage, named, model", [
+    *((damage, named, "saved_model") for damage, named in MODEL_CASES.values()),
+    *((damage, named, "sharded_model") for damage, named in SHARDED_CASES.values()),
+], ids=[*MODEL_CASES, *SHARDED_CASES])
+def test_damaged_model_folder_refused(push, capsys, request, tmp_path, damage, named, model):
+    folder = damaged_copy(request.getfixturevalue(model), tmp_path, damage)
     out = tmp_path / "hub"
     run_refused(push, capsys, ["--model", folder, "--output", out, "--dry-run"], named, untouched=[folder],
                 absent=[out])

@@ -118,6 +118,18 @@ INDEX_DAMAGE = {
 }
 
 
+# dtype names a model folder's config may carry that this model cannot compute in (float8 is a storage format), or
+# that are not dtypes at all ("os.system": transformers would look it up on torch); the error names the field
+CONFIG_DTYPE_DAMAGE = {
+    "config_dtype_float8": (lambda f: overwrite_json(f / "config.json", dtype="float8_e4m3fn"),
+                            ["dtype", "float8_e4m3fn", "bfloat16"]),
+    "config_torch_dtype_float8": (lambda f: overwrite_json(f / "config.json", torch_dtype="float8_e4m3fn"),
+                                  ["torch_dtype", "float8_e4m3fn", "bfloat16"]),
+    "config_torch_dtype_os_system": (lambda f: overwrite_json(f / "config.json", torch_dtype="os.system"),
+                                     ["torch_dtype", "os.system", "bfloat16"]),
+}
+
+
 def replace_with_fifo(path: Path) -> None:
     """A named pipe where a weight file was: opening it for reading would block forever."""
     path.unlink()

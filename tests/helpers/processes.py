@@ -37,7 +37,7 @@ def wait_for_pause(process: subprocess.Popen, marker: str = PAUSE_ENV) -> str:
     """Read the child's stderr until a complete pause line containing `marker` (the child is then sleeping in that
     pause); returns the stderr read so far. Fails the test if the child ends first."""
     seen = b""
-    while not any(marker in line and line.startswith(PAUSE_ENV) and line.endswith("\n")
+    while not any(marker in line and f"{PAUSE_ENV}: " in line and line.endswith("\n")  # after a progress bar too
                   for line in seen.decode(errors="replace").splitlines(keepends=True)):
         chunk = process.stderr.read1(4096)
         if not chunk:
@@ -68,6 +68,13 @@ def kill_when_paused(argv, marker: str = PAUSE_ENV, occurrence: int = 1) -> subp
 def pause_line(target) -> str:
     """The start of the line a writer prints when it pauses before renaming `target` into place."""
     return f"{PAUSE_ENV}: {target} written"
+
+
+def aside_pause_line(output) -> str:
+    """The start of the line of `move_into_place`'s second pause, between its two renames: the old `output` has
+    stepped aside as `.NAME.replaced-PID`, the new one is not in place yet."""
+    output = Path(output)
+    return f"{PAUSE_ENV}: {output.parent / f'.{output.name}.replaced-'}"
 
 
 def dead_pid() -> int:

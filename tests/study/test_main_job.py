@@ -91,3 +91,82 @@ def test_failed_run_names_its_log(tmp_path):
     with pytest.raises(RuntimeError, match=r"training (standard|block) failed \(exit code 1\); log: .*train.log") as error:
         run_pair(runs, run_dirs, steps=2, parallel=True, threads=1)
     assert "no prepared dataset there" in str(error.value)  # the log's tail comes with the message
+
+
+def test_rerun_with_a_changed_training_flag_refused(main_job, tmp_path):
+    """The first run recorded its settings and trained (standard/ exists): a rerun with another --lr or --steps is
+    refused naming each flag, before anything is written (no summary reporting settings the models never had)."""
+    from attnres.cli.main_job import build_parser
+    from attnres.study.main_job import JOB_FILE, check_job_settings
+
+    out = tmp_path / "out"
+    out.mkdir()
+    check_job_settings(build_parser().parse_args(small_job(tmp_path)), out)
+    (out / "standard").mkdir()
+    recorded = (out / JOB_FILE).read_text()
+    changed = r"--steps 6 \(recorded\) vs 9 \(given\); --lr 0.003 \(recorded\) vs 0.001 \(given\)"
+    with pytest.raises(ValueError, match=changed):
+        main_job(small_job(tmp_path, lr=1e-3, steps=9))
+    assert (out / JOB_FILE).read_text() == recorded and sorted(p.name for p in out.iterdir()) == [JOB_FILE, "standard"]
+    assert not (tmp_path / "data").exists()
+
+
+def train_processes(marker: str) -> list[int]:
+    """Live train commands whose command line mentions `marker` (from /proc)."""
+    import os
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        mentioned = b"attnres.cli.train" in argv and marker.encode() in b" ".join(argv)
+        if entry.name.isdigit() and mentioned and state != "Z":
+            found.append(int(entry.name))
+    return [pid for pid in found if pid != os.getpid()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_signal_stops_both_train_runs(tmp_path, sig):
+    """SIGTERM or SIGINT to the main job while both runs train: both are stopped (no train process left), each keeps
+    a complete checkpoint and no half-written one, and the job ends with one line and 128 + the signal."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from attnres.training.state import latest_checkpoint
+    from tests.helpers.train_fixtures import REPO
+
+    out = tmp_path / "out"
+    argv = small_job(tmp_path, steps=2000, eval_every=3, no_tasks=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    job = subprocess.Popen([sys.executable, "-m", "attnres.cli.main_job", *argv], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    try:
+        deadline = time.time() + 600
+        while not all(latest_checkpoint(out / mode / "checkpoints") for mode in ("standard", "block")):
+            assert job.poll() is None and time.time() < deadline, job.stderr.read().decode()[-3000:]
+            time.sleep(0.5)
+        assert len(train_processes(str(out))) == 2
+        job.send_signal(getattr(signal, sig))
+        _, stderr = job.communicate(timeout=180)
+    finally:
+        job.kill()
+        for pid in train_processes(str(out)):  # never leave a run behind, even when the test fails
+            os.kill(pid, signal.SIGKILL)
+    said = stderr.decode(errors="replace")
+    assert job.returncode == 128 + getattr(signal, sig) and "Traceback" not in said, said[-3000:]
+    assert [line for line in said.splitlines() if line.startswith("interrupted")] == [
+        f"interrupted ({sig}): the job and its runs stopped; rerun the same command to continue from their last "
+        "checkpoints"]
+    assert train_processes(str(out)) == []
+    for mode in ("standard", "block"):
+        checkpoints = out / mode / "checkpoints"
+        assert latest_checkpoint(checkpoints) and not [p for p in checkpoints.iterdir() if p.name.startswith(".")]
+        assert "interrupted" in (out / mode / "train.log").read_text()  # each run stopped cleanly, said so

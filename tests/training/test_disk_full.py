@@ -102,7 +102,8 @@ def test_checkpoint_write_error_injected(data, train, tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device", str(folder / "optimizer.bin"))
 
     monkeypatch.setattr(engines.AccelerateEngine, "save", disk_full)
-    with pytest.raises(SetupError, match=r"step-00000002 failed at .*optimizer.bin: No space left on device \(ENOSPC\)"):
+    named = r"step-00000002 failed at .*optimizer.bin: No space left on device \(ENOSPC\)"
+    with pytest.raises(SetupError, match=named):
         train(train_args(data, run, **RUN))
     assert not hidden_leftovers(run) and latest_checkpoint(run / "checkpoints") is None
 

@@ -38,7 +38,8 @@ def comparable(run_dir):
 CONFLICTS = {
     "lr": (dict(lr=1e-3), ["--lr 0.003 (recorded) vs 0.001 (given)", "resume continues the recorded run"]),
     "weight_decay": (dict(weight_decay=0.05), ["--weight-decay 0.1 (recorded) vs 0.05 (given)"]),
-    "lr_and_seed": (dict(lr=1e-3, seed=7), ["--lr 0.003 (recorded) vs 0.001 (given)", "--seed 0 (recorded) vs 7 (given)"]),
+    "lr_and_seed": (dict(lr=1e-3, seed=7),
+                    ["--lr 0.003 (recorded) vs 0.001 (given)", "--seed 0 (recorded) vs 7 (given)"]),
     "larger_max_steps": (dict(max_steps=8), ["--max-steps 4 (recorded) vs 8 (given)", "schedule", "--init-from"]),
     "smaller_max_steps": (dict(max_steps=3), ["--max-steps 4 (recorded) vs 3 (given)"]),
     "warmup": (dict(warmup_steps=2), ["--warmup-steps 1 (recorded) vs 2 (given)"]),
