@@ -114,3 +114,28 @@ def test_not_a_folder_and_odd_auto_maps(tmp_path):
     assert len(folder_code(tmp_path)) == 3
     (tmp_path / "config.json").write_text("{not json")
     assert len(folder_code(tmp_path)) == 2  # an unreadable config: nothing follows its auto_map either
+
+
+# --- every command that loads a folder's tokenizer goes through the same rule ----------------------------------------
+def test_push_to_hub_refuses_a_planted_tokenizer_and_runs_it_only_with_the_flag(ours, planted_tokenizer, tmp_path,
+                                                                                capsys):
+    from attnres.cli.push_to_hub import main
+
+    folder, marker = planted_tokenizer
+    argv = ["--model", str(ours), "--tokenizer", str(folder), "--output", str(tmp_path / "hub"), "--dry-run"]
+    assert main(argv) != 0
+    assert "tokenization_evil" in capsys.readouterr().err and not marker.exists() and not (tmp_path / "hub").exists()
+    assert main([*argv, "--trust-remote-code"]) == 0 and marker.exists()
+
+
+def test_prepare_data_refuses_a_planted_tokenizer(planted_tokenizer, tmp_path):
+    from attnres.cli.prepare_data import main
+
+    folder, marker = planted_tokenizer
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.txt").write_text("the king walks under the river\n" * 50)
+    with pytest.raises((UntrustedCodeError, SystemExit)) as info:
+        main(["--files", *(str(tmp_path / f"{n}.txt") for n in "abc"), "--tokenizer", str(folder), "--output-dir",
+              str(tmp_path / "data")])
+    assert "tokenization_evil" in str(info.value) and "--trust-remote-code" in str(info.value)
+    assert not marker.exists() and not (tmp_path / "data").exists()

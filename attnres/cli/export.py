@@ -47,14 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> dict | int:
     """Returns the export's summary dict, or an exit code: 2 refused (runtime cannot represent it), 1 other error."""
     args = build_parser().parse_args(argv)
+    from ..conversion.commands import interrupted
     from ..conversion.errors import ConversionError
     from ..conversion.export import export_checkpoint
     from ..conversion.runtimes import ExportRefused
+    from ..safe_paths import signals_interrupt
 
     try:
-        result = export_checkpoint(args.model_dir, args.out_dir, to=args.to, dtype=args.dtype, force=args.force,
-                                   verify=args.verify, max_shard_size=args.max_shard_size,
-                                   progress=not args.no_progress)
+        with signals_interrupt():  # Ctrl-C / SIGTERM: one line, nothing half-written (as convert)
+            result = export_checkpoint(args.model_dir, args.out_dir, to=args.to, dtype=args.dtype, force=args.force,
+                                       verify=args.verify, max_shard_size=args.max_shard_size,
+                                       progress=not args.no_progress)
+    except KeyboardInterrupt as stop:
+        return interrupted(stop, args.out_dir)
     except ConversionError as error:
         print(f"attnres export: {error}\nnothing was written.", file=sys.stderr)
         return EXIT_REFUSED if isinstance(error, ExportRefused) else EXIT_ERROR

@@ -21,6 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..trust import add_trust_flag
 from . import command_main
 
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repo-id", help="Hub repository, e.g. user/name (without it: dry run)")
     parser.add_argument("--output", type=Path, help="folder to build (default: outputs/hub-<repo or model name>)")
     parser.add_argument("--tokenizer", help="tokenizer folder or Hub id to include")
+    add_trust_flag(parser)  # --tokenizer DIR's own code: off unless asked
     parser.add_argument("--training-data", help="what the model was trained on, for the model card")
     parser.add_argument("--dataset", action="append", default=[], help="Hub dataset id for the card metadata "
                         "(repeatable)")

@@ -28,6 +28,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..trust import add_trust_flag
 from . import command_main
 
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     model = parser.add_argument_group("model")
     model.add_argument("--model", type=Path, help="a save_pretrained folder; default: a tiny random model")
+    add_trust_flag(model)  # --model DIR's own tokenizer code: off unless asked
     model.add_argument("--mode", choices=["standard", "block", "full"], default="block",
                        help="tiny model's AttnRes mode")
     model.add_argument("--block-size", type=int, default=2, help="tiny model's layers per block (block mode)")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from huggingface_hub.errors import StrictDataclassError
 
-from ..configuration_attnres import KimiLinearAttnResConfig
 from ..checkpoint_files import CheckpointFileError, read_json_file
+from ..configuration_attnres import KimiLinearAttnResConfig
 from ..k3.config import check_k3_dict
 from ..k3.layout import k3_linear_attn_config
 from ..k3.mxfp4 import check_quantization_config

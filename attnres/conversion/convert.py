@@ -7,14 +7,15 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..saved_model import RECORD_FILE, write_weights_record
+from ..checkpoint_files import INDEX_NAME
+from ..conversion_mapping import convert_tensors
 from ..remote_code import AUTO_MAP, write_code_files
+from ..saved_model import RECORD_FILE, write_weights_record
 from .atomic import check_output, move_into_place, output_folder
 from .config import hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
 from .errors import ConversionError
-from ..conversion_mapping import convert_tensors
 from .plan import ConversionPlan, Unit, plan_conversion
-from .reader import INDEX_NAME, CheckpointReader
+from .reader import CheckpointReader
 from .upcycle import new_attn_res_tensor
 from .writer import ShardedWriter
 

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from ..conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
 from ..k3.config import FIXED_FIELDS, K3_WRAPPER_TYPE
-from .atomic import check_output, move_into_place, temporary_folder
+from .atomic import check_output, move_into_place, output_folder
 from .config import (
     MOONSHOT_ARCHITECTURE,
     hf_config_dict,
@@ -74,7 +74,7 @@ def export_checkpoint(
     check_max_shard_size(max_shard_size)
     planned = {export_name(name, to): export_tensor(name, t, plan, to, DTYPES[dtype])
                for name, t in plan.target.items()}
-    with temporary_folder(output) as folder:
+    with output_folder(output) as folder:
         writer = ShardedWriter(folder, planned, max_shard_size)
         for tensors in _exported_units(plan, to, DTYPES[dtype], progress):
             for name, tensor in tensors.items():

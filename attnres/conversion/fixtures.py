@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 
 from ..configuration_attnres import KimiLinearAttnResConfig
-from .config import moonshot_config_dict
 from ..conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
+from .config import moonshot_config_dict
 from .writer import ShardedWriter
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
-from .config import drop_moonshot_fields
-from .atomic import check_output, move_into_place, output_folder
 from ..checkpoint_files import CheckpointFileError, check_model_folder
+from ..trust import load_kwargs
+from .atomic import check_output, move_into_place, output_folder
+from .config import drop_moonshot_fields
 from .errors import ConversionError
 
 INSTALL_NOTE = (
@@ -29,6 +30,7 @@ def build_hub_folder(
     repo_id: str | None = None,
     license: str = "apache-2.0",
     force: bool = False,
+    trust_remote_code: bool = False,
 ) -> Path:
     """Load a checkpoint (HF-native or Moonshot layout) and write the upload folder atomically; return its path."""
     from transformers import AutoTokenizer
@@ -50,7 +52,8 @@ def build_hub_folder(
         # HF-native names (no reverse mapping): the Hub copy loads without any conversion
         model.save_pretrained(folder, save_original_format=False)
         if tokenizer is not None:
-            AutoTokenizer.from_pretrained(tokenizer).save_pretrained(folder)
+            trust = load_kwargs(tokenizer, trust_remote_code)  # a tokenizer carrying code: refused unless asked
+            AutoTokenizer.from_pretrained(tokenizer, **trust).save_pretrained(folder)
         card = model_card(model, repo_id or output.name, training_data, datasets, evaluation, license)
         card.save(folder / "README.md")
         move_into_place(folder, output)

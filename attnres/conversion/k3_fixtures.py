@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-from .config import moonshot_config_dict
 from ..conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
-from .writer import ShardedWriter
-from ..k3.mxfp4 import GROUP_SIZE, QUANT_FORMAT, QUANT_METHOD, dequantize
 from ..k3.config import K3_WRAPPER_TYPE
+from ..k3.mxfp4 import GROUP_SIZE, QUANT_FORMAT, QUANT_METHOD, dequantize
+from .config import moonshot_config_dict
+from .writer import ShardedWriter
 
 # The E2M1 magnitudes, ascending
 _E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])

@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 
 from ..configuration_attnres import KimiLinearAttnResConfig
-from .k3_source import K3SourceReader
+from ..conversion_mapping import convert_tensors
 from .config import parse_config, read_config_dict
 from .errors import ConversionError
-from ..conversion_mapping import convert_tensors
+from .k3_source import K3SourceReader
 from .reader import SUPPORTED_DTYPES, CheckpointReader
 from .upcycle import is_attn_res_tensor, upcycled_config
 

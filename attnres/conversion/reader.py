@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..checkpoint_files import INDEX_NAME, CheckpointFileError, weight_files
-from .errors import ConversionError
+from ..checkpoint_files import CheckpointFileError, weight_files
 from ..conversion_mapping import LANGUAGE_MODEL_PREFIX, canonical_name
+from .errors import ConversionError
 
 SUPPORTED_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 

@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 
 from ..trust import TRUST_FLAG, UntrustedCodeError, check_folder_code, trust_kwargs
-from .code_exec import ALLOW_ENV, CodeSettingError, check_settings as check_code_settings
+from .code_exec import ALLOW_ENV, CodeSettingError
+from .code_exec import check_settings as check_code_settings
 from .data import DEFAULT_EVAL_DATA, PREPARED_FILE, read_prepared
 from .disk_errors import disk_errors_named
 from .provenance import check_model_dir, describe_model

@@ -3,11 +3,10 @@ error, and each model against the reference (the first model): delta and a paire
 from __future__ import annotations
 
 import datetime
-import math
-from pathlib import Path
-
 import json
+import math
 import os
+from pathlib import Path
 
 from ..atomic_io import atomic_write, remove_path, temporary_folder
 from .provenance import matched_check

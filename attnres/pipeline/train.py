@@ -81,7 +81,10 @@ def output_tokenizer(args, data_tokenizer):
         return data_tokenizer
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(args.model)
+    from ..trust import load_kwargs
+
+    trusted = getattr(args, "trust_remote_code", False)  # the interleaved trainer has no such flag: never
+    return AutoTokenizer.from_pretrained(args.model, **load_kwargs(args.model, trusted))
 
 
 def load_config(args, data_vocab: int | None):

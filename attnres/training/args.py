@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from ..configuration_attnres import ATTN_RES_MODES
+from ..trust import add_trust_flag
 from . import SetupError  # noqa: F401  (defined once for the package; importers take it from here too)
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
 from .models import PRESETS, check_init_from
@@ -44,6 +45,7 @@ def fill_settings(args, recorded: dict | None = None) -> None:
 def build_parser(description: str = "") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("data and model")
+    add_trust_flag(g)  # --init-from DIR's own code (an auto_map): off unless asked
     g.add_argument("--data", type=Path, default=None, help="folder written by scripts/prepare_data.py (default data/packed)")
     g.add_argument("--attn-res", choices=ATTN_RES_MODES, default=None,
                    help="residual: standard (baseline), block or full AttnRes (default: block, or the --config's mode)")
@@ -184,6 +186,7 @@ def check_deepspeed(config: dict, args, world: int) -> None:
 def build_prepare_parser(description: str = "") -> argparse.ArgumentParser:
     """The prepare-data command line."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_trust_flag(parser)  # --tokenizer DIR's own code (an auto_map): off unless asked
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--files", nargs="+", type=Path, help="local .txt / .jsonl / .json files")
     source.add_argument("--hub", metavar="NAME", help="Hugging Face Hub dataset name (online only)")

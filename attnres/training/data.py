@@ -129,7 +129,10 @@ def load_prepared(data_dir: Path):
     from .corpora import with_pad_token
 
     splits = load_from_disk(str(Path(data_dir) / DATASET_DIR)).with_format("torch")
-    tokenizer = AutoTokenizer.from_pretrained(str(Path(data_dir) / TOKENIZER_DIR))
+    from ..trust import load_kwargs
+
+    folder = Path(data_dir) / TOKENIZER_DIR  # prepare-data writes a plain tokenizer: code there never runs
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), **load_kwargs(folder, False))
     return splits["train"], splits["validation"], with_pad_token(tokenizer)  # data prepared before pad = EOS
 
 

@@ -121,7 +121,7 @@ def _prepare(args):
 def _model_config(args, tokenizer):
     """(config, tokenizer) of the run: fine-tuning takes both from --init-from (attnres/training/models.py)."""
     if args.init_from is not None:
-        tokenizer = init_tokenizer(args.init_from, tokenizer, args.data)
+        tokenizer = init_tokenizer(args.init_from, tokenizer, args.data, args.trust_remote_code)
         return init_config(args.init_from, args.attn_res, args.block_size, tokenizer), tokenizer
     return build_config(args.model_size, args.config, args.attn_res, args.block_size, tokenizer), tokenizer
 

@@ -127,16 +127,18 @@ def init_config(init_from: Path, attn_res: str | None, block_size: int | None, t
         raise ValueError(f"--init-from {init_from}: invalid model config: {error}") from error
 
 
-def init_tokenizer(init_from: Path, data_tokenizer, data_dir: Path):
+def init_tokenizer(init_from: Path, data_tokenizer, data_dir: Path, trust_remote_code: bool = False):
     """DIR's tokenizer when DIR has one (it must be the one the data was prepared with), else the data's."""
     from transformers import AutoTokenizer
 
+    from ..trust import load_kwargs
     from .corpora import with_pad_token
 
     if not any((Path(init_from) / name).is_file() for name in TOKENIZER_FILES):
         return data_tokenizer
+    trust = load_kwargs(init_from, trust_remote_code)  # a folder carrying code is refused here, by name
     try:
-        tokenizer = with_pad_token(AutoTokenizer.from_pretrained(str(init_from)))
+        tokenizer = with_pad_token(AutoTokenizer.from_pretrained(str(init_from), **trust))
     except Exception as error:  # tokenizers raises a bare Exception for a damaged tokenizer.json
         raise ValueError(f"--init-from {init_from}: cannot read its tokenizer ({type(error).__name__}: "
                          f"{str(error)[:300]})") from None
