@@ -4,7 +4,9 @@ The first segment of a run records its settings in every checkpoint's trainer_st
 `args.RUN_SETTINGS` (data, model, optimizer, schedule, batch plan, seed, precision, DeepSpeed), and what they
 resolved to (the data's fingerprint, a digest of the model config, the process count). A later segment (`--resume`)
 - takes the recorded value of every such flag it leaves out;
-- is refused, with one message naming every conflicting flag and both values, when a flag it gives differs;
+- is refused, with one message naming every conflicting flag and both values, when a flag it gives differs (files
+  and folders by their content: --data by its fingerprint, --config / --init-from by the model config they give,
+  --deepspeed by its JSON; a moved or copied one is the same);
 - in particular a larger or smaller --max-steps is refused: the warmup + cosine schedule was built for the recorded
   total, so a longer one would make the learning rate jump and a shorter one end a run midway through its schedule.
   To train further, start a new --output-dir with --init-from <run>/final (a fresh optimizer and schedule).
@@ -51,17 +53,12 @@ def apply_recorded(args, state: dict | None, folder: Path | None = None) -> None
         fill_settings(args)
         return
     recorded, given = state["settings"], given_settings(args)
+    # files and folders are compared by content, once read (`check_resolved`): a moved or copied one is the same
     conflicts = [(name, recorded.get(name), value) for name, value in given.items()
-                 if name != "data" and not _same(name, recorded.get(name), value)]
+                 if name not in PATH_SETTINGS and recorded.get(name) != value]
     if conflicts:
         raise ValueError(conflict_message(folder, conflicts))
     fill_settings(args, recorded)
-
-
-def _same(name: str, recorded, given) -> bool:
-    if name in PATH_SETTINGS:
-        return recorded is not None and Path(recorded).resolve() == Path(given).resolve()
-    return recorded == given
 
 
 def _show(value) -> str:
@@ -94,8 +91,8 @@ def checked_step(folder: Path, state: dict) -> int:
 # --- what the settings resolved to, and the segments ---------------------------------------------------------------
 
 
-def model_digest(config) -> str:
-    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+def digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def run_record(args, config, world: int, fingerprint: str) -> dict:
@@ -105,11 +102,14 @@ def run_record(args, config, world: int, fingerprint: str) -> dict:
                 for name, value in ((name, getattr(args, name)) for name in RUN_SETTINGS)}
     settings.update(attn_res=config.attn_res_mode,
                     block_size=config.attn_res_block_size if config.attn_res_mode == "block" else None)
-    return dict(settings=settings, world_size=world, data_fingerprint=fingerprint, model=model_digest(config))
+    deepspeed = json.loads(Path(args.deepspeed).read_text()) if args.deepspeed is not None else None
+    return dict(settings=settings, world_size=world, data_fingerprint=fingerprint, model=digest(config.to_dict()),
+                deepspeed=None if deepspeed is None else digest(deepspeed))
 
 
 def check_resolved(folder: Path, state: dict, record: dict) -> None:
-    """What the settings resolve to must match too: the data's content, the model config, the process count."""
+    """What the settings resolve to must match too: the data's content, the model config (--config, --init-from),
+    the DeepSpeed config, the process count."""
     differences = []
     if state.get("data_fingerprint") != record["data_fingerprint"]:
         differences.append(f"--data {record['settings']['data']}: other data (fingerprint "
@@ -118,6 +118,9 @@ def check_resolved(folder: Path, state: dict, record: dict) -> None:
     if state.get("model") != record["model"]:
         differences.append("the model config (--config, --model-size, --init-from, --attn-res, --block-size) differs "
                            "from the recorded one")
+    if state.get("deepspeed") != record["deepspeed"]:
+        differences.append(f"--deepspeed {record['settings']['deepspeed']}: another DeepSpeed config than the "
+                           f"recorded {state['settings'].get('deepspeed')}")
     if state.get("world_size") != record["world_size"]:
         differences.append(f"processes {state.get('world_size')} (recorded) vs {record['world_size']} (now)")
     if differences:
