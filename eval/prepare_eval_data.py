@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`attnres prepare-eval-data`, run from a checkout without installing. Its documentation: `python eval/prepare_eval_data.py --help`
-(attnres/cli/prepare_eval_data.py)."""
+"""`attnres prepare-eval-data`, run from a checkout without installing. Its documentation:
+`python eval/prepare_eval_data.py --help` (attnres/cli/prepare_eval_data.py)."""
 import sys
 from pathlib import Path
 

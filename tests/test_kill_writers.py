@@ -17,7 +17,7 @@ import pytest
 from attnres.atomic_io import recover_interrupted, write_json_atomic
 from attnres.cli.convert import main as convert_main
 from attnres.training.state import OutputLockedError, output_lock
-from tests.helpers.bad_input_fixtures import moonshot_checkpoint, saved_model, snapshot  # noqa: F401
+from tests.helpers.bad_input_fixtures import snapshot
 from tests.helpers.processes import aside_pause_line, kill_when_paused, leftovers, pause_line
 from tests.helpers.processes import attnres_command as command
 from tests.helpers.train_fixtures import REPO, write_documents

@@ -113,3 +113,15 @@ def test_the_core_imports_no_tool_and_is_exactly_what_a_saved_folder_ships():
     shipped = set(code_modules())
     assert shipped | {"attnres"} == CORE, (f"remote code ships {sorted(shipped - CORE)} beyond the core and misses "
                                            f"{sorted(CORE - shipped - {'attnres'})}")
+
+
+def test_the_checks_see_lazy_relative_and_upward_imports(tmp_path):
+    """The reader itself: an import inside a function, a relative one and a `from package import module` all count,
+    and a core module importing a tool is an upward import."""
+    source = tmp_path / "mod.py"
+    source.write_text("from .depth_layout import DepthLayout\n"
+                      "def f():\n    from attnres.training import loop\n    import attnres.evaluation.tasks\n")
+    found = imports_of("attnres.fake_core_module", source)
+    assert {"attnres.depth_layout", "attnres.training", "attnres.training.loop", "attnres.evaluation.tasks"} <= found
+    assert layer_of("attnres.training.loop") > layer_of("attnres.modeling_attnres")
+    assert layer_of("attnres.cli.train") > layer_of("attnres.evaluation.comparison") > layer_of("attnres.conversion")

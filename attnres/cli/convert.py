@@ -17,10 +17,10 @@ few decoder layers, not the checkpoint's size. The output is written to a hidden
 renamed at the end, so an interrupted run leaves no half-written model (a killed process may leave the hidden
 `.OUTPUT.partial-PID` folder, never OUTPUT; the next run removes it). Ctrl-C or SIGTERM stops it with one line and
 exit 130 / 143, nothing written; a full disk is one error naming ENOSPC. With --force an OUTPUT that is a symbolic
-link is replaced as a link (the folder it points to is kept). Any problem (missing or unexpected tensors, wrong shapes, malformed MXFP4
-pairs, other quantized or unsupported dtypes) is reported, naming each tensor, before anything is written. With no
-arguments, a tiny Moonshot-format demo checkpoint is written to outputs/tiny-moonshot and converted to
-outputs/tiny-moonshot-hf.
+link is replaced as a link (the folder it points to is kept). Any problem (missing or unexpected tensors, wrong
+shapes, malformed MXFP4 pairs, other quantized or unsupported dtypes) is reported, naming each tensor, before anything
+is written. With no arguments, a tiny Moonshot-format demo checkpoint is written to outputs/tiny-moonshot and converted
+to outputs/tiny-moonshot-hf.
 """
 from __future__ import annotations
 

@@ -36,14 +36,17 @@ DEFAULT_TASKS = ("attnres_mmlu_bpb", "attnres_triviaqa_bpb")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("data")
-    g.add_argument("--data", type=Path, default=Path("data/main-job"), help="prepared corpus folder (default data/main-job)")
+    g.add_argument("--data", type=Path, default=Path("data/main-job"),
+                   help="prepared corpus folder (default data/main-job)")
     g.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary trained on the corpus (default 4096)")
     g.add_argument("--seq-len", type=int, default=128, help="tokens per training sequence (default 128)")
     g.add_argument("--files", nargs="+", default=None, help="text files to use instead of the offline corpus")
     g = p.add_argument_group("model (both runs)")
-    g.add_argument("--layers", type=int, default=12, help="decoder layers (default 12: deep enough for depth to matter)")
+    g.add_argument("--layers", type=int, default=12,
+                   help="decoder layers (default 12: deep enough for depth to matter)")
     g.add_argument("--hidden-size", type=int, default=128, help="hidden size (default 128)")
-    g.add_argument("--block-size", type=int, default=3, help="layers per AttnRes block (default 3, as the paper's 48B model)")
+    g.add_argument("--block-size", type=int, default=3,
+                   help="layers per AttnRes block (default 3, as the paper's 48B model)")
     g = p.add_argument_group("training (both runs)")
     g.add_argument("--steps", type=int, default=500, help="optimizer steps (default 500)")
     g.add_argument("--micro-batch-size", type=int, default=16, help="sequences per step (default 16)")
@@ -57,9 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"lm-eval tasks (eval/compare.py's names; default {' '.join(DEFAULT_TASKS)})")
     g.add_argument("--task-limit", type=int, default=20, help="items per (sub)task (default 20: a smoke-size subset)")
     g.add_argument("--no-tasks", action="store_true", help="held-out loss / bits per byte only (no download)")
-    g.add_argument("--eval-data", type=Path, default=Path("data/eval"), help="benchmark data folder (default data/eval)")
+    g.add_argument("--eval-data", type=Path, default=Path("data/eval"),
+                   help="benchmark data folder (default data/eval)")
     g = p.add_argument_group("output")
-    g.add_argument("--output-dir", type=Path, default=Path("runs/main-job"), help="everything goes here (default runs/main-job)")
+    g.add_argument("--output-dir", type=Path, default=Path("runs/main-job"),
+                   help="everything goes here (default runs/main-job)")
     return p
 
 

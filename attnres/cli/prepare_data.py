@@ -16,7 +16,8 @@ Output folder: dataset/ (datasets.save_to_disk), tokenizer/ (HF format), meta.js
 
 Examples:
   python scripts/prepare_data.py                                   # offline corpus, GPT-2 BPE, 512-token sequences
-  python scripts/prepare_data.py --files notes/*.txt --tokenizer bpe --vocab-size 4096 --seq-len 256 --output-dir data/notes
+  python scripts/prepare_data.py --files notes/*.txt --tokenizer bpe --vocab-size 4096 --seq-len 256 \\
+      --output-dir data/notes
   python scripts/prepare_data.py --chat sft.jsonl --tokenizer runs/small-block/final --seq-len 512 --output-dir data/sft
 """
 from __future__ import annotations

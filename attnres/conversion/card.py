@@ -9,6 +9,7 @@ def report_rows(report: dict) -> list[tuple]:
         for metric, entry in metrics.items():
             values = "; ".join(f"{label} {s['mean']:.4g} ± {s['stderr']:.2g}" for label, s in entry["models"].items())
             for pair in entry["paired"]:
-                values += f"; {pair['model']} − {pair['reference']}: {pair['delta']:+.4g} (p {pair['p_value']:.2g}, {pair['test']})"
+                values += (f"; {pair['model']} − {pair['reference']}: {pair['delta']:+.4g} "
+                           f"(p {pair['p_value']:.2g}, {pair['test']})")
             rows.append((task, metric.split(",")[0] + (" ↓" if entry["lower_is_better"] else ""), values))
     return rows

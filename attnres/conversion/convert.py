@@ -89,7 +89,8 @@ def convert_unit(plan: ConversionPlan, unit: Unit) -> dict[str, torch.Tensor]:
 
 
 def verify_conversion(plan: ConversionPlan, folder: Path, progress: bool = True) -> None:
-    """Re-read every written tensor and compare it bit for bit with a fresh conversion of the input; check the config."""
+    """Re-read every written tensor and compare it bit for bit with a fresh conversion of the input; check the
+    config."""
     written = CheckpointReader(folder)
     problems = [f"{name}: planned but not written" for name in plan.target if name not in written.tensors]
     problems += [f"{name}: written but not planned" for name in written.tensors if name not in plan.target]

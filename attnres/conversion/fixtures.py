@@ -42,6 +42,7 @@ def write_moonshot_checkpoint(
     writer.finish()
     config_dict = moonshot_config_dict(model.config)
     if wrap:
-        config_dict = {"model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"], "text_config": config_dict}
+        config_dict = {"model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"],
+                       "text_config": config_dict}
     (folder / "config.json").write_text(json.dumps(config_dict, indent=2))
     return folder

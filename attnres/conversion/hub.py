@@ -100,7 +100,8 @@ def architecture_rows(model) -> list[tuple]:
     if mode == "block":
         attn_res = f"Block AttnRes, {config.attn_res_num_blocks} blocks of {config.attn_res_block_size} layers"
     else:
-        attn_res = {"full": "Full AttnRes (every sub-layer output is a source)", "standard": "none (standard residual)"}[mode]
+        attn_res = {"full": "Full AttnRes (every sub-layer output is a source)",
+                    "standard": "none (standard residual)"}[mode]
     attn_res_params = sum(p.numel() for n, p in model.named_parameters() if "_res_" in n)
     return [
         ("Model", f"`{type(model).__name__}` (model_type `{config.model_type}`)"),

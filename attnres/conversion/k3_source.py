@@ -42,7 +42,8 @@ class K3SourceReader(CheckpointReader):
                 continue
             if name.endswith(SCALE_SUFFIX):
                 continue
-            dtypes = (torch.uint8 if packed.dtype == _U8 else packed.dtype, torch.uint8 if scale.dtype == _U8 else scale.dtype)
+            dtypes = (torch.uint8 if packed.dtype == _U8 else packed.dtype,
+                      torch.uint8 if scale.dtype == _U8 else scale.dtype)
             problems += check_packed(name, packed.shape, scale.shape, *dtypes)
             del self.tensors[base + PACKED_SUFFIX], self.tensors[base + SCALE_SUFFIX]
             weight = base + ".weight"
@@ -55,7 +56,8 @@ class K3SourceReader(CheckpointReader):
         for name, info in list(self.tensors.items()):
             if name.endswith("self_attn.A_log") and len(info.shape) == 1:
                 if info.shape[0] < heads:
-                    problems.append(f"{name}: shape {list(info.shape)}, expected [head_dim >= {heads}] or [1, 1, {heads}, 1]")
+                    problems.append(f"{name}: shape {list(info.shape)}, "
+                                    f"expected [head_dim >= {heads}] or [1, 1, {heads}, 1]")
                     continue
                 self.a_log_heads[name] = heads
                 self.tensors[name] = TensorInfo(info.file, info.stored_name, (1, 1, heads, 1), info.dtype)

@@ -103,16 +103,22 @@ def check_tensors(reader: CheckpointReader, expected: dict[str, torch.Tensor], l
         if info.dtype not in SUPPORTED_DTYPES
     ]
     problems += [
-        f"{name}: missing (expected shape {list(tensor.shape)})" for name, tensor in expected.items() if name not in found
+        f"{name}: missing (expected shape {list(tensor.shape)})"
+        for name, tensor in expected.items()
+        if name not in found
     ]
-    problems += [f"{name}: unexpected tensor (not part of this config's model)" for name in found if name not in expected]
+    problems += [
+        f"{name}: unexpected tensor (not part of this config's model)" for name in found if name not in expected
+    ]
     problems += [
         f"{name}: shape {list(found[name].shape)}, expected {list(tensor.shape)}"
         for name, tensor in expected.items()
         if name in found and tuple(found[name].shape) != tuple(tensor.shape)
     ]
     if problems:
-        raise ConversionError.from_problems(problems, f"{reader.folder} ({layout} layout) does not match its config.json")
+        raise ConversionError.from_problems(
+            problems, f"{reader.folder} ({layout} layout) does not match its config.json"
+        )
 
 
 def _with_dtypes(target, source_dtypes, source_layout, to, config) -> dict[str, torch.Tensor]:

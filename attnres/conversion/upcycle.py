@@ -29,7 +29,8 @@ def upcycled_config(
         raise ConversionError(f"--upcycle must be one of {UPCYCLE_MODES}, got {mode!r}")
     if config.attn_res_mode != "standard":
         raise ConversionError(
-            f"--upcycle needs a standard-residual checkpoint, but config.json has attn_res_mode={config.attn_res_mode!r}"
+            "--upcycle needs a standard-residual checkpoint, "
+            f"but config.json has attn_res_mode={config.attn_res_mode!r}"
         )
     if mode == "full" and block_size is not None:
         raise ConversionError("--block-size applies to --upcycle block only (Full AttnRes has no blocks)")

@@ -19,5 +19,5 @@ from .tasks import TASKS
 
 DEMO_TASKS = (HELDOUT, "attnres_humaneval_bpb")
 
-__all__ = ["DEMO_TASKS", "compare", "heldout_metrics", "prepare_eval_data", "default_tasks", "CompareError", "DataError",
-           "DEFAULT_EVAL_DATA", "DEFAULT_MAX_LENGTH", "HELDOUT", "TASKS"]
+__all__ = ["DEMO_TASKS", "compare", "heldout_metrics", "prepare_eval_data", "default_tasks", "CompareError",
+           "DataError", "DEFAULT_EVAL_DATA", "DEFAULT_MAX_LENGTH", "HELDOUT", "TASKS"]

@@ -30,11 +30,13 @@ def _with_pair(dataset, pair):
 
 def mmlu_docs(dataset):
     # lm-eval's MMLU cloze ("continuation") prompt, the gold choice as the answer
-    return _with_pair(dataset, lambda d: (f"Question: {d['question'].strip()}\nAnswer:", " " + d["choices"][int(d["answer"])]))
+    return _with_pair(dataset, lambda d: (f"Question: {d['question'].strip()}\nAnswer:",
+                                          " " + d["choices"][int(d["answer"])]))
 
 
 def gpqa_docs(dataset):
-    return _with_pair(dataset, lambda d: (f"Question: {d['Question'].strip()}\nAnswer:", " " + d["Correct Answer"].strip()))
+    return _with_pair(dataset, lambda d: (f"Question: {d['Question'].strip()}\nAnswer:",
+                                          " " + d["Correct Answer"].strip()))
 
 
 def triviaqa_docs(dataset):

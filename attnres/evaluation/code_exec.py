@@ -153,7 +153,8 @@ def execute(program: str, timeout_s=None, memory_mb=None, *, namespaces: bool = 
 
 
 def run_program(program: str, timeout_s=None, memory_mb=None) -> str:
-    """'passed', 'failed' or 'timeout'. Refused unless ATTNRES_ALLOW_CODE_EXECUTION=1 (set by --allow-code-execution)."""
+    """'passed', 'failed' or 'timeout'. Refused unless ATTNRES_ALLOW_CODE_EXECUTION=1 (set by
+    --allow-code-execution)."""
     return execute(program, timeout_s, memory_mb).status
 
 

@@ -54,7 +54,8 @@ def model_labels(model_dirs: list[Path], labels: list[str] | None) -> list[str]:
 def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_code_execution: bool) -> Path | None:
     """One clear message for an unknown, unprepared or refused task; returns the rendered task folder (if any)."""
     if not tasks:
-        raise CompareError("no tasks to run: prepare benchmarks (eval/prepare_eval_data.py) or pass --data for held-out")
+        raise CompareError("no tasks to run: prepare benchmarks (eval/prepare_eval_data.py) "
+                           "or pass --data for held-out")
     include = Path(eval_data) / TASKS_DIR
     if HELDOUT in tasks and data_dir is None:
         raise CompareError("task 'heldout' needs --data (a scripts/prepare_data.py folder)")
@@ -73,7 +74,8 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
         known = set(task_manager(str(include) if include.is_dir() else None).all_tasks)
         unknown = [t for t in others if t not in known]
         if unknown:
-            raise CompareError(f"unknown task(s) {unknown}: ours are {[HELDOUT, *TASKS]}; any lm-eval task name also works")
+            raise CompareError(f"unknown task(s) {unknown}: ours are {[HELDOUT, *TASKS]}; "
+                               "any lm-eval task name also works")
     return include if include.is_dir() else None
 
 
@@ -209,8 +211,9 @@ def _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, data_dir, 
     if records[labels[0]] is None:
         return None  # not the main process
     models = [describe_model(d, label) for d, label in zip(model_dirs, labels)]
-    settings = dict(tasks=tasks, limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length, gen_kwargs=gen_kwargs,
-                    batch_size=batch_size, eval_data=str(eval_data), data_dir=str(data_dir) if data_dir else None)
+    settings = dict(tasks=tasks, limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length,
+                    gen_kwargs=gen_kwargs, batch_size=batch_size, eval_data=str(eval_data),
+                    data_dir=str(data_dir) if data_dir else None)
     report = build_report(models, records, settings, read_prepared(eval_data, missing_ok=True))
     write_report(report, out_dir)
     return report

@@ -316,7 +316,8 @@ def read_prepared(eval_data: Path, missing_ok: bool = False) -> dict:
     try:
         prepared = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataError(f"{path} is damaged ({error}): rerun eval/prepare_eval_data.py --output-dir {eval_data}") from None
+        raise DataError(f"{path} is damaged ({error}): "
+                        f"rerun eval/prepare_eval_data.py --output-dir {eval_data}") from None
     if not isinstance(prepared, dict):
         raise DataError(f"{path} is damaged (not a JSON object): rerun eval/prepare_eval_data.py")
     return prepared

@@ -45,7 +45,8 @@ def build_report(models: list[dict], records: dict, settings: dict, prepared: di
     notes = [f"{bench}: {info['note']}" for bench, info in prepared.items()
              if bench in benchmarks and isinstance(info, dict) and info.get("note")]
     if settings.get("limit"):
-        notes.append(f"--limit {settings['limit']}: a smoke run on the first items of each (sub)task, not a benchmark score")
+        notes.append(f"--limit {settings['limit']}: a smoke run on the first items of each (sub)task, "
+                     "not a benchmark score")
     heldout = {label: records[label]["heldout"].get("heldout") for label in labels if "heldout" in records[label]}
     return dict(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -70,7 +71,8 @@ def render_markdown(report: dict) -> str:
              f"{report['created']}. Reference: **{labels[0]}**; deltas are model minus reference. Tasks {s['tasks']}, "
              f"shots {s['num_fewshot'] if s['num_fewshot'] is not None else 'task default'}, limit {s['limit']}, "
              f"seed {s['seed']}, max_length {s['max_length']}.", "", "## Models", "",
-             "| model | residual | parameters (+ saved buffers) | of which AttnRes | tokens trained | data fingerprint | path |",
+             "| model | residual | parameters (+ saved buffers) | of which AttnRes | tokens trained "
+             "| data fingerprint | path |",
              "|---|---|---|---|---|---|---|"]
     for m in report["models"]:
         lines.append(f"| {m['label']} | {m['attn_res_mode']} | {m['parameters'] or 'n/a'} | {m['attn_res_parameters']} "
@@ -83,13 +85,14 @@ def render_markdown(report: dict) -> str:
               "|---|---|---|" + "---|" * len(labels) + "---|---|---|"]
     for task, metrics in report["tasks"].items():
         for metric, entry in metrics.items():
-            cells = " | ".join(f"{fmt(entry['models'][l]['mean'])} ± {fmt(entry['models'][l]['stderr'])}" for l in labels)
+            cells = " | ".join(f"{fmt(entry['models'][label]['mean'])} ± {fmt(entry['models'][label]['stderr'])}"
+                               for label in labels)
             arrow = "lower is better" if entry["lower_is_better"] else "higher is better"
             for pair in entry["paired"] or [None]:
                 delta = "" if pair is None else f"{pair['model']}: {pair['delta']:+.4f}"
                 star = "" if pair is None else f"{fmt_p(pair['p_value'])}{' *' if pair['significant'] else ''}"
-                lines.append(f"| {task} | {metric.split(',')[0]} ({arrow}) | {entry['models'][labels[0]]['n']} | {cells} "
-                             f"| {delta} | {'' if pair is None else pair['test']} | {star} |")
+                lines.append(f"| {task} | {metric.split(',')[0]} ({arrow}) | {entry['models'][labels[0]]['n']} "
+                             f"| {cells} | {delta} | {'' if pair is None else pair['test']} | {star} |")
     lines += ["", f"`*`: p < {ALPHA} (two-sided; exact McNemar for 0/1 metrics, paired t-test otherwise; "
               "no correction for multiple comparisons).", ""]
     if report["notes"]:
@@ -112,11 +115,13 @@ def plot_report(report: dict, out_dir: Path) -> None:
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)
     for ax, (task, metric, entry) in zip(axes.flat, panels):
-        means = [entry["models"][l]["mean"] for l in labels]
-        errs = [0 if math.isnan(entry["models"][l]["stderr"]) else entry["models"][l]["stderr"] for l in labels]
+        means = [entry["models"][label]["mean"] for label in labels]
+        errs = [0 if math.isnan(entry["models"][label]["stderr"]) else entry["models"][label]["stderr"]
+                for label in labels]
         ax.bar(range(len(labels)), means, yerr=errs, color=[f"C{i}" for i in range(len(labels))], capsize=3)
         ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=7)
-        ax.set_title(f"{task}\n{metric.split(',')[0]} ({'lower' if entry['lower_is_better'] else 'higher'} better)", fontsize=8)
+        ax.set_title(f"{task}\n{metric.split(',')[0]} ({'lower' if entry['lower_is_better'] else 'higher'} better)",
+                     fontsize=8)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.tight_layout()

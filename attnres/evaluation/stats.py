@@ -71,4 +71,5 @@ def _paired_t(a, b, mean_a, mean_b) -> PairedResult:
         p = 1.0 if all(d == 0 for d in diffs) else math.nan
         return PairedResult("paired-t", len(a), mean_a, mean_b, mean_b - mean_a, math.nan, p)
     result = ttest_rel(b, a)
-    return PairedResult("paired-t", len(a), mean_a, mean_b, mean_b - mean_a, float(result.statistic), float(result.pvalue))
+    return PairedResult("paired-t", len(a), mean_a, mean_b, mean_b - mean_a, float(result.statistic),
+                        float(result.pvalue))

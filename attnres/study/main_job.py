@@ -192,9 +192,11 @@ def markdown_summary(summary: dict) -> str:
         f"evaluation {summary['wall_seconds']['evaluate']:.0f} s) on {summary['machine']}.", "",
         f"Model: {s['layers']} layers, hidden {s['hidden_size']}, MLA in every layer, dense MLP, Block AttnRes block "
         f"size {s['block_size']}; {summary['parameters']['standard']['total']:,} parameters (standard), "
-        f"{summary['parameters']['block']['total']:,} (block: +{summary['parameters']['block']['attn_res']:,} AttnRes). "
+        f"{summary['parameters']['block']['total']:,} "
+        f"(block: +{summary['parameters']['block']['attn_res']:,} AttnRes). "
         f"Data: {s['data']} (BPE {s['vocab_size']}, {s['seq_len']}-token sequences); {s['steps']} steps x "
-        f"{s['micro_batch_size']} sequences = {summary['tokens_per_model']:,} tokens per model, same order and seed.", "",
+        f"{s['micro_batch_size']} sequences = {summary['tokens_per_model']:,} tokens per model, same order and seed.",
+        "",
         "| | standard | block AttnRes | block - standard |", "|---|---|---|---|",
         *[f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} |" for r in rows], "",
         "Lower is better for loss and bits per byte. One seed at this scale: a difference is a hint, not a result "
@@ -210,7 +212,8 @@ def markdown_summary(summary: dict) -> str:
 
 
 def check_args(args) -> None:
-    for name in ("vocab_size", "seq_len", "layers", "hidden_size", "block_size", "steps", "micro_batch_size", "task_limit"):
+    for name in ("vocab_size", "seq_len", "layers", "hidden_size", "block_size", "steps", "micro_batch_size",
+                 "task_limit"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.hidden_size % 4:
@@ -274,10 +277,11 @@ def prepare_data(args) -> None:
     if meta is not None:
         print(f"[1/4] data: reusing {args.data} ({meta['num_sequences']['train']:,} training sequences)")
         if meta["seq_len"] < args.seq_len:
-            raise ValueError(f"--data {args.data} holds {meta['seq_len']}-token sequences, fewer than --seq-len {args.seq_len}")
+            raise ValueError(f"--data {args.data} holds {meta['seq_len']}-token sequences, "
+                             f"fewer than --seq-len {args.seq_len}")
         return
-    print(f"[1/4] data: {'--files' if args.files else 'offline corpus'} -> BPE {args.vocab_size} -> {args.seq_len}-token "
-          f"sequences in {args.data}")
+    print(f"[1/4] data: {'--files' if args.files else 'offline corpus'} -> BPE {args.vocab_size} -> "
+          f"{args.seq_len}-token sequences in {args.data}")
     from ..training.args import build_prepare_parser
     from ..training.data import prepare_dataset
 

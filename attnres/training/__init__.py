@@ -15,8 +15,8 @@ diagnostics. One job per module:
 - `logs`:     metrics.jsonl / TensorBoard, depth diagnostics, their plots, training_info.json (provenance)
 - `guard`:    the non-finite guard: a NaN/inf step makes no update, a few in a row stop the run
 
-`attnres/cli/{train,prepare_data}.py` are the command lines over them (the main job is `attnres.study.main_job`). Needs the `train` extra
-(`pip install -e ".[train]"`): datasets, tokenizers, deepspeed, tensorboard, matplotlib.
+`attnres/cli/{train,prepare_data}.py` are the command lines over them (the main job is `attnres.study.main_job`).
+Needs the `train` extra (`pip install -e ".[train]"`): datasets, tokenizers, deepspeed, tensorboard, matplotlib.
 """
 
 

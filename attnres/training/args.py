@@ -46,17 +46,20 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("data and model")
     add_trust_flag(g)  # --init-from DIR's own code (an auto_map): off unless asked
-    g.add_argument("--data", type=Path, default=None, help="folder written by scripts/prepare_data.py (default data/packed)")
+    g.add_argument("--data", type=Path, default=None,
+                   help="folder written by scripts/prepare_data.py (default data/packed)")
     g.add_argument("--attn-res", choices=ATTN_RES_MODES, default=None,
                    help="residual: standard (baseline), block or full AttnRes (default: block, or the --config's mode)")
-    g.add_argument("--block-size", type=int, default=None, help="decoder layers per block in block mode (default: the preset's)")
+    g.add_argument("--block-size", type=int, default=None,
+                   help="decoder layers per block in block mode (default: the preset's)")
     g.add_argument("--model-size", choices=list(PRESETS), default=None, help="size preset (default small)")
     g.add_argument("--config", type=Path, default=None, help="model config JSON (replaces --model-size)")
     g.add_argument("--init-from", type=Path, default=None, metavar="DIR",
                    help="fine-tune: model and tokenizer from DIR (anything from_pretrained reads: final/, Moonshot's "
                         "layout, an upcycled Kimi Linear), fresh optimizer and schedule; its AttnRes mode is kept "
                         "unless --attn-res/--block-size change it (not with --config/--model-size)")
-    g.add_argument("--seq-len", type=int, default=None, help="train on the first N tokens of each sequence (default: all)")
+    g.add_argument("--seq-len", type=int, default=None,
+                   help="train on the first N tokens of each sequence (default: all)")
     g = p.add_argument_group("optimization")
     g.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default 2000)")
     g.add_argument("--micro-batch-size", type=int, default=None, help="sequences per process per forward (default 8)")
@@ -64,7 +67,8 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--lr", type=float, default=None, help="peak learning rate (default 3e-4)")
     g.add_argument("--res-proj-lr", type=float, default=None,
                    help="peak learning rate of the AttnRes pseudo-queries (*_res_proj); default: --lr")
-    g.add_argument("--min-lr-ratio", type=float, default=None, help="cosine floor as a fraction of the peak (default 0.1)")
+    g.add_argument("--min-lr-ratio", type=float, default=None,
+                   help="cosine floor as a fraction of the peak (default 0.1)")
     g.add_argument("--warmup-steps", type=int, default=None, help="linear warmup steps (default 100)")
     g.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay on matrices (default 0.1)")
     g.add_argument("--grad-clip", type=float, default=None, help="global gradient norm clip, 0 = off (default 1.0)")
@@ -82,9 +86,11 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     g = p.add_argument_group("checkpoints and logs")
     g.add_argument("--output-dir", type=Path, default=None, help="run folder (default runs/<model-size>-<attn-res>)")
-    g.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps, 0 = only at the end (default 500)")
+    g.add_argument("--save-every", type=int, default=500,
+                   help="checkpoint every N steps, 0 = only at the end (default 500)")
     g.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept (default 2)")
-    g.add_argument("--resume", default="auto", help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder "
+    g.add_argument("--resume", default="auto",
+                   help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder "
                    "(checkpoints/step-00000100; checkpoints/step-100 also works). A resume continues exactly the "
                    "recorded run: flags left out take the recorded values, a flag that would change the run (data, "
                    "model, --lr, --max-steps, ...: RUN_SETTINGS in attnres/training/args.py) is refused by name")
@@ -92,7 +98,8 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--eval-every", type=int, default=200, help="validation loss every N steps, 0 = off (default 200)")
     g.add_argument("--eval-batches", type=int, default=10, help="validation global batches per eval (default 10)")
     g.add_argument("--diagnostics-every", type=int, default=100,
-                   help="depth diagnostics (layer RMS, grad norms, AttnRes weights) every N steps, 0 = off (default 100)")
+                   help="depth diagnostics (layer RMS, grad norms, AttnRes weights) every N steps, 0 = off "
+                        "(default 100)")
     g.add_argument("--no-tensorboard", action="store_true", help="JSONL log only")
     g.add_argument("--no-final-model", action="store_true", help="skip saving the final HF-format model")
     return p
@@ -149,13 +156,14 @@ def check_args(args, meta: dict, world: int) -> None:
     if args.config is not None and not args.config.is_file():
         raise ValueError(f"--config {args.config}: file not found")
     if args.seq_len is not None and not 2 <= args.seq_len <= meta["seq_len"]:
-        raise ValueError(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), got {args.seq_len}")
+        raise ValueError(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), "
+                         f"got {args.seq_len}")
     global_batch = args.micro_batch_size * args.grad_accum * world
     n_train, n_val = meta["num_sequences"]["train"], meta["num_sequences"]["validation"]
     if global_batch > n_train:
         raise ValueError(
-            f"global batch {global_batch} (--micro-batch-size {args.micro_batch_size} x --grad-accum {args.grad_accum} x "
-            f"{world} processes) exceeds the {n_train} training sequences in {args.data}"
+            f"global batch {global_batch} (--micro-batch-size {args.micro_batch_size} x --grad-accum {args.grad_accum} "
+            f"x {world} processes) exceeds the {n_train} training sequences in {args.data}"
         )
     if args.eval_every and global_batch > n_val:
         raise ValueError(f"validation has {n_val} sequences, fewer than one global batch ({global_batch}); "
@@ -173,8 +181,8 @@ def check_deepspeed(config: dict, args, world: int) -> None:
     }
     for key, value in expected.items():
         if config.get(key, "auto") not in ("auto", value):
-            raise ValueError(f"--deepspeed {args.deepspeed}: {key} is {config[key]} but the command line gives {value}; "
-                             f"set it to \"auto\" or match the flags")
+            raise ValueError(f"--deepspeed {args.deepspeed}: {key} is {config[key]} "
+                             f"but the command line gives {value}; set it to \"auto\" or match the flags")
     if "optimizer" in config or "scheduler" in config:
         raise ValueError(f"--deepspeed {args.deepspeed}: remove 'optimizer'/'scheduler': train.py passes its own AdamW "
                          f"and warmup+cosine schedule (the same as without DeepSpeed)")
@@ -206,10 +214,12 @@ def build_prepare_parser(description: str = "") -> argparse.ArgumentParser:
     parser.add_argument("--seq-len", type=int, default=512, help="tokens per packed sequence (default 512)")
     parser.add_argument("--validation-fraction", type=float, default=0.01, help="documents held out (default 0.01)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
-    parser.add_argument("--output-dir", type=Path, default=Path("data/packed"), help="output folder (default data/packed)")
+    parser.add_argument("--output-dir", type=Path, default=Path("data/packed"),
+                        help="output folder (default data/packed)")
     parser.add_argument("--force", action="store_true", help="replace --output-dir if it exists (never a folder "
                         "holding the input files)")
-    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help=f"PyPI download cache (default {DEFAULT_CACHE})")
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
+                        help=f"PyPI download cache (default {DEFAULT_CACHE})")
     parser.add_argument("--num-proc", type=int, default=None, help="processes for tokenization (default: 1)")
     return parser
 

@@ -32,7 +32,8 @@ def to_messages(record: dict, where: str) -> list[dict]:
         if not isinstance(messages, list) or not messages:
             raise ValueError(f"{where}: `messages` must be a non-empty list of {{role, content}} objects")
         for i, message in enumerate(messages):
-            if not isinstance(message, dict) or message.get("role") not in ROLES or not isinstance(message.get("content"), str):
+            if (not isinstance(message, dict) or message.get("role") not in ROLES
+                    or not isinstance(message.get("content"), str)):
                 raise ValueError(f"{where}: messages[{i}] must be {{\"role\": one of {ROLES}, \"content\": a string}}, "
                                  f"got {message!r:.120}")
         if not any(m["role"] == "assistant" for m in messages):

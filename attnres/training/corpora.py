@@ -61,7 +61,8 @@ def archive_members(archive: Path, pattern: str) -> Iterator[tuple[str, bytes]]:
                 yield name, zf.read(name)
     else:
         with tarfile.open(archive) as tf:
-            members = sorted((m for m in tf.getmembers() if m.isfile() and re.search(pattern, m.name)), key=lambda m: m.name)
+            members = sorted((m for m in tf.getmembers() if m.isfile() and re.search(pattern, m.name)),
+                             key=lambda m: m.name)
             for member in members:
                 yield member.name, tf.extractfile(member).read()
 
@@ -129,7 +130,8 @@ def load_documents(args):
         if texts:  # one document per file
             parts.append(load_dataset("text", data_files=texts, sample_by="document", split="train"))
         if records:
-            parts.append(text_only(load_dataset("json", data_files=records, split="train"), args.text_column, "--files"))
+            parts.append(text_only(load_dataset("json", data_files=records, split="train"), args.text_column,
+                                   "--files"))
         return concatenate_datasets(parts)
     return Dataset.from_dict({"text": list(offline_documents(args.corpora, args.cache_dir))})
 
@@ -234,10 +236,14 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS, pad_token=EOS)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS,
+                                   pad_token=EOS)
 
 
 def with_pad_token(tokenizer):

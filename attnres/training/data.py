@@ -57,7 +57,10 @@ def pack_masked(token_lists: list[list[int]], masks: list[list[int]], eos_id: in
             stream_mask.append(0)
     cuts = range(0, len(stream) - seq_len + 1, seq_len)
     kept = [i for i in cuts if any(stream_mask[i : i + seq_len])]
-    return {"input_ids": [stream[i : i + seq_len] for i in kept], "loss_mask": [stream_mask[i : i + seq_len] for i in kept]}
+    return {
+        "input_ids": [stream[i : i + seq_len] for i in kept],
+        "loss_mask": [stream_mask[i : i + seq_len] for i in kept],
+    }
 
 
 def tokenize_and_pack_chat(splits: DatasetDict, tokenizer, seq_len: int, num_proc: int | None = None) -> DatasetDict:
@@ -70,13 +73,15 @@ def tokenize_and_pack_chat(splits: DatasetDict, tokenizer, seq_len: int, num_pro
 
     return DatasetDict(
         {
-            name: split.map(pack, batched=True, batch_size=2000, remove_columns=split.column_names, num_proc=num_proc, desc=f"pack {name}")
+            name: split.map(pack, batched=True, batch_size=2000, remove_columns=split.column_names, num_proc=num_proc,
+                            desc=f"pack {name}")
             for name, split in splits.items()
         }
     )
 
 
-def tokenize_and_pack(splits: DatasetDict, tokenizer, seq_len: int, text_column: str = "text", num_proc: int | None = None) -> DatasetDict:
+def tokenize_and_pack(splits: DatasetDict, tokenizer, seq_len: int, text_column: str = "text",
+                      num_proc: int | None = None) -> DatasetDict:
     """Map text -> packed `input_ids` sequences of length `seq_len` (labels are the inputs: the model shifts them)."""
 
     def pack(batch):
@@ -86,7 +91,8 @@ def tokenize_and_pack(splits: DatasetDict, tokenizer, seq_len: int, text_column:
     # Large map batches keep the per-batch remainder small; the packed split is one column, no padding
     return DatasetDict(
         {
-            name: split.map(pack, batched=True, batch_size=2000, remove_columns=split.column_names, num_proc=num_proc, desc=f"pack {name}")
+            name: split.map(pack, batched=True, batch_size=2000, remove_columns=split.column_names, num_proc=num_proc,
+                            desc=f"pack {name}")
             for name, split in splits.items()
         }
     )
@@ -97,7 +103,8 @@ def save_prepared(output_dir: Path, packed: DatasetDict, tokenizer, meta: dict) 
     output_dir = Path(output_dir)
     for name, split in packed.items():
         if len(split) == 0:
-            raise ValueError(f"split {name!r} has no full sequence of {meta['seq_len']} tokens: use a smaller --seq-len or more text")
+            raise ValueError(f"split {name!r} has no full sequence of {meta['seq_len']} tokens: "
+                             "use a smaller --seq-len or more text")
     with temporary_folder(output_dir) as tmp:
         packed.save_to_disk(str(tmp / DATASET_DIR))
         tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
@@ -155,7 +162,8 @@ class BatchPlan:
         """Dataset indices of rank `rank`'s micro-batch `micro_step` at optimizer step `step` (0-based)."""
         start = step * self.global_batch + (micro_step * self.world_size + rank) * self.micro_batch
         positions = torch.arange(start, start + self.micro_batch)
-        return torch.stack([self._permutation(int(p) // self.num_sequences)[int(p) % self.num_sequences] for p in positions])
+        return torch.stack([self._permutation(int(p) // self.num_sequences)[int(p) % self.num_sequences]
+                            for p in positions])
 
     @lru_cache(maxsize=4)
     def _permutation(self, epoch: int) -> torch.Tensor:
@@ -208,8 +216,9 @@ def prepare_dataset(args) -> dict:
         else:
             packed = tokenize_and_pack(splits, tokenizer, args.seq_len, num_proc=args.num_proc)
         source = args.hub or [str(p) for p in args.files or args.chat or ()] or {"offline": args.corpora}
-        meta = dict(source=source, tokenizer=args.tokenizer, vocab_size=len(tokenizer), seq_len=args.seq_len, seed=args.seed,
-                    num_documents={name: len(split) for name, split in splits.items()}, loss_mask=bool(args.chat))
+        meta = dict(source=source, tokenizer=args.tokenizer, vocab_size=len(tokenizer), seq_len=args.seq_len,
+                    seed=args.seed, num_documents={name: len(split) for name, split in splits.items()},
+                    loss_mask=bool(args.chat))
         save_prepared(args.output_dir, packed, tokenizer, meta)
     except ValueError as error:  # too little text for the split or the sequence length: nothing was written
         raise SystemExit(f"error: {error}") from None

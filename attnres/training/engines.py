@@ -71,7 +71,8 @@ class AccelerateEngine:
         if self.grad_clip > 0:
             norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         else:
-            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in self.model.parameters() if p.grad is not None]))
+            grad_norms = [p.grad.norm() for p in self.model.parameters() if p.grad is not None]
+            norm = torch.linalg.vector_norm(torch.stack(grad_norms))
         applied = loss_finite and is_finite(norm)  # the norm is global (DDP reduced the gradients): ranks agree
         if applied:
             self.optimizer.step()
@@ -134,7 +135,8 @@ class DeepSpeedEngine:
             os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29500")
-        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo", auto_mpi_discovery=False)
+        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
+                                   auto_mpi_discovery=False)
         self.config = resolve_deepspeed_config(json.loads(Path(args.deepspeed).read_text()), args, world)
         self.zero_stage = self.config.get("zero_optimization", {}).get("stage", 0)
         # ZeRO and DeepSpeed's bf16 optimizer skip a non-finite gradient norm themselves; a plain fp32 one is guarded

@@ -42,7 +42,8 @@ class JsonlLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= resume_step]
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line and json.loads(line)["step"] <= resume_step]
             write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, record: dict) -> None:
@@ -142,7 +143,8 @@ class DepthDiagnostics:
             grad_norms.append(float(torch.stack(squares).sum().sqrt()) if squares else 0.0)
         self._reset()
         if self.log is not None:
-            self.log.write(dict(step=step, mode=self.mode, layer_rms=rms, layer_grad_norm=grad_norms, depth_weights=weights))
+            self.log.write(dict(step=step, mode=self.mode, layer_rms=rms, layer_grad_norm=grad_norms,
+                                depth_weights=weights))
 
 
 # --- plots ------------------------------------------------------------------------------------------------------
@@ -253,7 +255,8 @@ def _save(fig, out: Path) -> Path:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dirs", nargs="+", type=Path, help="run folders of scripts/train.py (with diagnostics.jsonl)")
+    parser.add_argument("run_dirs", nargs="+", type=Path,
+                        help="run folders of scripts/train.py (with diagnostics.jsonl)")
     parser.add_argument("--out", type=Path, default=Path("depth_diagnostics.png"), help="PNG to write")
     args = parser.parse_args(argv)
     print(f"wrote {plot_runs(args.run_dirs, args.out)}")

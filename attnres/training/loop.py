@@ -159,7 +159,8 @@ def evaluate(engine, val_set, args) -> float:
         for b in range(min(args.eval_batches, len(val_set) // global_batch)):
             for micro in range(args.grad_accum):
                 start = b * global_batch + (micro * engine.world_size + engine.rank) * args.micro_batch_size
-                ids, labels = batch_tensors(val_set, slice(start, start + args.micro_batch_size), args.seq_len, engine.device)
+                ids, labels = batch_tensors(val_set, slice(start, start + args.micro_batch_size), args.seq_len,
+                                            engine.device)
                 losses.append(engine.forward(ids, labels).loss.float())
     return engine.mean(torch.stack(losses).mean())
 
@@ -277,7 +278,8 @@ def run(args, world, config, train_set, val_set, tokenizer, folder, state, recor
     logger = MetricsLogger(output_dir, engine.is_main, start_step, tensorboard=not args.no_tensorboard)
     diagnostics = DepthDiagnostics(engine.module, output_dir, args.diagnostics_every, engine.is_main, start_step)
     plan = BatchPlan(len(train_set), args.micro_batch_size, args.grad_accum, engine.world_size, args.seed)
-    progress = tqdm(total=args.max_steps, initial=start_step, disable=not engine.is_main, desc=f"train {config.attn_res_mode}")
+    progress = tqdm(total=args.max_steps, initial=start_step, disable=not engine.is_main,
+                    desc=f"train {config.attn_res_mode}")
     summary = dict(output_dir=str(output_dir), start_step=start_step, train_loss=None, val_loss=None)
     started = time.time()
 

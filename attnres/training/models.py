@@ -46,7 +46,8 @@ PRESETS = {
 }
 
 
-def build_config(model_size: str, config_file: Path | None, attn_res: str | None, block_size: int | None, tokenizer) -> KimiLinearAttnResConfig:
+def build_config(model_size: str, config_file: Path | None, attn_res: str | None, block_size: int | None,
+                 tokenizer) -> KimiLinearAttnResConfig:
     """The model config; raises ValueError naming the file / field when it is invalid."""
     special = dict(pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
                    eos_token_id=tokenizer.eos_token_id)
@@ -59,7 +60,8 @@ def build_config(model_size: str, config_file: Path | None, attn_res: str | None
         size = block_size if block_size is not None else fields.get("attn_res_block_size") or 0
         fields.update(attn_res_mode=mode, attn_res_block_size=size if mode == "block" else 0)
         if fields["vocab_size"] < len(tokenizer):
-            raise ValueError(f"--config {config_file}: vocab_size {fields['vocab_size']} < tokenizer size {len(tokenizer)}")
+            raise ValueError(f"--config {config_file}: vocab_size {fields['vocab_size']} "
+                             f"< tokenizer size {len(tokenizer)}")
         return _checked(lambda: KimiLinearAttnResConfig(**fields), f"--config {config_file}")
     preset = dict(PRESETS[model_size])
     num_layers, default_block = preset.pop("num_layers"), preset.pop("block_size")
@@ -88,7 +90,8 @@ def check_init_from(args) -> None:
         return
     if args.config is not None or args.model_size is not None:
         flag = "--config" if args.config is not None else "--model-size"
-        raise ValueError(f"--init-from {args.init_from} takes the model (size and config) from that folder: drop {flag}")
+        raise ValueError(f"--init-from {args.init_from} takes the model (size and config) from that folder: "
+                         f"drop {flag}")
     folder = Path(args.init_from)
     if not (folder / "config.json").is_file():
         raise ValueError(f"--init-from {args.init_from}: no config.json there (a folder written by save_pretrained, "
@@ -113,7 +116,8 @@ def init_config(init_from: Path, attn_res: str | None, block_size: int | None, t
     if (saved == "standard") != (mode == "standard"):
         hint = (f"upcycle it first: python scripts/convert_checkpoint.py {init_from} OUT --upcycle {mode}"
                 if saved == "standard" else "a model trained with AttnRes cannot drop its mixes")
-        raise ValueError(f"--init-from {init_from} is a {saved}-residual model; --attn-res {mode} needs other tensors: {hint}")
+        raise ValueError(f"--init-from {init_from} is a {saved}-residual model; "
+                         f"--attn-res {mode} needs other tensors: {hint}")
     size = block_size if block_size is not None else config.attn_res_block_size
     if mode == "block" and not size:
         raise ValueError(f"--init-from {init_from} is a {saved} model: --attn-res block needs --block-size")

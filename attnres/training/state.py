@@ -7,8 +7,8 @@
   full) or an interrupt (Ctrl-C, SIGTERM) removes the `.tmp-*` folder on the way out (`written_or_removed`).
 - Resuming (which checkpoint, and the rule that a resume continues the recorded run: `resume.py`): reading the
   checkpoint back without ever running code from it: torch files load with `weights_only=True` (tensors, numbers,
-  strings, numpy arrays: no pickled objects), and every file is checked first, so a damaged or missing one gets a message
-  naming it instead of a traceback or, as accelerate does for RNG states, silence.
+  strings, numpy arrays: no pickled objects), and every file is checked first, so a damaged or missing one gets a
+  message naming it instead of a traceback or, as accelerate does for RNG states, silence.
 - One run per output folder: the run that writes to a folder holds an exclusive lock on `<folder>/.lock` until it
   ends. A second run in the same folder stops at once with a message naming the holder. The lock is the kernel's
   (`flock`): it disappears with its process, so a killed run never leaves a stale lock behind.
@@ -51,8 +51,9 @@ def checkpoint_dir(root: Path, step: int) -> Path:
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A `--resume` folder: as given, or `step-N` naming the zero-padded `step-0000000N` beside it (`checkpoints/step-100`
-    finds `checkpoints/step-00000100`). Raises ValueError naming the path when neither is a complete checkpoint."""
+    """A `--resume` folder: as given, or `step-N` naming the zero-padded `step-0000000N` beside it
+    (`checkpoints/step-100` finds `checkpoints/step-00000100`). Raises ValueError naming the path when neither is a
+    complete checkpoint."""
     path = Path(path)
     match = STEP_DIR.match(path.name)
     candidates = [path] + ([checkpoint_dir(path.parent, int(match.group(1)))] if match else [])

@@ -81,7 +81,8 @@ def test_moonshot_layout_matches_kimi_linear_facts():
     conv = hf["model.layers.0.self_attn.conv1d.weight"]  # [3C, 1, K]
     channels = conv.shape[0] // 3
     for i, part in enumerate("qkv"):
-        assert torch.equal(ms[f"model.layers.0.self_attn.{part}_conv1d.weight"], conv[i * channels : (i + 1) * channels])
+        assert torch.equal(ms[f"model.layers.0.self_attn.{part}_conv1d.weight"],
+                           conv[i * channels : (i + 1) * channels])
     assert torch.equal(ms["model.layers.0.self_attn.A_log"], hf["model.layers.0.self_attn.forget_gate.A_log"])
     assert ms["model.layers.0.self_attn.A_log"].shape == (1, 1, model.config.linear_num_heads, 1)
     assert "model.layers.1.block_sparse_moe.gate.e_score_correction_bias" in ms
@@ -126,12 +127,14 @@ def test_round_trip_is_exact(moonshot, tmp_path):
     assert hf.source_layout == "moonshot" and len(list((tmp_path / "hf").glob("*.safetensors"))) > 1
     assert torch.equal(logits(load(tmp_path / "hf")), logits(model))
     assert read_all(tmp_path / "hf").keys() == model.state_dict().keys()
-    convert_checkpoint(tmp_path / "hf", tmp_path / "back", to="moonshot", verify=True, max_shard_size=SHARD, progress=False)
+    convert_checkpoint(tmp_path / "hf", tmp_path / "back", to="moonshot", verify=True, max_shard_size=SHARD,
+                       progress=False)
     original, back = read_all(folder), read_all(tmp_path / "back")
     assert original.keys() == back.keys()
     for name, tensor in original.items():
         assert torch.equal(back[name], tensor) and back[name].dtype == tensor.dtype, name
-    assert json.loads((tmp_path / "back" / "config.json").read_text()) == json.loads((folder / "config.json").read_text())
+    assert (json.loads((tmp_path / "back" / "config.json").read_text())
+            == json.loads((folder / "config.json").read_text()))
 
 
 def test_bf16_k3_wrapped_checkpoint_converts(tmp_path):
@@ -162,7 +165,8 @@ def test_upcycle_transformers_checkpoint(tmp_path, mode):
     for name, tensor in base.state_dict().items():
         assert torch.equal(state[name], tensor), name
     new = [name for name in state if name not in base.state_dict()]
-    assert new and all(("_res_proj" in n and not state[n].any()) or ("_res_norm" in n and (state[n] == 1).all()) for n in new)
+    assert new and all(("_res_proj" in n and not state[n].any()) or ("_res_norm" in n and (state[n] == 1).all())
+                       for n in new)
     with torch.no_grad():
         out = up(torch.randint(3, 256, (1, 6)), output_attn_res_weights=True)
     for weights in out.attn_res_weights:  # zero queries: a uniform softmax over depth at every mix point
@@ -184,7 +188,8 @@ def test_transformers_saved_kimi_linear_loads_and_saves_moonshot_names(tmp_path)
     model.save_pretrained(tmp_path / "ours")
     with safe_open(tmp_path / "ours" / "model.safetensors", "pt") as handle:
         names = set(handle.keys())
-    assert "model.layers.0.mlp.gate_proj.weight" in names and "model.layers.1.block_sparse_moe.experts.0.w1.weight" in names
+    assert ("model.layers.0.mlp.gate_proj.weight" in names
+            and "model.layers.1.block_sparse_moe.experts.0.w1.weight" in names)
     assert torch.equal(logits(KimiLinearForCausalLM.from_pretrained(tmp_path / "ours").eval()), logits(model))
 
 
@@ -294,7 +299,8 @@ def drop(name):
 def add_packed_4bit(t):
     """compressed-tensors style packed int4 experts: int32 words instead of the float weight."""
     weight = t.pop("model.layers.2.block_sparse_moe.experts.1.w1.weight")
-    t["model.layers.2.block_sparse_moe.experts.1.w1.weight_packed"] = torch.zeros(weight.shape[0], weight.shape[1] // 8, dtype=torch.int32)
+    t["model.layers.2.block_sparse_moe.experts.1.w1.weight_packed"] = torch.zeros(weight.shape[0], weight.shape[1] // 8,
+                                                                                  dtype=torch.int32)
 
 
 def reshape(name, shape):
@@ -331,7 +337,8 @@ def test_bad_tensors_are_named_and_nothing_is_written(tmp_path, case):
 def test_bad_configs_are_named_and_nothing_is_written(tmp_path):
     folder = write_moonshot_checkpoint(tmp_path / "ms", random_model(make_config("standard")))
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "quantization_config": {"quant_method": "compressed-tensors"}}))
+    (folder / "config.json").write_text(json.dumps({**config,
+                                                    "quantization_config": {"quant_method": "compressed-tensors"}}))
     with pytest.raises(ConversionError, match="quantization_config.*compressed-tensors"):
         convert_checkpoint(folder, tmp_path / "out", progress=False)
     (folder / "config.json").write_text(json.dumps(config))

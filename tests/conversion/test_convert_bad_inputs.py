@@ -8,14 +8,13 @@ import pytest
 
 from attnres.atomic_io import recover_interrupted
 from attnres.cli import convert as convert_cli
-from tests.helpers.bad_input_fixtures import (  # noqa: F401
+from tests.helpers.bad_input_fixtures import (
     CONFIG_DTYPE_DAMAGE,
     INDEX_DAMAGE,
     MODEL_FOLDER_DAMAGE,
     SENTINEL,
     damaged_copy,
     expect_script_refused,
-    moonshot_checkpoint,
 )
 from tests.helpers.processes import dead_pid
 

@@ -18,10 +18,8 @@ from attnres.cli import convert as convert_cli
 from attnres.cli import push_to_hub as push_cli
 from attnres.conversion import writer
 from attnres.safe_paths import literal_path
-from tests.helpers.bad_input_fixtures import (  # noqa: F401
+from tests.helpers.bad_input_fixtures import (
     expect_script_refused,
-    moonshot_checkpoint,
-    saved_model,
     snapshot,
 )
 from tests.helpers.processes import aside_pause_line, attnres_command, leftovers, pause_line, signal_when_paused

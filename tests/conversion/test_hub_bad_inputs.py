@@ -1,5 +1,6 @@
 """Bad input to `attnres push-to-hub` (attnres.cli.push_to_hub, in-process main(), exit code and message): missing or
-damaged --model folders, invalid repository ids (refused before the build), output folders overlapping the model, no network."""
+damaged --model folders, invalid repository ids (refused before the build), output folders overlapping the model, no
+network."""
 from __future__ import annotations
 
 import shutil
@@ -7,15 +8,13 @@ import shutil
 import pytest
 
 from attnres.cli import push_to_hub as push_cli
-from tests.helpers.bad_input_fixtures import (  # noqa: F401
+from tests.helpers.bad_input_fixtures import (
     CONFIG_DTYPE_DAMAGE,
     INDEX_DAMAGE,
     MODEL_FOLDER_DAMAGE,
     SENTINEL,
     damaged_copy,
     expect_script_refused,
-    saved_model,
-    sharded_model,
 )
 
 

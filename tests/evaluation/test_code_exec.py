@@ -12,8 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from attnres.evaluation.code_exec import (ALLOW_ENV, MARKER, MEMORY_ENV, TIMEOUT_ENV, CodeExecutionRefused,
-                                          CodeSettingError, execute, process_results, run_program)
+from attnres.evaluation.code_exec import (
+    ALLOW_ENV,
+    MARKER,
+    MEMORY_ENV,
+    TIMEOUT_ENV,
+    CodeExecutionRefused,
+    CodeSettingError,
+    execute,
+    process_results,
+    run_program,
+)
 
 ROOT = os.geteuid() == 0
 
@@ -69,8 +78,9 @@ def test_layers_this_machine_provides():
         assert run_program("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)") == "failed"
 
 
-EXITS = {"sys_exit": "import sys\nsys.exit(0)", "exit": "exit()", "quit": "quit(0)", "os_exit": "import os\nos._exit(0)",
-         "raise_system_exit": "raise SystemExit(0)", "self_kill": "import signal\nsignal.raise_signal(9)"}
+EXITS = {"sys_exit": "import sys\nsys.exit(0)", "exit": "exit()", "quit": "quit(0)",
+         "os_exit": "import os\nos._exit(0)", "raise_system_exit": "raise SystemExit(0)",
+         "self_kill": "import signal\nsignal.raise_signal(9)"}
 
 
 @pytest.mark.parametrize("guard", [True, False], ids=["guard", "no_guard"])
@@ -87,7 +97,8 @@ def victims(tmp_path):
     """Files outside the sandbox the program goes after, by absolute path."""
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
-    return dict(victim=victim, escape=tmp_path / "escaped.txt", tmp_escape=Path(f"/tmp/attnres-escape-{secrets.token_hex(6)}"))
+    return dict(victim=victim, escape=tmp_path / "escaped.txt",
+                tmp_escape=Path(f"/tmp/attnres-escape-{secrets.token_hex(6)}"))
 
 
 HOSTILE = {

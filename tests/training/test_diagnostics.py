@@ -52,7 +52,8 @@ def test_recorded_statistics_match_an_independent_forward(runs, mode):
 
 def test_source_counts_per_mode(runs):
     _, root = runs
-    counts = {mode: [len(w) for w in read_jsonl(root / mode / "diagnostics.jsonl")[0]["depth_weights"]] for mode in MODES}
+    counts = {mode: [len(w) for w in read_jsonl(root / mode / "diagnostics.jsonl")[0]["depth_weights"]]
+              for mode in MODES}
     assert set(counts["standard"]) == {1}
     assert counts["full"] == [1, 2, 3, 4, 5, 6, 7, 8, 9]  # embedding + every sub-layer output so far
     assert counts["block"][-1] == 3  # embedding, one completed block, the partial sum of the last block

@@ -13,7 +13,7 @@ from tests.helpers.bad_input_fixtures import expect_refused, first_shard, trunca
 from tests.helpers.toolchain_fixtures import finetune_args, prepare_chat, tiny_folder, write_chat_jsonl
 
 
-# --- scripts/train.py --init-from DIR ----------------------------------------------------------------------------------
+# --- scripts/train.py --init-from DIR ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def init_env(tmp_path_factory):
     """A tiny model folder with its tokenizer and chat data prepared with that tokenizer."""
@@ -62,7 +62,7 @@ def test_init_from_with_data_of_another_tokenizer(init_env, train, prepared_data
                    absent=[tmp_path / "run" / "final"], errors=SetupError)
 
 
-# --- scripts/prepare_data.py --chat F.jsonl [--chat-template FILE] -----------------------------------------------------
+# --- scripts/prepare_data.py --chat F.jsonl [--chat-template FILE] ----------------------------------------------------
 GOOD = '{"prompt": "a b", "completion": "c d"}\n' * 6
 # name -> (bytes of the .jsonl, template bytes or None, words the error must contain)
 CHAT_CASES = {
@@ -70,8 +70,8 @@ CHAT_CASES = {
     "messages_not_a_list": (GOOD + '{"messages": "hi"}\n', None, ["sft.jsonl:7", "non-empty list"]),
     "messages_empty": (GOOD + '{"messages": []}\n', None, ["sft.jsonl:7", "non-empty list"]),
     "unknown_role": (GOOD + '{"messages": [{"role": "robot", "content": "x"}]}\n', None, ["sft.jsonl:7", "role"]),
-    "content_not_a_string": (GOOD + '{"messages": [{"role": "user", "content": 3}, {"role": "assistant", "content": "x"}]}\n',
-                             None, ["sft.jsonl:7", "messages[0]"]),
+    "content_not_a_string": (GOOD + '{"messages": [{"role": "user", "content": 3}, '
+                                    '{"role": "assistant", "content": "x"}]}\n', None, ["sft.jsonl:7", "messages[0]"]),
     "no_assistant_turn": (GOOD + '{"messages": [{"role": "user", "content": "x"}]}\n', None,
                           ["sft.jsonl:7", "no assistant"]),
     "invalid_json_line": (GOOD + "{oops\n", None, ["sft.jsonl:7", "JSON"]),

@@ -16,8 +16,8 @@ import torch
 from safetensors.torch import load_file
 
 from attnres.training import engines
-from attnres.training.logs import read_jsonl
 from attnres.training.guard import NonFiniteError, NonFiniteGuard
+from attnres.training.logs import read_jsonl
 from tests.helpers.train_fixtures import REPO, train_args, train_losses
 
 # 4 steps, a checkpoint after each: the weights after every step are on disk
@@ -135,7 +135,8 @@ def test_deepspeed_skips_poisoned_steps(data, tmp_path):
         runs.append(train_args(data, tmp_path / f"zero{stage}", **dict(RUN, save_every=0, deepspeed=config)))
     driver, sums = tmp_path / "driver.py", tmp_path / "sums.json"
     driver.write_text(DEEPSPEED_DRIVER.format(repo=str(REPO)))
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), DS_ACCELERATOR="cpu", MASTER_PORT=str(free_port()))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), DS_ACCELERATOR="cpu",
+               MASTER_PORT=str(free_port()))
     env.pop("WORLD_SIZE", None)
     result = subprocess.run([sys.executable, str(driver), json.dumps(runs), str(sums)], capture_output=True, text=True,
                             timeout=400, env=env)

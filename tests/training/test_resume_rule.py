@@ -9,10 +9,10 @@ import shutil
 import pytest
 
 from attnres.training.args import SetupError
-from attnres.training.logs import INFO_FILE, MetricsLogger, data_fingerprint, read_jsonl
+from attnres.training.logs import INFO_FILE, data_fingerprint, read_jsonl
 from attnres.training.state import STATE_FILE, checkpoint_dir
 from tests.helpers.bad_input_fixtures import expect_refused, overwrite_json
-from tests.helpers.train_fixtures import prepare_tiny_dataset, train_args
+from tests.helpers.train_fixtures import crash_after_step, prepare_tiny_dataset, train_args
 
 # The recorded run: 4 steps, checkpoints at 2 and 4
 RUN = dict(max_steps=4, save_every=2, eval_every=2, diagnostics_every=0, keep_checkpoints=2)
@@ -78,17 +78,7 @@ def test_edited_step_refused_naming_the_file(data, train, recorded, tmp_path, st
 def test_flags_left_out_take_the_recorded_values(data, train, recorded, tmp_path, monkeypatch):
     """Crash after checkpoint 2, resume giving only --data and --output-dir: it continues the recorded run (its lr,
     steps, batch, warmup...) and logs what the uninterrupted run logged, bit for bit. --data left out works too."""
-    log = MetricsLogger.log
-
-    def crash_after_step_3(self, step, **scalars):
-        log(self, step, **scalars)
-        if step == 3:
-            raise KeyboardInterrupt("simulated crash")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(MetricsLogger, "log", crash_after_step_3)
-        with pytest.raises(KeyboardInterrupt):
-            train(train_args(data, tmp_path, **RUN))
+    crash_after_step(3, monkeypatch, lambda: train(train_args(data, tmp_path, **RUN)))
     summary = train(["--output-dir", str(tmp_path), "--no-tensorboard", "--eval-every", "2", "--log-every", "1",
                      "--eval-batches", "1", "--diagnostics-every", "0", "--save-every", "2"])
     assert summary["start_step"] == 2 and summary["step"] == 4

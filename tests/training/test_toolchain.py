@@ -99,7 +99,8 @@ def test_batched_pipeline_and_left_padded_sampling(folder):
 
 
 def test_auto_tokenizer_loads_without_any_prompt(folder):
-    code = (f"import attnres; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained({str(folder)!r});"
+    code = ("import attnres; from transformers import AutoTokenizer; "
+            f"t = AutoTokenizer.from_pretrained({str(folder)!r});"
             "print('pad', t.pad_token == t.eos_token)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                             timeout=120, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})

@@ -1,7 +1,7 @@
 """2 gloo processes: `accelerate launch --multi_gpu` running the README's fine-tuning examples (plain accelerate loop
 in block and full mode, transformers Trainer) with plain DDP (no find_unused_parameters), and `train.py --init-from` on
-instruction data under DDP (one launch: tests/helpers/ddp_toolchain_worker.py) and DeepSpeed ZeRO-2 (torchrun); both must
-give the single-process losses."""
+instruction data under DDP (one launch: tests/helpers/ddp_toolchain_worker.py) and DeepSpeed ZeRO-2 (torchrun); both
+must give the single-process losses."""
 from __future__ import annotations
 
 import sys
@@ -53,7 +53,8 @@ def test_init_from_under_ddp_matches_single_process(work, launched):
 
 def test_init_from_under_zero2_matches_single_process(work):
     out = work / "zero2"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(REPO / "scripts" / "train.py"),
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               str(REPO / "scripts" / "train.py"),
                *finetune_args(work / "chat_data", work / "block", out, micro_batch_size=1,
                               deepspeed=REPO / "configs" / "deepspeed" / "zero2.json")]
     launch(command)

@@ -1,4 +1,5 @@
-"""The train command (scripts/train.py) in one process on a tiny model and dataset: learning, exact resume, atomic checkpoints, errors."""
+"""The train command (scripts/train.py) in one process on a tiny model and dataset: learning, exact resume, atomic
+checkpoints, errors."""
 from __future__ import annotations
 
 import json
@@ -15,12 +16,13 @@ from safetensors.torch import load_file
 
 from attnres.training import loop
 from attnres.training.args import SetupError
-from attnres.training.logs import MetricsLogger, read_jsonl
+from attnres.training.logs import read_jsonl
 from attnres.training.state import PAUSE_ENV, latest_checkpoint, read_state
-from tests.helpers.train_fixtures import REPO, train_args, train_losses
+from tests.helpers.train_fixtures import REPO, crash_after_step, train_args, train_losses
 
 # The run every resume test compares against: accumulation, eval, diagnostics, its own pseudo-query LR
-REFERENCE = dict(max_steps=4, grad_accum=2, micro_batch_size=2, res_proj_lr=1e-2, save_every=2, eval_every=2, diagnostics_every=2)
+REFERENCE = dict(max_steps=4, grad_accum=2, micro_batch_size=2, res_proj_lr=1e-2, save_every=2, eval_every=2,
+                 diagnostics_every=2)
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +38,8 @@ def comparable(run_dir):
 
 
 def test_loss_decreases(data, train, tmp_path):
-    train(train_args(data, tmp_path, max_steps=12, warmup_steps=2, lr=1e-2, eval_every=12, save_every=0, diagnostics_every=0,
-                     no_final_model=True))
+    train(train_args(data, tmp_path, max_steps=12, warmup_steps=2, lr=1e-2, eval_every=12, save_every=0,
+                     diagnostics_every=0, no_final_model=True))
     losses = train_losses(tmp_path)
     assert len(losses) == 12
     assert sum(losses[-3:]) / 3 < 0.8 * sum(losses[:3]) / 3, losses
@@ -87,23 +89,14 @@ def test_final_folder_loads_where_attnres_is_not_installed(reference, tmp_path):
 def test_resume_after_crash_is_exact(data, train, reference, tmp_path, monkeypatch):
     """Crash after step 3 (checkpoint at step 2), rerun the same command: it resumes and logs what the uninterrupted
     run logged, bit for bit, and ends with the same weights."""
-    log = MetricsLogger.log
-
-    def crash_after_step_3(self, step, **scalars):
-        log(self, step, **scalars)
-        if step == 3:
-            raise KeyboardInterrupt("simulated crash")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(MetricsLogger, "log", crash_after_step_3)
-        with pytest.raises(KeyboardInterrupt):
-            train(train_args(data, tmp_path, **REFERENCE))
+    crash_after_step(3, monkeypatch, lambda: train(train_args(data, tmp_path, **REFERENCE)))
     assert read_state(latest_checkpoint(tmp_path / "checkpoints"))["step"] == 2
     assert max(r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")) == 3
     summary = train(train_args(data, tmp_path, **REFERENCE))
     assert summary["start_step"] == 2
     assert comparable(tmp_path) == comparable(reference)
-    final, expected = load_file(tmp_path / "final" / "model.safetensors"), load_file(reference / "final" / "model.safetensors")
+    final = load_file(tmp_path / "final" / "model.safetensors")
+    expected = load_file(reference / "final" / "model.safetensors")
     assert final.keys() == expected.keys() and all(torch.equal(final[k], expected[k]) for k in final)
 
 
@@ -133,7 +126,8 @@ def test_gradient_checkpointing_changes_nothing(data, train, tmp_path):
     train(train_args(data, tmp_path / "plain", **common))
     train(train_args(data, tmp_path / "ckpt", gradient_checkpointing=True, **common))
     assert train_losses(tmp_path / "ckpt") == pytest.approx(train_losses(tmp_path / "plain"), abs=1e-6)
-    assert train_losses(tmp_path / "ckpt", "train/grad_norm") == pytest.approx(train_losses(tmp_path / "plain", "train/grad_norm"), rel=1e-5)
+    assert train_losses(tmp_path / "ckpt", "train/grad_norm") == pytest.approx(
+        train_losses(tmp_path / "plain", "train/grad_norm"), rel=1e-5)
 
 
 @pytest.mark.parametrize(

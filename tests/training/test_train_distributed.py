@@ -1,5 +1,6 @@
-"""The train command (scripts/train.py) across 2 CPU processes (gloo) gives the single-process run: DDP through `accelerate launch`,
-DeepSpeed ZeRO-2 and ZeRO-3 through `torchrun`. One launch per configuration, four tiny steps each."""
+"""The train command (scripts/train.py) across 2 CPU processes (gloo) gives the single-process run: DDP through
+`accelerate launch`, DeepSpeed ZeRO-2 and ZeRO-3 through `torchrun`. One launch per configuration, four tiny steps
+each."""
 from __future__ import annotations
 
 import json
@@ -38,10 +39,12 @@ LAUNCHES = {
     # accelerate's MULTI_GPU launcher starts 2 processes; train.py's Accelerator(cpu=True) makes them gloo DDP.
     # Micro-batch 1 x 2 accumulation steps x 2 processes = the single run's 4 sequences (DDP's no_sync path)
     "ddp": lambda tmp: ([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                         str(REPO / "configs" / "accelerate" / "ddp_cpu.yaml")], dict(micro_batch_size=1, grad_accum=2)),
+                         str(REPO / "configs" / "accelerate" / "ddp_cpu.yaml")],
+                        dict(micro_batch_size=1, grad_accum=2)),
     # ZeRO-2 with gradient accumulation (DeepSpeed's own boundary logic)
     "zero2": lambda tmp: ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"],
-                          dict(micro_batch_size=1, grad_accum=2, deepspeed=REPO / "configs" / "deepspeed" / "zero2.json")),
+                          dict(micro_batch_size=1, grad_accum=2,
+                               deepspeed=REPO / "configs" / "deepspeed" / "zero2.json")),
     "zero3": lambda tmp: ([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"],
                           dict(micro_batch_size=2, deepspeed=zero3_config(tmp))),
 }
@@ -76,7 +79,8 @@ def test_two_processes_match_single_process(name, single, launched):
     for key in ("train/loss", "val/loss", "train/grad_norm"):
         assert train_losses(out, key) == pytest.approx(train_losses(single, key), rel=1e-4, abs=1e-5), key
     # Diagnostics cover the global batch: the same statistics as the single process
-    for ours, reference in zip(read_jsonl(out / "diagnostics.jsonl"), read_jsonl(single / "diagnostics.jsonl"), strict=True):
+    for ours, reference in zip(read_jsonl(out / "diagnostics.jsonl"), read_jsonl(single / "diagnostics.jsonl"),
+                               strict=True):
         for key in ("layer_rms", "layer_grad_norm"):
             assert ours[key] == pytest.approx(reference[key], rel=1e-3), key
         for w, w_ref in zip(ours["depth_weights"], reference["depth_weights"], strict=True):
