@@ -72,15 +72,6 @@ def check_safetensors(path: str | Path) -> dict:
     return header
 
 
-def folder_file(folder: Path, name: str, named_by: Path | str) -> Path:
-    """The file `name` of `folder` as a file there names it (a shard index's weight_map): a plain relative name (no
-    absolute path, no `..`, nothing outside the folder) of a regular file (a FIFO or device would hang a reader).
-    A link is followed (the Hub cache links snapshots to blobs) but must end at a regular file."""
-    if not is_plain_name(name):
-        raise CheckpointFileError(f"{named_by}: names {name!r}, which is not a file inside {folder}")
-    return regular_file(folder / name, named_by)
-
-
 def is_plain_name(name: str) -> bool:
     """A relative path that stays inside its folder: not empty, not absolute, no `..` part."""
     parts = PurePosixPath(name.replace("\\", "/"))
@@ -88,6 +79,8 @@ def is_plain_name(name: str) -> bool:
 
 
 def regular_file(path: Path, named_by: Path | str) -> Path:
+    """`path` if it is a regular file: a FIFO or device would hang a reader. A link is followed (the Hub cache links
+    snapshots to blobs) but must end at a regular file. `named_by`: the file or folder that named it."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -109,7 +102,7 @@ def weight_files(folder: str | Path) -> list[Path]:
         missing = [name for name in names if not os.path.exists(folder / name)]
         if missing:
             raise CheckpointFileError(f"{index}: lists shard(s) {missing} that are not in the folder")
-        files = [folder_file(folder, name, index) for name in names]
+        files = [regular_file(folder / name, index) for name in names]
     else:
         files = [regular_file(path, folder) for path in sorted(folder.glob("*.safetensors"))]
     for file in files:

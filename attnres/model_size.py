@@ -101,11 +101,12 @@ def check_buildable(config) -> None:
     """Refuse, with the number, to allocate a model larger than the memory of the device it is built on (a hostile or
     mistyped config: vocab_size 1e12, 100,000 layers), before any allocation. Meta-device builds (from_pretrained,
     accelerate's init_empty_weights) allocate nothing and pass; `ATTNRES_ALLOW_LARGE_MODEL=1` insists."""
-    device = torch.empty(0).device
-    if device.type == "meta" or os.environ.get(ALLOW_LARGE_ENV) == "1":
+    probe = torch.empty(0)  # where and in which dtype the constructor will allocate
+    if probe.device.type == "meta" or os.environ.get(ALLOW_LARGE_ENV) == "1":
         return
+    device = probe.device
     available = device_memory_bytes(device)
-    needed = count_parameters(config).total * torch.empty(0).element_size()
+    needed = count_parameters(config).total * probe.element_size()
     if available is not None and needed > available:
         raise ValueError(
             f"this config builds {needed / 2**30:,.1f} GiB of {torch.get_default_dtype()} weights, more than the "

@@ -104,6 +104,22 @@ def write_failure(output, error: Exception) -> str | None:
     return f"writing {output} failed{where}: {os.strerror(code)} ({name}){hint}"
 
 
+# A full or read-only disk (or quota): what `disk_errors_named` turns into one message
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+@contextmanager
+def disk_errors_named(target: str, consequence: str, error_class: type[Exception]):
+    """Turn a disk-full / quota / read-only OSError raised inside into `error_class(write_failure(target, error) +
+    "; <consequence>")`. Other OSErrors pass through."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in DISK_ERRORS:
+            raise
+        raise error_class(f"{write_failure(target, error)}; {consequence}") from None
+
+
 @contextmanager
 def signals_interrupt():
     """SIGTERM raises KeyboardInterrupt as SIGINT does, so a terminated writer also cleans up on its way out (its

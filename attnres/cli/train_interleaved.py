@@ -26,19 +26,12 @@ import sys
 from pathlib import Path
 
 from . import command_main
+from .train_pipeline import add_model_and_data_args
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    model = parser.add_argument_group("model")
-    model.add_argument("--model", type=Path, help="a save_pretrained folder; default: a tiny random model")
-    model.add_argument("--mode", choices=["standard", "block", "full"], default="block",
-                       help="tiny model's AttnRes mode")
-    model.add_argument("--block-size", type=int, default=3, help="tiny model's layers per block (block mode)")
-    model.add_argument("--layers", type=int, default=8, help="tiny model's decoder layers")
-    data = parser.add_argument_group("data")
-    data.add_argument("--data", type=Path, help="folder written by scripts/prepare_data.py; default: synthetic tokens")
-    data.add_argument("--seq-len", type=int, default=32, help="tokens per synthetic sequence (--data: its own length)")
+    add_model_and_data_args(parser, block_size=3, layers=8)
     train = parser.add_argument_group("training")
     train.add_argument("--virtual-stages", type=int, default=2, help="chunks per process V (P = the processes)")
     train.add_argument("--no-caching", action="store_true", help="send every depth source at every transition")

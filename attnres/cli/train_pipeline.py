@@ -32,18 +32,24 @@ from ..trust import add_trust_flag
 from . import command_main
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_model_and_data_args(parser: argparse.ArgumentParser, block_size: int, layers: int) -> None:
+    """The model and data flags both pipeline trainers take (`train-pipeline`, `train-interleaved`)."""
     model = parser.add_argument_group("model")
     model.add_argument("--model", type=Path, help="a save_pretrained folder; default: a tiny random model")
     add_trust_flag(model)  # --model DIR's own tokenizer code: off unless asked
     model.add_argument("--mode", choices=["standard", "block", "full"], default="block",
                        help="tiny model's AttnRes mode")
-    model.add_argument("--block-size", type=int, default=2, help="tiny model's layers per block (block mode)")
-    model.add_argument("--layers", type=int, default=5, help="tiny model's decoder layers")
+    model.add_argument("--block-size", type=int, default=block_size,
+                       help="tiny model's layers per block (block mode)")
+    model.add_argument("--layers", type=int, default=layers, help="tiny model's decoder layers")
     data = parser.add_argument_group("data")
     data.add_argument("--data", type=Path, help="folder written by scripts/prepare_data.py; default: synthetic tokens")
     data.add_argument("--seq-len", type=int, default=32, help="tokens per synthetic sequence (--data: its own length)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_and_data_args(parser, block_size=2, layers=5)
     train = parser.add_argument_group("training")
     train.add_argument("--num-stages", type=int, default=None, help="pipeline stages (default: all processes)")
     train.add_argument("--partition-method", default="type:DecoderLayerPipe",

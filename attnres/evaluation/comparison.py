@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..safe_paths import disk_errors_named
 from ..trust import TRUST_FLAG, UntrustedCodeError, check_folder_code, trust_kwargs
 from .code_exec import ALLOW_ENV, CodeSettingError
 from .code_exec import check_settings as check_code_settings
 from .data import DEFAULT_EVAL_DATA, PREPARED_FILE, read_prepared
-from .disk_errors import disk_errors_named
 from .provenance import check_model_dir, describe_model
 from .runner import HELDOUT, evaluate_task, file_stamp, is_main_process, model_stamp, run_heldout, run_lm_eval_task
 from .tasks import CODE_TASKS, TASKS, TASKS_DIR

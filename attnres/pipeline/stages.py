@@ -14,12 +14,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers.loss.loss_utils import LOSS_MAPPING
-from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
 
 from ..configuration_attnres import KimiLinearAttnResConfig
 from ..modeling_attnres import AttnResMixing, KimiLinearAttnResForCausalLM
 from .ds import deepspeed
-from .layout import single_source_mix_params
+from .layout import layer_context, single_source_mix_params
 
 LayerSpec, PipelineModule = deepspeed.pipe.LayerSpec, deepspeed.pipe.PipelineModule
 
@@ -105,15 +104,7 @@ class DecoderLayerPipe(PipeLayer):
             self.layer.get_parameter(name).requires_grad_(False)
 
     def context(self, hidden: torch.Tensor) -> dict:
-        position_ids = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
-        mask_fn = (
-            create_causal_mask
-            if self.config.layer_types[self.layer_idx] == "full_attention"
-            else create_recurrent_attention_mask
-        )
-        mask = mask_fn(config=self.config, inputs_embeds=hidden, attention_mask=None, past_key_values=None,
-                       position_ids=position_ids)
-        return {"attention_mask": mask, "position_ids": position_ids}
+        return layer_context(self.config, self.layer_idx, hidden)
 
     def forward(self, sources) -> tuple[torch.Tensor, ...]:
         sources = as_sources(sources)

@@ -83,8 +83,7 @@ def output_tokenizer(args, data_tokenizer):
 
     from ..trust import load_kwargs
 
-    trusted = getattr(args, "trust_remote_code", False)  # the interleaved trainer has no such flag: never
-    return AutoTokenizer.from_pretrained(args.model, **load_kwargs(args.model, trusted))
+    return AutoTokenizer.from_pretrained(args.model, **load_kwargs(args.model, args.trust_remote_code))
 
 
 def load_config(args, data_vocab: int | None):

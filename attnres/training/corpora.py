@@ -272,8 +272,7 @@ def load_tokenizer(args, train_texts):
         return train_bpe(train_texts, args.vocab_size)
     from ..trust import load_kwargs
 
-    trusted = getattr(args, "trust_remote_code", False)
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, **load_kwargs(args.tokenizer, trusted))
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, **load_kwargs(args.tokenizer, args.trust_remote_code))
     if tokenizer.eos_token_id is None:
         raise SystemExit(f"error: tokenizer {args.tokenizer} has no EOS token (needed between packed documents)")
     return with_pad_token(tokenizer)
