@@ -6,13 +6,14 @@ folder loads with `trust_remote_code=True`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 from huggingface_hub.dataclasses import strict
 from transformers import KimiLinearConfig, PreTrainedConfig
 
 ATTN_RES_MODES = ("standard", "block", "full")
-ATTN_RES_BACKENDS = ("auto", "torch", "triton")
+ATTN_RES_BACKENDS = ("auto", "torch", "triton", "cpp")
 ATTN_RES_SCORES = ("softmax", "sigmoid")
 BACKEND_ENV_VAR = "ATTNRES_BACKEND"
 
@@ -28,8 +29,10 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         Decoder layers per block in block mode (K3: 12 of 93 layers; the paper's 48B model: 3 of 27). It need not
         divide `num_hidden_layers`; a size >= the layer count makes a single block.
     attn_res_backend (`str`, defaults to `"auto"`):
-        Kernel backend of every mix: `"auto"` (Triton on CUDA, PyTorch elsewhere), `"torch"` or `"triton"`. The
-        environment variable `ATTNRES_BACKEND` overrides it for the whole process.
+        Kernel backend of every mix: `"auto"` (Triton on CUDA, the fused C++ CPU kernel on CPU, the eager PyTorch
+        path elsewhere), `"torch"` (eager PyTorch), `"triton"` or `"cpp"` (the C++ CPU kernel, built on first use and
+        cached; the eager path where it cannot be built). The environment variable `ATTNRES_BACKEND` overrides it for
+        the whole process.
     attn_res_two_phase (`bool`, *optional*):
         The two-phase inference schedule (paper section 4) for no-grad block-mode forwards (prefill, decode): Phase 1
         mixes all of a block's pseudo-queries against the completed blocks at once, Phase 2 merges each with the running
@@ -50,6 +53,12 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
     attn_res_key_norm (`bool`, defaults to `True`):
         Ablation: `False` scores the raw sources (no RMSNorm on the keys, no `{point}_res_norm` tensor).
         The three ablations run on the plain PyTorch reference (`attnres/kernels/mix/variants.py`).
+    attn_res_query_init_std (`float`, defaults to 0.0):
+        Initial standard deviation of the pseudo-queries. 0 (the paper and K3): zero queries, a uniform mix at
+        step 0, no random draw. Only initialization: a trained model's tensors and forward are unchanged.
+    attn_res_key_norm_init (`float`, defaults to 1.0):
+        Initial gain of the keys' RMSNorms (`{point}_res_norm`). It scales every depth score, so it acts as the initial
+        inverse temperature of the depth softmax (and of the queries' gradient). Only initialization.
     activation_situ_beta, activation_situ_linear_beta, routed_expert_hidden_size, latent_moe_use_norm,
     mla_use_output_gate, mla_use_nope, linear_use_full_rank_gate, linear_gate_lower_bound:
         Kimi K3's text-backbone fields (SiTU-GLU with `hidden_act="situ"`, latent MoE, MLA output gate, KDA full-rank
@@ -68,6 +77,8 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
     attn_res_static_mixing: bool = False
     attn_res_score: str = "softmax"
     attn_res_key_norm: bool = True
+    attn_res_query_init_std: float = 0.0
+    attn_res_key_norm_init: float = 1.0
     # Kimi K3's text backbone (attnres/k3, README "Kimi K3"); unset, every module is Kimi Linear's
     activation_situ_beta: float | None = None
     activation_situ_linear_beta: float | None = None
@@ -130,6 +141,11 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         for field in ("attn_res_static_mixing", "attn_res_key_norm"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"{field} must be True or False, got {getattr(self, field)!r}")
+        for field, low in (("attn_res_query_init_std", 0.0), ("attn_res_key_norm_init", None)):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
+                    value < 0 if low == 0.0 else value <= 0):
+                raise ValueError(f"{field} must be a finite number {'>= 0' if low == 0.0 else '> 0'}, got {value!r}")
         if not self.attn_res_ablation:
             return
         if self.attn_res_mode == "standard":

@@ -28,6 +28,12 @@ class PseudoQuery(nn.Linear):
         nn.init.zeros_(self.weight)
 
 
+class DepthKeyNorm(KimiLinearRMSNorm):
+    """The keys' RMSNorm of a mix point (`{point}_res_norm`): transformers' RMSNorm, its own class only so that
+    `_init_weights` can start its gain at `config.attn_res_key_norm_init` (1.0 as K3; a study arm varies it: the gain
+    scales every score, a temperature of the depth softmax)."""
+
+
 class AttnResMixing:
     """The mix at one point: its RMSNorm gain (keys) and pseudo-query live on the owning module as
     `{point}_res_norm` / `{point}_res_proj` (K3's tensor names)."""
@@ -35,7 +41,7 @@ class AttnResMixing:
     def add_mix_point(self, point: str, config) -> None:
         if config.attn_res_ablation:  # the paper's ablations own other tensors (below)
             return add_ablation_point(self, point, config)
-        setattr(self, f"{point}_res_norm", KimiLinearRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
+        setattr(self, f"{point}_res_norm", DepthKeyNorm(config.hidden_size, eps=config.rms_norm_eps))
         setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
 
     def res_query(self, point: str) -> torch.Tensor:
@@ -111,7 +117,7 @@ def add_ablation_point(owner: nn.Module, point: str, config) -> None:
         setattr(owner, f"{point}_res_logits", DepthLogits(DepthLayout.of(config).num_sources(index, point)))
         return
     if config.attn_res_key_norm:
-        setattr(owner, f"{point}_res_norm", KimiLinearRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
+        setattr(owner, f"{point}_res_norm", DepthKeyNorm(config.hidden_size, eps=config.rms_norm_eps))
     setattr(owner, f"{point}_res_proj", PseudoQuery(config.hidden_size))
 
 
@@ -151,4 +157,7 @@ def mix_ablation(owner: nn.Module, point: str, sources, weights: list | None, ou
     return mixed if out_norm is None else out_norm(mixed)
 
 
-__all__ = ["PseudoQuery", "DepthLogits", "AttnResMixing", "add_ablation_point", "mix_ablation", "single_source"]
+__all__ = [
+    "PseudoQuery", "DepthKeyNorm", "DepthLogits", "AttnResMixing", "add_ablation_point", "mix_ablation",
+    "single_source",
+]

@@ -44,7 +44,7 @@ from attnres.input_checks import check_backend, check_dtypes, check_labels, chec
 from attnres.k3 import install as install_k3
 from attnres.k3 import uses_k3
 from attnres.kda_device_guard import install as install_kda_device_guard
-from attnres.mix_point import AttnResMixing, DepthLogits, PseudoQuery
+from attnres.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, PseudoQuery
 from attnres.model_size import check_buildable
 from attnres.remote_code import write_code_files
 from attnres.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
@@ -172,8 +172,16 @@ class KimiLinearAttnResPreTrainedModel(KimiLinearPreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
+        if isinstance(module, PseudoQuery) and self.config.attn_res_query_init_std > 0:
+            # a study arm: random queries (this draws from the RNG, so the arm's other weights differ from a matched
+            # standard run's)
+            init.normal_(module.weight, std=self.config.attn_res_query_init_std)
+            return
         if isinstance(module, (PseudoQuery, DepthLogits)):
             init.zeros_(module.weight)  # no random draw first (see PseudoQuery.reset_parameters)
+            return
+        if isinstance(module, DepthKeyNorm):
+            init.constant_(module.weight, self.config.attn_res_key_norm_init)
             return
         super()._init_weights(module)
 

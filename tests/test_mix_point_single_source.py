@@ -45,7 +45,8 @@ def test_adamw_groups_leave_layer0_tensors_unchanged():
     model = tiny_model(mode="block", num_layers=3).train()
     before = {n: p.detach().clone() for n, p in model.named_parameters()
               if n.startswith("model.layers.0.self_attention_res")}
-    optimizer = build_optimizer(model, SimpleNamespace(lr=1e-2, weight_decay=0.1, res_proj_lr=None))
+    optimizer = build_optimizer(model, SimpleNamespace(lr=1e-2, weight_decay=0.1, res_proj_lr=None,
+                                                       res_proj_weight_decay=0.0))
     for _ in range(2):
         ids = random_ids(batch=2, seq=8)
         model(input_ids=ids, labels=ids, use_cache=False).loss.backward()

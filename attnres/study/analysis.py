@@ -87,3 +87,29 @@ def compute_multiplier(baseline: PowerLaw, other: PowerLaw, compute: float) -> f
 def training_flops(params: int, tokens: int) -> float:
     """C = 6 N D: forward (2 N D) and backward (4 N D) matmul FLOPs, attention's sequence term left out."""
     return 6.0 * params * tokens
+
+
+def bootstrap_multiplier(baseline: dict, other: dict, compute_of: dict, at: float, samples: int = 2000,
+                         seed: int = 0, level: float = 0.9) -> tuple[float, float, float]:
+    """The compute multiplier of `other` vs `baseline` at compute `at` with a percentile bootstrap interval.
+
+    `baseline` / `other`: {size: [final loss of each seed]}; `compute_of`: {size: training FLOPs}. Each resample
+    draws, for every size, its seeds with replacement (the seeds are what varies between replications of the grid),
+    refits both power laws and recomputes the multiplier. Returns (point estimate, low, high) at `level` (two-sided);
+    resamples whose baseline fit does not decrease are counted as infinite (no compute makes the baseline match)."""
+    import random
+
+    def fit(points: dict):
+        sizes = sorted(points)
+        return fit_power_law([compute_of[s] for s in sizes], [sum(points[s]) / len(points[s]) for s in sizes])
+
+    point = compute_multiplier(fit(baseline), fit(other), at)
+    rng = random.Random(seed)
+    draws = []
+    for _ in range(samples):
+        resample = [{s: [rng.choice(v) for _ in v] for s, v in series.items()} for series in (baseline, other)]
+        m = compute_multiplier(fit(resample[0]), fit(resample[1]), at)
+        draws.append(math.inf if math.isnan(m) else m)
+    draws.sort()
+    tail = (1 - level) / 2
+    return point, draws[int(tail * (samples - 1))], draws[int((1 - tail) * (samples - 1))]

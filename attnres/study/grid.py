@@ -10,16 +10,26 @@ A grid is a JSON file (configs/study/*.json):
      "groups": {"main": {"modes": ["standard", "block", "full"], "seeds": [0, 1, 2]}, ...}}
 
 Groups (each optional) and the axes they vary; everything else comes from "model":
-    main        modes x seeds                         the matched comparison
-    ablations   ablations x seeds, on mode "base"     the paper's section 5.3 switches
-    block_size  block_sizes x seeds (block mode)      the paper's block-size sweep
-    scaling     modes x hidden x seeds                the scaling fit (at least three sizes)
+    main        modes x seeds                         the matched comparison (at train.lr)
+    ablations   ablations x seeds, on mode "base"     the paper's section 5.3 switches (at train.lr)
+    block_size  block_sizes x seeds (block mode)      the paper's block-size sweep (at train.lr)
+    scaling     modes x hidden x seeds                the scaling fit (at least three sizes; at train.lr)
+                or arms x hidden x seeds with "lr"    ... each arm at a number or "tuned" (its best sweep LR)
+    lr_sweep    arms x lrs x seeds                    every arm at every learning rate
+    tuned       arms x seeds                          every arm at its own best learning rate of lr_sweep
 A run shared by several groups (the main block run is also a sweep point) is trained once.
+
+Arms (the unit of a fair comparison: each is tuned on its own): "standard", "block" (model.block_size) and "full"
+are built in; the grid's "arms" object adds named ones, each {"mode", "block_size" (block mode), "ablation",
+"config" (initialization fields of the model config), "train" (res_proj_lr_scale, res_proj_weight_decay,
+warmup_steps)}. Runs that wait for a sweep (tuned, scaling at "tuned") exist once every run of their arm's sweep has
+finished: `Grid.runs(best_lrs)` lists them for the best learning rates known so far.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 
 from ..configuration_attnres import ATTN_RES_MODES
@@ -35,7 +45,14 @@ GROUPS = {
     "ablations": ("base", "ablations", "seeds"),
     "block_size": ("block_sizes", "seeds"),
     "scaling": ("modes", "hidden", "seeds"),
+    "lr_sweep": ("arms", "lrs", "seeds"),
+    "tuned": ("arms", "seeds"),
 }
+SCALING_ARMS = ("arms", "hidden", "seeds", "lr")  # the scaling group's other form: arms, each at its own LR
+# What an arm may change besides the residual: model initialization (never the architecture K3 reads) and training
+ARM_CONFIG_FIELDS = ("attn_res_query_init_std", "attn_res_key_norm_init")
+ARM_TRAIN_FIELDS = ("res_proj_lr_scale", "res_proj_weight_decay", "warmup_steps")
+BUILTIN_ARMS = ("standard", "block", "full")
 MODEL_DEFAULTS = dict(layers=8, hidden=64, block_size=2, attention="mla", mlp="dense", heads=4)
 TRAIN_DEFAULTS = dict(max_steps=300, micro_batch_size=16, grad_accum=1, seq_len=None, lr=3e-3, warmup_steps=30,
                       eval_points=4, eval_batches=16, log_every=10, extra_args=[], launcher=[])
@@ -51,15 +68,20 @@ class RunKey:
     hidden: int
     seed: int
     ablation: str | None = None
+    arm: str | None = None  # a named arm of the grid (then `lr` is its learning rate)
+    lr: float | None = None  # None: train.lr
 
     @property
     def id(self) -> str:
+        if self.arm is not None:
+            return f"{self.arm}-lr{self.lr:g}-L{self.layers}-h{self.hidden}-seed{self.seed}"
         size = f"-S{self.block_size}" if self.mode == "block" else ""
         ablation = f"-{self.ablation}" if self.ablation else ""
         return f"{self.mode}{size}{ablation}-L{self.layers}-h{self.hidden}-seed{self.seed}"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # arm and lr only when set: the records of grids without arms keep the spec they were written with
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in ("arm", "lr")}
 
 
 @dataclass
@@ -70,19 +92,56 @@ class Grid:
     train: dict
     groups: dict
     source: str = "<dict>"
+    arms: dict = dataclass_field(default_factory=dict)  # the named arms (built-in ones too), each fully defined
 
-    def runs(self, group: str | None = None) -> list[RunKey]:
+    def runs(self, group: str | None = None, best_lrs: dict | None = None) -> list[RunKey]:
         """The runs of one group, or of every group without duplicates, in the grid file's group order and seed by
-        seed within a group (so a study cut short already holds whole seeds of its first group)."""
-        names = [group] if group is not None else list(self.groups)
-        return list(dict.fromkeys(key for name in names for key in self._expand(name)))
+        seed within a group (so a study cut short already holds whole seeds of its first group). Runs at an arm's
+        best learning rate are listed only for the arms in `best_lrs` ({arm: lr}, see `best_lrs`)."""
+        best = best_lrs or {}
+        if group is not None:
+            return list(dict.fromkeys(self._expand(group, best)))
+        keys = []
+        for name in self.groups:
+            if name == "tuned" and "lr_sweep" in self.groups:
+                continue  # listed with its arm's sweep (below)
+            if name == "lr_sweep":
+                # each arm's sweep, then its tuned seeds: a study cut short holds whole arms, and a worker picks up an
+                # arm's tuned seeds as soon as its sweep is done
+                tuned = self._expand("tuned", best) if "tuned" in self.groups else []
+                for arm in self.groups["lr_sweep"]["arms"]:
+                    keys += [k for k in self._expand(name, best) if k.arm == arm] + [k for k in tuned if k.arm == arm]
+                keys += [k for k in tuned if k.arm not in self.groups["lr_sweep"]["arms"]]
+            else:
+                keys += self._expand(name, best)
+        return list(dict.fromkeys(keys))
 
     def key(self, mode: str, seed: int, hidden=None, block_size=None, ablation=None) -> RunKey:
         size = (block_size or self.model["block_size"]) if mode == "block" else 0
         return RunKey(mode, size, self.model["layers"], hidden or self.model["hidden"], seed, ablation)
 
-    def _expand(self, name: str) -> list[RunKey]:
+    def arm_key(self, arm: str, lr: float, seed: int, hidden=None) -> RunKey:
+        a = self.arms[arm]
+        return RunKey(a["mode"], a["block_size"], self.model["layers"], hidden or self.model["hidden"], seed,
+                      a["ablation"], arm, float(lr))
+
+    def waiting(self, best_lrs: dict) -> list[str]:
+        """The arms whose tuned runs wait for their sweep to finish."""
+        wanted = set(self.groups.get("tuned", {}).get("arms", []))
+        if self.groups.get("scaling", {}).get("lr") == "tuned":
+            wanted |= set(self.groups["scaling"]["arms"])
+        return sorted(wanted - set(best_lrs))
+
+    def _expand(self, name: str, best_lrs: dict) -> list[RunKey]:
         g = self.groups[name]
+        if name == "lr_sweep":
+            return [self.arm_key(a, lr, s) for s in g["seeds"] for a in g["arms"] for lr in g["lrs"]]
+        if name == "tuned":
+            return [self.arm_key(a, best_lrs[a], s) for s in g["seeds"] for a in g["arms"] if a in best_lrs]
+        if name == "scaling" and "arms" in g:
+            lrs = {a: (best_lrs.get(a) if g["lr"] == "tuned" else g["lr"]) for a in g["arms"]}
+            return [self.arm_key(a, lrs[a], s, hidden=h) for s in g["seeds"] for h in g["hidden"] for a in g["arms"]
+                    if lrs[a] is not None]
         if name == "main":
             return [self.key(m, s) for s in g["seeds"] for m in g["modes"]]
         if name == "ablations":
@@ -110,7 +169,7 @@ def grid_from_dict(raw: dict, source: str = "<dict>") -> Grid:
 
     if not isinstance(raw, dict):
         fail("the grid must be a JSON object")
-    unknown = set(raw) - {"name", "description", "data", "model", "train", "groups"}
+    unknown = set(raw) - {"name", "description", "data", "model", "train", "groups", "arms"}
     if unknown:
         fail(f"unknown top-level fields {sorted(unknown)}")
     data = raw.get("data") or fail("'data' with a 'dir' is required")
@@ -120,8 +179,8 @@ def grid_from_dict(raw: dict, source: str = "<dict>") -> Grid:
         fail("data.prepare must be a list of scripts/prepare_data.py arguments")
     model = _merged(raw.get("model", {}), MODEL_DEFAULTS, "model", fail)
     train = _merged(raw.get("train", {}), TRAIN_DEFAULTS, "train", fail)
-    for field in ("layers", "hidden", "block_size", "heads"):
-        _positive(model[field], f"model.{field}", fail)
+    for name in ("layers", "hidden", "block_size", "heads"):
+        _positive(model[name], f"model.{name}", fail)
     if model["attention"] not in ("mla", "hybrid"):
         fail("model.attention must be 'mla' (MLA in every layer) or 'hybrid' (Kimi Linear's KDA + MLA), "
              f"got {model['attention']!r}")
@@ -129,19 +188,62 @@ def grid_from_dict(raw: dict, source: str = "<dict>") -> Grid:
         fail(f"model.mlp must be 'dense' or 'moe', got {model['mlp']!r}")
     if model["hidden"] % (2 * model["heads"]):
         fail(f"model.hidden ({model['hidden']}) must be a multiple of 2 * model.heads ({model['heads']})")
-    for field in ("max_steps", "micro_batch_size", "grad_accum", "eval_points", "eval_batches", "log_every"):
-        _positive(train[field], f"train.{field}", fail)
+    for name in ("max_steps", "micro_batch_size", "grad_accum", "eval_points", "eval_batches", "log_every"):
+        _positive(train[name], f"train.{name}", fail)
     if not isinstance(train["lr"], (int, float)) or train["lr"] <= 0:
         fail(f"train.lr must be > 0, got {train['lr']!r}")
     for field in ("extra_args", "launcher"):
         if not isinstance(train[field], list) or not all(isinstance(a, str) for a in train[field]):
             fail(f"train.{field} must be a list of strings")
+    arms = _arms(raw.get("arms", {}), model, fail)
     groups = raw.get("groups") or fail("'groups' needs at least one of " + ", ".join(GROUPS))
     if not isinstance(groups, dict):
         fail("groups must be an object")
     for name, group in groups.items():
-        _check_group(name, group, model, fail)
-    return Grid(str(raw.get("name", Path(source).stem)), data, model, train, groups, source)
+        _check_group(name, group, model, fail, arms)
+    swept = set(groups.get("lr_sweep", {}).get("arms", []))
+    for name, group in groups.items():
+        if name == "tuned" or (name == "scaling" and group.get("lr") == "tuned"):
+            if set(group["arms"]) - swept:
+                fail(f"groups.{name}: arms {sorted(set(group['arms']) - swept)} are tuned but not in groups.lr_sweep")
+    return Grid(str(raw.get("name", Path(source).stem)), data, model, train, groups, source, arms)
+
+
+def _arms(given, model: dict, fail) -> dict:
+    """The built-in arms and the grid's own, each completed to {mode, block_size, ablation, config, train}."""
+    if not isinstance(given, dict):
+        fail("arms must be an object of named arms")
+    arms = {"standard": dict(mode="standard"), "block": dict(mode="block"), "full": dict(mode="full")}
+    for name, arm in given.items():
+        if name in BUILTIN_ARMS:
+            fail(f"arms.{name}: {list(BUILTIN_ARMS)} are built in; give this arm another name")
+        if not isinstance(name, str) or not name or any(c in name for c in "/\\ ") or not isinstance(arm, dict):
+            fail(f"arms.{name!r}: an arm is a name (no spaces or slashes) and an object")
+        unknown = set(arm) - {"mode", "block_size", "ablation", "config", "train"}
+        if unknown:
+            fail(f"arms.{name}: unknown fields {sorted(unknown)}")
+        arms[name] = arm
+    for name, arm in arms.items():
+        where = f"arms.{name}"
+        if arm.get("mode") not in ATTN_RES_MODES:
+            fail(f"{where}.mode must be one of {ATTN_RES_MODES}, got {arm.get('mode')!r}")
+        size = arm.get("block_size", model["block_size"]) if arm["mode"] == "block" else 0
+        if arm["mode"] == "block":
+            _positive(size, f"{where}.block_size", fail)
+        elif "block_size" in arm:
+            fail(f"{where}.block_size applies to mode 'block' only")
+        ablation = arm.get("ablation")
+        if ablation is not None and (ablation not in ABLATIONS or arm["mode"] == "standard"):
+            fail(f"{where}.ablation must be one of {list(ABLATIONS)} on mode block or full, got {ablation!r}")
+        config, train = arm.get("config", {}), arm.get("train", {})
+        for part, allowed in ((config, ARM_CONFIG_FIELDS), (train, ARM_TRAIN_FIELDS)):
+            if not isinstance(part, dict) or set(part) - set(allowed):
+                fail(f"{where}: config / train may set only {list(allowed)}, got {part!r}")
+            for key, value in part.items():
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                    fail(f"{where}.{key} must be a number >= 0, got {value!r}")
+        arms[name] = dict(mode=arm["mode"], block_size=size, ablation=ablation, config=config, train=train)
+    return arms
 
 
 def _merged(given, defaults: dict, section: str, fail) -> dict:
@@ -158,12 +260,19 @@ def _positive(value, field: str, fail) -> None:
         fail(f"{field} must be an integer >= 1, got {value!r}")
 
 
-def _check_group(name: str, group, model: dict, fail) -> None:
+def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
     if name not in GROUPS:
         fail(f"unknown group {name!r} (known: {', '.join(GROUPS)})")
-    if not isinstance(group, dict) or set(group) != set(GROUPS[name]):
-        fail(f"groups.{name} needs exactly the fields {list(GROUPS[name])}")
-    for axis in GROUPS[name]:
+    axes = SCALING_ARMS if name == "scaling" and isinstance(group, dict) and "arms" in group else GROUPS[name]
+    if not isinstance(group, dict) or set(group) != set(axes):
+        fail(f"groups.{name} needs exactly the fields {list(axes)}"
+             + (f" (or {list(SCALING_ARMS)})" if name == "scaling" else ""))
+    for axis in axes:
+        if axis == "lr":
+            if group["lr"] != "tuned" and (isinstance(group["lr"], bool) or not isinstance(group["lr"], (int, float))
+                                           or not group["lr"] > 0):
+                fail(f"groups.{name}.lr must be 'tuned' (each arm's best sweep LR) or a number > 0")
+            continue
         values = group[axis]
         if axis == "base":
             if values not in ("block", "full"):
@@ -173,7 +282,11 @@ def _check_group(name: str, group, model: dict, fail) -> None:
         if not isinstance(values, list) or not values or len(set(map(str, values))) != len(values):
             fail(f"groups.{name}.{axis} must be a non-empty list without repeats")
         for value in values:
-            if axis == "modes" and value not in ATTN_RES_MODES:
+            if axis == "arms" and value not in arms:
+                fail(f"groups.{name}.arms: {value!r} is not an arm (known: {sorted(arms)})")
+            elif axis == "lrs" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                fail(f"groups.{name}.lrs: {value!r} is not a number > 0")
+            elif axis == "modes" and value not in ATTN_RES_MODES:
                 fail(f"groups.{name}.modes: {value!r} is not one of {ATTN_RES_MODES}")
             elif axis == "ablations" and value not in ABLATIONS:
                 fail(f"groups.{name}.ablations: {value!r} is not one of {list(ABLATIONS)}")
@@ -185,6 +298,8 @@ def _check_group(name: str, group, model: dict, fail) -> None:
                     fail(f"groups.{name}.hidden: {value} is not a multiple of 2 * model.heads ({model['heads']})")
     if name == "scaling" and len(group["hidden"]) < 3:
         fail(f"groups.scaling.hidden needs at least three model sizes for the fit, got {group['hidden']}")
+    if name == "lr_sweep" and len(group["lrs"]) < 2:
+        fail(f"groups.lr_sweep.lrs needs at least two learning rates to pick a best one, got {group['lrs']}")
 
 
 def model_config(grid: Grid, key: RunKey, vocab_size: int):
@@ -205,4 +320,20 @@ def model_config(grid: Grid, key: RunKey, vocab_size: int):
     else:
         fields.update(intermediate_size=2 * h, moe_intermediate_size=max(8, h // 2))
     fields.update(ABLATIONS.get(key.ablation, {}))
+    if key.arm is not None:
+        fields.update(grid.arms[key.arm]["config"])
     return tiny_config(key.mode, key.block_size, layers, **fields)
+
+
+def best_lrs(grid: Grid, records: dict) -> dict:
+    """{arm: the learning rate of lr_sweep with the lowest final validation loss (mean over the sweep's seeds)}, for
+    the arms whose every sweep run has a record in `records` ({run id: record})."""
+    g = grid.groups.get("lr_sweep")
+    if g is None:
+        return {}
+    best = {}
+    for arm in g["arms"]:
+        losses = {lr: [records.get(grid.arm_key(arm, lr, s).id) for s in g["seeds"]] for lr in g["lrs"]}
+        if all(r is not None for rs in losses.values() for r in rs):
+            best[arm] = min(g["lrs"], key=lambda lr: sum(r["val_loss"] for r in losses[lr]) / len(losses[lr]))
+    return best

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..atomic_io import write_text_atomic
 from .analysis import compute_multiplier, fit_power_law, mean_std, paired_deltas, paired_t
-from .grid import Grid, RunKey
+from .grid import Grid, RunKey, best_lrs
 
 
 def by_seed(grid: Grid, records: dict, keys: list[RunKey]) -> dict:
@@ -121,8 +121,8 @@ def scaling_section(grid: Grid, records: dict) -> tuple[str, dict]:
 
 
 def runs_csv(records: list[dict]) -> str:
-    fields = ["id", "mode", "block_size", "layers", "hidden", "seed", "ablation", "val_loss", "train_loss", "params",
-              "flop_params", "tokens", "flops", "wall_s", "finished"]
+    fields = ["id", "arm", "lr", "mode", "block_size", "layers", "hidden", "seed", "ablation", "val_loss", "train_loss",
+              "params", "flop_params", "tokens", "flops", "wall_s", "finished"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
@@ -131,14 +131,18 @@ def runs_csv(records: list[dict]) -> str:
     return buffer.getvalue()
 
 
-def write_report(grid: Grid, records: list[dict], report_dir: Path, header: str = "") -> Path:
-    """RESULTS.md, runs.csv and the PNGs in `report_dir` (atomically); returns the RESULTS.md path."""
+def write_report(grid: Grid, records: list[dict], report_dir: Path, header: str = "", runs_dir: Path | None = None,
+                 expected: list[RunKey] | None = None) -> Path:
+    """RESULTS.md, runs.csv and the PNGs in `report_dir` (atomically); returns the RESULTS.md path. `runs_dir`: the
+    run folders (for the depth diagnostics); `expected`: every run known now (default `grid.runs()`)."""
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     by_id = {r["id"]: r for r in records}
-    expected = grid.runs()
+    expected = expected if expected is not None else grid.runs()
     parts = [f"## Reproduction study: grid `{grid.name}`\n\n{header}",
-             f"Runs finished: {sum(k.id in by_id for k in expected)} of {len(expected)}. "
+             f"Runs finished: {sum(k.id in by_id for k in expected)} of {len(expected)} known now"
+             + (f" (the runs at the best LR of {', '.join(grid.waiting(best_lrs(grid, by_id)))} are known once their "
+                "sweep has finished)" if grid.waiting(best_lrs(grid, by_id)) else "") + ". "
              f"Model: {grid.model}. Training: { {k: v for k, v in grid.train.items() if v not in ([], None)} }.\n"]
     plots = {}
     if "main" in grid.groups:
@@ -149,12 +153,18 @@ def write_report(grid: Grid, records: list[dict], report_dir: Path, header: str 
     if "block_size" in grid.groups:
         text, plots["block_size"] = block_size_section(grid, by_id)
         parts.append(text)
-    if "scaling" in grid.groups:
+    if "scaling" in grid.groups and "modes" in grid.groups["scaling"]:
         text, plots["scaling"] = scaling_section(grid, by_id)
         parts.append(text)
     from .plots import write_plots
 
     images = write_plots(grid, by_id, plots, report_dir)
+    if "lr_sweep" in grid.groups:
+        from .arms_report import arms_report
+
+        texts, more = arms_report(grid, by_id, runs_dir or report_dir / "runs", report_dir)
+        parts += texts
+        images += more
     parts.append("Plots: " + ", ".join(f"[{p.name}]({p.name})" for p in images)
                  + "; every run: [runs.csv](runs.csv).\n")
     write_text_atomic(report_dir / "runs.csv", runs_csv(records))

@@ -11,12 +11,12 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from ..atomic_io import write_json_atomic
 from .analysis import training_flops
-from .grid import Grid, RunKey, load_grid, model_config
+from .grid import Grid, RunKey, best_lrs, load_grid, model_config
 
 # The children run these command modules (`-m`, which python, torchrun and accelerate launch all take)
 TRAIN_MODULE = "attnres.cli.train"
@@ -46,8 +46,11 @@ def ensure_data(grid: Grid) -> dict:
 
 def run_spec(grid: Grid, key: RunKey) -> dict:
     """Everything that determines a run's result: a record made with another spec is redone."""
-    return dict(key=key.to_dict(), model=grid.model, train={k: v for k, v in grid.train.items() if k != "launcher"},
+    spec = dict(key=key.to_dict(), model=grid.model, train={k: v for k, v in grid.train.items() if k != "launcher"},
                 data=grid.data["dir"])
+    if key.arm is not None:  # an edited arm redoes its runs
+        spec["arm"] = grid.arms[key.arm]
+    return spec
 
 
 def read_result(run_dir: Path, spec: dict) -> dict | None:
@@ -74,13 +77,23 @@ def train_command(grid: Grid, key: RunKey, run_dir: Path, seq_len: int) -> list[
     t = grid.train
     eval_every = max(1, t["max_steps"] // t["eval_points"])
     launcher = t["launcher"] or [sys.executable]
+    lr = key.lr if key.lr is not None else t["lr"]
+    arm = grid.arms[key.arm]["train"] if key.arm is not None else {}
+    extra = []
+    if "res_proj_lr_scale" in arm:
+        extra += ["--res-proj-lr", str(lr * arm["res_proj_lr_scale"])]
+    if "res_proj_weight_decay" in arm:
+        extra += ["--res-proj-weight-decay", str(arm["res_proj_weight_decay"])]
     return [
         *launcher, "-m", TRAIN_MODULE, "--data", grid.data["dir"], "--config", str(run_dir / "config.json"),
         "--output-dir", str(run_dir / "train"), "--seed", str(key.seed), "--max-steps", str(t["max_steps"]),
-        "--micro-batch-size", str(t["micro_batch_size"]), "--grad-accum", str(t["grad_accum"]), "--lr", str(t["lr"]),
-        "--warmup-steps", str(t["warmup_steps"]), "--seq-len", str(seq_len), "--eval-every", str(eval_every),
-        "--eval-batches", str(t["eval_batches"]), "--log-every", str(t["log_every"]), "--save-every", "0",
-        "--diagnostics-every", "0", "--resume", "never", "--no-final-model", "--no-tensorboard", *t["extra_args"],
+        "--micro-batch-size", str(t["micro_batch_size"]), "--grad-accum", str(t["grad_accum"]), "--lr", str(lr),
+        "--warmup-steps", str(arm.get("warmup_steps", t["warmup_steps"])), "--seq-len", str(seq_len),
+        "--eval-every", str(eval_every), "--eval-batches", str(t["eval_batches"]), "--log-every", str(t["log_every"]),
+        "--save-every", "0",
+        # depth diagnostics of the last step only (one extra capture): the report's Figure-5 heatmaps read them
+        "--diagnostics-every", str(t["max_steps"]),
+        "--resume", "never", "--no-final-model", "--no-tensorboard", *extra, *t["extra_args"],
     ]
 
 
@@ -121,35 +134,61 @@ def run_one(grid: Grid, key: RunKey, out: Path, meta: dict, threads: int) -> dic
     return record
 
 
+def finished_records(grid: Grid, out: Path, keys) -> dict:
+    """{run id: record} of the runs among `keys` whose record matches the current settings."""
+    records = {k.id: read_result(out / "runs" / k.id, run_spec(grid, k)) for k in keys}
+    return {i: r for i, r in records.items() if r is not None}
+
+
+def grid_runs(grid: Grid, out: Path) -> tuple[list[RunKey], dict]:
+    """(every run known now, their finished records): the runs at a best learning rate appear once their arm's sweep
+    has finished, so this is asked again after each finished run."""
+    sweep = grid.runs("lr_sweep") if "lr_sweep" in grid.groups else []
+    best = best_lrs(grid, finished_records(grid, out, sweep))
+    keys = grid.runs(best_lrs=best)
+    return keys, finished_records(grid, out, keys)
+
+
 def run_grid(grid: Grid, out: Path, jobs: int = 1, threads: int = 1, only: list[RunKey] | None = None,
              runner=None) -> tuple[list[dict], list[str]]:
     """Run every pending run (`jobs` at a time) with `runner` (default `run_one`); returns (the records of the
-    grid's runs that exist, error messages of the runs that failed)."""
+    grid's runs that exist, error messages of the runs that failed). Runs at an arm's best learning rate start as
+    soon as that arm's sweep has finished (the other runs keep the workers busy meanwhile)."""
     from tqdm.auto import tqdm
 
     runner = runner or run_one
-
-    keys = only if only is not None else grid.runs()
     meta = ensure_data(grid)
-    done = {k: read_result(out / "runs" / k.id, run_spec(grid, k)) for k in keys}
-    pending = [k for k in keys if done[k] is None]
-    print(f"study {grid.name}: {len(keys)} runs, {len(keys) - len(pending)} already done, {len(pending)} to train",
-          flush=True)
-    errors = []
-    progress = tqdm(total=len(keys), initial=len(keys) - len(pending), desc="study runs", unit="run")
+    keys, done = (only, finished_records(grid, out, only)) if only is not None else grid_runs(grid, out)
+    print(f"study {grid.name}: {len(keys)} runs known, {len(done)} already done, {len(keys) - len(done)} to train"
+          + (f" (tuned runs of {', '.join(grid.waiting(best_lrs(grid, done)))} wait for their sweep)"
+             if only is None and grid.waiting(best_lrs(grid, done)) else ""), flush=True)
+    errors, failed, running = [], set(), {}
+    progress = tqdm(total=len(keys), initial=len(done), desc="study runs", unit="run")
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(runner, grid, k, out, meta, threads): k for k in pending}
-        for future in as_completed(futures):
-            key = futures[future]
-            try:
-                done[key] = future.result()
-                progress.set_postfix_str(f"{key.id}: val {done[key]['val_loss']:.4f}")
-            except Exception as error:  # one failed run must not stop the others: reported, redone on rerun
-                errors.append(str(error))
-                progress.write(f"FAILED {error}")
-            progress.update(1)
+        while True:
+            for key in keys:
+                if len(running) >= max(1, jobs):
+                    break
+                if key.id not in done and key.id not in failed and key not in running.values():
+                    running[pool.submit(runner, grid, key, out, meta, threads)] = key
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                key = running.pop(future)
+                try:
+                    done[key.id] = future.result()
+                    progress.set_postfix_str(f"{key.id}: val {done[key.id]['val_loss']:.4f}")
+                except Exception as error:  # one failed run must not stop the others: reported, redone on rerun
+                    errors.append(str(error))
+                    failed.add(key.id)
+                    progress.write(f"FAILED {error}")
+                progress.update(1)
+            if only is None:  # a finished sweep adds its arm's tuned runs
+                keys = grid.runs(best_lrs=best_lrs(grid, done))
+                progress.total = len(keys)
     progress.close()
-    return [r for r in done.values() if r is not None], errors
+    return [done[k.id] for k in keys if k.id in done], errors
 
 
 class StudyError(ValueError):
@@ -172,18 +211,19 @@ def run_study(grid_file: Path, output_dir: Path | None = None, report_dir: Path 
     out = output_dir or Path("runs") / f"study-{grid.name}"
     started = time.time()
     if dry_run or report_only:
-        records = [r for k in grid.runs() if (r := read_result(out / "runs" / k.id, run_spec(grid, k)))]
-        errors = []
+        keys, done = grid_runs(grid, out)
+        records, errors = [done[k.id] for k in keys if k.id in done], []
         if dry_run:
-            done = {r["id"] for r in records}
-            for key in grid.runs():
+            for key in keys:
                 print(f"{'done ' if key.id in done else 'to do'}  {key.id}  ({out / 'runs' / key.id / RESULT_FILE})")
+            for arm in grid.waiting(best_lrs(grid, done)):
+                print(f"later  {arm} at its best learning rate (after its lr_sweep runs)")
             return 0
     else:
         records, errors = run_grid(grid, out, jobs=jobs, threads=threads)
     text = header(command, started, records, jobs=jobs, threads=threads, report_only=report_only, note=note)
-    path = write_report(grid, records, report_dir or out, text)
-    print(f"wrote {path} ({len(records)} of {len(grid.runs())} runs finished)")
+    path = write_report(grid, records, report_dir or out, text, runs_dir=out / "runs", expected=grid_runs(grid, out)[0])
+    print(f"wrote {path} ({len(records)} of {len(grid_runs(grid, out)[0])} runs known now finished)")
     if errors:
         print(f"error: {len(errors)} run(s) failed (rerun the same command to redo them):", *errors, sep="\n  ",
               file=sys.stderr)

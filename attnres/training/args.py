@@ -23,7 +23,8 @@ ZERO_STAGES = (0, 1, 2, 3)
 RUN_SETTINGS = {
     "data": Path("data/packed"), "model_size": None, "config": None, "init_from": None, "attn_res": None,
     "block_size": None, "seq_len": None, "max_steps": 2000, "micro_batch_size": 8, "grad_accum": 1, "lr": 3e-4,
-    "res_proj_lr": None, "min_lr_ratio": 0.1, "warmup_steps": 100, "weight_decay": 0.1, "grad_clip": 1.0,
+    "res_proj_lr": None, "res_proj_weight_decay": 0.0, "min_lr_ratio": 0.1, "warmup_steps": 100, "weight_decay": 0.1,
+    "grad_clip": 1.0,
     "mixed_precision": "auto", "seed": 0, "deepspeed": None,
 }
 PATH_SETTINGS = ("data", "config", "init_from", "deepspeed")
@@ -67,6 +68,9 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--lr", type=float, default=None, help="peak learning rate (default 3e-4)")
     g.add_argument("--res-proj-lr", type=float, default=None,
                    help="peak learning rate of the AttnRes pseudo-queries (*_res_proj); default: --lr")
+    g.add_argument("--res-proj-weight-decay", type=float, default=None,
+                   help="AdamW weight decay of the pseudo-queries (default 0, the paper's recipe: decay pulls them "
+                        "towards the uniform mix)")
     g.add_argument("--min-lr-ratio", type=float, default=None,
                    help="cosine floor as a fraction of the peak (default 0.1)")
     g.add_argument("--warmup-steps", type=int, default=None, help="linear warmup steps (default 100)")
@@ -140,7 +144,8 @@ def check_args(args, meta: dict, world: int) -> None:
     for name in positive:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name in ("save_every", "eval_every", "diagnostics_every", "warmup_steps", "weight_decay", "grad_clip"):
+    for name in ("save_every", "eval_every", "diagnostics_every", "warmup_steps", "weight_decay",
+                 "res_proj_weight_decay", "grad_clip"):
         if getattr(args, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if args.warmup_steps > args.max_steps:

@@ -160,9 +160,10 @@ def last_record(run_dir: Path) -> dict:
     return records[-1]
 
 
-def plot_runs(run_dirs: list[Path], out: Path) -> Path:
+def plot_runs(run_dirs: list[Path], out: Path, names: list[str] | None = None) -> Path:
     """Output RMS and gradient norm per layer for every run (one line each), then one depth-weight heatmap per
-    AttnRes run (rows: mix points, columns: sources). Written atomically."""
+    AttnRes run (rows: mix points, columns: sources). `names`: the runs' labels (default: their folder names).
+    Written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -170,7 +171,7 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
     import matplotlib.ticker
     import numpy as np
 
-    records = [(Path(d).name, last_record(d)) for d in run_dirs]
+    records = [(name, last_record(d)) for name, d in zip(names or [Path(d).name for d in run_dirs], run_dirs)]
     heatmaps = [(name, r) for name, r in records if r["mode"] != "standard" and r["depth_weights"]]
     fig, axes = plt.subplots(1, 2 + len(heatmaps), figsize=(5 * (2 + len(heatmaps)), 4), squeeze=False)
     rms_ax, grad_ax = axes[0][0], axes[0][1]

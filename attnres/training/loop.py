@@ -47,11 +47,13 @@ RES_PROJ_SUFFIX = "_res_proj.weight"
 # --- optimizer and schedule -------------------------------------------------------------------------------------
 
 
-def param_groups(model: torch.nn.Module, lr: float, weight_decay: float, res_proj_lr: float | None) -> list[dict]:
+def param_groups(model: torch.nn.Module, lr: float, weight_decay: float, res_proj_lr: float | None,
+                 res_proj_weight_decay: float = 0.0) -> list[dict]:
     """Three groups: decayed matrices, undecayed vectors (norm gains, biases), AttnRes pseudo-queries.
 
     Pseudo-queries are [1, hidden] matrices but act like gains of the depth softmax: no weight decay (it would pull
-    them to the uniform mix), and their own learning rate when `res_proj_lr` is given.
+    them to the uniform mix; `res_proj_weight_decay` sets one for a study arm), and their own learning rate when
+    `res_proj_lr` is given.
     """
     decay, no_decay, queries = [], [], []
     for name, param in model.named_parameters():
@@ -66,13 +68,13 @@ def param_groups(model: torch.nn.Module, lr: float, weight_decay: float, res_pro
     groups = [
         dict(params=decay, lr=lr, weight_decay=weight_decay, name="decay"),
         dict(params=no_decay, lr=lr, weight_decay=0.0, name="no_decay"),
-        dict(params=queries, lr=res_proj_lr or lr, weight_decay=0.0, name="res_proj"),
+        dict(params=queries, lr=res_proj_lr or lr, weight_decay=res_proj_weight_decay, name="res_proj"),
     ]
     return [g for g in groups if g["params"]]
 
 
 def build_optimizer(model, args) -> torch.optim.Optimizer:
-    groups = param_groups(model, args.lr, args.weight_decay, args.res_proj_lr)
+    groups = param_groups(model, args.lr, args.weight_decay, args.res_proj_lr, args.res_proj_weight_decay)
     # foreach=False: the same arithmetic on every backend, so single-process, DDP and ZeRO runs stay comparable
     return torch.optim.AdamW(groups, betas=(0.9, 0.95), eps=1e-8, foreach=False)
 

@@ -1,0 +1,218 @@
+"""The report of a grid with arms: the learning-rate sweep, every arm at its own best learning rate, what moves Full
+AttnRes, the ablations and block sizes against the paper's directions, the scaling fit with a bootstrap interval.
+
+A fair comparison needs each arm at its own tuned setting: an LR tuned for one arm (or for none) can make any arm win.
+Every delta here pairs seed s of one arm with seed s of the other, each at its own best LR (same seed = same data order
+and init seed), so the seed noise both share cancels.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .analysis import bootstrap_multiplier, fit_power_law, mean_std
+from .grid import Grid, best_lrs
+
+# The paper's section 5.3 (Full 1.737, Block 1.746, baseline 1.766): the direction each change took there
+PAPER_DIRECTIONS = {
+    "static": "worse than Full (DenseFormer 1.767 vs 1.737)",
+    "sigmoid": "worse than Full (content-dependent softmax selection wins)",
+    "no_key_norm": "worse (the keys' RMSNorm keeps large outputs from dominating)",
+}
+PAPER_BLOCK_SIZES = "S = 2, 4, 8 near Block's 1.746; S = 16, 32 approach the baseline (1.766)"
+
+
+def arm_losses(grid: Grid, records: dict, arm: str, lr: float, hidden=None) -> dict:
+    """{seed: final val loss} of an arm at one learning rate, over every seed recorded at it."""
+    seeds = set(grid.groups.get("lr_sweep", {}).get("seeds", [])) | set(grid.groups.get("tuned", {}).get("seeds", []))
+    seeds |= set(grid.groups.get("scaling", {}).get("seeds", []))
+    keys = [grid.arm_key(arm, lr, s, hidden=hidden) for s in sorted(seeds)]
+    return {k.seed: records[k.id]["val_loss"] for k in keys if k.id in records}
+
+
+def paired(base: dict, other: dict) -> str:
+    deltas = [other[s] - base[s] for s in sorted(set(base) & set(other))]
+    stat = mean_std(deltas)
+    if stat.n == 0:
+        return "-"
+    if stat.n == 1:
+        return f"{stat.mean:+.4f} (1 seed)"
+    t = stat.mean / (stat.std / math.sqrt(stat.n)) if stat.std > 0 else math.nan
+    return f"{stat.mean:+.4f} +- {stat.std:.4f} (n={stat.n}, t = {t:.2f})"
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]) + "\n"
+
+
+def describe(grid: Grid, arm: str) -> str:
+    a = grid.arms[arm]
+    parts = [a["mode"] + (f" S={a['block_size']}" if a["mode"] == "block" else "")]
+    parts += [f"ablation {a['ablation']}"] if a["ablation"] else []
+    parts += [f"{k}={v}" for k, v in {**a["config"], **a["train"]}.items()]
+    return ", ".join(parts)
+
+
+def sweep_section(grid: Grid, records: dict, best: dict) -> str:
+    g = grid.groups["lr_sweep"]
+    rows = []
+    for arm in g["arms"]:
+        cells = []
+        for lr in g["lrs"]:
+            stat = mean_std(arm_losses_at(grid, records, arm, lr, g["seeds"]).values())
+            text = "-" if stat.n == 0 else f"{stat.mean:.4f}"
+            cells.append(f"**{text}**" if best.get(arm) == lr else text)
+        edge = " (edge of the sweep: widen it)" if best.get(arm) in (min(g["lrs"]), max(g["lrs"])) else ""
+        rows.append([arm, describe(grid, arm), *cells, f"{best[arm]:g}{edge}" if arm in best else "(sweep unfinished)"])
+    return (f"### Learning-rate sweep (final validation loss, seed(s) {g['seeds']}; best per arm in bold)\n\n"
+            + table(["arm", "what it changes", *[f"lr {lr:g}" for lr in g["lrs"]], "best lr"], rows))
+
+
+def arm_losses_at(grid: Grid, records: dict, arm: str, lr: float, seeds) -> dict:
+    keys = [grid.arm_key(arm, lr, s) for s in seeds]
+    return {k.seed: records[k.id]["val_loss"] for k in keys if k.id in records}
+
+
+def tuned_section(grid: Grid, records: dict, best: dict) -> str:
+    arms = [a for a in grid.groups["lr_sweep"]["arms"] if a in best]
+    base = arm_losses(grid, records, "standard", best["standard"]) if "standard" in best else {}
+    full = arm_losses(grid, records, "full", best["full"]) if "full" in best else {}
+    rows = []
+    for arm in arms:
+        losses = arm_losses(grid, records, arm, best[arm])
+        rows.append([arm, f"{best[arm]:g}", len(losses), mean_std(losses.values()),
+                     paired(base, losses) if arm != "standard" else "",
+                     paired(full, losses) if arm not in ("full", "standard") and grid.arms[arm]["mode"] == "full"
+                     else ""])
+    return ("### Every arm at its own best learning rate\n\n"
+            "Deltas pair seed s of the arm with seed s of the reference, each at its own best LR.\n\n"
+            + table(["arm", "best lr", "seeds", "val loss mean +- std", "paired delta vs standard",
+                     "paired delta vs full (Full's variants)"], rows))
+
+
+def ablation_section(grid: Grid, records: dict, best: dict) -> str:
+    rows = []
+    for arm in grid.groups["lr_sweep"]["arms"]:
+        a = grid.arms[arm]
+        if not a["ablation"] or arm not in best or a["mode"] not in best:
+            continue
+        base = arm_losses(grid, records, a["mode"], best[a["mode"]])
+        rows.append([arm, paired(base, arm_losses(grid, records, arm, best[arm])), PAPER_DIRECTIONS[a["ablation"]]])
+    sizes = []
+    base = arm_losses(grid, records, "standard", best["standard"]) if "standard" in best else {}
+    for arm in grid.groups["lr_sweep"]["arms"]:
+        a = grid.arms[arm]
+        if a["mode"] == "block" and not (a["ablation"] or a["config"] or a["train"]) and arm in best:
+            losses = arm_losses(grid, records, arm, best[arm])
+            sizes.append([a["block_size"], -(-grid.model["layers"] // a["block_size"]), f"{best[arm]:g}",
+                          mean_std(losses.values()), paired(base, losses)])
+    text = ""
+    if rows:
+        text += ("### The paper's ablations at each arm's best LR (paired delta vs the unablated mode)\n\n"
+                 + table(["ablation", "paired delta (positive: the ablation hurts)", "paper"], rows) + "\n")
+    if sizes:
+        text += (f"### Block-size sweep at each size's best LR (paper: {PAPER_BLOCK_SIZES})\n\n"
+                 + table(["S", "blocks", "best lr", "val loss", "paired delta vs standard"], sorted(sizes)))
+    return text
+
+
+def scaling_points(grid: Grid, records: dict, best: dict) -> dict:
+    """{arm: {hidden: ([losses over seeds], flops, params)}} of the scaling group."""
+    g = grid.groups["scaling"]
+    points = {}
+    for arm in g["arms"]:
+        lr = best.get(arm) if g["lr"] == "tuned" else g["lr"]
+        if lr is None:
+            continue
+        for hidden in g["hidden"]:
+            runs = [records[k.id] for k in (grid.arm_key(arm, lr, s, hidden=hidden) for s in g["seeds"])
+                    if k.id in records]
+            if runs:
+                points.setdefault(arm, {})[hidden] = ([r["val_loss"] for r in runs], runs[0]["flops"],
+                                                      runs[0]["params"])
+    return points
+
+
+def scaling_section(grid: Grid, records: dict, best: dict) -> tuple[str, dict]:
+    points = scaling_points(grid, records, best)
+    rows, fits = [], {}
+    for arm, sizes in points.items():
+        fit = fit_power_law([p[1] for p in sizes.values()], [sum(p[0]) / len(p[0]) for p in sizes.values()]) \
+            if len(sizes) >= 2 else None
+        fits[arm] = (fit, [(p[1], sum(p[0]) / len(p[0]), p[2]) for p in sizes.values()])
+        cells = ", ".join(f"h{h} ({p[2] / 1e6:.2f}M): {mean_std(p[0])}" for h, p in sizes.items())
+        rows.append([arm, cells, f"L = {fit.a:.4g} * C^{fit.b:.4f}" if fit else "(needs two sizes)"])
+    lr = grid.groups["scaling"]["lr"]
+    lr_rule = ("each arm at its best LR of the sweep at the main size (LR transfer across width is assumed, "
+               "the same for every arm)") if lr == "tuned" else f"lr {lr}"
+    text = (f"### Scaling fit (L = a * C^b, C = 6 N D; {lr_rule})\n\n"
+            + table(["arm", "size: val loss over seeds", "fit"], rows))
+    base = points.get("standard", {})
+    for arm, sizes in points.items():
+        common = sorted(set(base) & set(sizes))
+        if arm == "standard" or len(common) < 2:
+            continue
+        compute_of = {h: sizes[h][1] for h in common}
+        middle = math.exp(sum(math.log(c) for c in compute_of.values()) / len(compute_of))
+        m, low, high = bootstrap_multiplier({h: base[h][0] for h in common}, {h: sizes[h][0] for h in common},
+                                            compute_of, middle)
+        shown = "undefined (the baseline's fit does not decrease with compute)" if math.isnan(m) else f"{m:.3f}x"
+        text += (f"\nCompute multiplier, {arm} vs standard at C = {middle:.2e} (geometric middle): **{shown}**, "
+                 f"90% bootstrap interval [{low:.3f}, {high:.3f}] (seeds resampled per size, 2000 draws; the "
+                 "paper: 1.25x for Block).\n")
+    return text, fits
+
+
+def lr_plot(grid: Grid, records: dict, best: dict, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    from .plots import _save
+
+    g = grid.groups["lr_sweep"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm in g["arms"]:
+        points = [(lr, mean_std(arm_losses_at(grid, records, arm, lr, g["seeds"]).values())) for lr in g["lrs"]]
+        points = [(lr, s.mean) for lr, s in points if s.n]
+        if not points:
+            continue
+        style = "-" if arm in ("standard", "block", "full") else ":"
+        line = ax.plot(*zip(*points), style, marker="o", label=arm, linewidth=2 if style == "-" else 1)[0]
+        if arm in best:
+            ax.plot([best[arm]], [dict(points)[best[arm]]], "*", color=line.get_color(), markersize=12)
+    ax.set_xscale("log")
+    ax.set(xlabel="peak learning rate", ylabel="final validation loss",
+           title="learning-rate sweep per arm (star: the arm's best)")
+    ax.legend(fontsize=6, ncol=2)
+    return _save(fig, out / "study_lr_sweep.png")
+
+
+def heatmap_plot(grid: Grid, best: dict, runs_dir: Path, out: Path) -> Path | None:
+    """Figure 5's view (output RMS, gradient norm per layer, depth-weight heatmaps) of standard, block and full at their
+    best LR, seed 0, from the diagnostics of each run's last step."""
+    from ..training.logs import plot_runs
+
+    seed = grid.groups["lr_sweep"]["seeds"][0]
+    runs = {f"{a} lr {best[a]:g}": runs_dir / grid.arm_key(a, best[a], seed).id / "train"
+            for a in ("standard", "block", "full") if a in best}
+    runs = {name: d for name, d in runs.items() if (d / "diagnostics.jsonl").is_file()}
+    return plot_runs(list(runs.values()), out / "study_figure5.png", names=list(runs)) if runs else None
+
+
+def arms_report(grid: Grid, records: dict, runs_dir: Path, out: Path) -> tuple[list[str], list[Path]]:
+    """(markdown sections, PNGs) of a grid's arm groups."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .plots import scaling_plot
+
+    best = best_lrs(grid, records)
+    parts, images = [sweep_section(grid, records, best)], [lr_plot(grid, records, best, out)]
+    parts += [tuned_section(grid, records, best), ablation_section(grid, records, best)]
+    if "arms" in grid.groups.get("scaling", {}):
+        text, fits = scaling_section(grid, records, best)
+        parts.append(text)
+        images.append(scaling_plot(fits, out))
+    figure = heatmap_plot(grid, best, runs_dir, out)
+    images += [figure] if figure else []
+    return [p for p in parts if p], images

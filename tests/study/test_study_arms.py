@@ -1,0 +1,201 @@
+"""The study's arms (issue 19): each arm swept over learning rates, then trained with more seeds at its own best one;
+the arm switches reach the model and the optimizer; the report of a fair comparison, on synthetic records with a known
+answer; the bootstrap interval of the compute multiplier."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from attnres.modeling_attnres import KimiLinearAttnResForCausalLM
+from attnres.study import runner as study_runner
+from attnres.study.analysis import bootstrap_multiplier
+from attnres.study.grid import best_lrs, grid_from_dict, load_grid, model_config
+from attnres.study.report import write_report
+from attnres.study.runner import RESULT_FILE, run_grid, run_spec, train_command
+from attnres.tiny import tiny_config
+from attnres.training.loop import param_groups
+from tests.helpers.train_fixtures import REPO
+
+GRID = {
+    "name": "arms", "data": {"dir": "data/x"},
+    "model": {"layers": 3, "hidden": 16, "block_size": 2, "heads": 2},
+    "train": {"max_steps": 4, "micro_batch_size": 2, "warmup_steps": 1},
+    "arms": {"full-qlr": {"mode": "full", "train": {"res_proj_lr_scale": 10, "res_proj_weight_decay": 0.1,
+                                                    "warmup_steps": 2}},
+             "full-init": {"mode": "full", "config": {"attn_res_query_init_std": 0.1, "attn_res_key_norm_init": 4.0}},
+             "full-static": {"mode": "full", "ablation": "static"},
+             "block-S1": {"mode": "block", "block_size": 1}},
+    "groups": {"lr_sweep": {"arms": ["standard", "block", "full", "full-qlr", "full-static", "block-S1"],
+                            "lrs": [0.001, 0.002, 0.004, 0.008], "seeds": [0]},
+               "tuned": {"arms": ["standard", "block", "full", "full-qlr"], "seeds": [1, 2]},
+               "scaling": {"arms": ["standard", "block"], "hidden": [8, 16, 24, 32], "seeds": [0, 1], "lr": "tuned"}},
+}
+# the synthetic truth: each arm's best LR and its loss there
+BEST = {"standard": 0.002, "block": 0.004, "full": 0.004, "full-qlr": 0.002, "full-static": 0.001, "block-S1": 0.008}
+OFFSET = {"standard": 0.0, "block": -0.05, "full": -0.03, "full-qlr": -0.06, "full-static": 0.01, "block-S1": -0.04}
+
+
+def synthetic_loss(key) -> float:
+    """A parabola in log LR around the arm's best, a power law in width, seed noise 0.01 per seed."""
+    size = 3.0 * ((key.hidden / 8) ** 2) ** -0.05
+    return size + OFFSET[key.arm] + 0.05 * math.log2(key.lr / BEST[key.arm]) ** 2 + 0.01 * key.seed
+
+
+class SyntheticRunner:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, grid, key, out, meta, threads):
+        self.calls.append(key.id)
+        flops = 1e12 * (key.hidden / 8) ** 2
+        loss = synthetic_loss(key)
+        record = dict(id=key.id, spec=run_spec(grid, key), **key.to_dict(), val_loss=loss, val_curve=[[4, loss]],
+                      train_loss=loss, params=int(flops / 6e3), flop_params=int(flops / 6e3), tokens=1000,
+                      flops=flops, wall_s=0.1)
+        (out / "runs" / key.id).mkdir(parents=True, exist_ok=True)
+        (out / "runs" / key.id / RESULT_FILE).write_text(json.dumps(record))
+        return record
+
+
+@pytest.fixture
+def out(tmp_path, monkeypatch):
+    monkeypatch.setattr(study_runner, "ensure_data", lambda grid: {"vocab_size": 300, "seq_len": 16})
+    return tmp_path / "study"
+
+
+def test_tuned_runs_follow_each_arms_sweep(out):
+    grid = grid_from_dict(GRID)
+    sweep = grid.runs("lr_sweep")
+    assert len(sweep) == 6 * 4 and grid.runs("tuned") == []  # nothing is tuned before its sweep
+    assert grid.waiting({}) == ["block", "full", "full-qlr", "standard"]
+    runner = SyntheticRunner()
+    records, errors = run_grid(grid, out, jobs=2, runner=runner)
+    assert not errors
+    by_id = {r["id"]: r for r in records}
+    assert best_lrs(grid, by_id) == BEST
+    # each arm's tuned seeds ran after the last run of its sweep, at its best LR
+    for arm in GRID["groups"]["tuned"]["arms"]:
+        last_sweep = max(runner.calls.index(grid.arm_key(arm, lr, 0).id) for lr in GRID["groups"]["lr_sweep"]["lrs"])
+        for seed in (1, 2):
+            assert runner.calls.index(grid.arm_key(arm, BEST[arm], seed).id) > last_sweep
+    # scaling at each arm's best LR; the main size's seeds 0 and 1 are the sweep's and tuned runs, trained once
+    assert grid.arm_key("block", BEST["block"], 1, hidden=16).id in by_id
+    assert len(runner.calls) == len(set(runner.calls)) == 24 + 4 * 2 + 2 * 4 * 2 - 2 * 2
+    assert SyntheticRunner().calls == [] and run_grid(grid, out, runner=(again := SyntheticRunner()))[1] == []
+    assert again.calls == []  # a rerun trains nothing
+
+
+def test_report_of_a_fair_comparison(out, tmp_path):
+    grid = grid_from_dict(GRID)
+    records, _ = run_grid(grid, out, runner=SyntheticRunner())
+    text = write_report(grid, records, tmp_path / "report", runs_dir=out / "runs").read_text()
+    # the sweep table marks each arm's best LR; the edges are flagged
+    row = [f"{synthetic_loss(grid.arm_key('block', lr, 0)):.4f}" for lr in GRID["groups"]["lr_sweep"]["lrs"]]
+    row[2] = f"**{row[2]}**"
+    assert f"| block | block S=2 | {' | '.join(row)} | 0.004 |" in text
+    assert "0.008 (edge of the sweep: widen it)" in text and "0.001 (edge of the sweep: widen it)" in text
+    # every arm at its own best LR: the paired delta is the offset difference, exactly, over three seeds
+    block = synthetic_loss(grid.arm_key("block", 0.004, 1))  # the mean over seeds 0, 1, 2 is seed 1's loss
+    assert f"| block | 0.004 | 3 | {block:.4f} +- 0.0100 | -0.0500 +- 0.0000" in text
+    assert "| full-qlr | 0.002 | 3 |" in text and "-0.0600 +- 0.0000" in text and "-0.0300 +- 0.0000" in text
+    assert "| full-static | +0.0400 (1 seed) | worse than Full" in text
+    s1 = synthetic_loss(grid.arm_key("block-S1", 0.008, 0))
+    assert f"| 1 | 3 | 0.008 | {s1:.4f} | -0.0400 (1 seed) |" in text  # block-size rows from the block arms
+    # the scaling fit: block sits 0.05 below standard at every size -> a compute multiplier > 1 with an interval
+    assert "Compute multiplier, block vs standard" in text and "90% bootstrap interval" in text
+    for name in ("study_lr_sweep.png", "study_scaling.png"):
+        assert (tmp_path / "report" / name).stat().st_size > 0
+
+
+def test_arm_switches_reach_the_command_and_the_model():
+    grid = grid_from_dict(GRID)
+    command = train_command(grid, grid.arm_key("full-qlr", 0.002, 0), REPO / "x", 16)
+    flags = dict(zip(command, command[1:]))
+    assert flags["--lr"] == "0.002" and float(flags["--res-proj-lr"]) == pytest.approx(0.02)
+    assert flags["--res-proj-weight-decay"] == "0.1" and flags["--warmup-steps"] == "2"
+    assert flags["--diagnostics-every"] == "4"  # the last step's depth weights, for the heatmaps
+    plain = train_command(grid, grid.arm_key("full", 0.004, 0), REPO / "x", 16)
+    assert "--res-proj-lr" not in plain and dict(zip(plain, plain[1:]))["--warmup-steps"] == "1"
+    config = model_config(grid, grid.arm_key("full-init", 0.001, 0), 300)
+    assert config.attn_res_query_init_std == 0.1 and config.attn_res_key_norm_init == 4.0
+    assert model_config(grid, grid.arm_key("full-static", 0.001, 0), 300).attn_res_static_mixing
+    assert model_config(grid, grid.arm_key("block-S1", 0.001, 0), 300).attn_res_block_size == 1
+    # an edited arm redoes its runs: the arm is part of the run's spec
+    edited = grid_from_dict({**GRID, "arms": {**GRID["arms"], "full-init": {"mode": "full"}}})
+    key = grid.arm_key("full-init", 0.001, 0)
+    assert run_spec(grid, key) != run_spec(edited, key) and run_spec(grid, grid.arm_key("full", 0.001, 0)) == \
+        run_spec(edited, grid.arm_key("full", 0.001, 0))
+
+
+def test_init_arms_change_only_the_initial_tensors():
+    torch.manual_seed(0)
+    default = KimiLinearAttnResForCausalLM(tiny_config("full", 0, 2))
+    torch.manual_seed(0)
+    arm = KimiLinearAttnResForCausalLM(tiny_config("full", 0, 2, attn_res_query_init_std=0.1,
+                                                   attn_res_key_norm_init=4.0))
+    queries = [p for n, p in arm.named_parameters() if n.endswith("_res_proj.weight")]
+    gains = [p for n, p in arm.named_parameters() if n.endswith("_res_norm.weight")]
+    assert queries and all(0.05 < q.std() < 0.2 for q in queries) and all(torch.all(g == 4.0) for g in gains)
+    assert all(torch.all(p == 0) for n, p in default.named_parameters() if n.endswith("_res_proj.weight"))
+    assert sorted(default.state_dict()) == sorted(arm.state_dict())  # the same tensors (K3's names)
+    for field, value in (("attn_res_query_init_std", -1.0), ("attn_res_key_norm_init", 0.0),
+                         ("attn_res_key_norm_init", float("nan"))):
+        with pytest.raises(ValueError, match=field):
+            tiny_config("full", 0, 2, **{field: value})
+
+
+def test_query_weight_decay_is_its_own_group():
+    model = KimiLinearAttnResForCausalLM(tiny_config("block", 1, 2))
+    groups = {g["name"]: g for g in param_groups(model, 1e-3, 0.1, None, res_proj_weight_decay=0.05)}
+    assert groups["res_proj"]["weight_decay"] == 0.05 and groups["decay"]["weight_decay"] == 0.1
+    assert {g["name"]: g for g in param_groups(model, 1e-3, 0.1, None)}["res_proj"]["weight_decay"] == 0.0
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"arms": {"full": {"mode": "full"}}}, "built in"),
+    ({"arms": {"x": {"mode": "nope"}}}, "arms.x.mode"),
+    ({"arms": {"x": {"mode": "full", "block_size": 2}}}, "block_size applies to mode 'block'"),
+    ({"arms": {"x": {"mode": "full", "config": {"hidden_size": 8}}}}, "config / train may set only"),
+    ({"arms": {"x": {"mode": "full", "train": {"lr": 1.0}}}}, "config / train may set only"),
+    ({"arms": {"x": {"mode": "standard", "ablation": "static"}}}, "ablation must be"),
+    ({"arms": {"x": {"mode": "full", "colour": 1}}}, "unknown fields"),
+    ({"groups": {"lr_sweep": {"arms": ["standard"], "lrs": [0.001], "seeds": [0]}}}, "at least two learning rates"),
+    ({"groups": {"lr_sweep": {"arms": ["nope"], "lrs": [0.001, 0.002], "seeds": [0]}}}, "is not an arm"),
+    ({"groups": {"lr_sweep": {"arms": ["standard"], "lrs": [0.001, -1], "seeds": [0]}}}, "lrs: -1"),
+    ({"groups": {"lr_sweep": {"arms": ["standard"], "lrs": [0.001, 0.002], "seeds": [0]},
+                 "tuned": {"arms": ["full"], "seeds": [1]}}}, "tuned but not in groups.lr_sweep"),
+    ({"groups": {"scaling": {"arms": ["standard"], "hidden": [8, 16, 24], "seeds": [0], "lr": "best"}}},
+     "'tuned'"),
+])
+def test_bad_arms_name_the_field(change, message):
+    raw = {**GRID, **change}
+    with pytest.raises(ValueError, match=message):
+        grid_from_dict(raw)
+
+
+def test_bootstrap_interval_of_the_compute_multiplier():
+    compute = {h: 1e12 * h**2 for h in (1, 2, 3, 4)}
+    # other = the baseline's law at 1.5x the compute: the multiplier is 1.5 at every compute
+    baseline = {h: [3.0 * c ** -0.05 + e for e in (-0.002, 0.002)] for h, c in compute.items()}
+    other = {h: [3.0 * (1.5 * c) ** -0.05 + e for e in (-0.002, 0.002)] for h, c in compute.items()}
+    point, low, high = bootstrap_multiplier(baseline, other, compute, 4e12, samples=500)
+    assert point == pytest.approx(1.5, rel=1e-6) and low < 1.5 < high and high - low < 1.0
+    # no seed noise: every resample is the data itself, a zero-width interval at the fit's answer
+    exact_base = {h: [3.0 * c ** -0.05] * 2 for h, c in compute.items()}
+    exact = {h: [3.0 * (1.5 * c) ** -0.05] * 2 for h, c in compute.items()}
+    point, low, high = bootstrap_multiplier(exact_base, exact, compute, 4e12, samples=100)
+    assert low == pytest.approx(high) == pytest.approx(point) == pytest.approx(1.5)
+
+
+def test_shipped_lr_grids_load():
+    for name in ("cpu-lr", "gpu-20m"):
+        grid = load_grid(REPO / "configs" / "study" / f"{name}.json")
+        assert len(grid.groups["lr_sweep"]["lrs"]) >= 4 and grid.runs("lr_sweep")
+        assert {"standard", "block", "full"} <= set(grid.groups["tuned"]["arms"])
+    cpu = load_grid(REPO / "configs" / "study" / "cpu-lr.json")
+    assert cpu.model["layers"] >= 12 and cpu.model["hidden"] >= 128
+    assert cpu.train["max_steps"] * cpu.train["micro_batch_size"] * 128 >= 1_000_000
+    assert len(cpu.groups["scaling"]["hidden"]) >= 4 and len(cpu.groups["scaling"]["seeds"]) >= 2
