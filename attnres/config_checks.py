@@ -22,6 +22,7 @@ FLOAT_FIELDS = dict(
     rms_norm_eps=(0.0, False, False), initializer_range=(0.0, True, False), routed_scaling_factor=(0.0, True, False),
     attention_dropout=(0.0, True, False), activation_situ_beta=(0.0, False, True),
     activation_situ_linear_beta=(0.0, False, True), linear_gate_lower_bound=(-math.inf, False, True),
+    attn_res_query_init_std=(0.0, True, False), attn_res_key_norm_init=(0.0, False, False),
 )
 # Switches: True/False, or also None where optional
 SWITCH_FIELDS = dict(attn_res_two_phase=True, attn_res_fuse_norm=False, attn_res_recompute=False)

@@ -6,7 +6,6 @@ folder loads with `trust_remote_code=True`.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 
 from huggingface_hub.dataclasses import strict
@@ -141,11 +140,6 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
         for field in ("attn_res_static_mixing", "attn_res_key_norm"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"{field} must be True or False, got {getattr(self, field)!r}")
-        for field, low in (("attn_res_query_init_std", 0.0), ("attn_res_key_norm_init", None)):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
-                    value < 0 if low == 0.0 else value <= 0):
-                raise ValueError(f"{field} must be a finite number {'>= 0' if low == 0.0 else '> 0'}, got {value!r}")
         if not self.attn_res_ablation:
             return
         if self.attn_res_mode == "standard":

@@ -8,4 +8,4 @@ python3 -m pip install --quiet -e ".[test]"
 scripts/setup_llama_cpp.sh --install >/dev/null
 python3 -m ruff check .                          # the linter (config: pyproject.toml [tool.ruff])
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-python3 -m pytest "$@"
+python3 -m pytest --durations=30 "$@"

@@ -43,7 +43,9 @@ DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "f
 # of ours must hold its default, which `_check_config_round_trip` proves before writing
 TEXT_FIELDS = (set(K3_TEXT_CONFIG) - {"quantization_config"}) | {"attn_res_block_size"}
 # Ours only, and execution choices rather than the model: they do not travel to a runtime
-EXECUTION_FIELDS = ("attn_res_backend", "attn_res_two_phase", "attn_res_fuse_norm", "attn_res_recompute", "dtype")
+EXECUTION_FIELDS = ("attn_res_backend", "attn_res_two_phase", "attn_res_fuse_norm", "attn_res_recompute", "dtype",
+                    # initialization only: the trained tensors are the model
+                    "attn_res_query_init_std", "attn_res_key_norm_init")
 # Files a runtime reads beside the weights: tokenizer (HF, tiktoken, remote code), chat template, generation defaults
 SIDE_FILES = re.compile(r"^(tokeniz.*|special_tokens_map\.json|added_tokens\.json|vocab\.(json|txt)|merges\.txt|"
                         r".*\.tiktoken|.*\.model|chat_template\.(jinja|json)|generation_config\.json)$")

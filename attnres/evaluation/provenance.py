@@ -12,7 +12,8 @@ from pathlib import Path
 
 # Config fields that define the residual itself (or only how it is computed): allowed to differ in a matched pair
 RESIDUAL_FIELDS = ("attn_res_mode", "attn_res_block_size", "attn_res_backend", "attn_res_two_phase",
-                   "attn_res_fuse_norm", "attn_res_recompute", "auto_map", "architectures", "model_type",
+                   "attn_res_fuse_norm", "attn_res_recompute", "attn_res_query_init_std", "attn_res_key_norm_init",
+                   "auto_map", "architectures", "model_type",
                    "transformers_version", "dtype", "torch_dtype")
 RESIDUAL_PARAM = "_res_"  # AttnRes' own tensors: {point}_res_norm / {point}_res_proj
 

@@ -184,3 +184,16 @@ def test_auto_classes_resolve_kimi_k3(source):
     assert isinstance(model, KimiLinearAttnResForCausalLM)
     ids = torch.randint(0, 300, (1, 6))
     assert torch.equal(logits(model, ids), logits(KimiLinearAttnResForCausalLM.from_pretrained(source), ids))
+
+
+def test_init_only_fields_do_not_block_an_export(tmp_path):
+    """A model from a study arm with another initialization (attn_res_query_init_std, attn_res_key_norm_init) is an
+    ordinary trained model: it exports, and the runtime's config does not carry the init fields."""
+    from attnres.tiny import tiny_config
+
+    model = KimiLinearAttnResForCausalLM(tiny_config("block", 1, 3, attn_res_query_init_std=0.1,
+                                                     attn_res_key_norm_init=4.0))
+    model.save_pretrained(tmp_path / "arm")
+    export_checkpoint(tmp_path / "arm", tmp_path / "out", to="kimi-linear", verify=True, progress=False)
+    exported = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert "attn_res_query_init_std" not in exported and "attn_res_key_norm_init" not in exported
