@@ -13,7 +13,9 @@ _NOTHING = contextlib.nullcontext()
 
 def onloaded(*modules):
     """A context in which the offloaded tensors of `modules` (None entries skipped) are on their execution device."""
-    hooked = [m for m in modules if getattr(m, "_hf_hook", None) is not None]
+    # accelerate stores the hook as a plain attribute (in __dict__); reading it there skips nn.Module.__getattr__'s
+    # failing lookup, ~5 us a module, paid three times at every mix point of every decode step
+    hooked = [m for m in modules if m is not None and m.__dict__.get("_hf_hook") is not None]
     return _onloaded(hooked) if hooked else _NOTHING
 
 

@@ -2,7 +2,12 @@
 # Everything to run once a CUDA GPU is available (issue 12 / BENCHMARKS.md "To be measured on a GPU"), in one go:
 #   1. CUDA parity: the Triton kernels and the PyTorch paths (lean mix, grown two-phase bank) against the reference
 #      on the GPU, forward and every gradient, fp32 and bf16 (the CPU suite runs Triton only in its interpreter)
-#   2. kernel benchmark (scripts/bench_kernels.py, GPU defaults)
+#   2. kernel benchmark (scripts/bench_kernels.py, GPU defaults) with the peers beside ours (issue 21): fla-core 0.6.0
+#      (fused_attnres, naive_attnres) and flash-attn-res 0.1.12 (its phase-1 Triton op, its experimental/torch.py
+#      functions), each checked against our reference before it is timed. The peers come from scripts/setup_peers.sh:
+#      it needs PyPI once, or a copy of its cached folder (~6 MB) placed at $ATTNRES_PEERS on a machine without network.
+#      Without them their rows say "not installed" and the rest still runs. The peers' torch.compile'd functions
+#      compile in mode max-autotune-no-cudagraphs per shape, as shipped: expect minutes of compilation in this step.
 #   3. model benchmarks side by side (scripts/bench_model.py): standard / block / full, Triton and PyTorch backends
 # Results land in ${OUT:-bench_gpu}/ (JSON per benchmark, a log per step). Usage: bash scripts/bench_gpu.sh [outdir]
 set -euo pipefail
@@ -55,8 +60,11 @@ for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2)):
 raise SystemExit(f"{failed} CUDA parity checks failed" if failed else 0)
 EOF
 
-echo "== 2. kernels" | tee "$out/kernels.log"
-python3 scripts/bench_kernels.py --output "$out/bench_kernels.json" 2>&1 | tee -a "$out/kernels.log"
+echo "== 2. kernels, ours and the peers" | tee "$out/kernels.log"
+peers="$(bash scripts/setup_peers.sh 2>>"$out/kernels.log")" || peers="${ATTNRES_PEERS:-$HOME/.cache/attnres/peers}"
+# exit 1 means a MISMATCH against the reference (rows marked in the JSON): reported, and the models still run
+python3 scripts/bench_kernels.py --device cuda --peers-path "$peers" --output "$out/bench_kernels.json" 2>&1 \
+  | tee -a "$out/kernels.log" || echo "!! kernels: a mismatch or a failure, see $out/kernels.log" | tee -a "$out/kernels.log"
 
 echo "== 3. models" | tee "$out/models.log"
 for backend in triton torch; do

@@ -19,27 +19,32 @@ import torch
 from tqdm import tqdm
 
 from ..atomic_io import write_json_atomic
+from ..kernels.mix.cpu_fused import load_extension
 from ..modeling_attnres import KimiLinearAttnResForCausalLM
 from ..tiny import tiny_config
 
 MODES = ("standard", "block", "full")
-# extra modes for side-by-side comparisons within one run: block mode with the no-grad two-phase schedule forced on
-VARIANTS = {"block_two_phase": ("block", True)}
+# extra modes for side-by-side comparisons within one run, (mode, two-phase schedule, backend): block mode with the
+# no-grad two-phase schedule forced on; block / full mode on the eager PyTorch path (backend "torch") whatever --backend
+VARIANTS = {"block_two_phase": ("block", True, None), "block_eager": ("block", None, "torch"),
+            "full_eager": ("full", None, "torch")}
 
 
 def build_model(args, mode):
-    mode, two_phase = VARIANTS.get(mode, (mode, None))
+    mode, two_phase, backend = VARIANTS.get(mode, (mode, None, None))
     heads = max(2, args.hidden // 64)
     config = tiny_config(
         mode, args.block_size, args.layers, hidden_size=args.hidden, intermediate_size=4 * args.hidden,
         moe_intermediate_size=args.hidden, num_attention_heads=heads, num_key_value_heads=heads,
-        linear_num_heads=heads, linear_head_dim=64, vocab_size=1024, attn_res_backend=args.backend,
+        linear_num_heads=heads, linear_head_dim=64, vocab_size=1024, attn_res_backend=backend or args.backend,
         **({"layer_types": ["full_attention"] * args.layers} if args.attention == "mla" else {}),
     )
     if getattr(args, "two_phase", "auto") != "auto":
         config.attn_res_two_phase = args.two_phase == "on"
     if two_phase is not None:
         config.attn_res_two_phase = two_phase
+    if args.device == "cpu" and config.resolved_backend() in ("auto", "cpp"):
+        load_extension()  # the fused CPU kernel (built or loaded from its cache) before any measured run
     torch.manual_seed(0)  # same shared weights in every mode
     return KimiLinearAttnResForCausalLM(config).to(device=args.device, dtype=getattr(torch, args.dtype))
 

@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--long-prompt", type=int, default=4096, help="tokens of the long_prefill prompt (batch 1)")
     parser.add_argument("--chunk", type=int, default=512, help="prefill_chunk_size of the chunked long prefill")
     parser.add_argument("--repeats", type=int, default=3, help="timed repetitions (median) after one warm-up")
-    parser.add_argument("--backend", choices=("auto", "torch", "triton"), default="auto", help="AttnRes kernel backend")
+    parser.add_argument("--backend", choices=("auto", "torch", "triton", "cpp"), default="auto",
+                        help="AttnRes kernel backend (auto: Triton on CUDA, the fused C++ kernel on CPU)")
     parser.add_argument("--two-phase", choices=("auto", "on", "off"), default="auto",
                         help="no-grad schedule of block mode: auto (on with Triton), or force it on / off")
     parser.add_argument("--skip-memory", action="store_true",

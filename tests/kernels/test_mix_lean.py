@@ -129,7 +129,7 @@ def use_reference_mix(monkeypatch, calls):
 @pytest.mark.parametrize("mode,block_size", [("block", 2), ("full", 0)])
 def test_model_training_step_equals_reference_mix(mode, block_size, monkeypatch):
     """Loss and every parameter's gradient; full mode: the growing tuple of sources is read in place at every mix."""
-    model = tiny_model(mode, block_size, num_layers=4).train()
+    model = tiny_model(mode, block_size, num_layers=4, attn_res_backend="torch").train()  # the eager path
     ids = random_ids(seq=8)
 
     def loss_and_grads():

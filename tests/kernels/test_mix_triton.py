@@ -115,8 +115,11 @@ def test_recompute_saves_only_the_inputs():
 
 def test_dispatch(monkeypatch):
     sources, query, norm_weight, _ = make_inputs(3, 48, torch.float32)
-    torch_path = attn_res_lean(sources, query, norm_weight, 1e-6)
-    assert torch.equal(attn_res(sources, query, norm_weight, 1e-6, backend="auto"), torch_path)  # CPU: PyTorch path
+    # CPU: the fused C++ kernel where it builds (tests/kernels/test_mix_cpu_fused.py), else the eager PyTorch path
+    built = mix_ops.load_extension() is not None
+    torch_path = mix_ops.attn_res_cpu(sources, query, norm_weight, 1e-6) if built else attn_res_lean(
+        sources, query, norm_weight, 1e-6)
+    assert torch.equal(attn_res(sources, query, norm_weight, 1e-6, backend="auto"), torch_path)
     assert not mix_ops.use_triton("auto", sources[0]) and mix_ops.use_triton("triton", sources[0])
     with pytest.raises(ValueError, match="backend must be one of"):
         attn_res(sources, query, norm_weight, 1e-6, backend="cuda")

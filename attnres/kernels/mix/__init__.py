@@ -5,10 +5,11 @@ import importlib.util
 
 import torch
 
+from .cpu_fused import attn_res_cpu, fits, load_extension
 from .lean import attn_res_lean
 from .naive import attn_res_naive, rms_norm_naive
 
-BACKENDS = ("auto", "torch", "triton")
+BACKENDS = ("auto", "torch", "triton", "cpp")
 TRITON_AVAILABLE = importlib.util.find_spec("triton") is not None
 
 
@@ -19,6 +20,14 @@ def use_triton(backend: str, tensor: torch.Tensor) -> bool:
     if backend == "triton" and not TRITON_AVAILABLE:
         raise ImportError('attn_res backend "triton" needs the triton package: pip install "attnres[triton]"')
     return backend == "triton" or (backend == "auto" and TRITON_AVAILABLE and tensor.is_cuda)
+
+
+def use_cpp(backend: str, sources, query, norm_weight, out_norm_weight) -> bool:
+    """Whether one call runs the fused C++ CPU kernel: backend "auto" or "cpp", inputs it takes (`cpu_fused.fits`),
+    and the kernel built (on first use; a failed build warns once and every call then takes the lean path). The
+    checks come before the build, so a model that never mixes CPU tensors never builds it."""
+    return (backend in ("auto", "cpp") and fits(sources, query, norm_weight, out_norm_weight)
+            and load_extension() is not None)
 
 
 def attn_res(
@@ -34,8 +43,10 @@ def attn_res(
 ):
     """Mix `sources` by softmax attention over depth (see `naive.attn_res_naive` for the exact semantics).
 
-    `backend`: "torch" (`lean.attn_res_lean`: plain PyTorch that saves no stacked copy), "triton" (fused kernels), or
-    "auto" (Triton on CUDA, the PyTorch path elsewhere). `naive.attn_res_naive` stays the reference both are tested on.
+    `backend`: "torch" (`lean.attn_res_lean`: plain PyTorch that saves no stacked copy), "triton" (fused kernels),
+    "cpp" (`cpu_fused.attn_res_cpu`: one fused C++ kernel on CPU tensors, built on first use; the lean path for any
+    input it does not take or where it cannot be built), or "auto" (Triton on CUDA, "cpp" on CPU, lean elsewhere).
+    `naive.attn_res_naive` stays the reference all are tested on.
     `out_norm_weight`/`out_norm_eps`: also apply the RMSNorm that follows the mix and return `norm(mix)` (fused into the
     kernel on Triton). `recompute`: Triton keeps no forward statistics and re-reads the sources in the backward.
     """
@@ -47,6 +58,12 @@ def attn_res(
             sources, query, norm_weight, eps, return_weights=return_weights,
             out_norm_weight=out_norm_weight, out_norm_eps=out_norm_eps, recompute=recompute,
         )
+    sources = tuple(sources.unbind(0)) if isinstance(sources, torch.Tensor) else tuple(sources)
+    if use_cpp(backend, sources, query, norm_weight, out_norm_weight):
+        return attn_res_cpu(
+            sources, query, norm_weight, eps, return_weights=return_weights,
+            out_norm_weight=out_norm_weight, out_norm_eps=out_norm_eps,
+        )
     return attn_res_lean(
         sources, query, norm_weight, eps, return_weights=return_weights,
         out_norm_weight=out_norm_weight, out_norm_eps=out_norm_eps,
@@ -54,5 +71,6 @@ def attn_res(
 
 
 __all__ = [
-    "attn_res", "attn_res_lean", "attn_res_naive", "rms_norm_naive", "use_triton", "BACKENDS", "TRITON_AVAILABLE",
+    "attn_res", "attn_res_cpu", "attn_res_lean", "attn_res_naive", "rms_norm_naive", "use_triton", "use_cpp",
+    "BACKENDS", "TRITON_AVAILABLE",
 ]

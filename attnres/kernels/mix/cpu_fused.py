@@ -1,0 +1,418 @@
+"""The AttnRes mix as one fused C++ CPU kernel: the path of backend "auto" (and "cpp") on CPU tensors.
+
+Same semantics as `naive.attn_res_naive` (the reference) and the same saved state as `lean.attn_res_lean` (the eager
+PyTorch path, which stays the fallback): per token, the scores r_j * (v_j . w) of all sources, their fp32 softmax,
+the weighted sum and the optional output RMSNorm in one pass over the token's n source rows (a few KiB, cache
+resident), where the eager path runs ~8 PyTorch ops per source, each a pass over memory. Autograd saves the sources by
+reference plus fp32 [n, tokens] statistics (r, s, p); the backward recomputes the mix (and its norm) in the same
+per-token pass that writes the source gradients. Rounding follows the eager path: the mix is cast to the sources' dtype
+before the norm, and the norm's product is rounded as `KimiLinearRMSNorm` rounds it.
+
+Tokens are split over torch's intra-op threads (`at::parallel_for`); the parameter gradients sum per-thread partials.
+Built once with `torch.utils.cpp_extension.load_inline` on first use (~1 CPU minute: torch's headers) and cached under
+~/.cache/attnres/torch_extensions (or $ATTNRES_EXTENSIONS_DIR); the build key covers the source, flags, torch, Python
+and the CPU, so a cached build is reused only where it was made for (concurrent first uses share one build: torch's
+build lock). No compiler, a failed build or an unsupported input (not CPU, not fp32/bf16, mixed dtypes,
+non-contiguous, a tensor subclass, inside torch.compile) runs the lean path instead: a failed build warns once.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import sys
+import threading
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+CPP_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <cmath>
+#include <vector>
+
+namespace {
+// The per-row loops are `omp simd` (built with -fopenmp-simd: no OpenMP runtime), which lets the compiler reorder the
+// fp32 reductions into vector lanes; plain loops would stay scalar (IEEE order), hand-split lanes vectorised badly.
+inline float f32(float x) { return x; }
+inline float f32(c10::BFloat16 x) { return c10::detail::f32_from_bits(x.x); }
+template <typename T> inline T cast(float x) { return static_cast<T>(x); }  // BFloat16: round to nearest even
+
+// (sum v_i^2, sum v_i w_i) of one row
+template <typename T>
+inline void sumsq_dot(const T* __restrict__ v, const float* __restrict__ w, int64_t d, float& ss_out, float& dot_out) {
+  float ss = 0.f, dot = 0.f;
+#pragma omp simd reduction(+ : ss, dot)
+  for (int64_t i = 0; i < d; ++i) { const float x = f32(v[i]); ss += x * x; dot += x * w[i]; }
+  ss_out = ss;
+  dot_out = dot;
+}
+
+template <typename T>
+inline float dot(const float* __restrict__ g, const T* __restrict__ v, int64_t d) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < d; ++i) s += g[i] * f32(v[i]);
+  return s;
+}
+
+// acc = sum_j p[j] v_j (fp32), the eager path's order: p_0 v_0 first, then the others
+template <typename T>
+inline void weighted_sum(const std::vector<const T*>& rows, const float* p, int64_t d, float* __restrict__ acc) {
+  const T* __restrict__ first = rows[0];
+  const float p0 = p[0];
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) acc[i] = p0 * f32(first[i]);
+  for (size_t j = 1; j < rows.size(); ++j) {
+    const T* __restrict__ v = rows[j];
+    const float pj = p[j];
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) acc[i] += pj * f32(v[i]);
+  }
+}
+
+// acc (fp32 mix) -> m = float(T(acc)) in place; returns rsqrt(mean(m^2) + eps) of the cast mix
+template <typename T>
+inline float cast_and_rstd(float* __restrict__ acc, int64_t d, float eps) {
+  float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t i = 0; i < d; ++i) { acc[i] = f32(cast<T>(acc[i])); ss += acc[i] * acc[i]; }
+  return 1.f / std::sqrt(ss / d + eps);
+}
+
+// the n source rows of token t
+template <typename T>
+inline void rows_of(const std::vector<const T*>& base, int64_t t, int64_t d, std::vector<const T*>& rows) {
+  for (size_t j = 0; j < base.size(); ++j) rows[j] = base[j] + t * d;
+}
+
+template <typename T>
+std::vector<const T*> pointers(const std::vector<at::Tensor>& sources) {
+  std::vector<const T*> ptrs;
+  for (const auto& s : sources) ptrs.push_back(s.data_ptr<T>());
+  return ptrs;
+}
+
+int64_t grain(int64_t n, int64_t d) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n * d)); }
+
+template <typename T>
+void forward_impl(const std::vector<at::Tensor>& sources, const float* w, float eps, const T* gain, float eps2,
+                  T* out, float* probs, float* rstd, float* scores, int64_t tokens, int64_t d) {
+  const auto base = pointers<T>(sources);
+  const int64_t n = base.size();
+  at::parallel_for(0, tokens, grain(n, d), [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(d), p(n);
+    std::vector<const T*> rows(n);
+    for (int64_t t = begin; t < end; ++t) {
+      rows_of(base, t, d, rows);
+      float top = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        float ss, vw;
+        sumsq_dot(rows[j], w, d, ss, vw);
+        const float r = 1.f / std::sqrt(ss / d + eps);
+        p[j] = r * vw;
+        if (rstd != nullptr) { rstd[j * tokens + t] = r; scores[j * tokens + t] = p[j]; }  // kept for the backward
+        top = std::max(top, p[j]);
+      }
+      float total = 0.f;
+      for (int64_t j = 0; j < n; ++j) { p[j] = std::exp(p[j] - top); total += p[j]; }
+      for (int64_t j = 0; j < n; ++j) { p[j] /= total; probs[j * tokens + t] = p[j]; }
+      weighted_sum(rows, p.data(), d, acc.data());
+      T* o = out + t * d;
+      if (gain == nullptr) {
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) o[i] = cast<T>(acc[i]);
+        continue;
+      }
+      const float r2 = cast_and_rstd<T>(acc.data(), d, eps2);  // KimiLinearRMSNorm: weight * (x * rstd).to(dtype)
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) o[i] = cast<T>(f32(gain[i]) * f32(cast<T>(acc[i] * r2)));
+    }
+  });
+}
+
+// g (fp32, d): dLoss/dmix through the output norm, as the eager path rounds it; adds the gain's gradient to ggain
+template <typename T>
+void norm_backward_row(float* __restrict__ m, const T* __restrict__ go, const T* __restrict__ gain, float eps2,
+                       int64_t d, float* __restrict__ g, float* __restrict__ ggain) {
+  const float r2 = cast_and_rstd<T>(m, d, eps2);
+  float c = 0.f;
+#pragma omp simd reduction(+ : c)
+  for (int64_t i = 0; i < d; ++i) {
+    const float x_hat = m[i] * r2;
+    ggain[i] += f32(go[i]) * f32(cast<T>(x_hat));
+    g[i] = f32(cast<T>(f32(go[i]) * f32(gain[i])));
+    m[i] = x_hat;
+    c += g[i] * x_hat;
+  }
+  c /= d;
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) g[i] = f32(cast<T>(r2 * (g[i] - m[i] * c)));
+}
+
+template <typename T>
+void backward_impl(const std::vector<at::Tensor>& sources, const float* w, const T* gain, float eps2, const T* grad_out,
+                   const float* probs, const float* rstd, const float* scores, std::vector<T*>& grads,
+                   float* gw_all, float* ggain_all, int64_t tokens, int64_t d) {
+  const auto base = pointers<T>(sources);
+  const int64_t n = base.size();
+  at::parallel_for(0, tokens, grain(n, d), [&](int64_t begin, int64_t end) {
+    float* gw = gw_all + at::get_thread_num() * d;  // per-thread partial sums over tokens, added up afterwards
+    float* ggain = ggain_all + at::get_thread_num() * d;
+    std::vector<float> m(d), g(d), p(n), gdv(n);
+    std::vector<const T*> rows(n);
+    for (int64_t t = begin; t < end; ++t) {
+      rows_of(base, t, d, rows);
+      const T* go = grad_out + t * d;
+      for (int64_t j = 0; j < n; ++j) p[j] = probs[j * tokens + t];
+      if (gain != nullptr) {
+        weighted_sum(rows, p.data(), d, m.data());  // the mix, recomputed: never saved
+        norm_backward_row(m.data(), go, gain, eps2, d, g.data(), ggain);
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) g[i] = f32(go[i]);
+      }
+      float g_out = 0.f;  // g . out = sum_j p_j (g . v_j)
+      for (int64_t j = 0; j < n; ++j) { gdv[j] = dot(g.data(), rows[j], d); g_out += p[j] * gdv[j]; }
+      for (int64_t j = 0; j < n; ++j) {
+        const float r = rstd[j * tokens + t];
+        const float key_coef = p[j] * (gdv[j] - g_out) * r;  // dLoss/ds_j * r_j
+        const float value_coef = key_coef * scores[j * tokens + t] * r / d;
+        const T* __restrict__ v = rows[j];
+        const float pj = p[j];
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) gw[i] += key_coef * f32(v[i]);
+        if (grads[j] == nullptr) continue;  // a source without gradient (frozen embeddings)
+        T* __restrict__ dv = grads[j] + t * d;
+        const float* __restrict__ gr = g.data();
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) dv[i] = cast<T>(pj * gr[i] + key_coef * w[i] - value_coef * f32(v[i]));
+      }
+    }
+  });
+}
+
+// the eager path's w = (norm_weight * query).float(): the product rounded to the parameters' dtype, then fp32.
+// Computed here for the common dtypes: at decode sizes two tensor ops cost more than the whole mix.
+std::vector<float> mixed_weight(const at::Tensor& query, const at::Tensor& norm_weight) {
+  const int64_t d = query.numel();
+  std::vector<float> w(d);
+  const auto type = query.scalar_type();
+  if (type == norm_weight.scalar_type() && query.is_contiguous() && norm_weight.is_contiguous() &&
+      (type == at::kFloat || type == at::kBFloat16)) {
+    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, type, "attnres_mix_weight", [&] {
+      const scalar_t* q = query.data_ptr<scalar_t>();
+      const scalar_t* g = norm_weight.data_ptr<scalar_t>();
+      for (int64_t i = 0; i < d; ++i) w[i] = f32(cast<scalar_t>(f32(g[i]) * f32(q[i])));
+    });
+    return w;
+  }
+  const at::Tensor product = norm_weight.mul(query).to(at::kFloat).contiguous();
+  std::copy(product.data_ptr<float>(), product.data_ptr<float>() + d, w.begin());
+  return w;
+}
+}  // namespace
+
+// (out, probs [n, ...], rstd [n, ...], scores [n, ...]); rstd and scores (the backward's) undefined unless keep_stats
+std::vector<at::Tensor> mix_forward(std::vector<at::Tensor> sources, at::Tensor query, at::Tensor norm_weight,
+                                    double eps, c10::optional<at::Tensor> out_norm_weight, double out_norm_eps,
+                                    bool keep_stats) {
+  const auto& first = sources[0];
+  const int64_t d = first.size(-1), tokens = first.numel() / d, n = sources.size();
+  auto stat_shape = first.sizes().vec();
+  stat_shape.back() = n;
+  std::rotate(stat_shape.rbegin(), stat_shape.rbegin() + 1, stat_shape.rend());  // [n, ...]
+  const auto stat_opts = first.options().dtype(at::kFloat);
+  at::Tensor out = at::empty_like(first), probs = at::empty(stat_shape, stat_opts), rstd, scores;
+  if (keep_stats) {
+    rstd = at::empty(stat_shape, stat_opts);
+    scores = at::empty(stat_shape, stat_opts);
+  }
+  const std::vector<float> w = mixed_weight(query, norm_weight);
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, first.scalar_type(), "attnres_mix_forward", [&] {
+    const scalar_t* gain = out_norm_weight.has_value() ? out_norm_weight->data_ptr<scalar_t>() : nullptr;
+    forward_impl<scalar_t>(sources, w.data(), eps, gain, out_norm_eps, out.data_ptr<scalar_t>(),
+                           probs.data_ptr<float>(), keep_stats ? rstd.data_ptr<float>() : nullptr,
+                           keep_stats ? scores.data_ptr<float>() : nullptr, tokens, d);
+  });
+  return {out, probs, rstd, scores};
+}
+
+// (grad of w = norm_weight * query (fp32 [d]), grad of the output norm's gain or undefined, grad of each source or
+// undefined where `needs_grad` is false)
+std::vector<at::Tensor> mix_backward(std::vector<at::Tensor> sources, at::Tensor query, at::Tensor norm_weight,
+                                     c10::optional<at::Tensor> out_norm_weight, double out_norm_eps,
+                                     at::Tensor grad_out, at::Tensor probs, at::Tensor rstd, at::Tensor scores,
+                                     std::vector<bool> needs_grad) {
+  const auto& first = sources[0];
+  const int64_t d = first.size(-1), tokens = first.numel() / d, n = sources.size();
+  const std::vector<float> w = mixed_weight(query, norm_weight);
+  grad_out = grad_out.contiguous();
+  const auto threads = at::get_num_threads();
+  at::Tensor gw = at::zeros({threads, d}, first.options().dtype(at::kFloat));
+  at::Tensor ggain = at::zeros({threads, d}, first.options().dtype(at::kFloat));
+  std::vector<at::Tensor> result(n + 2);
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, first.scalar_type(), "attnres_mix_backward", [&] {
+    std::vector<scalar_t*> grads(n, nullptr);
+    for (int64_t j = 0; j < n; ++j) {
+      if (!needs_grad[j]) continue;
+      result[2 + j] = at::empty_like(first);
+      grads[j] = result[2 + j].data_ptr<scalar_t>();
+    }
+    const scalar_t* gain = out_norm_weight.has_value() ? out_norm_weight->data_ptr<scalar_t>() : nullptr;
+    backward_impl<scalar_t>(sources, w.data(), gain, out_norm_eps, grad_out.data_ptr<scalar_t>(),
+                            probs.data_ptr<float>(), rstd.data_ptr<float>(), scores.data_ptr<float>(), grads,
+                            gw.data_ptr<float>(), ggain.data_ptr<float>(), tokens, d);
+  });
+  result[0] = gw.sum(0);
+  if (out_norm_weight.has_value()) result[1] = ggain.sum(0).to(out_norm_weight->scalar_type());
+  return result;
+}
+"""
+
+CPP_DECLARATIONS = r"""
+std::vector<at::Tensor> mix_forward(std::vector<at::Tensor> sources, at::Tensor query, at::Tensor norm_weight,
+                                    double eps, c10::optional<at::Tensor> out_norm_weight, double out_norm_eps,
+                                    bool keep_stats);
+std::vector<at::Tensor> mix_backward(std::vector<at::Tensor> sources, at::Tensor query, at::Tensor norm_weight,
+                                     c10::optional<at::Tensor> out_norm_weight, double out_norm_eps,
+                                     at::Tensor grad_out, at::Tensor probs, at::Tensor rstd, at::Tensor scores,
+                                     std::vector<bool> needs_grad);
+"""
+
+DTYPES = (torch.float32, torch.bfloat16)
+PLAIN = (torch.Tensor, torch.nn.Parameter)  # no subclass (DTensor, FakeTensor, ...): the kernel reads raw memory
+_state = {"module": None, "tried": False}
+_lock = threading.Lock()
+
+
+def cpu_flags() -> str:
+    """The CPU's feature flags (Linux), part of the build key: the kernel is compiled for the CPU it runs on."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            return next((line for line in cpuinfo if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return ""
+
+
+def build_flags() -> list[str]:
+    """Compiler flags. -fopenmp: `at::parallel_for` splits the tokens over torch's intra-op threads (on Linux torch
+    ships libgomp.so.1, so the extension shares torch's OpenMP runtime); elsewhere (macOS clang has no OpenMP) the
+    kernel runs on one thread. -fopenmp-simd: the per-row `omp simd` loops. -march=native on x86-64 Linux only (AVX2 /
+    AVX-512 where present); the build key includes the CPU's flags."""
+    linux = sys.platform.startswith("linux")
+    flags = ["-O3", "-fopenmp-simd"] + (["-fopenmp"] if linux else [])
+    return flags + (["-march=native"] if linux and platform.machine() in ("x86_64", "AMD64") else [])
+
+
+def build_directory() -> tuple[str, Path]:
+    """(extension name, its build folder): one folder per source, torch, Python, CPU and flags, under
+    $ATTNRES_EXTENSIONS_DIR or ~/.cache/attnres/torch_extensions (XDG_CACHE_HOME respected)."""
+    key = "\n".join([CPP_SOURCE, torch.__version__, sys.version, platform.machine(), cpu_flags(), *build_flags()])
+    name = f"attnres_mix_cpu_{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    root = os.environ.get("ATTNRES_EXTENSIONS_DIR")
+    if not root:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnres" / "torch_extensions"
+    return name, Path(root) / name
+
+
+def load_extension():
+    """The compiled kernel module, built on first call (cached on disk), or None where it cannot be built."""
+    if _state["tried"]:
+        return _state["module"]
+    with _lock:
+        if not _state["tried"]:
+            _state["module"] = build_extension()
+            _state["tried"] = True
+    return _state["module"]
+
+
+def build_extension():
+    name, folder = build_directory()
+    try:
+        from torch.utils.cpp_extension import load_inline
+
+        folder.mkdir(parents=True, exist_ok=True)
+        logger.info("attnres: loading the fused CPU mix kernel (built once, cached in %s)", folder)
+        flags = build_flags()
+        return load_inline(name, cpp_sources=[CPP_DECLARATIONS, CPP_SOURCE], functions=["mix_forward", "mix_backward"],
+                           extra_cflags=flags, extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
+                           build_directory=str(folder), verbose=False)
+    except Exception as error:  # no compiler, no ninja, a failed build: the eager path serves every mix
+        warnings.warn(f"attnres: the fused CPU mix kernel could not be built ({type(error).__name__}: "
+                      f"{str(error).strip().splitlines()[-1] if str(error).strip() else ''}); using the eager PyTorch "
+                      "path (backend 'torch'), which is slower at small widths", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def fits(sources: Sequence[torch.Tensor], query, norm_weight, out_norm_weight) -> bool:
+    """Whether the kernel takes these inputs: plain contiguous CPU tensors, sources of one shape and dtype (fp32 or
+    bf16), the output norm's gain in that dtype, outside torch.compile's tracing. Cheap attribute reads only: at
+    decode sizes this check is a good part of the call."""
+    first = sources[0]
+    dtype, shape = first.dtype, first.shape
+    if dtype not in DTYPES or not first.is_cpu or torch.compiler.is_compiling():
+        return False
+    if out_norm_weight is not None and not (type(out_norm_weight) in PLAIN and out_norm_weight.dtype == dtype
+                                            and out_norm_weight.is_cpu):
+        return False
+    if not (type(query) in PLAIN and type(norm_weight) in PLAIN and query.is_cpu and norm_weight.is_cpu
+            and query.is_floating_point() and norm_weight.is_floating_point()):
+        return False
+    return all(type(s) in PLAIN and s.dtype == dtype and s.is_cpu and s.shape == shape and s.is_contiguous()
+               for s in sources)
+
+
+class FusedMix(torch.autograd.Function):
+    """out = mix(sources) (or `out_norm_weight * rms_norm(mix)`), probs [n, ...]: `lean.LeanMix`'s contract, the
+    forward and backward each one kernel call."""
+
+    @staticmethod
+    def forward(ctx, query, norm_weight, out_norm_weight, eps, out_norm_eps, *sources):
+        out, probs, rstd, scores = load_extension().mix_forward(list(sources), query, norm_weight, eps,
+                                                                out_norm_weight, out_norm_eps, True)
+        ctx.save_for_backward(query, norm_weight, out_norm_weight, rstd, scores, probs, *sources)
+        ctx.out_norm_eps = out_norm_eps
+        ctx.mark_non_differentiable(probs)
+        return out, probs
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out, _grad_probs):
+        query, norm_weight, out_norm_weight, rstd, scores, probs, *sources = ctx.saved_tensors
+        needs = list(ctx.needs_input_grad[5:])
+        grad_w, grad_out_norm, *grad_sources = load_extension().mix_backward(
+            sources, query, norm_weight, out_norm_weight, ctx.out_norm_eps, grad_out, probs, rstd, scores, needs,
+        )
+        grad_w = grad_w.to(torch.promote_types(query.dtype, norm_weight.dtype))
+        return grad_w * norm_weight, grad_w * query, grad_out_norm, None, None, *grad_sources
+
+
+def attn_res_cpu(
+    sources: Sequence[torch.Tensor],
+    query: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    return_weights: bool = False,
+    out_norm_weight: torch.Tensor | None = None,
+    out_norm_eps: float = 1e-6,
+):
+    """`lean.attn_res_lean`'s contract on the fused kernel. The caller checks `fits` and `load_extension` first."""
+    sources = tuple(sources)
+    params = (query, norm_weight, out_norm_weight, float(eps), float(out_norm_eps))
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*sources, query, norm_weight,
+                                                                                   out_norm_weight)):
+        out, probs = FusedMix.apply(*params, *sources)
+    else:  # inference: no autograd node, one call
+        out, probs, _, _ = load_extension().mix_forward(list(sources), query, norm_weight, float(eps), out_norm_weight,
+                                                        float(out_norm_eps), False)
+    return (out, probs.movedim(0, -1)) if return_weights else out
+
+
+__all__ = ["attn_res_cpu", "fits", "load_extension"]

@@ -1,0 +1,253 @@
+"""The fused C++ CPU kernel (kernels/mix/cpu_fused.py) against the reference (naive.py) and the eager PyTorch path
+(lean.py): forward, every gradient, fp32 and bf16, with and without the fused output norm, the weights, what autograd
+keeps, threads, the fallbacks (inputs it does not take, a failed build) and the model (training and inference) with
+backend "cpp" against backend "torch".
+
+Tolerances are lean.py's (tests/kernels/test_mix_lean.py): fp32 1e-5 forward / 1e-4 gradients (fp32 reassociation
+only: the kernel sums each reduction in 16 lanes); bf16 forward within 1 ulp of the reference (3 with the fused norm),
+gradients at most 2x the reference's own error against float64.
+"""
+import warnings
+
+import pytest
+import torch
+
+import attnres.kernels.mix as mix_ops
+from attnres.kernels.mix import attn_res, attn_res_naive, cpu_fused, rms_norm_naive
+from tests.helpers.kernel_cases import bf16_ulps, make_inputs, run
+from tests.helpers.model_factory import random_ids, tiny_model
+
+pytestmark = pytest.mark.skipif(cpu_fused.load_extension() is None, reason="the C++ CPU kernel cannot be built here")
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Which implementation served each `attn_res` call: "cpp" or "lean"."""
+    served = []
+    fused, lean = mix_ops.attn_res_cpu, mix_ops.attn_res_lean
+    monkeypatch.setattr(mix_ops, "attn_res_cpu", lambda *a, **k: served.append("cpp") or fused(*a, **k))
+    monkeypatch.setattr(mix_ops, "attn_res_lean", lambda *a, **k: served.append("lean") or lean(*a, **k))
+    return served
+
+
+@pytest.mark.parametrize("n,fused,hidden", [(1, False, 64), (2, True, 96), (5, False, 96), (7, True, 40),
+                                            (3, True, 100)])
+def test_fp32_forward_and_every_gradient_match_reference(n, fused, hidden, calls):
+    inputs = make_inputs(n, hidden, torch.float32)  # widths off the 16-lane grid exercise the tail loops
+    out, grads = run("cpp", *inputs, fused)
+    ref_out, ref_grads = run("reference", *inputs, fused)
+    assert calls == ["cpp"]
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    assert len(grads) == n + 2 + fused
+    for i, (got, want) in enumerate(zip(grads, ref_grads)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"input {i}: {m}")
+
+
+@pytest.mark.parametrize("n,fused", [(2, True), (5, False), (4, True)])
+def test_bf16_within_one_ulp_and_gradients_as_accurate_as_reference(n, fused, calls):
+    inputs = make_inputs(n, 64, torch.bfloat16)
+    out, grads = run("cpp", *inputs, fused)
+    ref_out, ref_grads = run("reference", *inputs, fused)
+    exact_out, exact_grads = run("reference", *inputs, fused, upcast=True)
+    assert out.dtype == torch.bfloat16 and calls == ["cpp"]
+    sources, query, norm_weight, _ = inputs
+    assert bf16_ulps(attn_res(sources, query, norm_weight, 1e-6, backend="cpp"),
+                     attn_res_naive(sources, query, norm_weight, 1e-6)) <= 1
+    assert bf16_ulps(out, ref_out) <= 3  # the fused norm: a 1-ulp different mix moves the normalised product
+    for i, (got, ref, exact) in enumerate(zip(grads, ref_grads, exact_grads)):
+        assert got.dtype == ref.dtype, i
+        scale = exact.abs().max().item()
+        error, reference_error = (got.double() - exact).abs().max().item(), (ref.double() - exact).abs().max().item()
+        assert error <= 2 * reference_error + 2**-7 * scale, (i, error, reference_error, scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_equals_the_eager_path_forward_and_backward(dtype):
+    """The kernel against lean.py, the path it replaces, at a model-like width: differences are rounding only."""
+    sources, query, norm_weight, out_norm = make_inputs(4, 256, dtype, shape=(3, 7))
+    params = [*sources, query, norm_weight, out_norm]
+    outs, grads = {}, {}
+    for backend in ("cpp", "torch"):
+        outs[backend] = attn_res(sources, query, norm_weight, 1e-6, backend=backend, out_norm_weight=out_norm)
+        grads[backend] = torch.autograd.grad(outs[backend].float().square().sum(), params)
+    fp32 = dtype == torch.float32
+    torch.testing.assert_close(outs["cpp"], outs["torch"], **(dict(rtol=1e-5, atol=1e-5) if fp32 else {}))
+    for i, (got, want) in enumerate(zip(grads["cpp"], grads["torch"])):  # relative to each gradient's scale
+        error = (got.float() - want.float()).abs().max() / want.float().abs().max()
+        assert got.dtype == want.dtype and error <= (1e-4 if fp32 else 2e-2), (i, error.item())
+
+
+def test_weights_and_stacked_sources_match_reference(calls):
+    sources, query, norm_weight, out_norm = make_inputs(4, 48, torch.float32)
+    mixed, probs = attn_res(sources, query, norm_weight, 1e-6, return_weights=True, backend="cpp",
+                            out_norm_weight=out_norm, out_norm_eps=1e-5)
+    ref_mixed, ref_probs = attn_res_naive(sources, query, norm_weight, 1e-6, return_weights=True)
+    torch.testing.assert_close(mixed, rms_norm_naive(ref_mixed, out_norm, 1e-5), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(probs, ref_probs, rtol=1e-5, atol=1e-6)
+    assert probs.shape == (2, 5, 4) and not probs.requires_grad
+    stacked = torch.stack([s.detach() for s in sources])
+    with torch.no_grad():
+        mixed, probs = attn_res(stacked, query, norm_weight, 1e-6, return_weights=True, backend="cpp")
+    torch.testing.assert_close(mixed, ref_mixed)
+    torch.testing.assert_close(probs, ref_probs, rtol=1e-5, atol=1e-6)
+    assert calls == ["cpp", "cpp"]
+
+
+def test_no_grad_forward_is_bit_identical_to_training_forward():
+    sources, query, norm_weight, out_norm = make_inputs(5, 64, torch.float32)
+    train = attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
+    with torch.no_grad():
+        infer = attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
+    assert train.requires_grad and torch.equal(train, infer)
+
+
+def test_a_token_mixes_alike_whatever_the_batch():
+    """Per-token arithmetic: a decode step's token gets the same bits as in the prefill (no shape-dependent path)."""
+    sources, query, norm_weight, out_norm = make_inputs(3, 64, torch.float32, shape=(2, 9))
+    with torch.no_grad():
+        full = attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
+        last = attn_res([s[:, -1:].contiguous() for s in sources], query, norm_weight, 1e-6, backend="cpp",
+                        out_norm_weight=out_norm)
+    assert torch.equal(full[:, -1:], last)
+
+
+def test_autograd_keeps_the_sources_by_reference_and_per_token_statistics_only():
+    n, tokens, hidden = 6, 10, 64
+    sources, query, norm_weight, out_norm = make_inputs(n, hidden, torch.float32)
+    source_ptrs = {s.data_ptr() for s in sources}
+    saved = []
+
+    def pack(tensor):
+        saved.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm, out_norm_eps=1e-5)
+    new = [t for t in saved if t.data_ptr() not in source_ptrs]
+    assert {t.data_ptr() for t in saved} >= source_ptrs  # the sources themselves, not copies
+    assert sum(t.numel() for t in new) == 3 * hidden + 3 * n * tokens, [tuple(t.shape) for t in new]
+
+
+def test_a_source_without_gradient_gets_none_and_leaves_the_other_gradients_exact():
+    sources, query, norm_weight, _ = make_inputs(3, 64, torch.float32, shape=(4, 40))
+    frozen = [sources[0].detach(), *sources[1:]]
+    out = attn_res(frozen, query, norm_weight, 1e-6, backend="cpp")
+    ref = attn_res_naive(frozen, query, norm_weight, 1e-6)
+    grads = torch.autograd.grad(out.square().sum(), [*sources[1:], query])
+    ref_grads = torch.autograd.grad(ref.square().sum(), [*sources[1:], query])
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_threads_split_the_tokens_with_the_same_result():
+    sources, query, norm_weight, out_norm = make_inputs(3, 64, torch.float32, shape=(4, 256))  # several chunks
+    params = [*sources, query, norm_weight, out_norm]
+    results = []
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            out = attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
+            results.append((out, torch.autograd.grad(out.square().sum(), params)))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(results[0][0], results[1][0])  # the forward is per token: bit-identical
+    for got, want in zip(results[1][1], results[0][1]):  # the parameter gradients sum per-thread partials
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["float64", "mixed_dtypes", "non_contiguous", "norm_in_other_dtype"])
+def test_inputs_the_kernel_does_not_take_run_the_eager_path(case, calls):
+    sources, query, norm_weight, out_norm = make_inputs(3, 32, torch.float32)
+    if case == "float64":
+        sources = [s.double() for s in sources]
+        out_norm = out_norm.double()
+    elif case == "mixed_dtypes":
+        sources = [sources[0].bfloat16(), *sources[1:]]
+        out_norm = None
+    elif case == "non_contiguous":
+        sources = [s.transpose(0, 1) for s in sources]
+    else:
+        out_norm = out_norm.bfloat16()
+    attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
+    assert calls == ["lean"]
+
+
+def test_dispatch_auto_and_cpp_take_the_kernel_torch_the_eager_path(calls):
+    sources, query, norm_weight, _ = make_inputs(2, 32, torch.float32)
+    for backend in ("auto", "cpp", "torch"):
+        attn_res(sources, query, norm_weight, 1e-6, backend=backend)
+    assert calls == ["cpp", "cpp", "lean"]
+
+
+def test_a_failed_build_warns_once_and_every_mix_takes_the_eager_path(monkeypatch, calls, tmp_path):
+    import torch.utils.cpp_extension
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("Error building extension 'attnres_mix_cpu': c++: not found")
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load_inline", no_compiler)
+    monkeypatch.setenv("ATTNRES_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setitem(cpu_fused._state, "tried", False)
+    monkeypatch.setitem(cpu_fused._state, "module", None)
+    sources, query, norm_weight, out_norm = make_inputs(2, 32, torch.float32)
+    with pytest.warns(RuntimeWarning, match="could not be built .*c\\+\\+: not found.*eager PyTorch path"):
+        out = attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only
+        attn_res(sources, query, norm_weight, 1e-6, backend="auto", out_norm_weight=out_norm)
+    assert calls == ["lean", "lean"]
+    torch.testing.assert_close(out, rms_norm_naive(attn_res_naive(sources, query, norm_weight, 1e-6), out_norm, 1e-6))
+
+
+def test_build_folder_is_keyed_and_movable(monkeypatch, tmp_path):
+    monkeypatch.delenv("ATTNRES_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    name, folder = cpu_fused.build_directory()
+    assert name.startswith("attnres_mix_cpu_") and folder == tmp_path / "cache" / "attnres" / "torch_extensions" / name
+    monkeypatch.setenv("ATTNRES_EXTENSIONS_DIR", str(tmp_path))
+    assert cpu_fused.build_directory() == (name, tmp_path / name)
+    monkeypatch.setattr(cpu_fused, "CPP_SOURCE", cpu_fused.CPP_SOURCE + "// changed\n")
+    assert cpu_fused.build_directory()[0] != name  # a changed kernel never loads a stale build
+
+
+def loss_and_grads(model, ids):
+    model.zero_grad(set_to_none=True)
+    loss = model(ids, labels=ids, use_cache=False).loss
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("mode,block_size", [("block", 2), ("full", 0)])
+def test_model_training_step_cpp_equals_torch(mode, block_size, monkeypatch, calls):
+    monkeypatch.delenv("ATTNRES_BACKEND", raising=False)
+    model = tiny_model(mode, block_size, num_layers=4).train()
+    ids = random_ids(seq=8)
+    results = {}
+    for backend in ("cpp", "torch"):
+        model.config.attn_res_backend = backend
+        results[backend] = loss_and_grads(model, ids)
+    assert calls == ["cpp"] * 8 + ["lean"] * 8  # every mix point but the first (one source: no mix)
+    (loss, grads), (ref_loss, ref_grads) = results["cpp"], results["torch"]
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == ref_grads.keys() and any("_res_proj" in name for name in grads)
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("mode,block_size,dtype", [("block", 2, torch.float32), ("full", 0, torch.float32),
+                                                   ("block", 2, torch.bfloat16)])
+def test_model_prefill_and_decode_cpp_equals_torch(mode, block_size, dtype, monkeypatch, calls):
+    monkeypatch.delenv("ATTNRES_BACKEND", raising=False)
+    model = tiny_model(mode, block_size, num_layers=4, dtype=dtype)
+    ids = random_ids(batch=2, seq=9)
+    logits = {}
+    for backend in ("cpp", "torch"):
+        model.config.attn_res_backend = backend
+        with torch.no_grad():
+            prefill = model(ids[:, :8], use_cache=True)
+            step = model(ids[:, 8:], past_key_values=prefill.past_key_values, use_cache=True)
+        logits[backend] = (prefill.logits.float(), step.logits.float())
+    assert calls.count("cpp") == calls.count("lean") > 0
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=5e-2, atol=5e-2)
+    torch.testing.assert_close(logits["cpp"], logits["torch"], **tol)
