@@ -1,11 +1,8 @@
-"""The fused C++ CPU kernel (kernels/mix/cpu_fused.py) against the reference (naive.py) and the eager PyTorch path
-(lean.py): forward, every gradient, fp32 and bf16, with and without the fused output norm, the weights, what autograd
-keeps, threads, the fallbacks (inputs it does not take, a failed build) and the model (training and inference) with
-backend "cpp" against backend "torch".
-
-Tolerances are lean.py's (tests/kernels/test_mix_lean.py): fp32 1e-5 forward / 1e-4 gradients (fp32 reassociation
-only: the kernel sums each reduction in 16 lanes); bf16 forward within 1 ulp of the reference (3 with the fused norm),
-gradients at most 2x the reference's own error against float64.
+"""The fused C++ CPU kernel (kernels/mix/cpu_fused.py) against the eager PyTorch path (lean.py), beside the op's
+contract against the reference shared with lean.py (tests/kernels/test_mix_pytorch_paths.py): threads, per-token
+bits, the fallbacks (inputs it does not take, a failed build) and the model (training and inference) with backend
+"cpp" against backend "torch". Tolerances: fp32 1e-5 forward / 1e-4 gradients (the kernel sums each reduction in 16
+lanes: fp32 reassociation only); bf16 relative 2e-2 against the eager path.
 """
 import warnings
 
@@ -14,10 +11,13 @@ import torch
 
 import attnres.kernels.mix as mix_ops
 from attnres.kernels.mix import attn_res, attn_res_naive, cpu_fused, rms_norm_naive
-from tests.helpers.kernel_cases import bf16_ulps, make_inputs, run
+from tests.helpers.kernel_cases import make_inputs
 from tests.helpers.model_factory import random_ids, tiny_model
 
-pytestmark = pytest.mark.skipif(cpu_fused.load_extension() is None, reason="the C++ CPU kernel cannot be built here")
+
+def test_the_kernel_builds_here():
+    """CI has a compiler: a kernel that silently fails to build would leave every CPU mix on the eager path."""
+    assert cpu_fused.load_extension() is not None
 
 
 @pytest.fixture
@@ -28,37 +28,6 @@ def calls(monkeypatch):
     monkeypatch.setattr(mix_ops, "attn_res_cpu", lambda *a, **k: served.append("cpp") or fused(*a, **k))
     monkeypatch.setattr(mix_ops, "attn_res_lean", lambda *a, **k: served.append("lean") or lean(*a, **k))
     return served
-
-
-@pytest.mark.parametrize("n,fused,hidden", [(1, False, 64), (2, True, 96), (5, False, 96), (7, True, 40),
-                                            (3, True, 100)])
-def test_fp32_forward_and_every_gradient_match_reference(n, fused, hidden, calls):
-    inputs = make_inputs(n, hidden, torch.float32)  # widths off the 16-lane grid exercise the tail loops
-    out, grads = run("cpp", *inputs, fused)
-    ref_out, ref_grads = run("reference", *inputs, fused)
-    assert calls == ["cpp"]
-    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
-    assert len(grads) == n + 2 + fused
-    for i, (got, want) in enumerate(zip(grads, ref_grads)):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"input {i}: {m}")
-
-
-@pytest.mark.parametrize("n,fused", [(2, True), (5, False), (4, True)])
-def test_bf16_within_one_ulp_and_gradients_as_accurate_as_reference(n, fused, calls):
-    inputs = make_inputs(n, 64, torch.bfloat16)
-    out, grads = run("cpp", *inputs, fused)
-    ref_out, ref_grads = run("reference", *inputs, fused)
-    exact_out, exact_grads = run("reference", *inputs, fused, upcast=True)
-    assert out.dtype == torch.bfloat16 and calls == ["cpp"]
-    sources, query, norm_weight, _ = inputs
-    assert bf16_ulps(attn_res(sources, query, norm_weight, 1e-6, backend="cpp"),
-                     attn_res_naive(sources, query, norm_weight, 1e-6)) <= 1
-    assert bf16_ulps(out, ref_out) <= 3  # the fused norm: a 1-ulp different mix moves the normalised product
-    for i, (got, ref, exact) in enumerate(zip(grads, ref_grads, exact_grads)):
-        assert got.dtype == ref.dtype, i
-        scale = exact.abs().max().item()
-        error, reference_error = (got.double() - exact).abs().max().item(), (ref.double() - exact).abs().max().item()
-        assert error <= 2 * reference_error + 2**-7 * scale, (i, error, reference_error, scale)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -77,30 +46,6 @@ def test_equals_the_eager_path_forward_and_backward(dtype):
         assert got.dtype == want.dtype and error <= (1e-4 if fp32 else 2e-2), (i, error.item())
 
 
-def test_weights_and_stacked_sources_match_reference(calls):
-    sources, query, norm_weight, out_norm = make_inputs(4, 48, torch.float32)
-    mixed, probs = attn_res(sources, query, norm_weight, 1e-6, return_weights=True, backend="cpp",
-                            out_norm_weight=out_norm, out_norm_eps=1e-5)
-    ref_mixed, ref_probs = attn_res_naive(sources, query, norm_weight, 1e-6, return_weights=True)
-    torch.testing.assert_close(mixed, rms_norm_naive(ref_mixed, out_norm, 1e-5), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(probs, ref_probs, rtol=1e-5, atol=1e-6)
-    assert probs.shape == (2, 5, 4) and not probs.requires_grad
-    stacked = torch.stack([s.detach() for s in sources])
-    with torch.no_grad():
-        mixed, probs = attn_res(stacked, query, norm_weight, 1e-6, return_weights=True, backend="cpp")
-    torch.testing.assert_close(mixed, ref_mixed)
-    torch.testing.assert_close(probs, ref_probs, rtol=1e-5, atol=1e-6)
-    assert calls == ["cpp", "cpp"]
-
-
-def test_no_grad_forward_is_bit_identical_to_training_forward():
-    sources, query, norm_weight, out_norm = make_inputs(5, 64, torch.float32)
-    train = attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
-    with torch.no_grad():
-        infer = attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
-    assert train.requires_grad and torch.equal(train, infer)
-
-
 def test_a_token_mixes_alike_whatever_the_batch():
     """Per-token arithmetic: a decode step's token gets the same bits as in the prefill (no shape-dependent path)."""
     sources, query, norm_weight, out_norm = make_inputs(3, 64, torch.float32, shape=(2, 9))
@@ -109,34 +54,6 @@ def test_a_token_mixes_alike_whatever_the_batch():
         last = attn_res([s[:, -1:].contiguous() for s in sources], query, norm_weight, 1e-6, backend="cpp",
                         out_norm_weight=out_norm)
     assert torch.equal(full[:, -1:], last)
-
-
-def test_autograd_keeps_the_sources_by_reference_and_per_token_statistics_only():
-    n, tokens, hidden = 6, 10, 64
-    sources, query, norm_weight, out_norm = make_inputs(n, hidden, torch.float32)
-    source_ptrs = {s.data_ptr() for s in sources}
-    saved = []
-
-    def pack(tensor):
-        saved.append(tensor)
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm, out_norm_eps=1e-5)
-    new = [t for t in saved if t.data_ptr() not in source_ptrs]
-    assert {t.data_ptr() for t in saved} >= source_ptrs  # the sources themselves, not copies
-    assert sum(t.numel() for t in new) == 3 * hidden + 3 * n * tokens, [tuple(t.shape) for t in new]
-
-
-def test_a_source_without_gradient_gets_none_and_leaves_the_other_gradients_exact():
-    sources, query, norm_weight, _ = make_inputs(3, 64, torch.float32, shape=(4, 40))
-    frozen = [sources[0].detach(), *sources[1:]]
-    out = attn_res(frozen, query, norm_weight, 1e-6, backend="cpp")
-    ref = attn_res_naive(frozen, query, norm_weight, 1e-6)
-    grads = torch.autograd.grad(out.square().sum(), [*sources[1:], query])
-    ref_grads = torch.autograd.grad(ref.square().sum(), [*sources[1:], query])
-    for got, want in zip(grads, ref_grads):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_threads_split_the_tokens_with_the_same_result():
