@@ -22,10 +22,10 @@ PAPER_DIRECTIONS = {
 PAPER_BLOCK_SIZES = "S = 2, 4, 8 near Block's 1.746; S = 16, 32 approach the baseline (1.766)"
 
 
-def arm_losses(grid: Grid, records: dict, arm: str, lr: float, hidden=None) -> dict:
-    """{seed: final val loss} of an arm at one learning rate, over every seed recorded at it."""
-    seeds = set(grid.groups.get("lr_sweep", {}).get("seeds", [])) | set(grid.groups.get("tuned", {}).get("seeds", []))
-    seeds |= set(grid.groups.get("scaling", {}).get("seeds", []))
+def arm_losses(grid: Grid, records: dict, arm: str, lr: float, hidden=None, seeds=None) -> dict:
+    """{seed: final val loss} of an arm at one LR, over `seeds` (default: every seed of the grid's groups)."""
+    if seeds is None:
+        seeds = {s for name in ("lr_sweep", "tuned", "scaling") for s in grid.groups.get(name, {}).get("seeds", [])}
     keys = [grid.arm_key(arm, lr, s, hidden=hidden) for s in sorted(seeds)]
     return {k.seed: records[k.id]["val_loss"] for k in keys if k.id in records}
 
@@ -60,18 +60,13 @@ def sweep_section(grid: Grid, records: dict, best: dict) -> str:
     for arm in g["arms"]:
         cells = []
         for lr in g["lrs"]:
-            stat = mean_std(arm_losses_at(grid, records, arm, lr, g["seeds"]).values())
+            stat = mean_std(arm_losses(grid, records, arm, lr, seeds=g["seeds"]).values())
             text = "-" if stat.n == 0 else f"{stat.mean:.4f}"
             cells.append(f"**{text}**" if best.get(arm) == lr else text)
         edge = " (edge of the sweep: widen it)" if best.get(arm) in (min(g["lrs"]), max(g["lrs"])) else ""
         rows.append([arm, describe(grid, arm), *cells, f"{best[arm]:g}{edge}" if arm in best else "(sweep unfinished)"])
     return (f"### Learning-rate sweep (final validation loss, seed(s) {g['seeds']}; best per arm in bold)\n\n"
             + table(["arm", "what it changes", *[f"lr {lr:g}" for lr in g["lrs"]], "best lr"], rows))
-
-
-def arm_losses_at(grid: Grid, records: dict, arm: str, lr: float, seeds) -> dict:
-    keys = [grid.arm_key(arm, lr, s) for s in seeds]
-    return {k.seed: records[k.id]["val_loss"] for k in keys if k.id in records}
 
 
 def tuned_section(grid: Grid, records: dict, best: dict) -> str:
@@ -172,7 +167,7 @@ def lr_plot(grid: Grid, records: dict, best: dict, out: Path) -> Path:
     g = grid.groups["lr_sweep"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for arm in g["arms"]:
-        points = [(lr, mean_std(arm_losses_at(grid, records, arm, lr, g["seeds"]).values())) for lr in g["lrs"]]
+        points = [(lr, mean_std(arm_losses(grid, records, arm, lr, seeds=g["seeds"]).values())) for lr in g["lrs"]]
         points = [(lr, s.mean) for lr, s in points if s.n]
         if not points:
             continue

@@ -32,6 +32,8 @@ FLAG_CASES = {
     "min_lr_ratio_nan": (dict(min_lr_ratio="nan"), ["--min-lr-ratio"]),
     "weight_decay_inf": (dict(weight_decay="inf"), ["--weight-decay", "finite"]),
     "grad_clip_nan": (dict(grad_clip="nan"), ["--grad-clip", "finite"]),
+    "res_proj_weight_decay_nan": (dict(res_proj_weight_decay="nan"), ["--res-proj-weight-decay", "finite"]),
+    "res_proj_weight_decay_negative": (dict(res_proj_weight_decay=-0.1), ["--res-proj-weight-decay", ">= 0"]),
     "lr_zero": (dict(lr=0), ["--lr", "> 0"]),
     "block_size_zero": (dict(block_size=0), ["--block-size"]),
     "max_steps_zero": (dict(max_steps=0), ["--max-steps"]),
