@@ -6,6 +6,8 @@ Kimi K3's tensors, on the module that owns the point: `{point}_res_norm` (the ke
 (`attnres.kernels.mix.variants`); with every switch at its default the model, its tensor names and its fast paths are
 untouched.
 """
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearRMSNorm
@@ -14,6 +16,24 @@ from attnres.depth_layout import DepthLayout
 from attnres.kernels import attn_res
 from attnres.kernels.mix.variants import attn_res_variant
 from attnres.offload import onloaded
+
+
+@dataclass(frozen=True)
+class MixSettings:
+    """The config's switches a mix point reads, resolved once per forward (`of`) and handed to every point: a config
+    attribute costs ~1.5 us (transformers' `PretrainedConfig.__getattribute__`), and a decode step of one token runs
+    2L+1 mix points that each read five of them."""
+
+    mode: str
+    ablation: bool
+    fuse_norm: bool
+    backend: str
+    recompute: bool
+
+    @classmethod
+    def of(cls, config) -> "MixSettings":
+        return cls(config.attn_res_mode, config.attn_res_ablation, config.attn_res_fuse_norm,
+                   config.resolved_backend(), config.attn_res_recompute)
 
 
 class PseudoQuery(nn.Linear):
@@ -54,14 +74,16 @@ class AttnResMixing:
         eye = torch.eye(self.config.hidden_size, dtype=proj.weight.dtype, device=proj.weight.device)
         return proj(eye)[:, 0]
 
-    def single_source_mix(self, point: str, source: torch.Tensor, weights: list | None, out_norm=None) -> torch.Tensor:
+    def single_source_mix(self, point: str, source: torch.Tensor, weights: list | None, out_norm=None,
+                          settings: MixSettings | None = None) -> torch.Tensor:
         """A mix over one source (layer 0's attention point): softmax over a single score is exactly 1 whatever the
         score, so the mix is the source itself (K3 skips it). Without autograd it is skipped here too. While autograd
         records, the weight is computed as softmax([score]) from the point's own tensors: still exactly 1.0 (the
         output is bit-identical) and its derivative is exactly 0, so the K3-named tensors take part in the graph with
         their true gradient, zero: DDP needs no find_unused_parameters, gradient checkpointing and optimizers see a
         gradient for every parameter. Cost: one elementwise multiply (the score is a dot product of two vectors)."""
-        if torch.is_grad_enabled() and self.config.attn_res_mode != "standard":  # standard mode has no mix tensors
+        mode = settings.mode if settings is not None else self.config.attn_res_mode
+        if torch.is_grad_enabled() and mode != "standard":  # standard mode has no mix tensors
             norm = getattr(self, f"{point}_res_norm")
             with onloaded(norm, getattr(self, f"{point}_res_proj")):
                 score = (norm.weight.float() * self.res_query(point).float()).sum()
@@ -71,27 +93,36 @@ class AttnResMixing:
         return source if out_norm is None else out_norm(source)
 
     def mix(
-        self, point: str, sources: tuple[torch.Tensor, ...], weights: list | None, out_norm=None, schedule=None
+        self, point: str, sources: tuple[torch.Tensor, ...], weights: list | None, out_norm=None, schedule=None,
+        settings: MixSettings | None = None,
     ) -> torch.Tensor:
         """The mix, then `out_norm` (the RMSNorm that reads it) when given: fused into the op where possible.
-        `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (attnres.inference)."""
-        if self.config.attn_res_ablation:  # the paper's ablations: a plain PyTorch reference op, no fused kernel
+        `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (attnres.inference). `settings`: the config's
+        switches, resolved once per forward by the model (`MixSettings.of(config)` here when not given).
+        Written for the one-token decode step, where this Python is most of the cost: no config reads, the point's
+        modules read from `_modules` (nn.Module.__getattr__ is a failing dict lookup first)."""
+        settings = settings or MixSettings.of(self.config)
+        if settings.ablation:  # the paper's ablations: a plain PyTorch reference op, no fused kernel
             return mix_ablation(self, point, sources, weights, out_norm)
         if len(sources) == 1:
-            return self.single_source_mix(point, sources[0], weights, out_norm)
+            return self.single_source_mix(point, sources[0], weights, out_norm, settings)
         # only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
-        fused = type(out_norm) is KimiLinearRMSNorm and self.config.attn_res_fuse_norm
-        norm = getattr(self, f"{point}_res_norm")
+        fused = settings.fuse_norm and type(out_norm) is KimiLinearRMSNorm
+        modules = self._modules
+        norm, proj = modules[point + "_res_norm"], modules[point + "_res_proj"]
         # tensors read directly, not through a forward: loaded here under big-model offload (attnres/offload.py)
-        with onloaded(norm, getattr(self, f"{point}_res_proj"), out_norm if fused else None):
+        with onloaded(norm, proj, out_norm if fused else None):
             if schedule is not None:
                 fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
                 mixed = schedule.mix(self, point, sources, out_norm=fused_norm)
                 return mixed if out_norm is None or fused else out_norm(mixed)
-            norm_kwargs = dict(out_norm_weight=out_norm.weight, out_norm_eps=out_norm.variance_epsilon) if fused else {}
+            # the query's Linear weight [1, hidden] as it is (the kernels take it); an adapter's wrapper is read through
+            query = proj.weight if type(proj) is PseudoQuery else self.res_query(point)
             mixed = attn_res(
-                sources, self.res_query(point), norm.weight, norm.variance_epsilon, return_weights=weights is not None,
-                backend=self.config.resolved_backend(), recompute=self.config.attn_res_recompute, **norm_kwargs,
+                sources, query, norm.weight, norm.variance_epsilon,
+                return_weights=weights is not None, backend=settings.backend, recompute=settings.recompute,
+                out_norm_weight=out_norm.weight if fused else None,
+                out_norm_eps=out_norm.variance_epsilon if fused else 1e-6,
             )
         if weights is not None:
             mixed, probs = mixed
@@ -158,6 +189,6 @@ def mix_ablation(owner: nn.Module, point: str, sources, weights: list | None, ou
 
 
 __all__ = [
-    "PseudoQuery", "DepthKeyNorm", "DepthLogits", "AttnResMixing", "add_ablation_point", "mix_ablation",
+    "MixSettings", "PseudoQuery", "DepthKeyNorm", "DepthLogits", "AttnResMixing", "add_ablation_point", "mix_ablation",
     "single_source",
 ]

@@ -44,7 +44,7 @@ from attnres.input_checks import check_backend, check_dtypes, check_labels, chec
 from attnres.k3 import install as install_k3
 from attnres.k3 import uses_k3
 from attnres.kda_device_guard import install as install_kda_device_guard
-from attnres.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, PseudoQuery
+from attnres.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
 from attnres.model_size import check_buildable
 from attnres.remote_code import write_code_files
 from attnres.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
@@ -113,21 +113,24 @@ class KimiLinearAttnResDecoderLayer(AttnResMixing, KimiLinearDecoderLayer):
         use_cache: bool | None = False,
         output_attn_res_weights: bool = False,
         attn_res_schedule=None,
+        attn_res_settings=None,
         **kwargs,
     ) -> tuple[torch.Tensor, ...]:
         """Sources come positionally: reentrant checkpointing only tracks gradients of positional tensors.
 
         Returns the new sources (1, or 2 in full mode) followed by the mix weights when asked: a flat tuple of tensors.
         `attn_res_schedule`: how no-grad mixes are computed (`attnres.inference.TwoPhaseSchedule`), None: plain.
+        `attn_res_settings`: the config's mix switches, resolved once per model forward (`mix_point.MixSettings`).
         """
         weights = [] if output_attn_res_weights else None
-        h = self.mix("self_attention", sources, weights, self.input_layernorm, attn_res_schedule)
+        h = self.mix("self_attention", sources, weights, self.input_layernorm, attn_res_schedule, attn_res_settings)
         attn_out = self.attention(h, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
         if self.opens_source:
             kept, partial = sources, attn_out
         else:
             kept, partial = sources[:-1], sources[-1] + attn_out
-        h = self.mix("mlp", (*kept, partial), weights, self.post_attention_layernorm, attn_res_schedule)
+        h = self.mix("mlp", (*kept, partial), weights, self.post_attention_layernorm, attn_res_schedule,
+                     attn_res_settings)
         mlp_out = self.mlp(h)
         new_sources = (partial, mlp_out) if self.num_new_sources == 2 else (partial + mlp_out,)
         return (*new_sources, *(weights or ()))
@@ -280,6 +283,7 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
         all_hidden_states = [inputs_embeds] if output_hidden_states else None
         all_weights = [] if output_attn_res_weights else None
         schedule = two_phase_schedule(self, inputs_embeds, output_attn_res_weights)
+        settings = MixSettings.of(self.config)  # read once here, not at each of the 2L+1 mix points
         sources = (inputs_embeds,)
         for i, layer in enumerate(self.layers[: self.config.num_hidden_layers]):
             outputs = layer(
@@ -290,6 +294,7 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
                 use_cache=use_cache,
                 output_attn_res_weights=output_attn_res_weights,
                 attn_res_schedule=schedule,
+                attn_res_settings=settings,
                 **kwargs,
             )
             sources = layer.update_sources(sources, outputs[: layer.num_new_sources])
@@ -298,7 +303,7 @@ class KimiLinearAttnResModel(AttnResMixing, KimiLinearAttnResPreTrainedModel):
             if all_hidden_states is not None:
                 all_hidden_states.append(sources[-1])
 
-        hidden_states = self.mix("output_attn", sources, all_weights, self.norm, schedule)
+        hidden_states = self.mix("output_attn", sources, all_weights, self.norm, schedule, settings)
         if all_hidden_states is not None:
             all_hidden_states[-1] = hidden_states  # transformers' convention: the last one is after the final norm
             all_hidden_states = select_hidden_states(all_hidden_states, output_hidden_states)

@@ -118,3 +118,24 @@ def test_compiled_triton_inference_is_one_graph():
         eager = model(ids, use_cache=False).logits
         compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(ids, use_cache=False).logits
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_the_mix_switches_are_read_once_a_forward_and_follow_config_and_environment(monkeypatch):
+    """The model resolves the config's mix switches once per forward (`MixSettings`, a decode step's 2L+1 mix points
+    would each pay ~10 us of config reads) and hands them down: a change between forwards still takes effect."""
+    from attnres import mix_point
+    from attnres.mix_point import MixSettings
+
+    resolved, backends = [], []
+    real_of, real_mix = MixSettings.of.__func__, mix_point.attn_res
+    monkeypatch.setattr(MixSettings, "of", classmethod(lambda cls, config: resolved.append(1) or real_of(cls, config)))
+    monkeypatch.setattr(mix_point, "attn_res", lambda *a, **k: backends.append(k["backend"]) or real_mix(*a, **k))
+    model = with_backend(tiny_model("block", 2, num_layers=3), "cpp")
+    ids = random_ids(seq=5)
+    with torch.no_grad():
+        model(ids)
+        assert len(resolved) == 1 and backends and set(backends) == {"cpp"}
+        backends.clear()
+        monkeypatch.setenv("ATTNRES_BACKEND", "torch")  # the environment wins over the config, as before
+        model(ids)
+        assert len(resolved) == 2 and set(backends) == {"torch"}

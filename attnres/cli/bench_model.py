@@ -5,6 +5,8 @@ Phases, each timed for every mode in the same run (the overhead ratios compare t
   prefill       no-grad forward over the prompt, cache on                tokens/s = batch * seq / time
   decode        no-grad one-token steps after a short prompt, cached     tokens/s = batch * steps / time
   long_prefill  batch 1, a long prompt, unchunked and chunked (`prefill_chunk_size`): peak memory is the point
+  mix_call      the last layer's MLP mix point alone, 2000 decode-shaped calls: AttnRes's mix (+ its RMSNorm)
+                against standard's RMSNorm at the same place (not in the default phases)
 
 Timing: all modes' models live in one process and are run round by round (standard, block, full, standard, ...), so a
 busy machine slows them alike; the median over rounds is reported. Peak memory: on CUDA
@@ -36,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--attention", choices=("hybrid", "mla"), default="hybrid",
                         help="hybrid: KDA with MLA every third layer (Kimi Linear); mla: MLA only (on CPU "
                              "transformers' KDA reference dominates the time and hides the residual's cost)")
+    parser.add_argument("--mlp", choices=("moe", "dense"), default="moe",
+                        help="Kimi Linear's MoE MLP (default) or a dense one in every layer. With MoE the routing is "
+                             "data-dependent, so the modes' experts see different token counts and their matmuls "
+                             "cost a few percent more or less: dense measures the residual alone")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=256, help="tokens per sequence for train and prefill")
     parser.add_argument("--decode-steps", type=int, default=16)

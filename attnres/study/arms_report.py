@@ -1,5 +1,6 @@
-"""The report of a grid with arms: the learning-rate sweep, every arm at its own best learning rate, what moves Full
-AttnRes, the ablations and block sizes against the paper's directions, the scaling fit with a bootstrap interval.
+"""The report of a grid with arms: the learning-rate sweep, every arm at its own best learning rate, the screen
+(each change at a reference arm's best LR: what moves Full AttnRes), the ablations and block sizes against the paper's
+directions, the scaling fit with a bootstrap interval.
 
 A fair comparison needs each arm at its own tuned setting: an LR tuned for one arm (or for none) can make any arm win.
 Every delta here pairs seed s of one arm with seed s of the other, each at its own best LR (same seed = same data order
@@ -84,6 +85,34 @@ def tuned_section(grid: Grid, records: dict, best: dict) -> str:
             "Deltas pair seed s of the arm with seed s of the reference, each at its own best LR.\n\n"
             + table(["arm", "best lr", "seeds", "val loss mean +- std", "paired delta vs standard",
                      "paired delta vs full (Full's variants)"], rows))
+
+
+def screen_section(grid: Grid, records: dict, best: dict) -> str:
+    """Each screened arm at the reference arm's best LR, paired with the reference at that LR (same seeds)."""
+    g = grid.groups.get("screen")
+    if not g:
+        return ""
+    ref = g["lr_of"]
+    if ref not in best:
+        return f"### Screen at {ref}'s best learning rate\n\nWaiting for {ref}'s sweep.\n"
+    lr = best[ref]
+    base = arm_losses(grid, records, ref, lr, seeds=g["seeds"])
+    standard = arm_losses(grid, records, "standard", best["standard"], seeds=g["seeds"]) if "standard" in best else {}
+    rows = []
+    for arm in g["arms"]:
+        losses = arm_losses(grid, records, arm, lr, seeds=g["seeds"])
+        stat = mean_std(losses.values())
+        rows.append([arm, describe(grid, arm), "-" if stat.n == 0 else f"{stat.mean:.4f}", paired(base, losses),
+                     paired(standard, losses), PAPER_DIRECTIONS.get(grid.arms[arm]["ablation"], "")])
+    spread = mean_std(arm_losses(grid, records, ref, lr).values())
+    noise = (f"{ref}'s own seed-to-seed spread at this LR is {spread.std:.4f} (std over {spread.n} seeds, unpaired)"
+             if spread.n >= 2 else f"{ref}'s seed-to-seed spread is not measured yet")
+    return (f"### Screen: each change at {ref}'s best learning rate ({lr:g}), seed(s) {g['seeds']}\n\n"
+            f"One LR for every screened arm, {ref}'s own: a change that moves {ref} here is a candidate, and gets a "
+            f"sweep of its own before it counts as tuned (an arm that needs another LR can look worse here). {noise}; "
+            "a delta inside that is no finding.\n\n"
+            + table(["arm", "what it changes", "val loss", f"paired delta vs {ref} (same LR)",
+                     "paired delta vs standard (its best LR)", "paper"], rows))
 
 
 def ablation_section(grid: Grid, records: dict, best: dict) -> str:
@@ -203,7 +232,8 @@ def arms_report(grid: Grid, records: dict, runs_dir: Path, out: Path) -> tuple[l
 
     best = best_lrs(grid, records)
     parts, images = [sweep_section(grid, records, best)], [lr_plot(grid, records, best, out)]
-    parts += [tuned_section(grid, records, best), ablation_section(grid, records, best)]
+    parts += [tuned_section(grid, records, best), screen_section(grid, records, best),
+              ablation_section(grid, records, best)]
     if "arms" in grid.groups.get("scaling", {}):
         text, fits = scaling_section(grid, records, best)
         parts.append(text)

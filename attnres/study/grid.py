@@ -17,6 +17,9 @@ Groups (each optional) and the axes they vary; everything else comes from "model
                 or arms x hidden x seeds with "lr"    ... each arm at a number or "tuned" (its best sweep LR)
     lr_sweep    arms x lrs x seeds                    every arm at every learning rate
     tuned       arms x seeds                          every arm at its own best learning rate of lr_sweep
+    screen      arms x seeds at "lr_of"'s best LR     a cheaper first look: each change at one reference arm's best
+                                                      learning rate (e.g. Full's candidate explanations at Full's);
+                                                      an arm that moves gets a sweep of its own (move it to lr_sweep)
 A run shared by several groups (the main block run is also a sweep point) is trained once.
 
 Arms (the unit of a fair comparison: each is tuned on its own): "standard", "block" (model.block_size) and "full"
@@ -47,6 +50,7 @@ GROUPS = {
     "scaling": ("modes", "hidden", "seeds"),
     "lr_sweep": ("arms", "lrs", "seeds"),
     "tuned": ("arms", "seeds"),
+    "screen": ("arms", "seeds", "lr_of"),
 }
 SCALING_ARMS = ("arms", "hidden", "seeds", "lr")  # the scaling group's other form: arms, each at its own LR
 # What an arm may change besides the residual: model initialization (never the architecture K3 reads) and training
@@ -103,14 +107,17 @@ class Grid:
             return list(dict.fromkeys(self._expand(group, best)))
         keys = []
         for name in self.groups:
-            if name == "tuned" and "lr_sweep" in self.groups:
+            if name in ("tuned", "screen") and "lr_sweep" in self.groups:
                 continue  # listed with its arm's sweep (below)
             if name == "lr_sweep":
                 # each arm's sweep, then its tuned seeds: a study cut short holds whole arms, and a worker picks up an
                 # arm's tuned seeds as soon as its sweep is done
                 tuned = self._expand("tuned", best) if "tuned" in self.groups else []
+                screen = self._expand("screen", best) if "screen" in self.groups else []
+                screened_at = self.groups.get("screen", {}).get("lr_of")
                 for arm in self.groups["lr_sweep"]["arms"]:
                     keys += [k for k in self._expand(name, best) if k.arm == arm] + [k for k in tuned if k.arm == arm]
+                    keys += screen if arm == screened_at else []
                 keys += [k for k in tuned if k.arm not in self.groups["lr_sweep"]["arms"]]
             else:
                 keys += self._expand(name, best)
@@ -128,6 +135,8 @@ class Grid:
     def waiting(self, best_lrs: dict) -> list[str]:
         """The arms whose tuned runs wait for their sweep to finish."""
         wanted = set(self.groups.get("tuned", {}).get("arms", []))
+        if "screen" in self.groups:
+            wanted.add(self.groups["screen"]["lr_of"])
         if self.groups.get("scaling", {}).get("lr") == "tuned":
             wanted |= set(self.groups["scaling"]["arms"])
         return sorted(wanted - set(best_lrs))
@@ -138,6 +147,9 @@ class Grid:
             return [self.arm_key(a, lr, s) for s in g["seeds"] for a in g["arms"] for lr in g["lrs"]]
         if name == "tuned":
             return [self.arm_key(a, best_lrs[a], s) for s in g["seeds"] for a in g["arms"] if a in best_lrs]
+        if name == "screen":
+            lr = best_lrs.get(g["lr_of"])
+            return [] if lr is None else [self.arm_key(a, lr, s) for s in g["seeds"] for a in g["arms"]]
         if name == "scaling" and "arms" in g:
             lrs = {a: (best_lrs.get(a) if g["lr"] == "tuned" else g["lr"]) for a in g["arms"]}
             return [self.arm_key(a, lrs[a], s, hidden=h) for s in g["seeds"] for h in g["hidden"] for a in g["arms"]
@@ -206,6 +218,9 @@ def grid_from_dict(raw: dict, source: str = "<dict>") -> Grid:
         if name == "tuned" or (name == "scaling" and group.get("lr") == "tuned"):
             if set(group["arms"]) - swept:
                 fail(f"groups.{name}: arms {sorted(set(group['arms']) - swept)} are tuned but not in groups.lr_sweep")
+        if name == "screen" and group["lr_of"] not in swept:
+            fail(f"groups.screen.lr_of: {group['lr_of']!r} must be an arm of groups.lr_sweep (its best LR is the "
+                 "screen's)")
     return Grid(str(raw.get("name", Path(source).stem)), data, model, train, groups, source, arms)
 
 
@@ -268,6 +283,8 @@ def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
         fail(f"groups.{name} needs exactly the fields {list(axes)}"
              + (f" (or {list(SCALING_ARMS)})" if name == "scaling" else ""))
     for axis in axes:
+        if axis == "lr_of":
+            continue  # checked against groups.lr_sweep once every group is read
         if axis == "lr":
             if group["lr"] != "tuned" and (isinstance(group["lr"], bool) or not isinstance(group["lr"], (int, float))
                                            or not group["lr"] > 0):
@@ -327,13 +344,23 @@ def model_config(grid: Grid, key: RunKey, vocab_size: int):
 
 def best_lrs(grid: Grid, records: dict) -> dict:
     """{arm: the learning rate of lr_sweep with the lowest final validation loss (mean over the sweep's seeds)}, for
-    the arms whose every sweep run has a record in `records` ({run id: record})."""
+    the arms whose sweep has found it: every sweep run has a record in `records` ({run id: record}), or the best
+    finished LR is bracketed, its two neighbours in the sweep finished and worse (an LR curve has one minimum: the
+    points beyond a worse neighbour cannot win, so the arm's tuned and screen runs need not wait for them; they still
+    run, and should one win after all, the best moves and its runs are listed anew)."""
     g = grid.groups.get("lr_sweep")
     if g is None:
         return {}
     best = {}
+    lrs = g["lrs"]
     for arm in g["arms"]:
-        losses = {lr: [records.get(grid.arm_key(arm, lr, s).id) for s in g["seeds"]] for lr in g["lrs"]}
-        if all(r is not None for rs in losses.values() for r in rs):
-            best[arm] = min(g["lrs"], key=lambda lr: sum(r["val_loss"] for r in losses[lr]) / len(losses[lr]))
+        runs = {lr: [records.get(grid.arm_key(arm, lr, s).id) for s in g["seeds"]] for lr in lrs}
+        mean = {lr: sum(r["val_loss"] for r in rs) / len(rs) for lr, rs in runs.items() if all(rs)}
+        if not mean:
+            continue
+        top = min(mean, key=mean.get)
+        i = lrs.index(top)
+        bracketed = 0 < i < len(lrs) - 1 and all(lrs[j] in mean and mean[lrs[j]] > mean[top] for j in (i - 1, i + 1))
+        if len(mean) == len(lrs) or bracketed:
+            best[arm] = top
     return best

@@ -36,3 +36,22 @@ def test_gpu_script_refuses_without_cuda_and_writes_nothing(tmp_path):
     result = subprocess.run(["bash", str(script), str(out)], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode != 0 and "no CUDA device" in result.stderr
     assert not out.exists()
+
+
+def test_the_mix_call_phase_times_each_modes_mix_at_the_last_mlp_point(monkeypatch):
+    """standard: the RMSNorm alone (its one-source point); block / full: the mix over that point's sources and the
+    fused RMSNorm, served by the same `mix` the model calls, with the settings the model's forward hands down."""
+    from attnres.bench.model import mix_call_workload
+    from attnres.mix_point import AttnResMixing
+
+    args = parse_args(["--device", "cpu", "--modes", "standard,block,full", "--hidden", "64", "--layers", "4",
+                       "--block-size", "2", "--phases", "mix_call", "--skip-memory"])
+    seen = []
+    real = AttnResMixing.mix
+    monkeypatch.setattr(AttnResMixing, "mix", lambda self, *a: seen.append(len(a[1])) or real(self, *a))
+    tokens, setup, run = mix_call_workload(args, calls=3)
+    for mode, sources in (("standard", 1), ("block", 3), ("full", 8)):  # embedding + blocks / every sub-layer output
+        seen.clear()
+        run(setup(build_model(args, mode)))
+        assert seen == [sources] * 3, mode
+    assert tokens == 3 * args.batch

@@ -73,8 +73,22 @@ def test_threads_split_the_tokens_with_the_same_result():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("case", ["float64", "mixed_dtypes", "non_contiguous", "norm_in_other_dtype"])
+class Wrapped(torch.Tensor):
+    """A tensor subclass: the kernel would return a plain tensor, so it takes none (the lean path keeps the type)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+UNTAKEN = ["float64", "mixed_dtypes", "non_contiguous", "norm_in_other_dtype", "norm_not_contiguous",
+           "query_other_width", "shapes_differ", "subclass_source", "subclass_query", "negative_view", "empty_width"]
+
+
+@pytest.mark.parametrize("case", UNTAKEN)
 def test_inputs_the_kernel_does_not_take_run_the_eager_path(case, calls):
+    """The kernel's own input check (`mix_fits`, in C++) refuses each, so the lean path serves the call and its result
+    is the reference's (or the lean path's own error for inputs no path takes)."""
     sources, query, norm_weight, out_norm = make_inputs(3, 32, torch.float32)
     if case == "float64":
         sources = [s.double() for s in sources]
@@ -84,10 +98,63 @@ def test_inputs_the_kernel_does_not_take_run_the_eager_path(case, calls):
         out_norm = None
     elif case == "non_contiguous":
         sources = [s.transpose(0, 1) for s in sources]
-    else:
+    elif case == "norm_in_other_dtype":
         out_norm = out_norm.bfloat16()
-    attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
+    elif case == "norm_not_contiguous":
+        out_norm = torch.ones(32, 2)[:, 0]
+    elif case == "query_other_width":
+        query = query.detach()[:16]
+    elif case == "shapes_differ":
+        sources = [sources[0], sources[1], sources[2].detach()[:, :2]]
+    elif case == "subclass_source":
+        sources = [sources[0].detach().as_subclass(Wrapped), *sources[1:]]
+    elif case == "subclass_query":
+        query = query.detach().as_subclass(Wrapped)
+    elif case == "negative_view":
+        sources = [torch._neg_view(sources[0].detach()), *sources[1:]]
+    elif case == "empty_width":
+        sources, query, norm_weight, out_norm = make_inputs(3, 0, torch.float32)
+    assert not cpu_fused.fits(sources, query, norm_weight, out_norm)
+    if case in ("query_other_width", "shapes_differ"):  # no path takes these: the lean path's error, not a crash
+        with pytest.raises(RuntimeError):
+            attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
+        assert calls == ["lean"]
+        return
+    out = attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
     assert calls == ["lean"]
+    assert torch.equal(out, attn_res(sources, query, norm_weight, 1e-6, backend="torch", out_norm_weight=out_norm))
+
+
+def test_a_fake_tensor_is_never_read_by_the_kernel():
+    """FakeTensor / DTensor dispatch through Python (`__torch_dispatch__`): no memory behind them to read."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        sources, query, norm_weight, out_norm = (mode.from_tensor(t) if isinstance(t, torch.Tensor) else
+                                                 [mode.from_tensor(s) for s in t]
+                                                 for t in make_inputs(3, 32, torch.float32))
+        assert not cpu_fused.fits(sources, query, norm_weight, out_norm)
+        # and the kernel's own check, for a subclass that passes the Python type test
+        assert not cpu_fused.load_extension().mix_fits(sources, query, norm_weight, out_norm)
+        assert not cpu_fused.load_extension().mix_fits(sources[:1] * 2, query.as_subclass(torch.Tensor), norm_weight,
+                                                       None)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "torch"])
+def test_the_query_linears_weight_mixes_as_its_vector(backend):
+    """A mix point hands over its `Linear(hidden, 1)` weight [1, hidden] as it is (no view at each call): the same
+    output as the [hidden] query, and the gradient comes back in the weight's shape."""
+    sources, query, norm_weight, out_norm = make_inputs(3, 32, torch.float32)
+    weight = query.detach().reshape(1, -1).requires_grad_()
+    outs, grads = [], []
+    for q in (query, weight):
+        out = attn_res(sources, q, norm_weight, 1e-6, backend=backend, out_norm_weight=out_norm)
+        outs.append(out)
+        grads.append(torch.autograd.grad(out.square().sum(), [q, norm_weight]))
+    assert torch.equal(outs[0], outs[1])
+    assert grads[1][0].shape == (1, 32)
+    torch.testing.assert_close(grads[1][0][0], grads[0][0])
+    torch.testing.assert_close(grads[1][1], grads[0][1])
 
 
 def test_dispatch_auto_and_cpp_take_the_kernel_torch_the_eager_path(calls):

@@ -110,6 +110,45 @@ def test_report_of_a_fair_comparison(out, tmp_path):
         assert (tmp_path / "report" / name).stat().st_size > 0
 
 
+SCREEN = {**GRID, "groups": {"lr_sweep": {"arms": ["standard", "full"], "lrs": [0.001, 0.002, 0.004, 0.008],
+                                          "seeds": [0]},
+                             "screen": {"arms": ["full-qlr", "full-static"], "seeds": [0], "lr_of": "full"}}}
+
+
+def test_the_screen_runs_each_change_at_the_reference_arms_best_lr(out, tmp_path):
+    grid = grid_from_dict(SCREEN)
+    assert grid.runs("screen") == [] and grid.waiting({}) == ["full"]  # nothing to screen before full's sweep
+    runner = SyntheticRunner()
+    records, errors = run_grid(grid, out, jobs=2, runner=runner)
+    assert not errors
+    last_sweep = max(runner.calls.index(grid.arm_key("full", lr, 0).id) for lr in SCREEN["groups"]["lr_sweep"]["lrs"])
+    for arm in ("full-qlr", "full-static"):  # at full's best LR (0.004), not their own, after full's sweep
+        assert runner.calls.index(grid.arm_key(arm, BEST["full"], 0).id) > last_sweep
+    assert len(runner.calls) == 8 + 2
+    text = write_report(grid, records, tmp_path / "report", runs_dir=out / "runs").read_text()
+    assert "### Screen: each change at full's best learning rate (0.004), seed(s) [0]" in text
+    # the parabola's answer: full-qlr is 0.06 below standard's best at its own LR, 0.05 above that at full's LR
+    assert "| full-qlr | full, res_proj_lr_scale=10, res_proj_weight_decay=0.1, warmup_steps=2 |" in text
+    assert "| +0.0200 (1 seed) | -0.0100 (1 seed) |" in text
+    assert "| +0.2400 (1 seed) | +0.2100 (1 seed) | worse than Full" in text  # full-static, far from its best LR
+    assert "full's seed-to-seed spread is not measured yet" in text
+
+
+def test_a_bracketed_minimum_is_the_best_before_the_sweep_ends():
+    """An LR curve has one minimum: once the best finished LR has both neighbours finished and worse, the points
+    beyond cannot win, so the tuned and screen runs start without waiting for them."""
+    grid = grid_from_dict(SCREEN)
+    record = {grid.arm_key("full", lr, 0).id: {"val_loss": loss} for lr, loss in ((0.002, 4.9), (0.004, 4.8),
+                                                                               (0.008, 4.95))}
+    assert best_lrs(grid, record) == {"full": 0.004}  # 0.001 not run yet: it lies beyond a worse neighbour
+    del record[grid.arm_key("full", 0.008, 0).id]
+    assert best_lrs(grid, record) == {}  # 0.004 is not bracketed yet
+    edge = {grid.arm_key("full", lr, 0).id: {"val_loss": loss} for lr, loss in ((0.004, 4.9), (0.008, 4.8))}
+    assert best_lrs(grid, edge) == {}  # a minimum at the sweep's edge is never bracketed
+    edge[grid.arm_key("full", 0.002, 0).id] = edge[grid.arm_key("full", 0.001, 0).id] = {"val_loss": 5.0}
+    assert best_lrs(grid, edge) == {"full": 0.008}  # ... until the sweep is done
+
+
 def test_arm_switches_reach_the_command_and_the_model():
     grid = grid_from_dict(GRID)
     command = train_command(grid, grid.arm_key("full-qlr", 0.002, 0), REPO / "x", 16)
@@ -169,6 +208,12 @@ def test_query_weight_decay_is_its_own_group():
                  "tuned": {"arms": ["full"], "seeds": [1]}}}, "tuned but not in groups.lr_sweep"),
     ({"groups": {"scaling": {"arms": ["standard"], "hidden": [8, 16, 24], "seeds": [0], "lr": "best"}}},
      "'tuned'"),
+    ({"groups": {**SCREEN["groups"], "screen": {"arms": ["full-qlr"], "seeds": [0], "lr_of": "block"}}},
+     "groups.screen.lr_of: 'block' must be an arm of groups.lr_sweep"),
+    ({"groups": {**SCREEN["groups"], "screen": {"arms": ["full-qlr"], "seeds": [0]}}},
+     r"groups.screen needs exactly the fields \['arms', 'seeds', 'lr_of'\]"),
+    ({"groups": {**SCREEN["groups"], "screen": {"arms": ["nope"], "seeds": [0], "lr_of": "full"}}},
+     "groups.screen.arms: 'nope' is not an arm"),
 ])
 def test_bad_arms_name_the_field(change, message):
     raw = {**GRID, **change}

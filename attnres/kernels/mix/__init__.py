@@ -10,6 +10,7 @@ from .lean import attn_res_lean
 from .naive import attn_res_naive, rms_norm_naive
 
 BACKENDS = ("auto", "torch", "triton", "cpp")
+CPP_BACKENDS = ("auto", "cpp")
 TRITON_AVAILABLE = importlib.util.find_spec("triton") is not None
 
 
@@ -23,11 +24,10 @@ def use_triton(backend: str, tensor: torch.Tensor) -> bool:
 
 
 def use_cpp(backend: str, sources, query, norm_weight, out_norm_weight) -> bool:
-    """Whether one call runs the fused C++ CPU kernel: backend "auto" or "cpp", inputs it takes (`cpu_fused.fits`),
-    and the kernel built (on first use; a failed build warns once and every call then takes the lean path). The
-    checks come before the build, so a model that never mixes CPU tensors never builds it."""
-    return (backend in ("auto", "cpp") and fits(sources, query, norm_weight, out_norm_weight)
-            and load_extension() is not None)
+    """Whether one call runs the fused C++ CPU kernel: backend "auto" or "cpp", and inputs it takes
+    (`cpu_fused.fits`, which builds the kernel on first use; a failed build warns once and every call then takes the
+    lean path)."""
+    return backend in CPP_BACKENDS and fits(sources, query, norm_weight, out_norm_weight)
 
 
 def attn_res(
@@ -43,6 +43,7 @@ def attn_res(
 ):
     """Mix `sources` by softmax attention over depth (see `naive.attn_res_naive` for the exact semantics).
 
+    `query`: [hidden], or the [1, hidden] weight of the point's Linear (read without a view: cheaper at decode).
     `backend`: "torch" (`lean.attn_res_lean`: plain PyTorch that saves no stacked copy), "triton" (fused kernels),
     "cpp" (`cpu_fused.attn_res_cpu`: one fused C++ kernel on CPU tensors, built on first use; the lean path for any
     input it does not take or where it cannot be built), or "auto" (Triton on CUDA, "cpp" on CPU, lean elsewhere).
@@ -55,22 +56,19 @@ def attn_res(
         from .triton import attn_res_triton  # imported lazily: defining the kernels needs triton
 
         return attn_res_triton(
-            sources, query, norm_weight, eps, return_weights=return_weights,
+            sources, query[0] if query.dim() == 2 else query, norm_weight, eps, return_weights=return_weights,
             out_norm_weight=out_norm_weight, out_norm_eps=out_norm_eps, recompute=recompute,
         )
-    sources = tuple(sources.unbind(0)) if isinstance(sources, torch.Tensor) else tuple(sources)
+    sources = sources.unbind(0) if isinstance(sources, torch.Tensor) else sources
     if use_cpp(backend, sources, query, norm_weight, out_norm_weight):
-        return attn_res_cpu(
-            sources, query, norm_weight, eps, return_weights=return_weights,
-            out_norm_weight=out_norm_weight, out_norm_eps=out_norm_eps,
-        )
+        return attn_res_cpu(sources, query, norm_weight, eps, return_weights, out_norm_weight, out_norm_eps)
     return attn_res_lean(
-        sources, query, norm_weight, eps, return_weights=return_weights,
+        sources, query[0] if query.dim() == 2 else query, norm_weight, eps, return_weights=return_weights,
         out_norm_weight=out_norm_weight, out_norm_eps=out_norm_eps,
     )
 
 
 __all__ = [
     "attn_res", "attn_res_cpu", "attn_res_lean", "attn_res_naive", "rms_norm_naive", "use_triton", "use_cpp",
-    "BACKENDS", "TRITON_AVAILABLE",
+    "load_extension", "BACKENDS", "TRITON_AVAILABLE",
 ]

@@ -219,6 +219,33 @@ std::vector<float> mixed_weight(const at::Tensor& query, const at::Tensor& norm_
 }
 }  // namespace
 
+// Whether the kernel takes these inputs. It reads raw memory, so every tensor must be a plain strided CPU tensor with
+// its own storage (no Python subclass such as DTensor or FakeTensor, no functorch wrapper, no lazy conj / neg view).
+// Checked here rather than in Python: at decode sizes the checks were a good part of the call.
+bool plain_cpu(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.has_storage() &&
+         !t.unsafeGetTensorImpl()->is_python_dispatch() && !t.is_conj() && !t.is_neg();
+}
+
+bool mix_fits(std::vector<at::Tensor> sources, at::Tensor query, at::Tensor norm_weight,
+              c10::optional<at::Tensor> out_norm_weight) {
+  if (sources.empty() || !plain_cpu(sources[0]) || sources[0].dim() == 0) return false;
+  const auto& first = sources[0];
+  const auto type = first.scalar_type();
+  const int64_t d = first.size(-1);
+  if ((type != at::kFloat && type != at::kBFloat16) || d == 0) return false;
+  for (const auto& s : sources)
+    if (!plain_cpu(s) || s.scalar_type() != type || !s.sizes().equals(first.sizes()) || !s.is_contiguous())
+      return false;
+  for (const auto* p : {&query, &norm_weight})  // [d] (or the [1, d] weight of the query's Linear), any float dtype
+    if (!plain_cpu(*p) || !at::isFloatingType(p->scalar_type()) || p->numel() != d) return false;
+  if (out_norm_weight.has_value()) {
+    const auto& gain = *out_norm_weight;
+    if (!plain_cpu(gain) || gain.scalar_type() != type || gain.numel() != d || !gain.is_contiguous()) return false;
+  }
+  return true;
+}
+
 // (out, probs [n, ...], rstd [n, ...], scores [n, ...]); rstd and scores (the backward's) undefined unless keep_stats
 std::vector<at::Tensor> mix_forward(std::vector<at::Tensor> sources, at::Tensor query, at::Tensor norm_weight,
                                     double eps, c10::optional<at::Tensor> out_norm_weight, double out_norm_eps,
@@ -277,6 +304,8 @@ std::vector<at::Tensor> mix_backward(std::vector<at::Tensor> sources, at::Tensor
 """
 
 CPP_DECLARATIONS = r"""
+bool mix_fits(std::vector<at::Tensor> sources, at::Tensor query, at::Tensor norm_weight,
+              c10::optional<at::Tensor> out_norm_weight);
 std::vector<at::Tensor> mix_forward(std::vector<at::Tensor> sources, at::Tensor query, at::Tensor norm_weight,
                                     double eps, c10::optional<at::Tensor> out_norm_weight, double out_norm_eps,
                                     bool keep_stats);
@@ -287,7 +316,7 @@ std::vector<at::Tensor> mix_backward(std::vector<at::Tensor> sources, at::Tensor
 """
 
 DTYPES = (torch.float32, torch.bfloat16)
-PLAIN = (torch.Tensor, torch.nn.Parameter)  # no subclass (DTensor, FakeTensor, ...): the kernel reads raw memory
+PLAIN = (torch.Tensor, torch.nn.Parameter)
 _state = {"module": None, "tried": False}
 _lock = threading.Lock()
 
@@ -341,8 +370,9 @@ def build_extension():
         folder.mkdir(parents=True, exist_ok=True)
         logger.info("attnres: loading the fused CPU mix kernel (built once, cached in %s)", folder)
         flags = build_flags()
-        return load_inline(name, cpp_sources=[CPP_DECLARATIONS, CPP_SOURCE], functions=["mix_forward", "mix_backward"],
-                           extra_cflags=flags, extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
+        return load_inline(name, cpp_sources=[CPP_DECLARATIONS, CPP_SOURCE],
+                           functions=["mix_fits", "mix_forward", "mix_backward"], extra_cflags=flags,
+                           extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
                            build_directory=str(folder), verbose=False)
     except Exception as error:  # no compiler, no ninja, a failed build: the eager path serves every mix
         warnings.warn(f"attnres: the fused CPU mix kernel could not be built ({type(error).__name__}: "
@@ -352,21 +382,18 @@ def build_extension():
 
 
 def fits(sources: Sequence[torch.Tensor], query, norm_weight, out_norm_weight) -> bool:
-    """Whether the kernel takes these inputs: plain contiguous CPU tensors, sources of one shape and dtype (fp32 or
-    bf16), the output norm's gain in that dtype, outside torch.compile's tracing. Cheap attribute reads only: at
-    decode sizes this check is a good part of the call."""
+    """Whether the kernel takes these inputs: plain contiguous CPU tensors (no subclass, no wrapper), sources of one
+    shape and dtype (fp32 or bf16), query and key gain of `hidden` elements (the query may be its Linear's [1, hidden]
+    weight), the output norm's gain contiguous in the sources' dtype, outside torch.compile's tracing. The first source
+    is looked at here, so a model that never mixes CPU tensors never builds the kernel; the kernel's own `mix_fits`
+    checks the rest (at decode sizes these checks, in Python, were a good part of the call)."""
     first = sources[0]
-    dtype, shape = first.dtype, first.shape
-    if dtype not in DTYPES or not first.is_cpu or torch.compiler.is_compiling():
+    if not first.is_cpu or first.dtype not in DTYPES or torch.compiler.is_compiling():
         return False
-    if out_norm_weight is not None and not (type(out_norm_weight) in PLAIN and out_norm_weight.dtype == dtype
-                                            and out_norm_weight.is_cpu):
-        return False
-    if not (type(query) in PLAIN and type(norm_weight) in PLAIN and query.is_cpu and norm_weight.is_cpu
-            and query.is_floating_point() and norm_weight.is_floating_point()):
-        return False
-    return all(type(s) in PLAIN and s.dtype == dtype and s.is_cpu and s.shape == shape and s.is_contiguous()
-               for s in sources)
+    if type(query) not in PLAIN or type(norm_weight) not in PLAIN or not all(type(s) in PLAIN for s in sources):
+        return False  # a subclass would come back a plain tensor (and a __torch_dispatch__ one has no memory to read)
+    extension = load_extension()
+    return extension is not None and extension.mix_fits(sources, query, norm_weight, out_norm_weight)
 
 
 class FusedMix(torch.autograd.Function):
@@ -391,7 +418,8 @@ class FusedMix(torch.autograd.Function):
             sources, query, norm_weight, out_norm_weight, ctx.out_norm_eps, grad_out, probs, rstd, scores, needs,
         )
         grad_w = grad_w.to(torch.promote_types(query.dtype, norm_weight.dtype))
-        return grad_w * norm_weight, grad_w * query, grad_out_norm, None, None, *grad_sources
+        grad_query = (grad_w * norm_weight).view(query.shape)  # query: [d] or its Linear's [1, d] weight
+        return grad_query, grad_w * query.reshape(-1), grad_out_norm, None, None, *grad_sources
 
 
 def attn_res_cpu(
@@ -403,15 +431,13 @@ def attn_res_cpu(
     out_norm_weight: torch.Tensor | None = None,
     out_norm_eps: float = 1e-6,
 ):
-    """`lean.attn_res_lean`'s contract on the fused kernel. The caller checks `fits` and `load_extension` first."""
-    sources = tuple(sources)
-    params = (query, norm_weight, out_norm_weight, float(eps), float(out_norm_eps))
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*sources, query, norm_weight,
-                                                                                   out_norm_weight)):
-        out, probs = FusedMix.apply(*params, *sources)
+    """`lean.attn_res_lean`'s contract on the fused kernel. The caller checks `fits` first."""
+    if torch.is_grad_enabled() and (query.requires_grad or norm_weight.requires_grad or any(
+            s.requires_grad for s in sources) or (out_norm_weight is not None and out_norm_weight.requires_grad)):
+        out, probs = FusedMix.apply(query, norm_weight, out_norm_weight, float(eps), float(out_norm_eps), *sources)
     else:  # inference: no autograd node, one call
-        out, probs, _, _ = load_extension().mix_forward(list(sources), query, norm_weight, float(eps), out_norm_weight,
-                                                        float(out_norm_eps), False)
+        out, probs, _, _ = load_extension().mix_forward(sources, query, norm_weight, eps, out_norm_weight,
+                                                       out_norm_eps, False)
     return (out, probs.movedim(0, -1)) if return_weights else out
 
 
