@@ -65,6 +65,8 @@ def sweep_section(grid: Grid, records: dict, best: dict) -> str:
             text = "-" if stat.n == 0 else f"{stat.mean:.4f}"
             cells.append(f"**{text}**" if best.get(arm) == lr else text)
         edge = " (edge of the sweep: widen it)" if best.get(arm) in (min(g["lrs"]), max(g["lrs"])) else ""
+        if arm in best and "-" in cells:
+            edge += " (bracketed: both neighbours worse; the rest of the sweep not run yet)"
         rows.append([arm, describe(grid, arm), *cells, f"{best[arm]:g}{edge}" if arm in best else "(sweep unfinished)"])
     return (f"### Learning-rate sweep (final validation loss, seed(s) {g['seeds']}; best per arm in bold)\n\n"
             + table(["arm", "what it changes", *[f"lr {lr:g}" for lr in g["lrs"]], "best lr"], rows))
@@ -87,7 +89,22 @@ def tuned_section(grid: Grid, records: dict, best: dict) -> str:
                      "paired delta vs full (Full's variants)"], rows))
 
 
-def screen_section(grid: Grid, records: dict, best: dict) -> str:
+def depth_sharpness(runs_dir: Path | None, run_id: str) -> str:
+    """How selective a run's depth softmax ended: over its last-step mix points with more than one source, the mean
+    entropy relative to a uniform mix (1: uniform, 0: one source) and the mean largest weight. "-" without
+    diagnostics."""
+    from ..training.logs import read_jsonl
+
+    path = runs_dir / run_id / "train" / "diagnostics.jsonl" if runs_dir else None
+    records = read_jsonl(path) if path and path.is_file() else []
+    points = [w for w in (records[-1].get("depth_weights") or [] if records else []) if len(w) > 1]
+    if not points:
+        return "-"
+    entropy = sum(-sum(p * math.log(p) for p in w if p > 0) / math.log(len(w)) for w in points) / len(points)
+    return f"{entropy:.2f} / {sum(max(w) for w in points) / len(points):.2f}"
+
+
+def screen_section(grid: Grid, records: dict, best: dict, runs_dir: Path | None = None) -> str:
     """Each screened arm at the reference arm's best LR, paired with the reference at that LR (same seeds)."""
     g = grid.groups.get("screen")
     if not g:
@@ -103,7 +120,10 @@ def screen_section(grid: Grid, records: dict, best: dict) -> str:
         losses = arm_losses(grid, records, arm, lr, seeds=g["seeds"])
         stat = mean_std(losses.values())
         rows.append([arm, describe(grid, arm), "-" if stat.n == 0 else f"{stat.mean:.4f}", paired(base, losses),
-                     paired(standard, losses), PAPER_DIRECTIONS.get(grid.arms[arm]["ablation"], "")])
+                     paired(standard, losses), depth_sharpness(runs_dir, grid.arm_key(arm, lr, g["seeds"][0]).id),
+                     PAPER_DIRECTIONS.get(grid.arms[arm]["ablation"], "")])
+    rows.insert(0, [f"({ref})", describe(grid, ref), "-" if not base else f"{mean_std(base.values()).mean:.4f}", "",
+                    paired(standard, base), depth_sharpness(runs_dir, grid.arm_key(ref, lr, g["seeds"][0]).id), ""])
     spread = mean_std(arm_losses(grid, records, ref, lr).values())
     noise = (f"{ref}'s own seed-to-seed spread at this LR is {spread.std:.4f} (std over {spread.n} seeds, unpaired)"
              if spread.n >= 2 else f"{ref}'s seed-to-seed spread is not measured yet")
@@ -112,7 +132,8 @@ def screen_section(grid: Grid, records: dict, best: dict) -> str:
             f"sweep of its own before it counts as tuned (an arm that needs another LR can look worse here). {noise}; "
             "a delta inside that is no finding.\n\n"
             + table(["arm", "what it changes", "val loss", f"paired delta vs {ref} (same LR)",
-                     "paired delta vs standard (its best LR)", "paper"], rows))
+                     "paired delta vs standard (its best LR)",
+                     "depth weights at the end: entropy / uniform, mean top weight", "paper"], rows))
 
 
 def ablation_section(grid: Grid, records: dict, best: dict) -> str:
@@ -232,7 +253,7 @@ def arms_report(grid: Grid, records: dict, runs_dir: Path, out: Path) -> tuple[l
 
     best = best_lrs(grid, records)
     parts, images = [sweep_section(grid, records, best)], [lr_plot(grid, records, best, out)]
-    parts += [tuned_section(grid, records, best), screen_section(grid, records, best),
+    parts += [tuned_section(grid, records, best), screen_section(grid, records, best, runs_dir),
               ablation_section(grid, records, best)]
     if "arms" in grid.groups.get("scaling", {}):
         text, fits = scaling_section(grid, records, best)

@@ -130,8 +130,23 @@ def test_the_screen_runs_each_change_at_the_reference_arms_best_lr(out, tmp_path
     # the parabola's answer: full-qlr is 0.06 below standard's best at its own LR, 0.05 above that at full's LR
     assert "| full-qlr | full, res_proj_lr_scale=10, res_proj_weight_decay=0.1, warmup_steps=2 |" in text
     assert "| +0.0200 (1 seed) | -0.0100 (1 seed) |" in text
-    assert "| +0.2400 (1 seed) | +0.2100 (1 seed) | worse than Full" in text  # full-static, far from its best LR
+    assert "| +0.2400 (1 seed) | +0.2100 (1 seed) | - | worse than Full" in text  # full-static, far from its best LR
     assert "full's seed-to-seed spread is not measured yet" in text
+    assert f"| (full) | full | {synthetic_loss(grid.arm_key('full', 0.004, 0)):.4f} |  | -0.0300 (1 seed) | - |" in text
+
+
+def test_depth_sharpness_from_the_last_diagnostics(tmp_path):
+    """The screen's mechanism column: over mix points with more than one source, entropy relative to uniform and
+    the mean top weight, from the run's last diagnostics record."""
+    from attnres.study.arms_report import depth_sharpness
+
+    folder = tmp_path / "run" / "train"
+    folder.mkdir(parents=True)
+    first = {"step": 1, "depth_weights": [[1.0], [0.9, 0.1]]}
+    last = {"step": 2, "depth_weights": [[1.0], [0.5, 0.5], [1.0, 0.0], [0.25, 0.25, 0.25, 0.25]]}
+    (folder / "diagnostics.jsonl").write_text(json.dumps(first) + "\n" + json.dumps(last) + "\n")
+    assert depth_sharpness(tmp_path, "run") == f"{2 / 3:.2f} / {(0.5 + 1.0 + 0.25) / 3:.2f}"
+    assert depth_sharpness(tmp_path, "missing") == "-" and depth_sharpness(None, "run") == "-"
 
 
 def test_a_bracketed_minimum_is_the_best_before_the_sweep_ends():
