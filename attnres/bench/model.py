@@ -145,7 +145,7 @@ def time_side_by_side(args, models, name):
     share the machine's load. On a shared CPU the CPU time (single-threaded: the work done) is the steadier figure:
     wall time also counts the time other jobs held the cores. The minimum CPU time is kept too: on a VM whose
     neighbours share its caches and memory bandwidth, the least disturbed round is the steadiest estimate of the
-    work."""
+    work. Each round's samples are kept as well, for the paired ratio (`overheads`)."""
     tokens, setup, run = WORKLOADS[name](args)
     samples = {mode: [] for mode in models}
     cpu_samples = {mode: [] for mode in models}
@@ -160,7 +160,7 @@ def time_side_by_side(args, models, name):
                 samples[mode].append(time.perf_counter() - start)
                 cpu_samples[mode].append(time.process_time() - cpu_start)
     return tokens, {mode: (statistics.median(samples[mode]), statistics.median(cpu_samples[mode]),
-                           min(cpu_samples[mode])) for mode in models}
+                           min(cpu_samples[mode]), cpu_samples[mode]) for mode in models}
 
 
 def peak_memory(args, mode, name):
@@ -235,6 +235,10 @@ def overheads(results):
             time_overhead_pct=round(100 * (base["tokens_per_s"] / r["tokens_per_s"] - 1), 1),
             cpu_time_overhead_pct=round(100 * (r["cpu_seconds"] / base["cpu_seconds"] - 1), 1),
             min_cpu_time_overhead_pct=round(100 * (r["cpu_seconds_min"] / base["cpu_seconds_min"] - 1), 1),
+            # the median over rounds of this round's ratio: a round's modes ran back to back under one load, so a load
+            # that drifts between rounds cancels (the ratio of medians mixes rounds)
+            paired_cpu_time_overhead_pct=round(100 * (statistics.median(
+                mode / standard for mode, standard in zip(r["cpu_rounds"], base["cpu_rounds"])) - 1), 1),
             memory_ratio=round(r["peak_mem_mib"] / base["peak_mem_mib"], 3) if base["peak_mem_mib"] else None,
         )
     return table
@@ -255,8 +259,10 @@ def bench_model(args) -> dict:
     results = [
         dict(mode=mode, phase=name, tokens=tokens, seconds=round(seconds, 5), tokens_per_s=round(tokens / seconds, 1),
              cpu_seconds=round(cpu_seconds, 5), cpu_seconds_min=round(cpu_min, 5),
+             cpu_rounds=[round(x, 5) for x in rounds],
              peak_mem_mib=None if memory[mode, name] is None else round(memory[mode, name], 1))
-        for name, (tokens, by_mode) in timings.items() for mode, (seconds, cpu_seconds, cpu_min) in by_mode.items()
+        for name, (tokens, by_mode) in timings.items()
+        for mode, (seconds, cpu_seconds, cpu_min, rounds) in by_mode.items()
     ]
     device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU {platform.machine()}"
     meta = dict(

@@ -55,3 +55,20 @@ def test_the_mix_call_phase_times_each_modes_mix_at_the_last_mlp_point(monkeypat
         run(setup(build_model(args, mode)))
         assert seen == [sources] * 3, mode
     assert tokens == 3 * args.batch
+
+
+def test_overheads_pair_each_round_and_keep_the_minimum():
+    """A load that drifts between rounds moves both modes of a round alike: the paired ratio (median of per-round
+    ratios) sees through it where the ratio of medians does not."""
+    from attnres.bench.model import overheads
+
+    def row(mode, rounds):
+        ordered = sorted(rounds)
+        return dict(mode=mode, phase="decode", tokens=1, tokens_per_s=1 / ordered[1], cpu_seconds=ordered[1],
+                    cpu_seconds_min=ordered[0], cpu_rounds=rounds, peak_mem_mib=None)
+
+    # block costs 1.02x standard in every round; the machine slows 3x in the middle round and 2x in the last
+    table = overheads([row("standard", [1.0, 3.0, 2.0]), row("block", [1.02, 3.06, 2.04])])["decode"]["block"]
+    assert table["paired_cpu_time_overhead_pct"] == 2.0 and table["min_cpu_time_overhead_pct"] == 2.0
+    drifted = overheads([row("standard", [1.0, 3.0, 2.0]), row("block", [2.04, 1.02, 3.06])])["decode"]["block"]
+    assert drifted["cpu_time_overhead_pct"] == 2.0 and drifted["paired_cpu_time_overhead_pct"] != 2.0
