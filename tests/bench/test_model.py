@@ -72,3 +72,9 @@ def test_overheads_pair_each_round_and_keep_the_minimum():
     assert table["paired_cpu_time_overhead_pct"] == 2.0 and table["min_cpu_time_overhead_pct"] == 2.0
     drifted = overheads([row("standard", [1.0, 3.0, 2.0]), row("block", [2.04, 1.02, 3.06])])["decode"]["block"]
     assert drifted["cpu_time_overhead_pct"] == 2.0 and drifted["paired_cpu_time_overhead_pct"] != 2.0
+
+
+def test_unknown_mlp_is_named(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--device", "cpu", "--mlp", "sparse"])
+    assert "--mlp: invalid choice: 'sparse'" in capsys.readouterr().err

@@ -30,6 +30,12 @@ def use_cpp(backend: str, sources, query, norm_weight, out_norm_weight) -> bool:
     return backend in CPP_BACKENDS and fits(sources, query, norm_weight, out_norm_weight)
 
 
+def as_vector(query: torch.Tensor) -> torch.Tensor:
+    """The pseudo-query as [hidden]: a Linear(hidden, 1)'s [1, hidden] weight viewed as its row (the C++ kernel takes
+    either; the other paths take the vector)."""
+    return query[0] if query.dim() == 2 else query
+
+
 def attn_res(
     sources,
     query,
@@ -56,14 +62,14 @@ def attn_res(
         from .triton import attn_res_triton  # imported lazily: defining the kernels needs triton
 
         return attn_res_triton(
-            sources, query[0] if query.dim() == 2 else query, norm_weight, eps, return_weights=return_weights,
+            sources, as_vector(query), norm_weight, eps, return_weights=return_weights,
             out_norm_weight=out_norm_weight, out_norm_eps=out_norm_eps, recompute=recompute,
         )
     sources = sources.unbind(0) if isinstance(sources, torch.Tensor) else sources
     if use_cpp(backend, sources, query, norm_weight, out_norm_weight):
         return attn_res_cpu(sources, query, norm_weight, eps, return_weights, out_norm_weight, out_norm_eps)
     return attn_res_lean(
-        sources, query[0] if query.dim() == 2 else query, norm_weight, eps, return_weights=return_weights,
+        sources, as_vector(query), norm_weight, eps, return_weights=return_weights,
         out_norm_weight=out_norm_weight, out_norm_eps=out_norm_eps,
     )
 
