@@ -9,6 +9,7 @@ import json
 import multiprocessing
 import os
 import platform
+import resource
 import statistics
 import sys
 import threading
@@ -142,25 +143,53 @@ PHASES = {"train": ["train"], "prefill": ["prefill"], "decode": ["decode"], "mix
 
 def time_side_by_side(args, models, name):
     """Median seconds per mode, wall clock and this process's CPU time, the modes interleaved round by round so they
-    share the machine's load. On a shared CPU the CPU time (single-threaded: the work done) is the steadier figure:
-    wall time also counts the time other jobs held the cores. The minimum CPU time is kept too: on a VM whose
-    neighbours share its caches and memory bandwidth, the least disturbed round is the steadiest estimate of the
-    work. Each round's samples are kept as well, for the paired ratio (`overheads`)."""
+    share the machine's load, and each run's minor page faults (`minor_faults`). On a shared CPU the CPU time
+    (single-threaded: the work done) is the steadier figure: wall time also counts the time other jobs held the cores.
+    The minimum CPU time is kept too: on a VM whose neighbours share its caches and memory bandwidth, the least
+    disturbed round is the steadiest estimate of the work. Each round's samples are kept as well, for the paired ratio
+    (`overheads`)."""
     tokens, setup, run = WORKLOADS[name](args)
     samples = {mode: [] for mode in models}
     cpu_samples = {mode: [] for mode in models}
+    faults = {mode: [] for mode in models}
     for round_index in range(args.repeats + 1):  # round 0 warms up
         for mode, model in models.items():
             state = setup(model)
             synchronize(args.device)
-            start, cpu_start = time.perf_counter(), time.process_time()
+            start, cpu_start, faults_start = time.perf_counter(), time.process_time(), minor_faults()
             run(state)
             synchronize(args.device)
             if round_index > 0:
                 samples[mode].append(time.perf_counter() - start)
                 cpu_samples[mode].append(time.process_time() - cpu_start)
+                faults[mode].append(minor_faults() - faults_start)
     return tokens, {mode: (statistics.median(samples[mode]), statistics.median(cpu_samples[mode]),
-                           min(cpu_samples[mode]), cpu_samples[mode]) for mode in models}
+                           min(cpu_samples[mode]), cpu_samples[mode], faults[mode])
+                    for mode in models}
+
+
+def minor_faults() -> int:
+    """This process's minor page faults so far: each is a fresh page the kernel zeroes and maps, which is how the
+    memory a run's tensors get from the allocator shows up as CPU time (often inside the op that first writes it)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+# glibc mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+
+
+def retain_freed_memory() -> None:
+    """`--allocator retain`: glibc keeps the memory freed tensors leave in the process (no mmap for big blocks, no
+    trimming of the heap), so a run's tensors reuse pages already mapped instead of faulting fresh ones in. That is
+    what a caching allocator (jemalloc, tcmalloc, PyTorch's own on CUDA) gives; with glibc's defaults an fp32 prefill
+    at hidden 512 faults in ~200 MB per forward, ~20% of its CPU time, and how much depends on the heap's layout, so
+    it moves between modes and runs."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        raise SystemExit("--allocator retain: needs glibc (libc.so.6); run with the system allocator") from None
+    if not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)):
+        raise SystemExit("--allocator retain: glibc refused mallopt; run with the system allocator")
 
 
 def peak_memory(args, mode, name):
@@ -240,6 +269,7 @@ def overheads(results):
             paired_cpu_time_overhead_pct=round(100 * (statistics.median(
                 mode / standard for mode, standard in zip(r["cpu_rounds"], base["cpu_rounds"])) - 1), 1),
             memory_ratio=round(r["peak_mem_mib"] / base["peak_mem_mib"], 3) if base["peak_mem_mib"] else None,
+            minor_faults_ratio=round(r["minor_faults"] / base["minor_faults"], 3) if base.get("minor_faults") else None,
         )
     return table
 
@@ -251,6 +281,8 @@ def bench_model(args) -> dict:
         raise SystemExit("--device cuda: no CUDA device is available")
     load_before = os.getloadavg()
     names = [name for phase in args.phases for name in PHASES[phase]]
+    if getattr(args, "allocator", "system") == "retain":
+        retain_freed_memory()  # timing only: the peak-memory runs are fresh processes with the system allocator
     models = {mode: build_model(args, mode) for mode in args.modes}
     timings = {name: time_side_by_side(args, models, name) for name in tqdm(names, desc="timing", file=sys.stderr)}
     del models
@@ -259,10 +291,10 @@ def bench_model(args) -> dict:
     results = [
         dict(mode=mode, phase=name, tokens=tokens, seconds=round(seconds, 5), tokens_per_s=round(tokens / seconds, 1),
              cpu_seconds=round(cpu_seconds, 5), cpu_seconds_min=round(cpu_min, 5),
-             cpu_rounds=[round(x, 5) for x in rounds],
+             cpu_rounds=[round(x, 5) for x in rounds], minor_faults=statistics.median(faults), fault_rounds=faults,
              peak_mem_mib=None if memory[mode, name] is None else round(memory[mode, name], 1))
         for name, (tokens, by_mode) in timings.items()
-        for mode, (seconds, cpu_seconds, cpu_min, rounds) in by_mode.items()
+        for mode, (seconds, cpu_seconds, cpu_min, rounds, faults) in by_mode.items()
     ]
     device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU {platform.machine()}"
     meta = dict(
@@ -273,10 +305,11 @@ def bench_model(args) -> dict:
     )
     payload = dict(meta=meta, results=results, overheads_vs_standard=overheads(results))
     write_json_atomic(args.output, payload)
-    print(f"{'phase':22} {'mode':16} {'tokens/s':>10} {'CPU s':>9} {'peak MiB':>9}")
+    print(f"{'phase':22} {'mode':16} {'tokens/s':>10} {'CPU s':>9} {'peak MiB':>9} {'page faults':>11}")
     for r in results:
         memory = r["peak_mem_mib"] if r["peak_mem_mib"] is not None else float("nan")
-        print(f"{r['phase']:22} {r['mode']:16} {r['tokens_per_s']:>10.1f} {r['cpu_seconds']:>9.4f} {memory:>9.1f}")
+        print(f"{r['phase']:22} {r['mode']:16} {r['tokens_per_s']:>10.1f} {r['cpu_seconds']:>9.4f} {memory:>9.1f} "
+              f"{r['minor_faults']:>11.0f}")
     print(json.dumps(payload["overheads_vs_standard"], indent=1))
     print(f"load average (1 min) at start / end: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}")
     print(f"wrote {args.output}", file=sys.stderr)

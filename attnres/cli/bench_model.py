@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="AttnRes kernel backend (auto: Triton on CUDA, the fused C++ kernel on CPU)")
     parser.add_argument("--two-phase", choices=("auto", "on", "off"), default="auto",
                         help="no-grad schedule of block mode: auto (on with Triton), or force it on / off")
+    parser.add_argument("--allocator", choices=("system", "retain"), default="system",
+                        help="CPU memory for the timed runs: the system allocator as it is (glibc hands big freed "
+                             "blocks back and faults fresh pages in on the next use, a large and layout-dependent "
+                             "share of CPU time, counted in minor_faults), or retain: glibc told to keep freed memory, "
+                             "as a caching allocator (jemalloc, tcmalloc) would")
     parser.add_argument("--skip-memory", action="store_true",
                         help="time only: skip the peak-memory runs (a fresh process per mode and phase on CPU)")
     parser.add_argument("--output", default="bench_model.json", help="JSON results file (written atomically)")
