@@ -11,8 +11,9 @@ Phases, each timed for every mode in the same run (the overhead ratios compare t
 Timing: all modes' models live in one process and are run round by round (standard, block, full, standard, ...), so a
 busy machine slows them alike; the median over rounds is reported, with the paired ratio (median of per-round
 ratios) and each run's minor page faults (on CPU, fresh pages from the allocator cost CPU time too: --allocator).
-Peak memory: on CUDA `torch.cuda.max_memory_allocated` above the loaded model; on CPU each run in a fresh process, its resident-set growth
-above the loaded model, sampled every 0.5 ms (Linux /proc; includes allocator slack: compare modes, not bytes).
+Peak memory: on CUDA `torch.cuda.max_memory_allocated` above the loaded model; on CPU each run in a fresh process,
+its resident-set growth above the loaded model, sampled every 0.5 ms (Linux /proc; includes allocator slack: compare
+modes, not bytes).
 Defaults: a small CPU config (hidden 256, 6 layers, block size 2); on GPU pass a larger one (--hidden, --layers, ...).
 
     python3 scripts/bench_model.py                            # CPU defaults, writes bench_model.json
