@@ -82,21 +82,22 @@ def test_unknown_mlp_is_named(capsys):
 
 def test_retain_allocator_reuses_freed_pages_where_the_system_one_faults_them_in_again():
     """`--allocator retain` (glibc mallopt): a 64 MiB tensor freed and made again reuses the pages already mapped; with
-    glibc's defaults each one is a fresh mmap, its 16k pages faulted in anew. In a child: mallopt is process-wide."""
+    glibc's defaults each one is a fresh mmap, its 16k pages faulted in anew. In a child: mallopt is process-wide. The
+    fewest faults of one of eight tensors is compared: the heap may still grow once after the first ones."""
     import subprocess
     import sys
 
     probe = ("import sys, torch\n"
              "from attnres.bench.model import minor_faults, retain_freed_memory\n"
              "if sys.argv[1] == 'retain': retain_freed_memory()\n"
-             "for _ in range(2): torch.ones(2**24)\n"  # the first two map their pages in either case
-             "start = minor_faults()\n"
-             "for _ in range(5): torch.ones(2**24)\n"
-             "print(minor_faults() - start)\n")
-    faults = {mode: int(subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, check=True,
+             "counts = []\n"
+             "for _ in range(8):\n"
+             "    start = minor_faults(); torch.ones(2**24); counts.append(minor_faults() - start)\n"
+             "print(min(counts))\n")
+    fewest = {mode: int(subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, check=True,
                                        timeout=120).stdout) for mode in ("system", "retain")}
-    assert faults["system"] > 5 * 2**24 * 4 // 4096 // 2, faults  # about 5 x 16384: every tensor faulted in anew
-    assert faults["retain"] < faults["system"] // 20, faults
+    assert fewest["system"] >= 2**24 * 4 // 4096, fewest  # every tensor's 16384 pages faulted in anew
+    assert fewest["retain"] < 100, fewest
 
 
 def test_overheads_give_the_page_fault_ratio():
