@@ -174,6 +174,14 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def glibc():
+    """The C library when it is glibc (malloc_trim, mallopt), else None."""
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
 # glibc mallopt parameters (malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 
@@ -184,10 +192,9 @@ def retain_freed_memory() -> None:
     what a caching allocator (jemalloc, tcmalloc, PyTorch's own on CUDA) gives; with glibc's defaults an fp32 prefill
     at hidden 512 faults in ~200 MB per forward, ~20% of its CPU time, and how much depends on the heap's layout, so
     it moves between modes and runs."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        raise SystemExit("--allocator retain: needs glibc (libc.so.6); run with the system allocator") from None
+    libc = glibc()
+    if libc is None:
+        raise SystemExit("--allocator retain: needs glibc (libc.so.6); run with the system allocator")
     if not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)):
         raise SystemExit("--allocator retain: glibc refused mallopt; run with the system allocator")
 
@@ -212,10 +219,8 @@ def rss_growth_during(fn) -> int:
     Freed heap is first handed back to the system (glibc `malloc_trim`), so the baseline is the live data only.
     """
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:  # not glibc: the baseline may include free heap, growth is then underestimated
-        pass
+    if glibc() is not None:  # not glibc: the baseline may include free heap, growth is then underestimated
+        glibc().malloc_trim(0)
     page = os.sysconf("SC_PAGE_SIZE")
 
     def rss():

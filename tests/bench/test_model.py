@@ -108,3 +108,24 @@ def test_overheads_give_the_page_fault_ratio():
                     cpu_rounds=[1.0], peak_mem_mib=None, minor_faults=faults)
 
     assert overheads([row("standard", 400), row("block", 500)])["prefill"]["block"]["minor_faults_ratio"] == 1.25
+
+
+def test_unknown_allocator_is_named(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--device", "cpu", "--allocator", "jemalloc"])
+    assert "--allocator: invalid choice: 'jemalloc'" in capsys.readouterr().err
+
+
+def test_retain_without_glibc_says_so_before_any_work_and_writes_nothing(tmp_path, monkeypatch):
+    """On a C library that is not glibc, `--allocator retain` ends with one line naming the flag, before a model is
+    built, and no results file is written."""
+    import attnres.bench.model as bench
+
+    monkeypatch.setattr(bench, "glibc", lambda: None)
+    monkeypatch.setattr(bench, "build_model", lambda *a: pytest.fail("a model was built"))
+    output = tmp_path / "bench.json"
+    args = parse_args(["--device", "cpu", "--allocator", "retain", "--phases", "prefill", "--skip-memory",
+                       "--output", str(output)])
+    with pytest.raises(SystemExit, match="--allocator retain: needs glibc"):
+        bench.bench_model(args)
+    assert not output.exists() and list(tmp_path.iterdir()) == []

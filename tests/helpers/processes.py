@@ -30,10 +30,15 @@ def start_paused_writer(argv, marker: str = PAUSE_ENV, occurrence: int = 1) -> s
     rename whose pause line contains `marker`, and before no other."""
     env = dict(os.environ, **{PAUSE_ENV: "120"}, PYTHONPATH=f"{PAUSE_FILTER}{os.pathsep}{REPO}", OMP_NUM_THREADS="1",
                ATTNRES_TEST_PAUSE_AT=marker, ATTNRES_TEST_PAUSE_OCCURRENCE=str(occurrence))
-    # SIGINT at its default in the child: a suite started in the background (`cmd &` without job control) ignores it,
-    # and an ignored SIGINT is inherited, which would make the signal tests test nothing
     return subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, cwd=REPO,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=sigint_at_default)
+
+
+def sigint_at_default() -> None:
+    """A child's `preexec_fn`: SIGINT at its default, as in a terminal. A suite started in the background (`cmd &`
+    without job control) ignores it, and an ignored SIGINT is inherited, which would make the signal tests test
+    nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_pause(process: subprocess.Popen, marker: str = PAUSE_ENV) -> str:

@@ -142,16 +142,14 @@ def test_signal_stops_both_train_runs(tmp_path, sig):
     import time
 
     from attnres.training.state import latest_checkpoint
+    from tests.helpers.processes import sigint_at_default
     from tests.helpers.train_fixtures import REPO
 
     out = tmp_path / "out"
     argv = small_job(tmp_path, steps=2000, eval_every=3, no_tasks=True)
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    # SIGINT at its default in the child, as in a terminal: a suite started in the background (`cmd &` without job
-    # control) ignores it, and the child would inherit that
     job = subprocess.Popen([sys.executable, "-m", "attnres.cli.main_job", *argv], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, env=env, cwd=tmp_path,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                           stderr=subprocess.PIPE, env=env, cwd=tmp_path, preexec_fn=sigint_at_default)
     try:
         deadline = time.time() + 600
         while not all(latest_checkpoint(out / mode / "checkpoints") for mode in ("standard", "block")):
