@@ -5,6 +5,7 @@ Pure functions of plain numbers, so each is tested on synthetic data with a know
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 
@@ -56,8 +57,10 @@ class PowerLaw:
         return self.a * compute**self.b
 
     def compute_for(self, loss: float) -> float:
-        """The compute at which this law reaches `loss`."""
-        return (loss / self.a) ** (1 / self.b)
+        """The compute at which this law reaches `loss`; inf past float range (a nearly flat law, b ~ 0, reaches a
+        lower loss only at astronomical compute)."""
+        exponent = math.log(loss / self.a) / self.b
+        return math.exp(exponent) if exponent < math.log(sys.float_info.max) else math.inf
 
 
 def fit_power_law(compute, loss) -> PowerLaw:

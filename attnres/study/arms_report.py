@@ -202,11 +202,21 @@ def scaling_section(grid: Grid, records: dict, best: dict) -> tuple[str, dict]:
         middle = math.exp(sum(math.log(c) for c in compute_of.values()) / len(compute_of))
         m, low, high = bootstrap_multiplier({h: base[h][0] for h in common}, {h: sizes[h][0] for h in common},
                                             compute_of, middle)
-        shown = "undefined (the baseline's fit does not decrease with compute)" if math.isnan(m) else f"{m:.3f}x"
-        text += (f"\nCompute multiplier, {arm} vs standard at C = {middle:.2e} (geometric middle): **{shown}**, "
-                 f"90% bootstrap interval [{low:.3f}, {high:.3f}] (seeds resampled per size, 2000 draws; the "
+        text += (f"\nCompute multiplier, {arm} vs standard at C = {middle:.2e} (geometric middle): "
+                 f"{multiplier_text(m, low, high, fits['standard'][0])} (seeds resampled per size, 2000 draws; the "
                  "paper: 1.25x for Block).\n")
     return text, fits
+
+
+def multiplier_text(point: float, low: float, high: float, baseline) -> str:
+    """The multiplier and its interval, or why none can be read: when the baseline's loss does not fall with compute
+    (its exponent b >= 0 in the fit or in some resamples), no amount of compute makes it match and the point estimate
+    (however many digits) means nothing."""
+    if math.isnan(point) or not math.isfinite(high):
+        return (f"**not measurable here**: the baseline's fit L ~ C^{baseline.b:.4f} does not fall measurably with "
+                f"compute, so no compute makes it match (point estimate {point:.3g}x, 90% bootstrap interval "
+                f"[{low:.3g}, {high:.3g}])")
+    return f"**{point:.3f}x**, 90% bootstrap interval [{low:.3f}, {high:.3f}]"
 
 
 def lr_plot(grid: Grid, records: dict, best: dict, out: Path) -> Path:

@@ -61,6 +61,8 @@ def test_compute_multiplier_known_answers():
     # a worse model needs less baseline compute; a flat baseline can never match
     assert compute_multiplier(baseline, PowerLaw(2.1, -0.05), 1e17) < 1
     assert math.isnan(compute_multiplier(PowerLaw(2.0, 0.01), better, 1e17))
+    # a nearly flat baseline reaches a far lower loss only past float range: inf, not an OverflowError
+    assert compute_multiplier(PowerLaw(4.93, -1e-4), PowerLaw(4.0, -0.01), 1e12) == math.inf
 
 
 @pytest.mark.parametrize("compute,loss,message", [

@@ -11,7 +11,8 @@ import torch
 
 from attnres.modeling_attnres import KimiLinearAttnResForCausalLM
 from attnres.study import runner as study_runner
-from attnres.study.analysis import bootstrap_multiplier
+from attnres.study.analysis import bootstrap_multiplier, fit_power_law
+from attnres.study.arms_report import multiplier_text
 from attnres.study.grid import best_lrs, grid_from_dict, load_grid, model_config
 from attnres.study.report import write_report
 from attnres.study.runner import RESULT_FILE, run_grid, run_spec, train_command
@@ -248,6 +249,23 @@ def test_bootstrap_interval_of_the_compute_multiplier():
     exact = {h: [3.0 * (1.5 * c) ** -0.05] * 2 for h, c in compute.items()}
     point, low, high = bootstrap_multiplier(exact_base, exact, compute, 4e12, samples=100)
     assert low == pytest.approx(high) == pytest.approx(point) == pytest.approx(1.5)
+
+
+def test_a_baseline_that_does_not_scale_gives_no_multiplier():
+    # the CPU grid's case: the baseline's loss is flat in compute (noise around 4.93), AttnRes falls with it. The
+    # point estimate is a huge number that means nothing; the report says why no multiplier can be read.
+    compute = {h: 1e12 * h**2 for h in (1, 2, 3, 4)}
+    flat = {h: [4.93 + e, 4.93 - e] for h, e in zip(compute, (0.03, 0.02, 0.04, 0.01))}
+    falling = {h: [5.0 * c ** -0.02 + e for e in (-0.01, 0.01)] for h, c in compute.items()}
+    point, low, high = bootstrap_multiplier(flat, falling, compute, 4e12, samples=200)
+    baseline = fit_power_law(list(compute.values()), [sum(v) / 2 for v in flat.values()])
+    text = multiplier_text(point, low, high, baseline)
+    assert high == math.inf and text.startswith("**not measurable here**") and f"C^{baseline.b:.4f}" in text
+    # a baseline that scales keeps the number and its interval
+    scaling = {h: [3.0 * c ** -0.05 + e for e in (-0.002, 0.002)] for h, c in compute.items()}
+    point, low, high = bootstrap_multiplier(scaling, falling, compute, 4e12, samples=200)
+    assert math.isfinite(high) and multiplier_text(point, low, high, baseline) == (
+        f"**{point:.3f}x**, 90% bootstrap interval [{low:.3f}, {high:.3f}]")
 
 
 def test_shipped_lr_grids_load():
