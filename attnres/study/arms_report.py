@@ -213,9 +213,10 @@ def multiplier_text(point: float, low: float, high: float, baseline) -> str:
     (its exponent b >= 0 in the fit or in some resamples), no amount of compute makes it match and the point estimate
     (however many digits) means nothing."""
     if math.isnan(point) or not math.isfinite(high):
+        detail = ("its loss rises with compute" if math.isnan(point) else
+                  f"point estimate {point:.3g}x, 90% bootstrap interval [{low:.3g}, {high:.3g}]")
         return (f"**not measurable here**: the baseline's fit L ~ C^{baseline.b:.4f} does not fall measurably with "
-                f"compute, so no compute makes it match (point estimate {point:.3g}x, 90% bootstrap interval "
-                f"[{low:.3g}, {high:.3g}])")
+                f"compute, so no compute makes it match ({detail})")
     return f"**{point:.3f}x**, 90% bootstrap interval [{low:.3f}, {high:.3f}]"
 
 
