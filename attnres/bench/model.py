@@ -219,8 +219,9 @@ def rss_growth_during(fn) -> int:
     Freed heap is first handed back to the system (glibc `malloc_trim`), so the baseline is the live data only.
     """
     gc.collect()
-    if glibc() is not None:  # not glibc: the baseline may include free heap, growth is then underestimated
-        glibc().malloc_trim(0)
+    libc = glibc()
+    if libc is not None:  # not glibc: the baseline may include free heap, growth is then underestimated
+        libc.malloc_trim(0)
     page = os.sysconf("SC_PAGE_SIZE")
 
     def rss():
