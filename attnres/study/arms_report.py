@@ -227,16 +227,23 @@ def lr_plot(grid: Grid, records: dict, best: dict, out: Path) -> Path:
 
     g = grid.groups["lr_sweep"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for arm in g["arms"]:
+    # the default cycle has 10 colours: past that, arms would share one. tab20's dark shades first (the default's
+    # colours), then its light ones
+    tab20 = plt.get_cmap("tab20").colors
+    colors = tab20[0::2] + tab20[1::2]
+    for i, arm in enumerate(g["arms"]):
         points = [(lr, mean_std(arm_losses(grid, records, arm, lr, seeds=g["seeds"]).values())) for lr in g["lrs"]]
         points = [(lr, s.mean) for lr, s in points if s.n]
         if not points:
             continue
         style = "-" if arm in ("standard", "block", "full") else ":"
-        line = ax.plot(*zip(*points), style, marker="o", label=arm, linewidth=2 if style == "-" else 1)[0]
+        line = ax.plot(*zip(*points), style, marker="o", label=arm, linewidth=2 if style == "-" else 1,
+                       color=colors[i % len(colors)])[0]
         if arm in best:
             ax.plot([best[arm]], [dict(points)[best[arm]]], "*", color=line.get_color(), markersize=12)
     ax.set_xscale("log")
+    ax.set_xticks(g["lrs"], [f"{lr:g}" for lr in g["lrs"]])  # the swept LRs, not log-axis minor labels that overlap
+    ax.minorticks_off()
     ax.set(xlabel="peak learning rate", ylabel="final validation loss",
            title="learning-rate sweep per arm (star: the arm's best)")
     ax.legend(fontsize=6, ncol=2)
