@@ -236,11 +236,10 @@ def lr_plot(grid: Grid, records: dict, best: dict, out: Path) -> Path:
         points = [(lr, s.mean) for lr, s in points if s.n]
         if not points:
             continue
-        style = "-" if arm in ("standard", "block", "full") else ":"
-        line = ax.plot(*zip(*points), style, marker="o", label=arm, linewidth=2 if style == "-" else 1,
-                       color=colors[i % len(colors)])[0]
+        style, color = ("-" if arm in ("standard", "block", "full") else ":"), colors[i % len(colors)]
+        ax.plot(*zip(*points), style, marker="o", label=arm, linewidth=2 if style == "-" else 1, color=color)
         if arm in best:
-            ax.plot([best[arm]], [dict(points)[best[arm]]], "*", color=line.get_color(), markersize=12)
+            ax.plot([best[arm]], [dict(points)[best[arm]]], "*", color=color, markersize=12)
     ax.set_xscale("log")
     ax.set_xticks(g["lrs"], [f"{lr:g}" for lr in g["lrs"]])  # the swept LRs, not log-axis minor labels that overlap
     ax.minorticks_off()
