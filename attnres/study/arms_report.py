@@ -220,32 +220,47 @@ def multiplier_text(point: float, low: float, high: float, baseline) -> str:
     return f"**{point:.3f}x**, 90% bootstrap interval [{low:.3f}, {high:.3f}]"
 
 
+def lr_panels(grid: Grid) -> list[tuple[str, list[str]]]:
+    """The LR figure's panels: the residuals and block sizes, then Full's variants beside Full (a panel of twenty
+    curves cannot be read). Full is in both: it is what its variants are read against."""
+    arms = grid.groups["lr_sweep"]["arms"]
+    variants = [a for a in arms if grid.arms[a]["mode"] == "full" and a != "full"]
+    rest = [a for a in arms if a not in variants]
+    if not variants:
+        return [("every arm", rest)]
+    return [("residuals and block sizes", rest), ("Full AttnRes's variants", ["full", *variants] if "full" in arms
+                                                  else variants)]
+
+
 def lr_plot(grid: Grid, records: dict, best: dict, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     from .plots import _save
 
     g = grid.groups["lr_sweep"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    panels = lr_panels(grid)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.5), sharey=True, squeeze=False)
     # the default cycle has 10 colours: past that, arms would share one. tab20's dark shades first (the default's
-    # colours), then its light ones
+    # colours), then its light ones; an arm keeps its colour in every panel
     tab20 = plt.get_cmap("tab20").colors
-    colors = tab20[0::2] + tab20[1::2]
-    for i, arm in enumerate(g["arms"]):
-        points = [(lr, mean_std(arm_losses(grid, records, arm, lr, seeds=g["seeds"]).values())) for lr in g["lrs"]]
-        points = [(lr, s.mean) for lr, s in points if s.n]
-        if not points:
-            continue
-        style, color = ("-" if arm in ("standard", "block", "full") else ":"), colors[i % len(colors)]
-        ax.plot(*zip(*points), style, marker="o", label=arm, linewidth=2 if style == "-" else 1, color=color)
-        if arm in best:
-            ax.plot([best[arm]], [dict(points)[best[arm]]], "*", color=color, markersize=12)
-    ax.set_xscale("log")
-    ax.set_xticks(g["lrs"], [f"{lr:g}" for lr in g["lrs"]])  # the swept LRs, not log-axis minor labels that overlap
-    ax.minorticks_off()
-    ax.set(xlabel="peak learning rate", ylabel="final validation loss",
-           title="learning-rate sweep per arm (star: the arm's best)")
-    ax.legend(fontsize=6, ncol=2)
+    palette = tab20[0::2] + tab20[1::2]
+    colors = {arm: palette[i % len(palette)] for i, arm in enumerate(g["arms"])}
+    for ax, (title, arms) in zip(axes[0], panels):
+        for arm in arms:
+            points = [(lr, mean_std(arm_losses(grid, records, arm, lr, seeds=g["seeds"]).values())) for lr in g["lrs"]]
+            points = [(lr, s.mean) for lr, s in points if s.n]
+            if not points:
+                continue
+            style = "-" if arm in ("standard", "block", "full") else ":"
+            ax.plot(*zip(*points), style, marker="o", label=arm, linewidth=2 if style == "-" else 1, color=colors[arm])
+            if arm in best:
+                ax.plot([best[arm]], [dict(points)[best[arm]]], "*", color=colors[arm], markersize=12)
+        ax.set_xscale("log")
+        ax.set_xticks(g["lrs"], [f"{lr:g}" for lr in g["lrs"]])  # the swept LRs, not log-axis minor labels that overlap
+        ax.minorticks_off()
+        ax.set(xlabel="peak learning rate", title=f"{title} (star: the arm's best LR)")
+        ax.legend(fontsize=6, ncol=2)
+    axes[0][0].set_ylabel("final validation loss")
     return _save(fig, out / "study_lr_sweep.png")
 
 

@@ -12,7 +12,7 @@ import torch
 from attnres.modeling_attnres import KimiLinearAttnResForCausalLM
 from attnres.study import runner as study_runner
 from attnres.study.analysis import bootstrap_multiplier, fit_power_law
-from attnres.study.arms_report import multiplier_text
+from attnres.study.arms_report import lr_panels, multiplier_text
 from attnres.study.grid import best_lrs, grid_from_dict, load_grid, model_config
 from attnres.study.report import write_report
 from attnres.study.runner import RESULT_FILE, run_grid, run_spec, train_command
@@ -109,6 +109,14 @@ def test_report_of_a_fair_comparison(out, tmp_path):
     assert "Compute multiplier, block vs standard" in text and "90% bootstrap interval" in text
     for name in ("study_lr_sweep.png", "study_scaling.png"):
         assert (tmp_path / "report" / name).stat().st_size > 0
+
+
+def test_lr_figure_puts_fulls_variants_beside_full():
+    panels = lr_panels(grid_from_dict(GRID))
+    assert panels == [("residuals and block sizes", ["standard", "block", "full", "block-S1"]),
+                      ("Full AttnRes's variants", ["full", "full-qlr", "full-static"])]
+    plain = {**GRID, "groups": {"lr_sweep": {**GRID["groups"]["lr_sweep"], "arms": ["standard", "block", "full"]}}}
+    assert lr_panels(grid_from_dict(plain)) == [("every arm", ["standard", "block", "full"])]
 
 
 SCREEN = {**GRID, "groups": {"lr_sweep": {"arms": ["standard", "full"], "lrs": [0.001, 0.002, 0.004, 0.008],
