@@ -167,10 +167,10 @@ def scaling_points(grid: Grid, records: dict, best: dict) -> dict:
     g = grid.groups["scaling"]
     points = {}
     for arm in g["arms"]:
-        lr = best.get(arm) if g["lr"] == "tuned" else g["lr"]
-        if lr is None:
-            continue
         for hidden in g["hidden"]:
+            lr = scaling_lr(g, best, arm, hidden)
+            if lr is None:
+                continue
             runs = [records[k.id] for k in (grid.arm_key(arm, lr, s, hidden=hidden) for s in g["seeds"])
                     if k.id in records]
             if runs:
@@ -179,18 +179,26 @@ def scaling_points(grid: Grid, records: dict, best: dict) -> dict:
     return points
 
 
+def scaling_lr(g: dict, best: dict, arm: str, hidden: int) -> float | None:
+    """The LR of one arm at one size in the scaling group: its own size's best (swept), the main size's (tuned), or
+    the group's number; None while a sweep has not found it."""
+    return {"swept": best.get((arm, hidden)), "tuned": best.get(arm)}.get(g["lr"], g["lr"])
+
+
 def scaling_section(grid: Grid, records: dict, best: dict) -> tuple[str, dict]:
     points = scaling_points(grid, records, best)
-    rows, fits = [], {}
+    rows, fits, lr = [], {}, grid.groups["scaling"]["lr"]
     for arm, sizes in points.items():
         fit = fit_power_law([p[1] for p in sizes.values()], [sum(p[0]) / len(p[0]) for p in sizes.values()]) \
             if len(sizes) >= 2 else None
         fits[arm] = (fit, [(p[1], sum(p[0]) / len(p[0]), p[2]) for p in sizes.values()])
-        cells = ", ".join(f"h{h} ({p[2] / 1e6:.2f}M): {mean_std(p[0])}" for h, p in sizes.items())
+        lrs = {h: f", lr {scaling_lr(grid.groups['scaling'], best, arm, h):g}" if lr == "swept" else "" for h in sizes}
+        cells = ", ".join(f"h{h} ({p[2] / 1e6:.2f}M{lrs[h]}): {mean_std(p[0])}" for h, p in sizes.items())
         rows.append([arm, cells, f"L = {fit.a:.4g} * C^{fit.b:.4f}" if fit else "(needs two sizes)"])
-    lr = grid.groups["scaling"]["lr"]
-    lr_rule = ("each arm at its best LR of the sweep at the main size (LR transfer across width is assumed, "
-               "the same for every arm)") if lr == "tuned" else f"lr {lr}"
+    lr_rule = {"tuned": "each arm at its best LR of the sweep at the main size (LR transfer across width is assumed, "
+                        "the same for every arm)",
+               "swept": "each arm at its own best LR at each size (swept at the first seed; a size whose sweep has "
+                        "not found it yet is left out)"}.get(lr, f"lr {lr}")
     text = (f"### Scaling fit (L = a * C^b, C = 6 N D; {lr_rule})\n\n"
             + table(["arm", "size: val loss over seeds", "fit"], rows))
     base = points.get("standard", {})
@@ -264,6 +272,34 @@ def lr_plot(grid: Grid, records: dict, best: dict, out: Path) -> Path:
     return _save(fig, out / "study_lr_sweep.png")
 
 
+def scaling_lr_plot(grid: Grid, records: dict, best: dict, out: Path) -> Path:
+    """A swept scaling group's LR curves: one panel per arm, one curve per size (first seed), a star at each size's
+    best, so a reader sees whether the best LR moves with width."""
+    import matplotlib.pyplot as plt
+
+    from .plots import _save
+
+    g = grid.groups["scaling"]
+    fig, axes = plt.subplots(1, len(g["arms"]), figsize=(5 * len(g["arms"]), 4), sharey=True, squeeze=False)
+    for ax, arm in zip(axes[0], g["arms"]):
+        for hidden in g["hidden"]:
+            ids = {lr: grid.arm_key(arm, lr, g["seeds"][0], hidden=hidden).id for lr in g["lrs"]}
+            points = [(lr, records[i]["val_loss"]) for lr, i in ids.items() if i in records]
+            if not points:
+                continue
+            line, = ax.plot(*zip(*points), marker="o", label=f"hidden {hidden}")
+            if (arm, hidden) in best:
+                ax.plot([best[(arm, hidden)]], [dict(points)[best[(arm, hidden)]]], "*", markersize=12,
+                        color=line.get_color())
+        ax.set_xscale("log")
+        ax.set_xticks(g["lrs"], [f"{lr:g}" for lr in g["lrs"]])
+        ax.minorticks_off()
+        ax.set(xlabel="peak learning rate", title=f"{arm} (star: each size's best LR)")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel(f"final validation loss (seed {g['seeds'][0]})")
+    return _save(fig, out / "study_scaling_lr.png")
+
+
 def heatmap_plot(grid: Grid, best: dict, runs_dir: Path, out: Path) -> Path | None:
     """Figure 5's view (output RMS, gradient norm per layer, depth-weight heatmaps) of standard, block and full at their
     best LR, seed 0, from the diagnostics of each run's last step."""
@@ -291,6 +327,8 @@ def arms_report(grid: Grid, records: dict, runs_dir: Path, out: Path) -> tuple[l
         text, fits = scaling_section(grid, records, best)
         parts.append(text)
         images.append(scaling_plot(fits, out))
+        if grid.groups["scaling"]["lr"] == "swept":
+            images.append(scaling_lr_plot(grid, records, best, out))
     figure = heatmap_plot(grid, best, runs_dir, out)
     images += [figure] if figure else []
     return [p for p in parts if p], images

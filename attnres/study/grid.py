@@ -15,6 +15,8 @@ Groups (each optional) and the axes they vary; everything else comes from "model
     block_size  block_sizes x seeds (block mode)      the paper's block-size sweep (at train.lr)
     scaling     modes x hidden x seeds                the scaling fit (at least three sizes; at train.lr)
                 or arms x hidden x seeds with "lr"    ... each arm at a number or "tuned" (its best sweep LR)
+                or ... "lr": "swept" with "lrs"       ... each arm swept over lrs at every size (first seed), the
+                                                      other seeds at that size's best: the best LR moves with width
     lr_sweep    arms x lrs x seeds                    every arm at every learning rate
     tuned       arms x seeds                          every arm at its own best learning rate of lr_sweep
     screen      arms x seeds at "lr_of"'s best LR     a cheaper first look: each change at one reference arm's best
@@ -26,11 +28,13 @@ Arms (the unit of a fair comparison: each is tuned on its own): "standard", "blo
 are built in; the grid's "arms" object adds named ones, each {"mode", "block_size" (block mode), "ablation",
 "config" (initialization fields of the model config), "train" (res_proj_lr_scale, res_proj_weight_decay,
 warmup_steps)}. Runs that wait for a sweep (tuned, scaling at "tuned") exist once every run of their arm's sweep has
-finished: `Grid.runs(best_lrs)` lists them for the best learning rates known so far.
+finished: `Grid.runs(best_lrs)` lists them for the best learning rates known so far. A swept scaling group's
+best LRs are keyed (arm, hidden) in the same dict.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -53,6 +57,7 @@ GROUPS = {
     "screen": ("arms", "seeds", "lr_of"),
 }
 SCALING_ARMS = ("arms", "hidden", "seeds", "lr")  # the scaling group's other form: arms, each at its own LR
+SCALING_SWEPT = (*SCALING_ARMS, "lrs")  # ... with "lr": "swept": each arm's LR found anew at every size
 # What an arm may change besides the residual: model initialization (never the architecture K3 reads) and training
 ARM_CONFIG_FIELDS = ("attn_res_query_init_std", "attn_res_key_norm_init")
 ARM_TRAIN_FIELDS = ("res_proj_lr_scale", "res_proj_weight_decay", "warmup_steps")
@@ -132,14 +137,26 @@ class Grid:
         return RunKey(a["mode"], a["block_size"], self.model["layers"], hidden or self.model["hidden"], seed,
                       a["ablation"], arm, float(lr))
 
+    def sweep_runs(self) -> list[RunKey]:
+        """The runs that decide a best learning rate: lr_sweep's, and a swept scaling group's first seed."""
+        keys = self.runs("lr_sweep") if "lr_sweep" in self.groups else []
+        if self.groups.get("scaling", {}).get("lr") == "swept":
+            keys += self._scaling_sweep({**self.groups["scaling"], "seeds": self.groups["scaling"]["seeds"][:1]}, {})
+        return keys
+
     def waiting(self, best_lrs: dict) -> list[str]:
         """The arms whose tuned runs wait for their sweep to finish."""
         wanted = set(self.groups.get("tuned", {}).get("arms", []))
         if "screen" in self.groups:
             wanted.add(self.groups["screen"]["lr_of"])
-        if self.groups.get("scaling", {}).get("lr") == "tuned":
-            wanted |= set(self.groups["scaling"]["arms"])
-        return sorted(wanted - set(best_lrs))
+        scaling = self.groups.get("scaling", {})
+        if scaling.get("lr") == "tuned":
+            wanted |= set(scaling["arms"])
+        wanted = sorted(wanted - set(best_lrs))
+        if scaling.get("lr") == "swept" and len(scaling["seeds"]) > 1:
+            wanted += [f"{a} (hidden {h})" for h in scaling["hidden"] for a in scaling["arms"]
+                       if (a, h) not in best_lrs]
+        return wanted
 
     def _expand(self, name: str, best_lrs: dict) -> list[RunKey]:
         g = self.groups[name]
@@ -150,6 +167,8 @@ class Grid:
         if name == "screen":
             lr = best_lrs.get(g["lr_of"])
             return [] if lr is None else [self.arm_key(a, lr, s) for s in g["seeds"] for a in g["arms"]]
+        if name == "scaling" and g.get("lr") == "swept":
+            return self._scaling_sweep(g, best_lrs)
         if name == "scaling" and "arms" in g:
             lrs = {a: (best_lrs.get(a) if g["lr"] == "tuned" else g["lr"]) for a in g["arms"]}
             return [self.arm_key(a, lrs[a], s, hidden=h) for s in g["seeds"] for h in g["hidden"] for a in g["arms"]
@@ -161,6 +180,19 @@ class Grid:
         if name == "block_size":
             return [self.key("block", s, block_size=b) for s in g["seeds"] for b in g["block_sizes"]]
         return [self.key(m, s, hidden=h) for s in g["seeds"] for h in g["hidden"] for m in g["modes"]]
+
+    def _scaling_sweep(self, g: dict, best_lrs: dict) -> list[RunKey]:
+        """Each size's sweep (first seed), then the other seeds at the best LR found for that (arm, size). Within a
+        size an arm's LRs go nearest first to its best at the main size (or at the last size found), so that a study
+        cut short holds each size's bracket before the sweep's far ends."""
+        keys, first, rest = [], g["seeds"][0], g["seeds"][1:]
+        for hidden in g["hidden"]:
+            for arm in g["arms"]:
+                centre = best_lrs.get((arm, hidden)) or best_lrs.get(arm)
+                lrs = sorted(g["lrs"], key=lambda lr: abs(math.log(lr / centre))) if centre else g["lrs"]
+                keys += [self.arm_key(arm, lr, first, hidden=hidden) for lr in lrs]
+        return keys + [self.arm_key(a, best_lrs[(a, h)], s, hidden=h) for s in rest for h in g["hidden"]
+                       for a in g["arms"] if (a, h) in best_lrs]
 
 
 def load_grid(path: Path) -> Grid:
@@ -278,17 +310,21 @@ def _positive(value, field: str, fail) -> None:
 def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
     if name not in GROUPS:
         fail(f"unknown group {name!r} (known: {', '.join(GROUPS)})")
-    axes = SCALING_ARMS if name == "scaling" and isinstance(group, dict) and "arms" in group else GROUPS[name]
+    axes = GROUPS[name]
+    if name == "scaling" and isinstance(group, dict) and "arms" in group:
+        axes = SCALING_SWEPT if group.get("lr") == "swept" else SCALING_ARMS
     if not isinstance(group, dict) or set(group) != set(axes):
         fail(f"groups.{name} needs exactly the fields {list(axes)}"
-             + (f" (or {list(SCALING_ARMS)})" if name == "scaling" else ""))
+             + (f" (or {list(SCALING_ARMS)}, or {list(SCALING_SWEPT)} with lr 'swept')" if name == "scaling" else ""))
     for axis in axes:
         if axis == "lr_of":
             continue  # checked against groups.lr_sweep once every group is read
         if axis == "lr":
-            if group["lr"] != "tuned" and (isinstance(group["lr"], bool) or not isinstance(group["lr"], (int, float))
-                                           or not group["lr"] > 0):
-                fail(f"groups.{name}.lr must be 'tuned' (each arm's best sweep LR) or a number > 0")
+            if group["lr"] not in ("tuned", "swept") and (isinstance(group["lr"], bool)
+                                                         or not isinstance(group["lr"], (int, float))
+                                                         or not group["lr"] > 0):
+                fail(f"groups.{name}.lr must be 'tuned' (each arm's best sweep LR), 'swept' (each arm swept over "
+                     "lrs at every size) or a number > 0")
             continue
         values = group[axis]
         if axis == "base":
@@ -315,8 +351,8 @@ def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
                     fail(f"groups.{name}.hidden: {value} is not a multiple of 2 * model.heads ({model['heads']})")
     if name == "scaling" and len(group["hidden"]) < 3:
         fail(f"groups.scaling.hidden needs at least three model sizes for the fit, got {group['hidden']}")
-    if name == "lr_sweep" and len(group["lrs"]) < 2:
-        fail(f"groups.lr_sweep.lrs needs at least two learning rates to pick a best one, got {group['lrs']}")
+    if "lrs" in group and len(group["lrs"]) < 2:
+        fail(f"groups.{name}.lrs needs at least two learning rates to pick a best one, got {group['lrs']}")
 
 
 def model_config(grid: Grid, key: RunKey, vocab_size: int):
@@ -347,20 +383,31 @@ def best_lrs(grid: Grid, records: dict) -> dict:
     the arms whose sweep has found it: every sweep run has a record in `records` ({run id: record}), or the best
     finished LR is bracketed, its two neighbours in the sweep finished and worse (an LR curve has one minimum: the
     points beyond a worse neighbour cannot win, so the arm's tuned and screen runs need not wait for them; they still
-    run, and should one win after all, the best moves and its runs are listed anew)."""
-    g = grid.groups.get("lr_sweep")
-    if g is None:
-        return {}
+    run, and should one win after all, the best moves and its runs are listed anew). A swept scaling group adds
+    {(arm, hidden): lr} by the same rule, from each size's first seed."""
     best = {}
-    lrs = g["lrs"]
-    for arm in g["arms"]:
-        runs = {lr: [records.get(grid.arm_key(arm, lr, s).id) for s in g["seeds"]] for lr in lrs}
-        mean = {lr: sum(r["val_loss"] for r in rs) / len(rs) for lr, rs in runs.items() if all(rs)}
-        if not mean:
-            continue
-        top = min(mean, key=mean.get)
-        i = lrs.index(top)
-        bracketed = 0 < i < len(lrs) - 1 and all(lrs[j] in mean and mean[lrs[j]] > mean[top] for j in (i - 1, i + 1))
-        if len(mean) == len(lrs) or bracketed:
-            best[arm] = top
+    g = grid.groups.get("lr_sweep")
+    for arm in g["arms"] if g else []:
+        runs = {lr: [records.get(grid.arm_key(arm, lr, s).id) for s in g["seeds"]] for lr in g["lrs"]}
+        _keep_best(best, arm, g["lrs"], runs)
+    scaling = grid.groups.get("scaling", {})
+    if scaling.get("lr") == "swept":  # the same rule at every size, on the size's first seed
+        for hidden in scaling["hidden"]:
+            for arm in scaling["arms"]:
+                runs = {lr: [records.get(grid.arm_key(arm, lr, scaling["seeds"][0], hidden=hidden).id)]
+                        for lr in scaling["lrs"]}
+                _keep_best(best, (arm, hidden), scaling["lrs"], runs)
     return best
+
+
+def _keep_best(best: dict, name, lrs: list, runs: dict) -> None:
+    """best[name] = the LR of lowest mean loss over its runs ({lr: [record or None]}), once it is known: every LR
+    finished, or the best finished one bracketed by two finished, worse neighbours."""
+    mean = {lr: sum(r["val_loss"] for r in rs) / len(rs) for lr, rs in runs.items() if all(rs)}
+    if not mean:
+        return
+    top = min(mean, key=mean.get)
+    i = lrs.index(top)
+    bracketed = 0 < i < len(lrs) - 1 and all(lrs[j] in mean and mean[lrs[j]] > mean[top] for j in (i - 1, i + 1))
+    if len(mean) == len(lrs) or bracketed:
+        best[name] = top

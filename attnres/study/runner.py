@@ -143,8 +143,7 @@ def finished_records(grid: Grid, out: Path, keys) -> dict:
 def grid_runs(grid: Grid, out: Path) -> tuple[list[RunKey], dict]:
     """(every run known now, their finished records): the runs at a best learning rate appear once their arm's sweep
     has finished, so this is asked again after each finished run."""
-    sweep = grid.runs("lr_sweep") if "lr_sweep" in grid.groups else []
-    best = best_lrs(grid, finished_records(grid, out, sweep))
+    best = best_lrs(grid, finished_records(grid, out, grid.sweep_runs()))
     keys = grid.runs(best_lrs=best)
     return keys, finished_records(grid, out, keys)
 
@@ -217,7 +216,7 @@ def run_study(grid_file: Path, output_dir: Path | None = None, report_dir: Path 
             for key in keys:
                 print(f"{'done ' if key.id in done else 'to do'}  {key.id}  ({out / 'runs' / key.id / RESULT_FILE})")
             for arm in grid.waiting(best_lrs(grid, done)):
-                print(f"later  {arm} at its best learning rate (after its lr_sweep runs)")
+                print(f"later  {arm} at its best learning rate (after its sweep)")
             return 0
     else:
         records, errors = run_grid(grid, out, jobs=jobs, threads=threads)

@@ -45,14 +45,21 @@ def synthetic_loss(key) -> float:
     return size + OFFSET[key.arm] + 0.05 * math.log2(key.lr / BEST[key.arm]) ** 2 + 0.01 * key.seed
 
 
+def loss_whose_best_lr_falls_with_width(key) -> float:
+    """synthetic_loss with each arm's best LR at BEST * 16 / hidden (the main size is 16), as with Adam in standard
+    parametrisation: the LR tuned at one width is wrong at the others."""
+    best = BEST[key.arm] * 16 / key.hidden
+    return synthetic_loss(key) + 0.05 * (math.log2(key.lr / best) ** 2 - math.log2(key.lr / BEST[key.arm]) ** 2)
+
+
 class SyntheticRunner:
-    def __init__(self):
-        self.calls = []
+    def __init__(self, loss=synthetic_loss):
+        self.calls, self.loss = [], loss
 
     def __call__(self, grid, key, out, meta, threads):
         self.calls.append(key.id)
         flops = 1e12 * (key.hidden / 8) ** 2
-        loss = synthetic_loss(key)
+        loss = self.loss(key)
         record = dict(id=key.id, spec=run_spec(grid, key), **key.to_dict(), val_loss=loss, val_curve=[[4, loss]],
                       train_loss=loss, params=int(flops / 6e3), flop_params=int(flops / 6e3), tokens=1000,
                       flops=flops, wall_s=0.1)
@@ -117,6 +124,34 @@ def test_lr_figure_puts_fulls_variants_beside_full():
                       ("Full AttnRes's variants", ["full", "full-qlr", "full-static"])]
     plain = {**GRID, "groups": {"lr_sweep": {**GRID["groups"]["lr_sweep"], "arms": ["standard", "block", "full"]}}}
     assert lr_panels(grid_from_dict(plain)) == [("every arm", ["standard", "block", "full"])]
+
+
+SWEPT = {**GRID, "groups": {**GRID["groups"], "scaling": {**GRID["groups"]["scaling"], "lr": "swept",
+                                                            "lrs": [0.001, 0.002, 0.004, 0.008]}}}
+
+
+def test_a_swept_scaling_group_finds_each_sizes_own_best_lr(out, tmp_path):
+    grid = grid_from_dict(SWEPT)
+    assert "standard (hidden 8)" in grid.waiting({})  # its seed 1 waits for the hidden-8 sweep
+    runner = SyntheticRunner(loss_whose_best_lr_falls_with_width)
+    records, errors = run_grid(grid, out, runner=runner)
+    assert not errors
+    best = best_lrs(grid, {r["id"]: r for r in records})
+    # the parabola's minimum at BEST * 16 / hidden, to the nearest swept LR in log distance (hidden 24: 2/3 of BEST)
+    assert {k: v for k, v in best.items() if isinstance(k, tuple)} == {
+        ("standard", 8): 0.004, ("standard", 16): 0.002, ("standard", 24): 0.001, ("standard", 32): 0.001,
+        ("block", 8): 0.008, ("block", 16): 0.004, ("block", 24): 0.002, ("block", 32): 0.002}
+    # seed 1 at each size's own best; the main size's sweep and seed 1 are lr_sweep's and tuned's runs, trained once
+    assert grid.arm_key("standard", 0.001, 1, hidden=32).id in runner.calls
+    assert grid.arm_key("standard", 0.002, 1, hidden=32).id not in runner.calls
+    assert len(runner.calls) == len(set(runner.calls)) == 24 + 4 * 2 + 3 * 2 * 4 + 3 * 2
+    # within a size, the sweep starts at the arm's best LR of the main size and goes outwards
+    at_8 = [i for i in runner.calls if i.startswith("standard-") and "-h8-seed0" in i]
+    assert at_8[0] == grid.arm_key("standard", 0.002, 0, hidden=8).id
+    text = write_report(grid, records, tmp_path / "report", runs_dir=out / "runs").read_text()
+    assert "each arm at its own best LR at each size" in text
+    assert "h32 (" in text and "lr 0.001): " in text.split("| standard |")[-1]
+    assert (tmp_path / "report" / "study_scaling_lr.png").stat().st_size > 0
 
 
 SCREEN = {**GRID, "groups": {"lr_sweep": {"arms": ["standard", "full"], "lrs": [0.001, 0.002, 0.004, 0.008],
@@ -232,6 +267,10 @@ def test_query_weight_decay_is_its_own_group():
                  "tuned": {"arms": ["full"], "seeds": [1]}}}, "tuned but not in groups.lr_sweep"),
     ({"groups": {"scaling": {"arms": ["standard"], "hidden": [8, 16, 24], "seeds": [0], "lr": "best"}}},
      "'tuned'"),
+    ({"groups": {"scaling": {"arms": ["standard"], "hidden": [8, 16, 24], "seeds": [0], "lr": "swept"}}},
+     r"needs exactly the fields .*'lrs'\] with lr 'swept'"),
+    ({"groups": {"scaling": {"arms": ["standard"], "hidden": [8, 16, 24], "seeds": [0], "lr": "swept",
+                             "lrs": [0.001]}}}, "groups.scaling.lrs needs at least two learning rates"),
     ({"groups": {**SCREEN["groups"], "screen": {"arms": ["full-qlr"], "seeds": [0], "lr_of": "block"}}},
      "groups.screen.lr_of: 'block' must be an arm of groups.lr_sweep"),
     ({"groups": {**SCREEN["groups"], "screen": {"arms": ["full-qlr"], "seeds": [0]}}},
