@@ -168,7 +168,7 @@ def scaling_points(grid: Grid, records: dict, best: dict) -> dict:
     points = {}
     for arm in g["arms"]:
         for hidden in g["hidden"]:
-            lr = scaling_lr(g, best, arm, hidden)
+            lr = grid.scaling_lr(arm, hidden, best)
             if lr is None:
                 continue
             runs = [records[k.id] for k in (grid.arm_key(arm, lr, s, hidden=hidden) for s in g["seeds"])
@@ -179,12 +179,6 @@ def scaling_points(grid: Grid, records: dict, best: dict) -> dict:
     return points
 
 
-def scaling_lr(g: dict, best: dict, arm: str, hidden: int) -> float | None:
-    """The LR of one arm at one size in the scaling group: its own size's best (swept), the main size's (tuned), or
-    the group's number; None while a sweep has not found it."""
-    return {"swept": best.get((arm, hidden)), "tuned": best.get(arm)}.get(g["lr"], g["lr"])
-
-
 def scaling_section(grid: Grid, records: dict, best: dict) -> tuple[str, dict]:
     points = scaling_points(grid, records, best)
     rows, fits, lr = [], {}, grid.groups["scaling"]["lr"]
@@ -192,7 +186,7 @@ def scaling_section(grid: Grid, records: dict, best: dict) -> tuple[str, dict]:
         fit = fit_power_law([p[1] for p in sizes.values()], [sum(p[0]) / len(p[0]) for p in sizes.values()]) \
             if len(sizes) >= 2 else None
         fits[arm] = (fit, [(p[1], sum(p[0]) / len(p[0]), p[2]) for p in sizes.values()])
-        lrs = {h: f", lr {scaling_lr(grid.groups['scaling'], best, arm, h):g}" if lr == "swept" else "" for h in sizes}
+        lrs = {h: f", lr {grid.scaling_lr(arm, h, best):g}" if lr == "swept" else "" for h in sizes}
         cells = ", ".join(f"h{h} ({p[2] / 1e6:.2f}M{lrs[h]}): {mean_std(p[0])}" for h, p in sizes.items())
         rows.append([arm, cells, f"L = {fit.a:.4g} * C^{fit.b:.4f}" if fit else "(needs two sizes)"])
     lr_rule = {"tuned": "each arm at its best LR of the sweep at the main size (LR transfer across width is assumed, "

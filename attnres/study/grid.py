@@ -170,9 +170,9 @@ class Grid:
         if name == "scaling" and g.get("lr") == "swept":
             return self._scaling_sweep(g, best_lrs)
         if name == "scaling" and "arms" in g:
-            lrs = {a: (best_lrs.get(a) if g["lr"] == "tuned" else g["lr"]) for a in g["arms"]}
-            return [self.arm_key(a, lrs[a], s, hidden=h) for s in g["seeds"] for h in g["hidden"] for a in g["arms"]
-                    if lrs[a] is not None]
+            lrs = {(a, h): self.scaling_lr(a, h, best_lrs) for h in g["hidden"] for a in g["arms"]}
+            return [self.arm_key(a, lrs[a, h], s, hidden=h) for s in g["seeds"] for h in g["hidden"] for a in g["arms"]
+                    if lrs[a, h] is not None]
         if name == "main":
             return [self.key(m, s) for s in g["seeds"] for m in g["modes"]]
         if name == "ablations":
@@ -181,10 +181,16 @@ class Grid:
             return [self.key("block", s, block_size=b) for s in g["seeds"] for b in g["block_sizes"]]
         return [self.key(m, s, hidden=h) for s in g["seeds"] for h in g["hidden"] for m in g["modes"]]
 
+    def scaling_lr(self, arm: str, hidden: int, best_lrs: dict) -> float | None:
+        """The LR of one arm at one size in the scaling group: its own size's best (swept), the main size's (tuned),
+        or the group's number; None while a sweep has not found it."""
+        lr = self.groups["scaling"]["lr"]
+        return {"swept": best_lrs.get((arm, hidden)), "tuned": best_lrs.get(arm)}.get(lr, lr)
+
     def _scaling_sweep(self, g: dict, best_lrs: dict) -> list[RunKey]:
         """Each size's sweep (first seed), then the other seeds at the best LR found for that (arm, size). Within a
-        size an arm's LRs go nearest first to its best at the main size (or at the last size found), so that a study
-        cut short holds each size's bracket before the sweep's far ends."""
+        size an arm's LRs go nearest first to the best found at that size, else at the main size, so that a study cut
+        short holds each size's bracket before the sweep's far ends."""
         keys, first, rest = [], g["seeds"][0], g["seeds"][1:]
         for hidden in g["hidden"]:
             for arm in g["arms"]:
