@@ -3,7 +3,8 @@ BPE), `attnres export --to k3`, llama.cpp's OWN converter (`convert_hf_to_gguf.p
 each with `llama_cpp`, compare next-token logits with ours, and greedy generation at f32.
 
 llama.cpp comes from `scripts/setup_llama_cpp.sh` (run by scripts/run_tests.sh; the build is cached). Without it this
-test FAILS: it is the check that the export is what a runtime reads, and must not pass by skipping.
+test FAILS: it is the check that the export is what a runtime reads, and must not pass by skipping. llama.cpp runs in
+a child process (tests/helpers/llama_cpp.py): an abort inside it fails one test with its assert line.
 """
 from __future__ import annotations
 
@@ -18,10 +19,9 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResForCausalLM
+from tests.helpers.llama_cpp import LlamaCppCrash, run_llama_cpp
+from tests.helpers.llama_cpp import cache_dir as llama_cpp_cache_dir
 
-VERSION = "0.3.36"
-CACHE = Path(os.environ.get("ATTNRES_LLAMA_CPP_CACHE", Path.home() / ".cache" / "attnres" / "llama-cpp")) / VERSION
-CONVERTER = CACHE / "llama.cpp" / "convert_hf_to_gguf.py"
 PROMPTS = ["the king walks over the river", "a queen sees the light of the", "stone and tree and the dark house",
            "the river runs under"]
 # max |llama.cpp - ours| / max |ours| over all positions of all prompts (measured: RESULTS.md "Serving")
@@ -29,15 +29,17 @@ REL_TOLERANCE = {"f32": 1e-2, "f16": 1e-2, "q8_0": 3e-2}
 GREEDY_TOKENS = 20
 
 
-def llama_cpp():
-    try:
-        import llama_cpp as module
-    except ImportError:
+@pytest.fixture(scope="module")
+def llama_cpp_dir() -> Path:
+    """The cached build for this machine's flags: llama_cpp must be importable and the converter present."""
+    cache = llama_cpp_cache_dir()
+    probe = subprocess.run([sys.executable, "-c", "import llama_cpp"], capture_output=True, text=True)
+    if probe.returncode != 0:
         pytest.fail(f"llama_cpp is not installed: run scripts/setup_llama_cpp.sh --install (builds llama-cpp-python "
-                    f"{VERSION} once, cached under {CACHE.parent})")
-    if not CONVERTER.is_file():
-        pytest.fail(f"{CONVERTER}: llama.cpp's converter is missing: run scripts/setup_llama_cpp.sh")
-    return module
+                    f"once, cached in {cache})")
+    if not (cache / "llama.cpp" / "convert_hf_to_gguf.py").is_file():
+        pytest.fail(f"{cache}: llama.cpp's converter is missing: run scripts/setup_llama_cpp.sh")
+    return cache
 
 
 @pytest.fixture(scope="module")
@@ -57,26 +59,26 @@ def exported(tmp_path_factory):
     return root / "k3"
 
 
-def gguf(exported: Path, outtype: str) -> Path:
+def gguf(llama_cpp_dir: Path, exported: Path, outtype: str) -> Path:
     """llama.cpp's own converter on our export, with its own gguf-py."""
+    converter = llama_cpp_dir / "llama.cpp" / "convert_hf_to_gguf.py"
     out = exported.parent / f"model-{outtype}.gguf"
     if not out.exists():
-        env = dict(os.environ, PYTHONPATH=str(CONVERTER.parent / "gguf-py"), NO_LOCAL_GGUF="")
-        command = [sys.executable, str(CONVERTER), str(exported), "--outtype", outtype, "--outfile", str(out)]
+        env = dict(os.environ, PYTHONPATH=str(converter.parent / "gguf-py"), NO_LOCAL_GGUF="")
+        command = [sys.executable, str(converter), str(exported), "--outtype", outtype, "--outfile", str(out)]
         run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, f"convert_hf_to_gguf.py --outtype {outtype} failed:\n{run.stderr[-4000:]}"
     return out
 
 
-def load(module, path: Path):
-    return module.Llama(model_path=str(path), logits_all=True, n_ctx=128, n_batch=128, n_threads=1, seed=0,
-                        verbose=False)
-
-
-def llama_logits(llm, ids: list[int]) -> np.ndarray:
-    llm.reset()
-    llm.eval(ids)
-    return np.array(llm.scores[: len(ids)], dtype=np.float64)
+def llama(llama_cpp_dir: Path, exported: Path, outtype: str, ids: list[list[int]], greedy_tokens: int = 0):
+    """llama.cpp's tokenization, logits and greedy tokens, from a child process (an abort there fails this test
+    with llama.cpp's assert line, and the suite goes on)."""
+    path = gguf(llama_cpp_dir, exported, outtype)
+    try:
+        return run_llama_cpp(path, PROMPTS[: len(ids)], ids, greedy_tokens, exported.parent / f"llama-{outtype}")
+    except LlamaCppCrash as crash:
+        pytest.fail(f"{outtype} GGUF: {crash}")
 
 
 @pytest.fixture(scope="module")
@@ -93,18 +95,17 @@ def our_logits(model, ids: list[int]) -> np.ndarray:
 
 
 @pytest.mark.parametrize("outtype", ["f32", "f16", "q8_0"])
-def test_llama_cpp_logits_match_ours(exported, ours, outtype):
-    module = llama_cpp()
+def test_llama_cpp_logits_match_ours(llama_cpp_dir, exported, ours, outtype):
     model, tokenizer = ours
-    llm = load(module, gguf(exported, outtype))
+    ids = [tokenizer(prompt)["input_ids"] for prompt in PROMPTS]
+    theirs = llama(llama_cpp_dir, exported, outtype, ids)
     abs_err, scale, agree, total = 0.0, 0.0, 0, 0
-    for prompt in PROMPTS:
-        ids = tokenizer(prompt)["input_ids"]
+    for i, prompt_ids in enumerate(ids):
         # llama.cpp recognised GPT-2's pre-tokenizer: it tokenizes exactly as the HF tokenizer does
-        assert llm.tokenize(prompt.encode(), add_bos=False, special=False) == ids
-        theirs, mine = llama_logits(llm, ids), our_logits(model, ids)
-        abs_err, scale = max(abs_err, np.abs(theirs - mine).max()), max(scale, np.abs(mine).max())
-        agree, total = agree + int((theirs.argmax(-1) == mine.argmax(-1)).sum()), total + len(ids)
+        assert theirs[f"tokens_{i}"].tolist() == prompt_ids
+        logits, mine = theirs[f"logits_{i}"], our_logits(model, prompt_ids)
+        abs_err, scale = max(abs_err, np.abs(logits - mine).max()), max(scale, np.abs(mine).max())
+        agree, total = agree + int((logits.argmax(-1) == mine.argmax(-1)).sum()), total + len(prompt_ids)
     rel = abs_err / scale
     print(f"\nllama.cpp {outtype}: max abs error {abs_err:.3e}, max rel error {rel:.3e}, top-1 {agree}/{total}")
     (exported.parent / f"errors-{outtype}.json").write_text(json.dumps(dict(abs=abs_err, rel=rel, top1=agree / total)))
@@ -113,19 +114,13 @@ def test_llama_cpp_logits_match_ours(exported, ours, outtype):
         assert agree == total
 
 
-def test_llama_cpp_greedy_generation_is_ours_at_f32(exported, ours):
-    module = llama_cpp()
+def test_llama_cpp_greedy_generation_is_ours_at_f32(llama_cpp_dir, exported, ours):
     model, tokenizer = ours
-    llm = load(module, gguf(exported, "f32"))
-    for prompt in PROMPTS[:2]:
-        ids = tokenizer(prompt)["input_ids"]
+    ids = [tokenizer(prompt)["input_ids"] for prompt in PROMPTS[:2]]
+    theirs = llama(llama_cpp_dir, exported, "f32", ids, greedy_tokens=GREEDY_TOKENS)
+    for i, prompt_ids in enumerate(ids):
         with torch.no_grad():
-            generated = model.generate(torch.tensor([ids]), max_new_tokens=GREEDY_TOKENS, min_new_tokens=GREEDY_TOKENS,
-                                       do_sample=False)[0, len(ids):].tolist()
-        llm.reset()
-        llm.eval(ids)
-        theirs = []
-        for _ in range(GREEDY_TOKENS):
-            theirs.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-            llm.eval([theirs[-1]])
-        assert theirs == generated, f"{prompt!r}: llama.cpp {theirs} != ours {generated}"
+            generated = model.generate(torch.tensor([prompt_ids]), max_new_tokens=GREEDY_TOKENS,
+                                       min_new_tokens=GREEDY_TOKENS, do_sample=False)[0, len(prompt_ids):].tolist()
+        assert theirs[f"greedy_{i}"].tolist() == generated, \
+            f"{PROMPTS[i]!r}: llama.cpp {theirs[f'greedy_{i}'].tolist()} != ours {generated}"
