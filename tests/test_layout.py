@@ -21,7 +21,7 @@ CORE = {
     "attnres.k3.moe", "attnres.k3.mxfp4",
     "attnres.kernels", "attnres.kernels.mix", "attnres.kernels.mix.naive", "attnres.kernels.mix.lean",
     "attnres.kernels.mix.cpu_fused", "attnres.kernels.mix.variants", "attnres.kernels.mix.triton",
-    "attnres.kernels.mix.kernels",
+    "attnres.kernels.mix.kernels", "attnres.kernels.mix.extension_cache",
     "attnres.kernels.two_phase", "attnres.kernels.two_phase.naive", "attnres.kernels.two_phase.lean",
     "attnres.kernels.two_phase.triton",
 }

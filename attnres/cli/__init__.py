@@ -7,6 +7,7 @@ one library call. Modules are imported only when their command runs, so `attnres
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from ..extras import MissingExtraError
@@ -26,12 +27,29 @@ def command_main(name: str, argv=None) -> int:
     module, _ = COMMANDS[name]
     if argv is not None:
         sys.argv = [f"attnres {name}", *argv]
+    problem = environment_problem(sys.argv[1:])
+    if problem:
+        print(f"attnres {name}: {problem}", file=sys.stderr)
+        return 2
     try:
         result = importlib.import_module(f"attnres.cli.{module}").main(None)
         return result if isinstance(result, int) else 0  # some commands return their results (dicts) to callers
     except MissingExtraError as error:
         print(f"attnres {name}: {error}", file=sys.stderr)
         return 2
+
+
+def environment_problem(args: list[str]) -> str | None:
+    """A setting of the environment that every model forward would refuse (ATTNRES_BACKEND), found before any work:
+    the model raises it mid-run, as a traceback, after data, outputs and the model are set up. `--help` still works."""
+    if "-h" in args or "--help" in args or "ATTNRES_BACKEND" not in os.environ:
+        return None
+    from ..configuration_attnres import ATTN_RES_BACKENDS, BACKEND_ENV_VAR  # transformers: only when it is set
+
+    backend = os.environ[BACKEND_ENV_VAR]
+    if backend in ATTN_RES_BACKENDS:
+        return None
+    return f"{BACKEND_ENV_VAR}={backend!r} is not a backend: use one of {', '.join(ATTN_RES_BACKENDS)} (or unset it)"
 
 
 def usage() -> str:

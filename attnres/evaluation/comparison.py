@@ -5,8 +5,9 @@
                      out_dir="outputs/eval", data_dir="data/packed", limit=50)
 
 The first model is the reference: every other model is compared with it, item by item. Tasks are lm-eval task names
-(ours from task_templates/, rendered into <eval_data>/tasks by eval/prepare_eval_data.py, or any lm-eval task the
-installation can load) plus "heldout": loss and bits per byte on the training corpus's validation split (`data_dir`).
+(ours from task_templates/, rendered by compare for the benchmarks eval/prepare_eval_data.py laid out in
+<eval_data>, or any lm-eval task the installation can load) plus "heldout": loss and bits per byte on the training
+corpus's validation split (`data_dir`).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .code_exec import check_settings as check_code_settings
 from .data import DEFAULT_EVAL_DATA, PREPARED_FILE, read_prepared
 from .provenance import check_model_dir, describe_model
 from .runner import HELDOUT, evaluate_task, file_stamp, is_main_process, model_stamp, run_heldout, run_lm_eval_task
-from .tasks import CODE_TASKS, TASKS, TASKS_DIR
+from .tasks import CODE_TASKS, TASKS, private_tasks, rendered_benchmarks
 
 DEFAULT_MAX_LENGTH = 2048  # KimiLinear's config reports 1,048,576 positions; lm-eval would use that as the window
 # lm-eval model options that compare's own flags set (a second value would silently win or crash the model's init)
@@ -56,10 +57,15 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
     if not tasks:
         raise CompareError("no tasks to run: prepare benchmarks (eval/prepare_eval_data.py) "
                            "or pass --data for held-out")
-    include = Path(eval_data) / TASKS_DIR
     if HELDOUT in tasks and data_dir is None:
         raise CompareError("task 'heldout' needs --data (a scripts/prepare_data.py folder)")
     prepared = read_prepared(eval_data, missing_ok=True)
+    include = None  # lm-eval reads our tasks from a rendering of the package's templates, never <eval-data>/tasks
+    if any(t != HELDOUT for t in tasks) and rendered_benchmarks(prepared):
+        try:
+            include = private_tasks(Path(eval_data), rendered_benchmarks(prepared))
+        except (OSError, ValueError) as error:
+            raise CompareError(f"--eval-data {eval_data}: cannot render its lm-eval tasks: {error}") from None
     for task in tasks:
         if task in TASKS and "rows" not in prepared.get(TASKS[task][0], {}):
             reason = prepared.get(TASKS[task][0], {}).get("error", "not prepared")
@@ -71,12 +77,12 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
     if others:
         from .runner import task_manager
 
-        known = set(task_manager(str(include) if include.is_dir() else None).all_tasks)
+        known = set(task_manager(str(include) if include else None).all_tasks)
         unknown = [t for t in others if t not in known]
         if unknown:
             raise CompareError(f"unknown task(s) {unknown}: ours are {[HELDOUT, *TASKS]}; "
                                "any lm-eval task name also works")
-    return include if include.is_dir() else None
+    return include
 
 
 def check_settings(limit, num_fewshot, max_length, batch_size) -> None:

@@ -4,9 +4,16 @@ lm-eval resolves `include:` and data files by path, so the templates name two pl
 ${lm_eval_tasks} (the installed lm-eval's own task folder, whose official YAMLs ours include) and ${data} (the
 prepared data). A template whose file name holds SUBJECT is written once per subject of its benchmark. The rendered
 folder is a plain lm-eval include path: `lm_eval --include_path data/eval/tasks --tasks attnres_mmlu` works too.
+`compare` never reads that folder: it renders its own copy (`private_tasks`), as a data folder must not bring code.
 """
 from __future__ import annotations
 
+import atexit
+import hashlib
+import os
+import re
+import shutil
+import tempfile
 from pathlib import Path
 from string import Template
 
@@ -42,9 +49,15 @@ def lm_eval_tasks_dir() -> Path:
 
 
 def subjects(benchmark: str, data_dir: Path) -> list[dict]:
-    """Substitutions of each subject of a per-subject benchmark (MMLU: the prepared subject folders)."""
+    """Substitutions of each subject of a per-subject benchmark (MMLU: the prepared subject folders). A folder name
+    goes into a YAML file's text and name, so only a plain name is a subject (a name holding a newline and a
+    `!function` line would add code of its choosing to the task)."""
     if benchmark == "mmlu":
         names = sorted(p.name for p in (data_dir / "mmlu").iterdir() if p.is_dir())
+        for name in names:
+            if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+                raise ValueError(f"{data_dir / 'mmlu' / name!r}: not an MMLU subject (letters, digits and _ only); "
+                                 "remove it or rerun prepare-eval-data")
         return [dict(subject=name) for name in names]
     if benchmark == "minerva_math":
         return [dict(subject=lm_name, dataset_name=ds) for lm_name, (ds, _) in MATH_SUBJECTS.items()]
@@ -84,3 +97,48 @@ def _render(files: list[Path], templates: Path, data_dir: Path, tmp: Path, bench
             target = tmp / str(rel).replace(SUBJECT, values.get("subject", SUBJECT))
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text.safe_substitute(common, **values))
+
+
+def rendered_benchmarks(prepared: dict) -> list[str]:
+    """The benchmarks prepare-eval-data renders tasks for: prepared now, or an earlier copy kept."""
+    return [name for name, status in prepared.items() if isinstance(status, dict) and ("rows" in status or
+                                                                                      "kept" in status)]
+
+
+_PRIVATE_ROOT: dict[int, Path] = {}  # pid -> this process's folder of rendered task folders
+
+
+def private_root() -> Path:
+    """A folder only this process writes (mkdtemp: the user's, mode 0700), removed when the process exits."""
+    root = _PRIVATE_ROOT.get(os.getpid())
+    if root is None or not root.is_dir():
+        root = _PRIVATE_ROOT[os.getpid()] = Path(tempfile.mkdtemp(prefix="attnres-tasks-"))
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+def private_tasks(data_dir: Path, benchmarks: list[str], templates: Path = TEMPLATES) -> Path:
+    """The task folder `compare` hands to lm-eval: the package's templates rendered for `data_dir` into a folder of
+    this process's own (`private_root`), never <data_dir>/tasks. lm-eval resolves `!function attnres.evaluation.bpb.f`
+    first as the file attnres/evaluation/bpb.py beside the YAML, so YAMLs inside a data folder would run a module
+    planted there (or whatever an edited YAML names); a data folder brings data only. An identical rendering reuses
+    its folder, so lm-eval's task index of it (seconds) is built once per process."""
+    files = template_files(templates)
+    data_dir = Path(data_dir).resolve()
+    root = private_root()
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=".render-"))
+    try:
+        _render(files, templates, data_dir, staging, benchmarks)
+        folder = root / _digest(staging)
+        if not folder.exists():
+            staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def _digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]

@@ -196,6 +196,11 @@ def check_deepspeed(config: dict, args, world: int) -> None:
 # --- prepare-data ------------------------------------------------------------------------------------------------
 
 
+# The largest --vocab-size a trained BPE may ask for: 4x the largest vocabularies in use (~256K). The tokenizers
+# trainer allocates for the whole vocabulary before reading a word: 10**12 aborts the interpreter (Rust OOM).
+MAX_BPE_VOCAB = 2**20
+
+
 def build_prepare_parser(description: str = "") -> argparse.ArgumentParser:
     """The prepare-data command line."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -235,8 +240,9 @@ def check_prepare_args(args) -> None:
         raise SystemExit(f"error: --seq-len must be >= 2, got {args.seq_len}")
     if not 0 < args.validation_fraction < 1:
         raise SystemExit(f"error: --validation-fraction must be in (0, 1), got {args.validation_fraction}")
-    if args.tokenizer == "bpe" and args.vocab_size < 257:
-        raise SystemExit(f"error: --vocab-size must be >= 257 (256 bytes + EOS), got {args.vocab_size}")
+    if args.tokenizer == "bpe" and not 257 <= args.vocab_size <= MAX_BPE_VOCAB:
+        raise SystemExit(f"error: --vocab-size must be in [257, {MAX_BPE_VOCAB:,}] (256 bytes + EOS at least; the BPE "
+                         f"trainer reserves memory for the whole vocabulary up front), got {args.vocab_size}")
     if args.tokenizer not in ("gpt2", "bpe") and not Path(args.tokenizer).is_dir():
         raise SystemExit(f"error: --tokenizer {args.tokenizer!r} is neither 'gpt2', 'bpe' nor a tokenizer folder")
     for path in args.chat or ():

@@ -87,3 +87,37 @@ def test_python_dash_m_attnres_runs_the_dispatcher():
 
     result = subprocess.run([sys.executable, "-m", "attnres", "--help"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "plan-memory" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(prepared data, standard model, block model): what `train` and `compare` need to reach a model forward."""
+    from tests.helpers.eval_fixtures import tiny_pair
+
+    return tiny_pair(tmp_path_factory.mktemp("pair"))
+
+
+BAD_BACKEND_RUNS = {  # command -> its argv given (data, standard, block, output folder): each reaches a forward
+    "train": lambda data, a, b, out: ["train", "--data", str(data), "--output-dir", str(out), "--model-size", "tiny",
+                                      "--max-steps", "1", "--micro-batch-size", "2", "--eval-every", "0",
+                                      "--diagnostics-every", "0", "--no-tensorboard"],
+    "compare": lambda data, a, b, out: ["compare", str(a), str(b), "--tasks", "heldout", "--data", str(data),
+                                        "--limit", "1", "--device", "cpu", "--output-dir", str(out)],
+}
+
+
+@pytest.mark.parametrize("command", BAD_BACKEND_RUNS)
+def test_a_bad_backend_variable_is_one_line_before_any_work(command, pair, tmp_path, monkeypatch, capsys):
+    """ATTNRES_BACKEND=foo reached the model's first forward and ended in a traceback; now the dispatcher names the
+    variable and its values, exit 2, nothing written. `--help` still works."""
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # command_main sets it
+    monkeypatch.setenv("ATTNRES_BACKEND", "foo")
+    out = tmp_path / "out"
+    assert main(BAD_BACKEND_RUNS[command](*pair, out)) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"attnres {command}: ATTNRES_BACKEND='foo'"), lines
+    assert all(name in lines[0] for name in ("auto", "torch", "triton", "cpp"))
+    assert not out.exists()
+    with pytest.raises(SystemExit) as stop:
+        main([command, "--help"])
+    assert stop.value.code == 0

@@ -178,3 +178,34 @@ def test_disk_full_while_writing_the_report(env, finished, tmp_path, monkeypatch
     message = expect_refused(lambda: compare_main(argv), ["--output-dir", str(out), "No space left on device"],
                              untouched=[out], errors=CompareError)
     assert snapshot(out) == before and not list(out.rglob(".*")), message
+
+
+def test_code_planted_in_the_eval_data_folder_never_runs(env, tmp_path):
+    """lm-eval resolves `!function attnres.evaluation.bpb.f` first as attnres/evaluation/bpb.py beside the task YAML:
+    a module planted in <eval-data>/tasks ran during compare (exit 0, a normal report), and so did one an edited YAML
+    named. compare reads no task file from the data folder: the data is used, the planted code never runs."""
+    eval_data = shutil.copytree(env["eval"], tmp_path / "eval")
+    marker = tmp_path / "ran"
+    payload = f"open({str(marker)!r}, 'a').write(__name__)\nfrom attnres.evaluation.bpb import *  # noqa\n"
+    for where in ("tasks", "tasks/humaneval"):  # beside the task's YAML and beside the _bpb_template_yaml it includes
+        (eval_data / where / "attnres" / "evaluation").mkdir(parents=True)
+        (eval_data / where / "attnres" / "evaluation" / "bpb.py").write_text(payload)
+    (eval_data / "tasks" / "humaneval" / "evil.py").write_text(payload)
+    yaml_file = eval_data / "tasks" / "humaneval" / "attnres_humaneval_bpb.yaml"
+    yaml_file.write_text(yaml_file.read_text().replace("attnres.evaluation.bpb.humaneval_docs", "evil.humaneval_docs"))
+    out = tmp_path / "report"
+    report = compare_main([str(env["a"]), str(env["b"]), "--tasks", "attnres_humaneval_bpb", "--eval-data",
+                           str(eval_data), "--limit", "1", "--device", "cpu", "--output-dir", str(out)])
+    assert not marker.exists(), marker.read_text()
+    assert report["tasks"]["attnres_humaneval_bpb"]["bpb,none"]["models"]["b"]["n"] == 1  # the prepared data was used
+
+
+def test_a_subject_folder_name_cannot_write_into_a_task_yaml(env, tmp_path):
+    """MMLU's subject folder names go into the rendered YAML's text: a name holding a newline could add a line such
+    as `process_docs: !function ...`. Only plain names are subjects; the folder is named."""
+    eval_data = shutil.copytree(env["eval"], tmp_path / "eval")
+    (eval_data / "mmlu" / "anatomy\nprocess_docs: !function os.getcwd").mkdir()
+    argv = [str(env["a"]), str(env["b"]), "--tasks", TASK, "--eval-data", str(eval_data), "--device", "cpu",
+            "--output-dir", str(tmp_path / "out")]
+    expect_refused(lambda: compare_main(argv), ["--eval-data", "mmlu", "not an MMLU subject"],
+                   untouched=[eval_data], absent=[tmp_path / "out"], errors=CompareError)

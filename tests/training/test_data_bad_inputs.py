@@ -72,6 +72,8 @@ FLAG_CASES = {
     "validation_fraction_inf": (["--validation-fraction", "inf"], ["--validation-fraction"]),
     "seq_len_one": (["--seq-len", "1"], ["--seq-len"]),
     "vocab_too_small": (["--vocab-size", "10"], ["--vocab-size"]),
+    # the BPE trainer allocated for 10**12 entries and aborted the interpreter (exit 134): refused before any work
+    "vocab_too_large": (["--vocab-size", "1000000000000"], ["--vocab-size", "1,048,576", "1000000000000"]),
 }
 
 

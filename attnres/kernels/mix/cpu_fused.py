@@ -10,18 +10,20 @@ before the norm, and the norm's product is rounded as `KimiLinearRMSNorm` rounds
 
 Tokens are split over torch's intra-op threads (`at::parallel_for`); the parameter gradients sum per-thread partials.
 Built once with `torch.utils.cpp_extension.load_inline` on first use (~1 CPU minute: torch's headers) and cached under
-~/.cache/attnres/torch_extensions (or $ATTNRES_EXTENSIONS_DIR); the build key covers the source, flags, torch, Python
-and the CPU, so a cached build is reused only where it was made for (concurrent first uses share one build: torch's
-build lock). No compiler, a failed build or an unsupported input (not CPU, not fp32/bf16, mixed dtypes,
-non-contiguous, a tensor subclass, inside torch.compile) runs the lean path instead: a failed build warns once.
+~/.cache/attnres/torch_extensions (or $ATTNRES_EXTENSIONS_DIR) by `extension_cache`: keyed by the source, flags,
+compiler, torch installation, Python ABI and CPU; folders of the user's own only; a cached library loaded only when its
+build record verifies (concurrent first uses share one build). No compiler, a failed or refused build or an
+unsupported input (not CPU, not fp32/bf16, mixed dtypes, non-contiguous, a tensor subclass, inside torch.compile) runs
+the lean path instead: a failed or refused build warns once.
 """
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import platform
+import shutil
 import sys
+import sysconfig
 import threading
 import warnings
 from collections.abc import Sequence
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-logger = logging.getLogger(__name__)
+from .extension_cache import CacheRefused, cache_folders, key_digest, load_or_build
 
 CPP_SOURCE = r"""
 #include <torch/extension.h>
@@ -315,6 +317,8 @@ std::vector<at::Tensor> mix_backward(std::vector<at::Tensor> sources, at::Tensor
                                      std::vector<bool> needs_grad);
 """
 
+PREFIX = "attnres_mix_cpu"
+FUNCTIONS = ("mix_fits", "mix_forward", "mix_backward")
 DTYPES = (torch.float32, torch.bfloat16)
 PLAIN = (torch.Tensor, torch.nn.Parameter)
 _state = {"module": None, "tried": False}
@@ -340,15 +344,35 @@ def build_flags() -> list[str]:
     return flags + (["-march=native"] if linux and platform.machine() in ("x86_64", "AMD64") else [])
 
 
+def link_flags() -> list[str]:
+    return ["-fopenmp"] if "-fopenmp" in build_flags() else []
+
+
+def compiler() -> list[str]:
+    """The C++ compiler torch's build runs ($CXX or c++) and the file it resolves to (an upgrade changes it)."""
+    name = os.environ.get("CXX", "c++")
+    found = shutil.which(name)
+    return [name, os.path.realpath(found) if found else ""]
+
+
+def build_key() -> dict:
+    """Everything that makes the build: a cached module is loaded only where all of it is the same. The torch
+    installation's folder is part of it (two virtual environments never share, nor rewrite, one build)."""
+    return dict(
+        source=hashlib.sha256((CPP_DECLARATIONS + CPP_SOURCE).encode()).hexdigest(), functions=list(FUNCTIONS),
+        cflags=build_flags(), ldflags=link_flags(), compiler=compiler(),
+        torch=[torch.__version__, torch.version.git_version, os.path.realpath(os.path.dirname(torch.__file__))],
+        python=[sys.version, sys.implementation.cache_tag, sysconfig.get_config_var("EXT_SUFFIX"),
+                getattr(sys, "abiflags", "")],
+        platform=[sys.platform, platform.machine(), cpu_flags()],
+    )
+
+
 def build_directory() -> tuple[str, Path]:
-    """(extension name, its build folder): one folder per source, torch, Python, CPU and flags, under
-    $ATTNRES_EXTENSIONS_DIR or ~/.cache/attnres/torch_extensions (XDG_CACHE_HOME respected)."""
-    key = "\n".join([CPP_SOURCE, torch.__version__, sys.version, platform.machine(), cpu_flags(), *build_flags()])
-    name = f"attnres_mix_cpu_{hashlib.sha256(key.encode()).hexdigest()[:16]}"
-    root = os.environ.get("ATTNRES_EXTENSIONS_DIR")
-    if not root:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnres" / "torch_extensions"
-    return name, Path(root) / name
+    """(extension name, its build folder): one folder per `build_key`, under $ATTNRES_EXTENSIONS_DIR or
+    <XDG_CACHE_HOME or ~/.cache>/attnres/torch_extensions."""
+    name = f"{PREFIX}_{key_digest(build_key())[:16]}"
+    return name, cache_folders()[-1] / name
 
 
 def load_extension():
@@ -362,23 +386,28 @@ def load_extension():
     return _state["module"]
 
 
-def build_extension():
-    name, folder = build_directory()
-    try:
-        from torch.utils.cpp_extension import load_inline
+def compile_module(name: str, folder: Path):
+    """torch's JIT build of the kernel into `folder` (emptied by the cache first: what it imports, it built)."""
+    from torch.utils.cpp_extension import load_inline
 
-        folder.mkdir(parents=True, exist_ok=True)
-        logger.info("attnres: loading the fused CPU mix kernel (built once, cached in %s)", folder)
-        flags = build_flags()
-        return load_inline(name, cpp_sources=[CPP_DECLARATIONS, CPP_SOURCE],
-                           functions=["mix_fits", "mix_forward", "mix_backward"], extra_cflags=flags,
-                           extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
-                           build_directory=str(folder), verbose=False)
+    return load_inline(name, cpp_sources=[CPP_DECLARATIONS, CPP_SOURCE], functions=list(FUNCTIONS),
+                       extra_cflags=build_flags(), extra_ldflags=link_flags(), build_directory=str(folder),
+                       verbose=False)
+
+
+def build_extension():
+    """The kernel from the per-user cache (`extension_cache`: a verified earlier build, else built here), or None with
+    one warning: no compiler, a failed build, or a cache folder that is not the user's own."""
+    try:
+        return load_or_build(PREFIX, build_key(), compile_module)
+    except CacheRefused as error:
+        reason = f"is not loaded: {error}"
     except Exception as error:  # no compiler, no ninja, a failed build: the eager path serves every mix
-        warnings.warn(f"attnres: the fused CPU mix kernel could not be built ({type(error).__name__}: "
-                      f"{str(error).strip().splitlines()[-1] if str(error).strip() else ''}); using the eager PyTorch "
-                      "path (backend 'torch'), which is slower at small widths", RuntimeWarning, stacklevel=3)
-        return None
+        reason = (f"could not be built ({type(error).__name__}: "
+                  f"{str(error).strip().splitlines()[-1] if str(error).strip() else ''})")
+    warnings.warn(f"attnres: the fused CPU mix kernel {reason}; using the eager PyTorch path (backend 'torch'), which "
+                  "is slower at small widths", RuntimeWarning, stacklevel=3)
+    return None
 
 
 def fits(sources: Sequence[torch.Tensor], query, norm_weight, out_norm_weight) -> bool:
