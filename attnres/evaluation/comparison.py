@@ -13,6 +13,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .. import finite_weights
+from ..checkpoint_files import CheckpointFileError
+from ..finite_weights import NonFiniteWeightsError
 from ..safe_paths import disk_errors_named
 from ..trust import TRUST_FLAG, UntrustedCodeError, check_folder_code, trust_kwargs
 from .code_exec import ALLOW_ENV, CodeSettingError
@@ -154,7 +157,8 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
         try:
             check_model_dir(model_dir)
             check_folder_code(model_dir, trust_remote_code)
-        except (FileNotFoundError, UntrustedCodeError) as error:
+            finite_weights.check_folder(model_dir)  # a NaN weight is named, never evaluated into an `n/a` report
+        except (FileNotFoundError, UntrustedCodeError, CheckpointFileError, NonFiniteWeightsError) as error:
             raise CompareError(str(error)) from error
     if data_dir is not None:
         from ..training.data import check_prepared
