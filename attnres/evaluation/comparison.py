@@ -11,9 +11,11 @@ installation can load) plus "heldout": loss and bits per byte on the training co
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from .. import finite_weights
+from ..atomic_io import OutputConflictError, claim_output
 from ..checkpoint_files import CheckpointFileError
 from ..finite_weights import NonFiniteWeightsError
 from ..safe_paths import disk_errors_named
@@ -181,11 +183,22 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
             raise CompareError(str(error)) from None
     labels = model_labels(model_dirs, labels)
     out_dir = Path(out_dir)
-    with disk_errors_named(f"--output-dir {out_dir}", "the report was not replaced; finished results are kept and "
-                           "a rerun continues", CompareError):
+    with _one_writer(out_dir), disk_errors_named(f"--output-dir {out_dir}", "the report was not replaced; finished "
+                                                 "results are kept and a rerun continues", CompareError):
         return _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, data_dir, eval_data, limit,
                                     num_fewshot, seed, batch_size, device, max_length, model_args, gen_kwargs,
                                     allow_code_execution, trust_remote_code, progress)
+
+
+@contextmanager
+def _one_writer(out_dir: Path):
+    """The --output-dir claimed by this compare (main process) until its report is written: a second compare into
+    it stops at once, by name (`atomic_io.claim_output`)."""
+    try:
+        with claim_output(out_dir) if is_main_process() else nullcontext():
+            yield
+    except OutputConflictError as error:
+        raise CompareError(f"--output-dir {error}") from None
 
 
 def _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, data_dir, eval_data, limit, num_fewshot, seed,

@@ -117,11 +117,11 @@ def _prepare(args):
         args.output_dir = _default_output_dir(argparse.Namespace(**vars(args)))
     folder = resume_folder(args)
     check_not_foreign(args.output_dir)  # a run writes only into a new or empty folder, or a run's own
-    check_run_state(args.output_dir, folder)  # never over a newer state: another run's, or a later checkpoint
     state = read_recorded(folder) if folder is not None else None
     apply_recorded(args, state, folder)
     if state is not None:
         checked_step(folder, state)
+    check_run_state(args.output_dir, folder)  # never over a newer state: another run's, or a later checkpoint
     meta = check_prepared(args.data)
     check_args(args, meta, world)
     if args.init_from is not None:

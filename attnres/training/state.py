@@ -12,12 +12,12 @@
 - One run per output folder: the run that writes to a folder holds an exclusive lock on `<folder>/.lock` until it
   ends. A second run in the same folder stops at once with a message naming the holder. The lock is the kernel's
   (`flock`): it disappears with its process, so a killed run never leaves a stale lock behind.
-- A run never deletes or replaces files that no run wrote: the lock file is the mark of a run's folder
-  (`is_run_folder`); in any other folder, an entry with a name that a run writes (final/, checkpoints/, its logs)
-  is refused by name (`check_not_foreign`): a run replaces final/ and deletes `checkpoints/.tmp-*`, which must never
-  hit a user's `final/` (or `--output-dir .` in a folder holding one). Other files there are left alone. Pruning
-  deletes only checkpoints at or below the step just saved, never a newer one (`resume.check_run_state` keeps newer
-  ones from being there).
+- A run never deletes or replaces files that no run wrote: the lock file (or complete checkpoints) is the mark of a
+  run's folder (`is_run_folder`); in any other folder, an entry with a name that a run writes (final/, checkpoints/,
+  its logs) is refused by name (`check_not_foreign`): a run replaces final/ and deletes `checkpoints/.tmp-*`, which
+  must never hit a user's `final/` (or `--output-dir .` in a folder holding one). Other files there are left alone.
+  Pruning deletes only checkpoints at or below the step just saved, never a newer one (`resume.check_run_state`
+  keeps newer ones from being there).
 """
 from __future__ import annotations
 
@@ -313,12 +313,15 @@ _RUN_LOCK_TEXT = re.compile(r"(pid \d+ on .*)?")
 
 
 def is_run_folder(folder: Path) -> bool:
-    """Whether `folder` holds the lock file that every training run creates first (so: a run's folder)."""
+    """Whether `folder` is a run's: it holds the lock file every training run creates first, or complete checkpoints
+    (a run's folder copied without its lock file)."""
     lock = Path(folder) / LOCK_FILE
     try:
-        return lock.is_file() and _RUN_LOCK_TEXT.fullmatch(lock.read_text()[:1000].strip()) is not None
+        if lock.is_file() and _RUN_LOCK_TEXT.fullmatch(lock.read_text()[:1000].strip()) is not None:
+            return True
     except (OSError, UnicodeDecodeError):
-        return False
+        pass
+    return bool(complete_checkpoints(Path(folder) / "checkpoints"))
 
 
 # What a run (train, pipeline train) writes, replaces or cleans up in its folder: loop.py, logs.py, pipeline/

@@ -16,6 +16,7 @@ from attnres.evaluation.comparison import CompareError
 from attnres.evaluation.data import DataError
 from tests.helpers.bad_input_fixtures import expect_refused, nan_weight, snapshot, truncate
 from tests.helpers.eval_fixtures import fixture_eval_data
+from tests.helpers.processes import output_held
 from tests.helpers.toolchain_fixtures import tiny_folder
 
 TASK = "attnres_mmlu_bpb"  # no generation, two tiny MMLU subjects: the fastest real task
@@ -99,6 +100,16 @@ def test_compare_refuses_before_any_work(env, tmp_path, argv, named):
     absent = [out, env["a"] / "results", env["b"] / "report", env["eval"] / "report"]
     expect_refused(lambda: compare_main(argv), named, untouched=inputs, absent=absent, errors=(CompareError, DataError))
     assert not (env["root"] / "ran").exists()  # the planted tokenizer module never ran
+
+
+def test_second_compare_into_one_output_dir_refused(env, tmp_path):
+    """Another process writes the same --output-dir (`attnres.atomic_io.claim_output`): refused at once, by name."""
+    out = tmp_path / "out"
+    argv = [str(env["a"]), str(env["b"]), "--tasks", TASK, "--eval-data", str(env["eval"]), "--limit", "1",
+            "--device", "cpu", "--output-dir", str(out)]
+    with output_held(out):
+        expect_refused(lambda: compare_main(argv), ["--output-dir", str(out), "another process"],
+                       untouched=[env["a"], env["b"]], absent=[out], errors=CompareError)
 
 
 def test_planted_code_runs_only_with_the_flag(env, tmp_path):
