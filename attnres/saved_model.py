@@ -88,7 +88,7 @@ def save_folder(save, save_directory: str | Path, config, *args, **kwargs) -> No
         write_weights_record(tmp, config)
         if output.exists():
             _carry_over(output, tmp)
-        move_into_place(tmp, output)
+        move_into_place(tmp, output, replace=True)  # save_pretrained overwrites, as transformers' does
 
 
 def _carry_over(old: Path, new: Path) -> None:

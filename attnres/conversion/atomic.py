@@ -4,7 +4,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..atomic_io import move_into_place, temporary_folder  # noqa: F401  (re-exported)
+from ..atomic_io import OutputConflictError, move_into_place, temporary_folder  # noqa: F401  (re-exported)
 from ..safe_paths import UnsafeOutputError, check_output_folder, write_failure
 from .errors import ConversionError
 
@@ -28,6 +28,8 @@ def output_folder(output: Path):
             yield folder
     except ConversionError:
         raise
+    except OutputConflictError as error:  # another writer of the same output (`claim_output`, `move_into_place`)
+        raise ConversionError(str(error)) from None
     except Exception as error:  # OSError, or safetensors' own error type for a failed write
         message = write_failure(output, error)
         if message is None:

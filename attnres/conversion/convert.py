@@ -60,7 +60,7 @@ def convert_checkpoint(
             write_code_files(folder)  # ours, current: replaces any copied code
         if verify:
             verify_conversion(plan, folder, progress)
-        move_into_place(folder, output)
+        move_into_place(folder, output, replace=force)
     return plan
 
 

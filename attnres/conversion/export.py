@@ -86,7 +86,7 @@ def export_checkpoint(
         side_files = copy_side_files(input, folder)
         if verify:
             verify_export(plan, folder, to, DTYPES[dtype], progress)
-        move_into_place(folder, output)
+        move_into_place(folder, output, replace=force)
     return {"input": str(input), "output": str(output), "to": to, "tensors": len(planned),
             "bytes": sum(t.numel() * t.element_size() for t in planned.values()), "side_files": side_files,
             "verified": verify, "skipped": list(plan.reader.skipped)}

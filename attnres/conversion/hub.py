@@ -7,7 +7,9 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
+from .. import finite_weights
 from ..checkpoint_files import CheckpointFileError, check_model_folder
+from ..finite_weights import NonFiniteWeightsError
 from ..trust import load_kwargs
 from .atomic import check_output, move_into_place, output_folder
 from .config import drop_moonshot_fields
@@ -41,7 +43,8 @@ def build_hub_folder(
     output = check_output(output, force, inputs=inputs, flag="--output")
     try:
         check_model_folder(model_path, "--model")
-    except CheckpointFileError as error:
+        finite_weights.check_folder(model_path)  # a NaN weight is named, never published
+    except (CheckpointFileError, NonFiniteWeightsError) as error:
         raise ConversionError(str(error)) from None
     if repo_id is not None:
         check_repo_id(repo_id)
@@ -56,7 +59,7 @@ def build_hub_folder(
             AutoTokenizer.from_pretrained(tokenizer, **trust).save_pretrained(folder)
         card = model_card(model, repo_id or output.name, training_data, datasets, evaluation, license)
         card.save(folder / "README.md")
-        move_into_place(folder, output)
+        move_into_place(folder, output, replace=force)
     return output
 
 

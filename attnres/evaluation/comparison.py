@@ -12,8 +12,13 @@ corpus's validation split (`data_dir`).
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from .. import finite_weights
+from ..atomic_io import OutputConflictError, claim_output
+from ..checkpoint_files import CheckpointFileError
+from ..finite_weights import NonFiniteWeightsError
 from ..safe_paths import disk_errors_named
 from ..trust import TRUST_FLAG, UntrustedCodeError, check_folder_code, trust_kwargs
 from .code_exec import ALLOW_ENV, CodeSettingError
@@ -160,7 +165,8 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
         try:
             check_model_dir(model_dir)
             check_folder_code(model_dir, trust_remote_code)
-        except (FileNotFoundError, UntrustedCodeError) as error:
+            finite_weights.check_folder(model_dir)  # a NaN weight is named, never evaluated into an `n/a` report
+        except (FileNotFoundError, UntrustedCodeError, CheckpointFileError, NonFiniteWeightsError) as error:
             raise CompareError(str(error)) from error
     if data_dir is not None:
         from ..training.data import check_prepared
@@ -183,11 +189,22 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
             raise CompareError(str(error)) from None
     labels = model_labels(model_dirs, labels)
     out_dir = Path(out_dir)
-    with disk_errors_named(f"--output-dir {out_dir}", "the report was not replaced; finished results are kept and "
-                           "a rerun continues", CompareError):
+    with _one_writer(out_dir), disk_errors_named(f"--output-dir {out_dir}", "the report was not replaced; finished "
+                                                 "results are kept and a rerun continues", CompareError):
         return _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, data_dir, eval_data, limit,
                                     num_fewshot, seed, batch_size, device, max_length, model_args, gen_kwargs,
                                     allow_code_execution, trust_remote_code, progress)
+
+
+@contextmanager
+def _one_writer(out_dir: Path):
+    """The --output-dir claimed by this compare (main process) until its report is written: a second compare into
+    it stops at once, by name (`atomic_io.claim_output`)."""
+    try:
+        with claim_output(out_dir) if is_main_process() else nullcontext():
+            yield
+    except OutputConflictError as error:
+        raise CompareError(f"--output-dir {error}") from None
 
 
 def _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, data_dir, eval_data, limit, num_fewshot, seed,

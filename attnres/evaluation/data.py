@@ -25,7 +25,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ..atomic_io import move_into_place, temporary_folder, write_json_atomic, write_text_atomic
+from ..atomic_io import (
+    OutputConflictError,
+    claim_output,
+    move_into_place,
+    temporary_folder,
+    write_json_atomic,
+    write_text_atomic,
+)
 from ..safe_paths import disk_errors_named
 from ..training.corpora import DEFAULT_CACHE, fetch_package
 from .tasks import MATH_SUBJECTS, TASKS_DIR, render_tasks
@@ -225,7 +232,7 @@ def write_folder(output: Path, build) -> None:
     and is deleted last; a link is replaced as a link)."""
     with temporary_folder(output) as folder:
         build(folder)
-    move_into_place(folder, output)
+        move_into_place(folder, output, replace=True)  # the command checked it may (`check_replaceable`)
 
 
 def prepare_eval_data(out_dir: Path = DEFAULT_EVAL_DATA, cache_dir: Path = DEFAULT_CACHE,
@@ -239,11 +246,15 @@ def prepare_eval_data(out_dir: Path = DEFAULT_EVAL_DATA, cache_dir: Path = DEFAU
     out_dir = Path(out_dir).resolve()
     if out_dir.exists() and not out_dir.is_dir():
         raise DataError(f"--output-dir {out_dir} is a file, not a folder")
-    check_replaceable(out_dir, [*benchmarks, TASKS_DIR], force)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with disk_errors_named(f"--output-dir {out_dir}", "no folder was half-written (each is renamed into place "
-                           "only when complete); free space and rerun", DataError):
-        return _prepare(out_dir, cache_dir, gpqa_csv, benchmarks, progress)
+    try:
+        with claim_output(out_dir):  # one writer of --output-dir: what it checks stays true until it is done
+            check_replaceable(out_dir, [*benchmarks, TASKS_DIR], force)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            with disk_errors_named(f"--output-dir {out_dir}", "no folder was half-written (each is renamed into "
+                                   "place only when complete); free space and rerun", DataError):
+                return _prepare(out_dir, cache_dir, gpqa_csv, benchmarks, progress)
+    except OutputConflictError as error:
+        raise DataError(f"--output-dir {error}") from None
 
 
 def _prepare(out_dir: Path, cache_dir: Path, gpqa_csv, benchmarks, progress: bool) -> dict:

@@ -81,7 +81,7 @@ def render_tasks(data_dir: Path, benchmarks: list[str], templates: Path = TEMPLA
     out = data_dir / TASKS_DIR
     with temporary_folder(out) as tmp:
         _render(files, templates, data_dir, tmp, benchmarks)
-    move_into_place(tmp, out)
+        move_into_place(tmp, out, replace=True)  # tasks/ is always rendered anew from the templates
     return out
 
 

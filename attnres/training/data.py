@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from datasets import Dataset, DatasetDict
 
-from ..atomic_io import move_into_place, temporary_folder
+from ..atomic_io import claim_output, move_into_place, temporary_folder
 from ..safe_paths import write_failure
 
 META_FILE = "meta.json"
@@ -98,8 +98,9 @@ def tokenize_and_pack(splits: DatasetDict, tokenizer, seq_len: int, text_column:
     )
 
 
-def save_prepared(output_dir: Path, packed: DatasetDict, tokenizer, meta: dict) -> None:
-    """Write dataset, tokenizer and meta.json to `output_dir` atomically: a temp folder renamed at the end."""
+def save_prepared(output_dir: Path, packed: DatasetDict, tokenizer, meta: dict, replace: bool = False) -> None:
+    """Write dataset, tokenizer and meta.json to `output_dir` atomically: a temp folder renamed at the end. An
+    `output_dir` that appeared meanwhile is replaced only when `replace` (--force)."""
     output_dir = Path(output_dir)
     for name, split in packed.items():
         if len(split) == 0:
@@ -110,7 +111,7 @@ def save_prepared(output_dir: Path, packed: DatasetDict, tokenizer, meta: dict) 
         tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
         meta = dict(meta, num_sequences={name: len(split) for name, split in packed.items()})
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
-        move_into_place(tmp, output_dir)
+        move_into_place(tmp, output_dir, replace=replace)
 
 
 # --- the training side: the prepared folder read back, and the batch plan ------------------------------------------
@@ -208,18 +209,19 @@ def prepare_dataset(args) -> dict:
     check_prepare_args(args)
     start = time.time()
     try:
-        splits = split_documents(load_documents(args), args.validation_fraction, args.seed)
-        tokenizer = load_tokenizer(args, training_texts(splits["train"]))
-        if args.chat:
-            ensure_chat_template(tokenizer, read_chat_template(args.chat_template))
-            packed = _pack_chat(splits, tokenizer, args)
-        else:
-            packed = tokenize_and_pack(splits, tokenizer, args.seq_len, num_proc=args.num_proc)
-        source = args.hub or [str(p) for p in args.files or args.chat or ()] or {"offline": args.corpora}
-        meta = dict(source=source, tokenizer=args.tokenizer, vocab_size=len(tokenizer), seq_len=args.seq_len,
-                    seed=args.seed, num_documents={name: len(split) for name, split in splits.items()},
-                    loss_mask=bool(args.chat))
-        save_prepared(args.output_dir, packed, tokenizer, meta)
+        with claim_output(args.output_dir):  # one writer of --output-dir, from the first document read to the rename
+            splits = split_documents(load_documents(args), args.validation_fraction, args.seed)
+            tokenizer = load_tokenizer(args, training_texts(splits["train"]))
+            if args.chat:
+                ensure_chat_template(tokenizer, read_chat_template(args.chat_template))
+                packed = _pack_chat(splits, tokenizer, args)
+            else:
+                packed = tokenize_and_pack(splits, tokenizer, args.seq_len, num_proc=args.num_proc)
+            source = args.hub or [str(p) for p in args.files or args.chat or ()] or {"offline": args.corpora}
+            meta = dict(source=source, tokenizer=args.tokenizer, vocab_size=len(tokenizer), seq_len=args.seq_len,
+                        seed=args.seed, num_documents={name: len(split) for name, split in splits.items()},
+                        loss_mask=bool(args.chat))
+            save_prepared(args.output_dir, packed, tokenizer, meta, replace=args.force)
     except ValueError as error:  # too little text for the split or the sequence length: nothing was written
         raise SystemExit(f"error: {error}") from None
     except OSError as error:  # disk full, no permission: the half-written folder is gone already

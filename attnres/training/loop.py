@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
+from .. import finite_weights
 from ..atomic_io import move_into_place, recover_interrupted
 from .args import SetupError, check_args, fill_settings, world_size
 from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
@@ -30,9 +31,20 @@ from .models import (
     load_model,
     reinit_zero_embedding_rows,
 )
-from .resume import apply_recorded, check_resolved, checked_step, new_segment, read_recorded, resume_folder, run_record
+from .resume import (
+    apply_recorded,
+    check_resolved,
+    check_run_state,
+    checked_step,
+    new_segment,
+    read_recorded,
+    resume_folder,
+    run_record,
+)
 from .state import (
     check_checkpoint,
+    check_not_foreign,
+    check_written_weights,
     is_rank_zero,
     output_lock,
     remove_partial,
@@ -104,12 +116,16 @@ def _prepare(args):
     if args.output_dir is None:  # named after the model: found with the flags as given (or defaulted), before a resume
         args.output_dir = _default_output_dir(argparse.Namespace(**vars(args)))
     folder = resume_folder(args)
+    check_not_foreign(args.output_dir)  # a run writes only into a new or empty folder, or a run's own
     state = read_recorded(folder) if folder is not None else None
     apply_recorded(args, state, folder)
     if state is not None:
         checked_step(folder, state)
+    check_run_state(args.output_dir, folder)  # never over a newer state: another run's, or a later checkpoint
     meta = check_prepared(args.data)
     check_args(args, meta, world)
+    if args.init_from is not None:
+        finite_weights.check_folder(args.init_from)  # a NaN weight is named, never trained from
     train_set, val_set, tokenizer = load_prepared(args.data)
     config, tokenizer = _model_config(args, tokenizer)
     args.seq_len = args.seq_len or meta["seq_len"]
@@ -181,9 +197,10 @@ def save_final_model(engine, tokenizer, output_dir: Path, write_info) -> None:
     with written_or_removed(tmp, final) if engine.is_main else contextlib.nullcontext():
         engine.save_model(tmp)
         if engine.is_main:
+            check_written_weights(sorted(tmp.glob("*.safetensors")), final)  # never NaN weights over a finite final/
             tokenizer.save_pretrained(str(tmp))  # "next to the model": the folder loads with Auto classes alone
             write_info(tmp)
-            move_into_place(tmp, final)
+            move_into_place(tmp, final, replace=True)  # this run's own (`run_folder.py`)
     engine.barrier()
 
 

@@ -10,6 +10,10 @@ resolved to (the data's fingerprint, a digest of the model config, the process c
 - in particular a larger or smaller --max-steps is refused: the warmup + cosine schedule was built for the recorded
   total, so a longer one would make the learning rate jump and a shorter one end a run midway through its schedule.
   To train further, start a new --output-dir with --init-from <run>/final (a fresh optimizer and schedule).
+A run never outlives or overwrites a newer state in its --output-dir (`check_run_state`): a fresh start
+(`--resume never`, or `auto` with no checkpoint) into a folder that holds another run's checkpoints or final/ is
+refused (its pruning would delete the newer checkpoints, its final/ replace theirs), and so is a resume from a
+checkpoint older than the folder's latest or from another folder's checkpoint into a folder with a run of its own.
 The checkpoint's step is checked (an integer in [0, recorded --max-steps] matching its folder name), and the state
 keeps one record per segment (start and end step, command line, start time, data fingerprint): the provenance
 training_info.json copies them.
@@ -24,7 +28,15 @@ from pathlib import Path
 
 from ..checkpoint_files import read_json_file
 from .args import PATH_SETTINGS, RUN_SETTINGS, fill_settings, given_settings
-from .state import STATE_FILE, STEP_DIR, ResumeFileError, latest_checkpoint, resolve_checkpoint
+from .state import (
+    STATE_FILE,
+    STEP_DIR,
+    ResumeFileError,
+    checkpoint_step,
+    complete_checkpoints,
+    latest_checkpoint,
+    resolve_checkpoint,
+)
 
 
 def resume_folder(args) -> Path | None:
@@ -34,6 +46,29 @@ def resume_folder(args) -> Path | None:
     if args.resume == "auto":
         return latest_checkpoint(Path(args.output_dir) / "checkpoints")
     return resolve_checkpoint(args.resume)  # also accepts checkpoints/step-100 for step-00000100
+
+
+def check_run_state(output_dir: Path, folder: Path | None) -> None:
+    """Refuse a start (`folder` None) or a resume that would prune, overwrite or replace a newer state that the
+    run in `output_dir` already holds: its checkpoints and final/ belong to the run that wrote them."""
+    output_dir = Path(output_dir)
+    found = complete_checkpoints(output_dir / "checkpoints")
+    held = ([f"checkpoints up to {found[-1].name}"] if found else []) + (
+        ["final/"] if os.path.lexists(output_dir / "final") else [])
+    if not held:
+        return
+    if folder is None:
+        raise ValueError(f"--output-dir {output_dir} holds another run ({' and '.join(held)}): a new run there would "
+                         "prune its checkpoints and replace its final/; continue it with --resume auto, or start the "
+                         "new run in a new --output-dir")
+    inside = Path(folder).resolve().parent == (output_dir / "checkpoints").resolve() and STEP_DIR.match(folder.name)
+    if not inside:
+        raise ValueError(f"--resume {folder}: a checkpoint of another folder, but --output-dir {output_dir} holds a "
+                         f"run of its own ({' and '.join(held)}): resume into a new --output-dir")
+    if found and checkpoint_step(folder) < checkpoint_step(found[-1]):
+        raise ValueError(f"--resume {folder}: --output-dir {output_dir} holds the newer checkpoint {found[-1].name}, "
+                         "which continuing from an older one would prune or overwrite: resume from the latest "
+                         "(--resume auto), or move the newer checkpoints out of the folder first")
 
 
 def read_recorded(folder: Path) -> dict:

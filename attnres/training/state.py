@@ -12,6 +12,12 @@
 - One run per output folder: the run that writes to a folder holds an exclusive lock on `<folder>/.lock` until it
   ends. A second run in the same folder stops at once with a message naming the holder. The lock is the kernel's
   (`flock`): it disappears with its process, so a killed run never leaves a stale lock behind.
+- A run never deletes or replaces files that no run wrote: the lock file (or complete checkpoints) is the mark of a
+  run's folder (`is_run_folder`); in any other folder, an entry with a name that a run writes (final/, checkpoints/,
+  its logs) is refused by name (`check_not_foreign`): a run replaces final/ and deletes `checkpoints/.tmp-*`, which
+  must never hit a user's `final/` (or `--output-dir .` in a folder holding one). Other files there are left alone.
+  Pruning deletes only checkpoints at or below the step just saved, never a newer one (`resume.check_run_state`
+  keeps newer ones from being there).
 """
 from __future__ import annotations
 
@@ -32,10 +38,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import finite_weights
 from ..atomic_io import move_into_place, recover_interrupted
 from ..checkpoint_files import CheckpointFileError, check_safetensors, read_json_file
+from ..finite_weights import NonFiniteWeightsError
 from ..safe_paths import settle_interrupted, write_failure
 from . import SetupError
+from .guard import NonFiniteError
 
 STATE_FILE = "trainer_state.json"
 STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -73,7 +82,12 @@ def complete_checkpoints(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     found = [d for d in root.iterdir() if STEP_DIR.match(d.name) and (d / STATE_FILE).is_file()]
-    return sorted(found, key=lambda d: int(STEP_DIR.match(d.name).group(1)))
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(folder: Path) -> int:
+    """The step a `step-N` checkpoint folder is named after."""
+    return int(STEP_DIR.match(Path(folder).name).group(1))
 
 
 def latest_checkpoint(root: Path) -> Path | None:
@@ -116,6 +130,15 @@ def write_error(output: Path, error: BaseException) -> OutputWriteError | None:
     return None if message is None else OutputWriteError(message)
 
 
+def check_written_weights(files, output: Path) -> None:
+    """The weights just written for `output` (a checkpoint, final/) must be finite before they take its name: a NaN
+    weight stops the run (NonFiniteError, exit code 3) and the previous `output` stays as it was."""
+    try:
+        finite_weights.check_files(files)
+    except NonFiniteWeightsError as error:
+        raise NonFiniteError(f"{error}; {output} was not written (the previous one, if any, is kept)") from None
+
+
 @contextmanager
 def written_or_removed(folder: Path, output: Path):
     """Around the writing of `folder` (the build folder of `output`): on any failure or interrupt it is removed, and
@@ -144,13 +167,14 @@ def save_checkpoint(root: Path, step: int, state: dict, write: Callable[[Path], 
         write(tmp)
         barrier()
         if is_main:
+            check_written_weights(sorted(tmp.glob("model*.safetensors")), final)
             (tmp / STATE_FILE).write_text(json.dumps(dict(state, step=step), indent=2))
             _fsync_tree(tmp)
             time.sleep(float(os.environ.get(PAUSE_ENV, "0")))
             # the same step saved again (a resume from an older checkpoint): the old copy steps aside, then goes
-            move_into_place(tmp, final)
-    if is_main:
-        for old in complete_checkpoints(root)[:-keep]:
+            move_into_place(tmp, final, replace=True)
+    if is_main:  # this run's line of checkpoints only: a newer one (another run's) is never pruned
+        for old in [d for d in complete_checkpoints(root) if checkpoint_step(d) <= step][:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     barrier()
     return final
@@ -210,6 +234,10 @@ def check_accelerate_checkpoint(folder: str | Path, rank: int = 0) -> None:
         raise ResumeFileError(f"{folder}: no model.safetensors (not a complete checkpoint)")
     for path in model_files:
         check_safetensors(path)
+        try:
+            finite_weights.check_file(path)  # a NaN weight is named: resuming from it would write NaN over finite
+        except NonFiniteWeightsError as error:
+            raise ResumeFileError(str(error)) from None
     for name in ("optimizer.bin", SCHEDULER_FILE, f"random_states_{rank}.pkl"):
         check_torch_file(folder / name)
     load_weights_only(folder / f"random_states_{rank}.pkl")  # small; accelerate would skip a bad one silently
@@ -280,6 +308,42 @@ class OutputLockedError(SetupError):
     """Another live process writes to this output folder."""
 
 
+# What every run writes into its lock file (`output_lock`); empty: a run killed between creating and writing it
+_RUN_LOCK_TEXT = re.compile(r"(pid \d+ on .*)?")
+
+
+def is_run_folder(folder: Path) -> bool:
+    """Whether `folder` is a run's: it holds the lock file every training run creates first, or complete checkpoints
+    (a run's folder copied without its lock file)."""
+    lock = Path(folder) / LOCK_FILE
+    try:
+        if lock.is_file() and _RUN_LOCK_TEXT.fullmatch(lock.read_text()[:1000].strip()) is not None:
+            return True
+    except (OSError, UnicodeDecodeError):
+        pass
+    return bool(complete_checkpoints(Path(folder) / "checkpoints"))
+
+
+# What a run (train, pipeline train) writes, replaces or cleans up in its folder: loop.py, logs.py, pipeline/
+RUN_ENTRIES = frozenset({
+    "checkpoints", "final", ".tmp-final", "metrics.jsonl", "tensorboard", "diagnostics.jsonl",
+    "depth_diagnostics.png", "depth_diagnostics.tmp.png", "log.jsonl", "comms.json", "model",
+})
+
+
+def check_not_foreign(folder: Path, flag: str = "--output-dir") -> None:
+    """Refuse a folder that is not a run's (`is_run_folder`) but holds an entry a run would write, replace or delete
+    (`RUN_ENTRIES`, a `.final.*` swap leftover): a run never touches files it did not write. Other entries stay."""
+    folder = Path(folder)
+    if not folder.is_dir() or is_run_folder(folder):
+        return
+    clashing = sorted(p.name for p in folder.iterdir() if p.name in RUN_ENTRIES or p.name.startswith(".final."))
+    if clashing:
+        raise SetupError(f"{flag} {folder} holds {', '.join(clashing)}, which no training run wrote there (no "
+                         f"{LOCK_FILE} of a run): a run would replace or delete them; choose another --output-dir, "
+                         "or move them away first")
+
+
 def is_rank_zero() -> bool:
     """The process that writes run outputs (torchrun, accelerate and deepspeed all set RANK)."""
     return int(os.environ.get("RANK", "0")) == 0
@@ -294,6 +358,7 @@ def output_lock(folder: str | os.PathLike, flag: str = "--output-dir", enabled: 
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise SetupError(f"{flag} {folder} is a file, not a folder")
+    check_not_foreign(folder, flag)  # before the lock file marks it as a run's
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)

@@ -12,6 +12,7 @@ from tests.helpers.bad_input_fixtures import (
     CONFIG_DTYPE_DAMAGE,
     INDEX_DAMAGE,
     MODEL_FOLDER_DAMAGE,
+    NONFINITE_DAMAGE,
     SENTINEL,
     damaged_copy,
     expect_script_refused,
@@ -65,7 +66,7 @@ def test_bad_flags_refused(convert, capsys, moonshot_checkpoint, tmp_path, flags
                 absent=[out])
 
 
-INPUT_CASES = {**MODEL_FOLDER_DAMAGE, **INDEX_DAMAGE, **CONFIG_DTYPE_DAMAGE}
+INPUT_CASES = {**MODEL_FOLDER_DAMAGE, **INDEX_DAMAGE, **CONFIG_DTYPE_DAMAGE, **NONFINITE_DAMAGE}
 
 
 @pytest.mark.parametrize("damage, named", INPUT_CASES.values(), ids=INPUT_CASES.keys())

@@ -12,6 +12,7 @@ from tests.helpers.bad_input_fixtures import (
     CONFIG_DTYPE_DAMAGE,
     INDEX_DAMAGE,
     MODEL_FOLDER_DAMAGE,
+    NONFINITE_DAMAGE,
     SENTINEL,
     damaged_copy,
     expect_script_refused,
@@ -46,6 +47,7 @@ MODEL_CASES = {
     **{name: MODEL_FOLDER_DAMAGE[name] for name in ("no_config", "config_invalid_json", "truncated_weights",
                                                     "weights_are_a_fifo")},
     **CONFIG_DTYPE_DAMAGE,
+    **NONFINITE_DAMAGE,
 }
 # an index naming files outside the folder: checked on the sharded model (the others have no index)
 SHARDED_CASES = {name: INDEX_DAMAGE[name] for name in ("index_names_parent_folder", "index_names_absolute_path")}

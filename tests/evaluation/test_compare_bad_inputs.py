@@ -14,8 +14,9 @@ import torch
 from attnres.cli.compare import main as compare_main
 from attnres.evaluation.comparison import CompareError
 from attnres.evaluation.data import DataError
-from tests.helpers.bad_input_fixtures import expect_refused, snapshot, truncate
+from tests.helpers.bad_input_fixtures import expect_refused, nan_weight, snapshot, truncate
 from tests.helpers.eval_fixtures import fixture_eval_data
+from tests.helpers.processes import output_held
 from tests.helpers.toolchain_fixtures import tiny_folder
 
 TASK = "attnres_mmlu_bpb"  # no generation, two tiny MMLU subjects: the fastest real task
@@ -37,6 +38,7 @@ def env(tmp_path_factory, offline):
     config = json.loads((planted / "tokenizer_config.json").read_text())
     (planted / "tokenizer_config.json").write_text(json.dumps({**config, "auto_map": {
         "AutoTokenizer": [None, "tokenization_evil.Tok"]}}))
+    nan_weight(shutil.copytree(a, root / "nan_weights"))  # a diverged model: named, never evaluated to `n/a`
     damaged = fixture_eval_data(root / "damaged_eval")
     (damaged / "prepared.json").write_text("{")
     return dict(root=root, a=a, b=b, eval=fixture_eval_data(root), damaged_eval=damaged)
@@ -52,6 +54,7 @@ COMPARE_CASES = {
     "config_not_a_model": (["{root}/not_model", "{b}"], ["config.json", "model_type"]),
     "folder_without_weights": (["{root}/no_weights", "{b}"], ["no_weights", ".safetensors"]),
     "one_model": (["{a}"], ["at least two"]),
+    "model_weights_nan": (["{a}", "{root}/nan_weights"], ["nan_weights", "model.safetensors", "non-finite", "NaN"]),
     "unknown_task": (["{a}", "{b}", "--tasks", "no_such_task"], ["no_such_task", "unknown task"]),
     "heldout_without_data": (["{a}", "{b}", "--tasks", "heldout"], ["heldout", "--data"]),
     "code_task_without_opt_in": (["{a}", "{b}", "--tasks", "attnres_humaneval"], ["--allow-code-execution"]),
@@ -97,6 +100,16 @@ def test_compare_refuses_before_any_work(env, tmp_path, argv, named):
     absent = [out, env["a"] / "results", env["b"] / "report", env["eval"] / "report"]
     expect_refused(lambda: compare_main(argv), named, untouched=inputs, absent=absent, errors=(CompareError, DataError))
     assert not (env["root"] / "ran").exists()  # the planted tokenizer module never ran
+
+
+def test_second_compare_into_one_output_dir_refused(env, tmp_path):
+    """Another process writes the same --output-dir (`attnres.atomic_io.claim_output`): refused at once, by name."""
+    out = tmp_path / "out"
+    argv = [str(env["a"]), str(env["b"]), "--tasks", TASK, "--eval-data", str(env["eval"]), "--limit", "1",
+            "--device", "cpu", "--output-dir", str(out)]
+    with output_held(out):
+        expect_refused(lambda: compare_main(argv), ["--output-dir", str(out), "another process"],
+                       untouched=[env["a"], env["b"]], absent=[out], errors=CompareError)
 
 
 def test_planted_code_runs_only_with_the_flag(env, tmp_path):

@@ -189,3 +189,27 @@ def in_tmp_cwd(monkeypatch, tmp_path) -> None:
     """Scripts with default output paths run inside the test's folder."""
     monkeypatch.chdir(tmp_path)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+# -- non-finite weights (the tools' numeric guard, attnres/finite_weights.py) -----------------------------------------
+def nan_weight(path: Path, value: float = float("nan")) -> str:
+    """Set one value of the first floating tensor of a safetensors file (or a folder's first shard) to `value`
+    (NaN by default); returns the tensor's name, which the error must give."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    path = first_shard(path) if Path(path).is_dir() else Path(path)
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata()
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    name = sorted(n for n, t in tensors.items() if t.is_floating_point())[0]
+    tensors[name] = tensors[name].clone()
+    tensors[name].view(-1)[0] = value
+    save_file(tensors, str(path), metadata=metadata)
+    return name
+
+
+NONFINITE_DAMAGE = {
+    "weight_nan": (lambda f: nan_weight(f), [".safetensors", "non-finite", "1 NaN"]),
+    "weight_inf": (lambda f: nan_weight(f, float("inf")), [".safetensors", "non-finite", "1 inf"]),
+}

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,32 @@ def leftovers(folder, *kinds) -> list[str]:
     """The writers' hidden siblings in `folder` (`.NAME.partial-PID`, `.NAME.replaced-PID` by default)."""
     kinds = kinds or (".partial-", ".replaced-")
     return sorted(p.name for p in folder.iterdir() if any(kind in p.name for kind in kinds))
+
+
+# A second process that holds an output's claim (`attnres.atomic_io.claim_output`): atomic_io loaded from its file
+# alone (the standard library only), so it starts in a fraction of a second
+_HOLDER = """
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("atomic_io", sys.argv[1])
+atomic_io = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(atomic_io)
+with atomic_io.claim_output(sys.argv[2]):
+    print("held", flush=True)
+    sys.stdin.read()  # until the test closes our stdin
+"""
+
+
+@contextmanager
+def output_held(output):
+    """For the body, another live process holds the claim of `output`, as a second writer of it would."""
+    import attnres.atomic_io
+
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, attnres.atomic_io.__file__, str(output)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"held\n", "the holder process could not claim the output"
+        yield holder
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        holder.stdout.close()

@@ -11,7 +11,7 @@ import torch
 
 from attnres.training.args import SetupError
 from attnres.training.state import LOCK_FILE, latest_checkpoint, load_weights_only, output_lock
-from tests.helpers.bad_input_fixtures import expect_refused, truncate
+from tests.helpers.bad_input_fixtures import expect_refused, nan_weight, truncate
 from tests.helpers.train_fixtures import train_args
 
 FAST = dict(max_steps=2, save_every=2, eval_every=0, diagnostics_every=0, no_final_model=True)
@@ -20,7 +20,7 @@ FAST = dict(max_steps=2, save_every=2, eval_every=0, diagnostics_every=0, no_fin
 @pytest.fixture(scope="module")
 def checkpoint(prepared_data, train, tmp_path_factory):
     out = tmp_path_factory.mktemp("bad_inputs_run")
-    train(train_args(prepared_data, out, **FAST))
+    train(train_args(prepared_data, out, **dict(FAST, save_every=1)))  # two checkpoints: step 1 and step 2
     return latest_checkpoint(out / "checkpoints")
 
 
@@ -82,6 +82,8 @@ RESUME_CASES = {
     "pickle_in_scheduler": (lambda c, m: _plant(c / "lr_scheduler.pt", m), ["lr_scheduler.pt", "never loaded"]),
     "pickle_in_rng_state": (lambda c, m: _plant(c / "random_states_0.pkl", m), ["random_states_0.pkl"]),
     "pickle_in_optimizer": (lambda c, m: _plant(c / "optimizer.bin", m), ["--resume"]),
+    "nan_model_weights": (lambda c, m: nan_weight(c / "model.safetensors"), ["model.safetensors", "non-finite"]),
+    "inf_model_weights": (lambda c, m: nan_weight(c / "model.safetensors", float("inf")), ["model.safetensors", "inf"]),
 }
 
 
@@ -186,3 +188,121 @@ def test_damaged_deepspeed_checkpoint_named(tmp_path, damage, named):
     check_checkpoint(folder, deepspeed=True)  # intact: passes
     damage(folder)
     expect_refused(lambda: check_checkpoint(folder, deepspeed=True), named, untouched=[folder], errors=ValueError)
+
+
+# --- what a run may delete or replace: only what a run wrote, never a newer state (attnres/training/state.py,
+# resume.py). Each folder below holds files a run would replace (final/) or clean up (checkpoints/.tmp-*).
+
+
+def _users_final(out: Path) -> None:
+    (out / "final").mkdir(parents=True)
+    (out / "final" / "model.safetensors").write_text("the user's own model")
+
+
+def _users_partial_checkpoint(out: Path) -> None:
+    (out / "checkpoints" / ".tmp-mine").mkdir(parents=True)
+    (out / "checkpoints" / ".tmp-mine" / "notes.txt").write_text("mine")
+
+
+@pytest.mark.parametrize("plant, named", [(_users_final, ["final"]), (_users_partial_checkpoint, ["checkpoints"])],
+                         ids=["users_final", "users_tmp_checkpoint"])
+def test_files_no_run_wrote_are_never_deleted(prepared_data, train, tmp_path, plant, named):
+    out = tmp_path / "mine"
+    plant(out)
+    expect_refused(lambda: train(train_args(prepared_data, out, **FAST)), ["--output-dir", *named],
+                   untouched=[out], absent=[out / LOCK_FILE], errors=SetupError)
+
+
+def test_output_dir_dot_holding_a_users_final_refused(prepared_data, train, tmp_path, monkeypatch):
+    _users_final(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    expect_refused(lambda: train(train_args(prepared_data, Path("."), **FAST)), ["--output-dir", "final"],
+                   untouched=[tmp_path / "final"], absent=[tmp_path / LOCK_FILE], errors=SetupError)
+
+
+def test_other_files_in_the_output_dir_are_left_alone(prepared_data, train, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("kept")
+    assert train(train_args(prepared_data, out, **FAST))["step"] == 2
+    assert (out / "notes.txt").read_text() == "kept"
+
+
+def _finished_run(checkpoint: Path, tmp_path: Path) -> Path:
+    """A copy of the module's finished run folder (two checkpoints, the lock file of a run)."""
+    return shutil.copytree(checkpoint.parent.parent, tmp_path / "finished")
+
+
+def test_resume_never_into_a_finished_run_refused(prepared_data, train, checkpoint, tmp_path):
+    out = _finished_run(checkpoint, tmp_path)
+    expect_refused(lambda: train(train_args(prepared_data, out, resume="never", **dict(FAST, max_steps=1))),
+                   ["--output-dir", "checkpoints up to step-00000002", "--resume auto"], untouched=[out],
+                   errors=SetupError)
+
+
+def test_resume_from_an_older_checkpoint_never_overwrites_the_newer(prepared_data, train, checkpoint, tmp_path):
+    out = _finished_run(checkpoint, tmp_path)
+    older = out / "checkpoints" / "step-00000001"
+    expect_refused(lambda: train(train_args(prepared_data, out, resume=older, **FAST)),
+                   ["--resume", "newer checkpoint step-00000002"], untouched=[out], errors=SetupError)
+
+
+def test_resume_from_another_folder_into_a_run_refused(prepared_data, train, checkpoint, tmp_path):
+    out = _finished_run(checkpoint, tmp_path)
+    expect_refused(lambda: train(train_args(prepared_data, out, resume=checkpoint, **FAST)),
+                   ["--resume", "another folder", "new --output-dir"], untouched=[out, checkpoint], errors=SetupError)
+
+
+def test_pruning_never_deletes_a_newer_checkpoint(tmp_path):
+    """A save keeps the newest of its own line of checkpoints; one at a later step (another run's) is not its own."""
+    from attnres.training.state import save_checkpoint
+
+    root = tmp_path / "checkpoints"
+
+    def save(step):
+        return save_checkpoint(root, step, {}, lambda tmp: None, is_main=True, barrier=lambda: None, keep=1)
+
+    newer = save(10)
+    save(1)
+    mine = save(2)
+    assert newer.is_dir() and mine.is_dir() and not (root / "step-00000001").exists()
+
+
+# --- the numeric guard (attnres/finite_weights.py): NaN weights are named where a run reads or writes them
+
+
+def test_resume_from_nan_latest_checkpoint_refused(prepared_data, train, checkpoint, tmp_path):
+    out = _finished_run(checkpoint, tmp_path)
+    name = nan_weight(out / "checkpoints" / "step-00000002" / "model.safetensors")
+    expect_refused(lambda: train(train_args(prepared_data, out, **FAST)),
+                   ["step-00000002", "model.safetensors", name, "NaN"], untouched=[out], errors=SetupError)
+
+
+def test_init_from_nan_weights_refused(prepared_data, train, saved_model, tmp_path):
+    model = shutil.copytree(saved_model, tmp_path / "model")
+    name = nan_weight(model)
+    expect_refused(lambda: train(train_args(prepared_data, tmp_path / "run", init_from=model, model_size=None,
+                                            **FAST)),
+                   ["model.safetensors", name, "non-finite"], untouched=[model], absent=[tmp_path / "run"],
+                   errors=SetupError)
+
+
+def test_nan_weights_are_never_saved_over_a_finite_checkpoint(tmp_path):
+    """A checkpoint whose written weights are not finite never takes its name; the finite one before it stays."""
+    from safetensors.torch import save_file
+
+    from attnres.training.guard import NonFiniteError
+    from attnres.training.state import save_checkpoint
+
+    root = tmp_path / "checkpoints"
+
+    def weights(value):
+        return lambda tmp: save_file({"w": torch.full((2,), value)}, str(tmp / "model.safetensors"))
+
+    def save(step, value):
+        return save_checkpoint(root, step, {}, weights(value), is_main=True, barrier=lambda: None, keep=2)
+
+    good = save(1, 1.0)
+    with pytest.raises(NonFiniteError, match="tensor w .*step-00000002 was not written"):
+        save(2, float("nan"))
+    assert [p.name for p in root.iterdir()] == [good.name]
