@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..checkpoint_files import CheckpointFileError
 from ..safe_paths import disk_errors_named
 from ..trust import TRUST_FLAG, UntrustedCodeError, check_folder_code, trust_kwargs
 from .code_exec import ALLOW_ENV, CodeSettingError
@@ -154,7 +155,7 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
         try:
             check_model_dir(model_dir)
             check_folder_code(model_dir, trust_remote_code)
-        except (FileNotFoundError, UntrustedCodeError) as error:
+        except (FileNotFoundError, UntrustedCodeError, CheckpointFileError) as error:
             raise CompareError(str(error)) from error
     if data_dir is not None:
         from ..training.data import check_prepared

@@ -16,6 +16,7 @@ from attnres.evaluation.comparison import CompareError
 from attnres.evaluation.data import DataError
 from tests.helpers.bad_input_fixtures import expect_refused, snapshot, truncate
 from tests.helpers.eval_fixtures import fixture_eval_data
+from tests.helpers.safetensors_damage import HEADER_DAMAGE
 from tests.helpers.toolchain_fixtures import tiny_folder
 
 TASK = "attnres_mmlu_bpb"  # no generation, two tiny MMLU subjects: the fastest real task
@@ -37,6 +38,8 @@ def env(tmp_path_factory, offline):
     config = json.loads((planted / "tokenizer_config.json").read_text())
     (planted / "tokenizer_config.json").write_text(json.dumps({**config, "auto_map": {
         "AutoTokenizer": [None, "tokenization_evil.Tok"]}}))
+    for name in ("header_offsets_gap", "lm_head_int32"):  # weights whose header lies, an int32 lm_head
+        HEADER_DAMAGE[name][0](shutil.copytree(a, root / name))
     damaged = fixture_eval_data(root / "damaged_eval")
     (damaged / "prepared.json").write_text("{")
     return dict(root=root, a=a, b=b, eval=fixture_eval_data(root), damaged_eval=damaged)
@@ -51,6 +54,8 @@ COMPARE_CASES = {
     "config_invalid_json": (["{root}/bad_json", "{b}"], ["config.json", "JSON"]),
     "config_not_a_model": (["{root}/not_model", "{b}"], ["config.json", "model_type"]),
     "folder_without_weights": (["{root}/no_weights", "{b}"], ["no_weights", ".safetensors"]),
+    "weights_header_lies": (["{root}/header_offsets_gap", "{b}"], ["header_offsets_gap", "model.liar", "gap"]),
+    "weights_int32_lm_head": (["{a}", "{root}/lm_head_int32"], ["lm_head_int32", "lm_head.weight", "I32"]),
     "one_model": (["{a}"], ["at least two"]),
     "unknown_task": (["{a}", "{b}", "--tasks", "no_such_task"], ["no_such_task", "unknown task"]),
     "heldout_without_data": (["{a}", "{b}", "--tasks", "heldout"], ["heldout", "--data"]),
