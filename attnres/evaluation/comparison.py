@@ -162,7 +162,7 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
 
         try:
             check_prepared(Path(data_dir))
-        except FileNotFoundError as error:
+        except (FileNotFoundError, ValueError) as error:  # missing, or disagreeing with its meta.json
             raise CompareError(str(error)) from error
     check_settings(limit, num_fewshot, max_length, batch_size)
     check_device(device)
