@@ -58,6 +58,7 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
         raise CompareError("no tasks to run: prepare benchmarks (eval/prepare_eval_data.py) "
                            "or pass --data for held-out")
     include = Path(eval_data) / TASKS_DIR
+    check_task_yamls(include)
     if HELDOUT in tasks and data_dir is None:
         raise CompareError("task 'heldout' needs --data (a scripts/prepare_data.py folder)")
     prepared = read_prepared(eval_data, missing_ok=True)
@@ -78,6 +79,41 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
             raise CompareError(f"unknown task(s) {unknown}: ours are {[HELDOUT, *TASKS]}; "
                                "any lm-eval task name also works")
     return include if include.is_dir() else None
+
+
+def check_task_yamls(include: Path) -> None:
+    """Every task YAML lm-eval would read from the prepared folder parses (lm-eval's own error is a traceback, and
+    only when the task runs). Composed, not constructed: lm-eval's `!function` tags need no resolving to be checked."""
+    import yaml
+
+    for path in sorted(include.rglob("*.yaml")) if include.is_dir() else ():
+        try:
+            node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(error, "problem", None) or type(error).__name__
+            raise CompareError(f"{path}: malformed task YAML ({problem}{where}); rerun prepare-eval-data") from None
+        if not isinstance(node, yaml.MappingNode):
+            raise CompareError(f"{path}: a task YAML must be a mapping of fields; rerun prepare-eval-data")
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_tokenizers(model_dirs: list[Path], tasks: list[str], data_dir: Path | None) -> None:
+    """lm-eval tasks read each model's own tokenizer; heldout reads the corpus's, which the model must share."""
+    for model_dir in model_dirs:
+        if any(t != HELDOUT for t in tasks) and not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
+            raise CompareError(f"model folder {model_dir} has no tokenizer ({' / '.join(TOKENIZER_FILES[:2])}): "
+                               "save the tokenizer beside the weights (tokenizer.save_pretrained(folder))")
+        if HELDOUT in tasks and data_dir is not None:
+            from .heldout import check_tokenizer
+
+            try:
+                check_tokenizer(model_dir, Path(data_dir))
+            except ValueError as error:
+                raise CompareError(f"--data: {error}") from None
 
 
 def check_settings(limit, num_fewshot, max_length, batch_size) -> None:
@@ -171,6 +207,7 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
     check_output_dir(Path(out_dir), [*model_dirs, *([Path(data_dir)] if data_dir else []), Path(eval_data)])
     tasks = list(tasks) if tasks else default_tasks(Path(eval_data), data_dir)
     include = check_tasks(tasks, Path(eval_data), data_dir, allow_code_execution)
+    check_tokenizers(model_dirs, tasks, data_dir)
     if allow_code_execution and any(t in CODE_TASKS for t in tasks):
         try:
             check_code_settings()

@@ -40,6 +40,11 @@ def env(tmp_path_factory, offline):
         "AutoTokenizer": [None, "tokenization_evil.Tok"]}}))
     for name in ("header_offsets_gap", "lm_head_int32"):  # weights whose header lies, an int32 lm_head
         HEADER_DAMAGE[name][0](shutil.copytree(a, root / name))
+    no_tokenizer = shutil.copytree(a, root / "no_tokenizer")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (no_tokenizer / name).unlink()
+    bad_yaml = fixture_eval_data(root / "bad_yaml")  # a task YAML that is not YAML (lm-eval: a traceback mid-run)
+    (bad_yaml / "tasks" / "mmlu" / "attnres_mmlu_anatomy.yaml").write_text("task: [unclosed\n  x: {\n")
     damaged = fixture_eval_data(root / "damaged_eval")
     (damaged / "prepared.json").write_text("{")
     return dict(root=root, a=a, b=b, eval=fixture_eval_data(root), damaged_eval=damaged)
@@ -56,6 +61,9 @@ COMPARE_CASES = {
     "folder_without_weights": (["{root}/no_weights", "{b}"], ["no_weights", ".safetensors"]),
     "weights_header_lies": (["{root}/header_offsets_gap", "{b}"], ["header_offsets_gap", "model.liar", "gap"]),
     "weights_int32_lm_head": (["{a}", "{root}/lm_head_int32"], ["lm_head_int32", "lm_head.weight", "I32"]),
+    "model_without_tokenizer": (["{a}", "{root}/no_tokenizer"], ["no_tokenizer", "no tokenizer"]),
+    "task_yaml_malformed": (["{a}", "{b}", "--eval-data", "{root}/bad_yaml/eval"],
+                            ["attnres_mmlu_anatomy.yaml", "malformed task YAML", "line"]),
     "one_model": (["{a}"], ["at least two"]),
     "unknown_task": (["{a}", "{b}", "--tasks", "no_such_task"], ["no_such_task", "unknown task"]),
     "heldout_without_data": (["{a}", "{b}", "--tasks", "heldout"], ["heldout", "--data"]),
@@ -86,6 +94,15 @@ COMPARE_CASES = {
                                  ["--model-args", "trust_remote_code", "--trust-remote-code"]),
     "model_args_unknown_option": (["{a}", "{b}", "--model-args", "nonsense=1"], ["--model-args", "nonsense"]),
 }
+
+
+def test_heldout_with_another_tokenizer_refused_before_any_work(env, prepared_data, tmp_path):
+    """--data prepared with another tokenizer than the models': named before the first model is evaluated."""
+    out = tmp_path / "out"
+    argv = [str(env["a"]), str(env["b"]), "--data", str(prepared_data), "--tasks", "heldout", "--output-dir",
+            str(out), "--device", "cpu"]
+    expect_refused(lambda: compare_main(argv), ["--data", "tokenizer differs", str(env["a"])],
+                   untouched=[env["a"], prepared_data], absent=[out], errors=(CompareError, DataError))
 
 
 def fill(argv, env, out):
