@@ -23,7 +23,14 @@ from datasets import Dataset, DatasetDict
 
 from ..atomic_io import move_into_place, temporary_folder
 from ..safe_paths import write_failure
-from .prepared_checks import DATASET_DIR, META_FILE, TOKENIZER_DIR, check_prepared_folder, check_tokenizer_size
+from .prepared_checks import (
+    DATASET_DIR,
+    META_FILE,
+    TOKENIZER_DIR,
+    check_prepared_folder,
+    check_tokenizer_size,
+    read_meta,
+)
 
 
 def split_documents(documents: Dataset, validation_fraction: float, seed: int) -> DatasetDict:
@@ -138,7 +145,7 @@ def load_prepared(data_dir: Path):
 
     folder = Path(data_dir) / TOKENIZER_DIR  # prepare-data writes a plain tokenizer: code there never runs
     tokenizer = AutoTokenizer.from_pretrained(str(folder), **load_kwargs(folder, False))
-    check_tokenizer_size(data_dir, tokenizer, check_prepared(data_dir))
+    check_tokenizer_size(data_dir, tokenizer, read_meta(data_dir))  # the rows were checked by check_prepared
     return splits["train"], splits["validation"], with_pad_token(tokenizer)  # data prepared before pad = EOS
 
 
