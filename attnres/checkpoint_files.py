@@ -4,7 +4,6 @@ here unpickles: JSON and safetensors headers are plain data."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import stat
 import struct
@@ -130,7 +129,11 @@ def _tensor_span(path: Path, name: str, info) -> tuple[int, int]:
     begin, end = offsets
     if begin > end:
         raise CheckpointFileError(f"{where}: data_offsets {offsets} are reversed (begin after end)")
-    bits = math.prod(shape) * DTYPE_BITS[dtype]
+    bits = DTYPE_BITS[dtype]
+    for size in shape:  # stops at the first overflow: a hostile shape of a million huge sizes costs nothing
+        bits *= size
+        if bits >= 8 * 2**64:
+            break
     if bits >= 8 * 2**64:
         raise CheckpointFileError(f"{where}: shape {shape} x {dtype} overflows (more than 2**64 bytes)")
     if bits % 8:
