@@ -9,10 +9,24 @@ import stat
 import struct
 from pathlib import Path, PurePosixPath
 
+from .json_limits import JSONDepthError, loads_limited
+
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
 # A safetensors header is JSON, small even for huge models (K3: well under 10 MB); more means a corrupt length field
 _MAX_HEADER_BYTES = 100 * 2**20
+_MAX_HEADER_DEPTH = 4  # {name: {"shape": [...]}} is 3 deep
+# safetensors' dtype codes (0.8) and their bits per element
+DTYPE_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
+              "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64, "F4": 4,
+              "F6_E2M3": 6, "F6_E3M2": 6}
+
+
+# The weight dtypes a model folder may hold: the float types the model computes in (config_checks.DTYPES), and
+# Kimi K3's MXFP4 experts as uint8 parts (dequantized on load); the multimodal wrapper's vision parts are not loaded
+WEIGHT_DTYPES = ("BF16", "F16", "F32")
+PACKED_SUFFIXES, PACKED_DTYPES = (".weight_packed", ".weight_scale"), ("U8",)
+NON_LANGUAGE_PREFIXES = ("vision_tower.", "mm_projector.")
 
 
 class CheckpointFileError(ValueError):
@@ -25,13 +39,13 @@ def read_json_file(path: str | Path, what: str = "JSON file") -> dict:
     if not path.is_file():
         raise CheckpointFileError(f"{path}: not found ({what})")
     try:
-        value = json.loads(path.read_bytes().decode("utf-8"))
+        value = loads_limited(path.read_bytes())
     except UnicodeDecodeError:
         raise CheckpointFileError(f"{path}: not UTF-8 text ({what} expected)") from None
     except json.JSONDecodeError as error:
         raise CheckpointFileError(f"{path}: invalid JSON ({error})") from None
-    except RecursionError:
-        raise CheckpointFileError(f"{path}: JSON nested too deeply to be a {what}") from None
+    except JSONDepthError as error:
+        raise CheckpointFileError(f"{path}: {error}: nested too deeply to be a {what}") from None
     if not isinstance(value, dict):
         raise CheckpointFileError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value
@@ -46,8 +60,11 @@ def read_weight_map(index: str | Path) -> dict[str, str]:
 
 
 def check_safetensors(path: str | Path) -> dict:
-    """The header of a safetensors file (tensor name -> dtype/shape/offsets), or CheckpointFileError when the file is
-    truncated or not safetensors."""
+    """The header of a safetensors file (tensor name -> dtype/shape/offsets), checked the way safetensors will read it
+    (CheckpointFileError naming the file and the tensor): JSON nested at most a few levels (checked without
+    recursion), unique names, known dtypes, byte counts = elements x dtype size, offsets tiling the data from 0 with
+    no gap or overlap, and the file exactly as long as the header says. safetensors' own errors name neither the file
+    nor the tensor, and a deeply nested header ends in RecursionError."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -56,20 +73,98 @@ def check_safetensors(path: str | Path) -> dict:
             (length,) = struct.unpack("<Q", prefix) if len(prefix) == 8 else (None,)
             if length is None or not 2 <= length <= min(size - 8, _MAX_HEADER_BYTES):
                 raise CheckpointFileError(f"{path}: not a safetensors file, or truncated (wrong header length)")
-            header = json.loads(handle.read(length).decode("utf-8"))
+            raw = handle.read(length)
     except OSError as error:
         raise CheckpointFileError(f"{path}: cannot read ({error.strerror or error})") from None
+    header = _parse_header(path, raw)
+    check_header_layout(path, header, size - 8 - length)
+    return header
+
+
+def _unique_names(pairs: list) -> dict:
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        twice = sorted({name for name in names if names.count(name) > 1})
+        raise _DuplicateName(twice)
+    return dict(pairs)
+
+
+class _DuplicateName(ValueError):
+    pass
+
+
+def _parse_header(path: Path, raw: bytes) -> dict:
+    try:
+        header = loads_limited(raw, limit=_MAX_HEADER_DEPTH, object_pairs_hook=_unique_names)
+    except JSONDepthError:
+        raise CheckpointFileError(f"{path}: corrupt safetensors header (JSON nested more than {_MAX_HEADER_DEPTH} "
+                                  "deep; a header is a flat table of tensors)") from None
+    except _DuplicateName as error:
+        raise CheckpointFileError(f"{path}: tensor {error.args[0][0]!r} is listed twice in the safetensors header "
+                                  "(names must be unique)") from None
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise CheckpointFileError(f"{path}: corrupt safetensors header (not JSON)") from None
     if not isinstance(header, dict):
-        raise CheckpointFileError(f"{path}: corrupt safetensors header")
-    offsets = [info.get("data_offsets") for name, info in header.items()
-               if name != "__metadata__" and isinstance(info, dict)]
-    ends = [pair[1] for pair in offsets if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], int)]
-    needed = 8 + length + max(ends, default=0)
-    if needed > size:
-        raise CheckpointFileError(f"{path}: truncated ({size} bytes, its header describes {needed}); copy it again")
+        raise CheckpointFileError(f"{path}: corrupt safetensors header (not a JSON object)")
     return header
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _tensor_span(path: Path, name: str, info) -> tuple[int, int]:
+    """(begin, end) of one tensor's bytes after checking its entry against itself: known dtype, a shape of
+    non-negative integers whose byte count fits and equals end - begin."""
+    where = f"{path}: tensor {name!r}"
+    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+        raise CheckpointFileError(f"{where}: its header entry must hold exactly dtype, shape and data_offsets")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+        raise CheckpointFileError(f"{where}: unknown dtype {dtype!r} (safetensors knows {sorted(DTYPE_BITS)})")
+    if not isinstance(shape, list) or not all(map(_is_count, shape)):
+        raise CheckpointFileError(f"{where}: shape must be a list of non-negative integers, got {shape!r}")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets))):
+        raise CheckpointFileError(f"{where}: data_offsets must be [begin, end] byte positions, got {offsets!r}")
+    begin, end = offsets
+    if begin > end:
+        raise CheckpointFileError(f"{where}: data_offsets {offsets} are reversed (begin after end)")
+    bits = DTYPE_BITS[dtype]
+    for size in shape:  # stops at the first overflow: a hostile shape of a million huge sizes costs nothing
+        bits *= size
+        if bits >= 8 * 2**64:
+            break
+    if bits >= 8 * 2**64:
+        raise CheckpointFileError(f"{where}: shape {shape} x {dtype} overflows (more than 2**64 bytes)")
+    if bits % 8:
+        raise CheckpointFileError(f"{where}: shape {shape} x {dtype} is not a whole number of bytes")
+    if end - begin != bits // 8:
+        raise CheckpointFileError(f"{where}: dtype {dtype} x shape {shape} is {bits // 8} bytes, but data_offsets "
+                                  f"{offsets} hold {end - begin}")
+    return begin, end
+
+
+def check_header_layout(path: Path, header: dict, data_size: int) -> None:
+    """Every tensor entry valid, and the entries tiling the `data_size` bytes after the header exactly."""
+    metadata = header.get("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise CheckpointFileError(f"{path}: __metadata__ of the safetensors header must map names to strings")
+    spans = sorted((*_tensor_span(path, name, info), name) for name, info in header.items() if name != "__metadata__")
+    position, previous = 0, None
+    for begin, end, name in spans:
+        if begin < position:
+            raise CheckpointFileError(f"{path}: tensor {name!r} (bytes {begin}-{end}) overlaps tensor {previous!r} "
+                                      f"(bytes up to {position}) in the safetensors header")
+        if begin > position:
+            raise CheckpointFileError(f"{path}: a gap in the safetensors header: bytes {position}-{begin}, before "
+                                      f"tensor {name!r}, belong to no tensor")
+        position, previous = end, name
+    if position > data_size:
+        raise CheckpointFileError(f"{path}: truncated ({data_size} bytes of tensor data, its header describes "
+                                  f"{position}); copy it again")
+    if position < data_size:
+        raise CheckpointFileError(f"{path}: {data_size - position} bytes after the last tensor belong to no tensor "
+                                  "(the safetensors header does not describe the whole file)")
 
 
 def is_plain_name(name: str) -> bool:
@@ -106,8 +201,26 @@ def weight_files(folder: str | Path) -> list[Path]:
     else:
         files = [regular_file(path, folder) for path in sorted(folder.glob("*.safetensors"))]
     for file in files:
-        check_safetensors(file)
+        check_weight_dtypes(file, check_safetensors(file))
     return files
+
+
+def check_weight_dtypes(path: Path, header: dict) -> None:
+    """The one dtype rule of every loader (from_pretrained, convert, export, push-to-hub, compare): a language-model
+    weight is stored in a float type the model computes in, or as Kimi K3's uint8 MXFP4 parts. Anything else (an
+    `I32` lm_head) would be cast to meaningless floats by transformers' loader."""
+    problems = []
+    for name, info in header.items():
+        if name == "__metadata__" or name.startswith(NON_LANGUAGE_PREFIXES):
+            continue
+        packed = name.endswith(PACKED_SUFFIXES)
+        if info["dtype"] not in (PACKED_DTYPES if packed else WEIGHT_DTYPES):
+            expected = "MXFP4 parts are U8" if packed else f"expected one of {WEIGHT_DTYPES}"
+            problems.append(f"{name}: dtype {info['dtype']} is not supported ({expected}; other quantized or packed "
+                            "weights, e.g. 4-bit experts, must be dequantized first)")
+    if problems:
+        shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+        raise CheckpointFileError(f"{path}: " + "\n  ".join(shown))
 
 
 def check_model_folder(folder: str | Path, flag: str = "model folder") -> dict:

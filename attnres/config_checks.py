@@ -86,6 +86,60 @@ def check_routing(config) -> None:
         raise ValueError(f"n_group ({config.n_group}) must divide num_local_experts ({config.num_local_experts})")
 
 
+def check_linear_attn_config(value, num_layers: int, layer_types) -> None:
+    """`linear_attn_config` (Moonshot's layout, read by transformers' KimiLinearConfig with `.get`): every key known,
+    sizes positive, and its layer lists (1-indexed) covering each layer once. transformers reads the keys it knows and
+    ignores the rest, so a typo (`kda_layer`) silently built the default layout instead of the one written."""
+    from difflib import get_close_matches
+
+    from .k3.config import LINEAR_ATTN_K3_KEYS, LINEAR_ATTN_KEYS
+
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ValueError(f"linear_attn_config must be an object, got {value!r} ({type(value).__name__})")
+    known = sorted(LINEAR_ATTN_KEYS | set(LINEAR_ATTN_K3_KEYS))
+    for key in value:
+        if key not in known:
+            close = get_close_matches(str(key), known, n=1)
+            raise ValueError(f"linear_attn_config.{key}: unknown field" + (f" (did you mean {close[0]!r}?)" if close
+                                                                          else f" (known: {known})"))
+    for key in ("head_dim", "num_heads", "short_conv_kernel_size"):
+        size = value.get(key, 1)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"linear_attn_config.{key} must be an integer >= 1, got {size!r}")
+    lists = [key for key in ("kda_layers", "full_attn_layers") if key in value]
+    if layer_types is None and lists:  # transformers builds layer_types from them only when none is given
+        _check_layer_lists(value, lists, num_layers)
+
+
+def _check_layer_lists(value: dict, lists: list[str], num_layers: int) -> None:
+    if len(lists) == 1:
+        raise ValueError(f"linear_attn_config.{lists[0]} without "
+                         f"{({'kda_layers', 'full_attn_layers'} - set(lists)).pop()}: both are needed, or the layout "
+                         "silently falls back to the default")
+    seen = []
+    for key in lists:
+        layers = value[key]
+        if not isinstance(layers, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers):
+            raise ValueError(f"linear_attn_config.{key} must be a list of layer numbers, got {layers!r}")
+        outside = [x for x in layers if not 1 <= x <= num_layers]
+        if outside:
+            raise ValueError(f"linear_attn_config.{key}: layer(s) {outside} outside 1..{num_layers} (layers are "
+                             "numbered from 1)")
+        seen += layers
+    if sorted(seen) != list(range(1, num_layers + 1)):
+        twice = sorted({x for x in seen if seen.count(x) > 1})
+        missing = sorted(set(range(1, num_layers + 1)) - set(seen))
+        raise ValueError(f"linear_attn_config: kda_layers and full_attn_layers must list each of the "
+                         f"{num_layers} layers once (listed twice: {twice}, missing: {missing})")
+
+
+def check_nested(config, kwargs: dict) -> None:
+    """The nested config objects transformers reads without checking (validated against their known fields)."""
+    check_linear_attn_config(kwargs.get("linear_attn_config"), config.num_hidden_layers, config.layer_types)
+
+
 def check_fields(config) -> None:
     """Types, sizes, signs, finite values and the dtype name: checked first, so nothing later compares a string with
     a number or allocates from a negative size."""
@@ -95,4 +149,4 @@ def check_fields(config) -> None:
     check_dtype(getattr(config, "dtype", None))
 
 
-__all__ = ["check_fields", "check_routing", "check_dtype", "COUNT_FIELDS", "FLOAT_FIELDS", "DTYPES"]
+__all__ = ["check_fields", "check_routing", "check_dtype", "check_nested", "COUNT_FIELDS", "FLOAT_FIELDS", "DTYPES"]

@@ -90,9 +90,10 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
 
     def __post_init__(self, **kwargs):
         self.check_field_types()
-        from attnres.config_checks import check_dtype
+        from attnres.config_checks import check_dtype, check_nested
 
         check_dtype(kwargs.get("torch_dtype"), "torch_dtype")  # the old name: transformers reads it with getattr(torch)
+        check_nested(self, kwargs)  # linear_attn_config: transformers reads the keys it knows and ignores a typo
         super().__post_init__(**kwargs)
         if self.attn_res_mode is None:
             self.attn_res_mode = "block" if self.attn_res_block_size > 0 else "standard"

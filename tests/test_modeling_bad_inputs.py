@@ -44,6 +44,20 @@ CONFIG_CASES = {
     "topk_group_over_groups": (dict(n_group=2, topk_group=3), ["topk_group", "n_group"]),
     "dtype_float8": (dict(dtype="float8_e4m3fn"), ["dtype", "float8", "storage format"]),
     "dtype_code": (dict(dtype="os.system"), ["dtype", "'os.system'"]),
+    # nested objects transformers reads with .get (issue 33): a typo silently built the default layout
+    "linear_attn_config_typo": (dict(num_hidden_layers=4, linear_attn_config=dict(kda_layer=[1, 2, 3],
+                                                                                  full_attn_layers=[4])),
+                                ["linear_attn_config.kda_layer", "unknown field", "kda_layers"]),
+    "linear_attn_config_not_object": (dict(linear_attn_config=[1, 2]), ["linear_attn_config", "object"]),
+    "linear_attn_config_layer_zero": (dict(num_hidden_layers=4, linear_attn_config=dict(kda_layers=[0, 1, 2],
+                                                                                        full_attn_layers=[3])),
+                                      ["linear_attn_config.kda_layers", "[0]", "from 1"]),
+    "linear_attn_config_layer_missing": (dict(num_hidden_layers=4, linear_attn_config=dict(kda_layers=[1, 2],
+                                                                                           full_attn_layers=[4])),
+                                         ["linear_attn_config", "missing: [3]"]),
+    "linear_attn_config_one_list": (dict(num_hidden_layers=4, linear_attn_config=dict(kda_layers=[1, 2, 3, 4])),
+                                    ["linear_attn_config.kda_layers", "full_attn_layers"]),
+    "linear_attn_config_heads_zero": (dict(linear_attn_config=dict(num_heads=0)), ["linear_attn_config.num_heads"]),
 }
 
 
@@ -80,6 +94,23 @@ def test_huge_model_builds_on_the_meta_device():
 @pytest.mark.parametrize("fields, named", CONFIG_CASES.values(), ids=CONFIG_CASES.keys())
 def test_config_refused(fields, named):
     expect_refused(lambda: KimiLinearAttnResConfig(**fields), named, errors=ValueError)
+
+
+def test_linear_attn_config_typo_in_a_saved_folder_refused(saved_model, tmp_path):
+    """The same typo in a config.json: from_pretrained names it (it loaded the default layout before)."""
+    from tests.helpers.bad_input_fixtures import overwrite_json
+
+    folder = damaged_copy(saved_model, tmp_path, lambda f: overwrite_json(
+        f / "config.json", layer_types=None, linear_attn_config={"kda_layer": [1, 2, 3], "full_attn_layers": [4]}))
+    expect_refused(lambda: KimiLinearAttnResForCausalLM.from_pretrained(folder), ["linear_attn_config.kda_layer"],
+                   untouched=[folder])
+
+
+def test_valid_linear_attn_config_builds_its_layout():
+    config = KimiLinearAttnResConfig(num_hidden_layers=4, linear_attn_config=dict(
+        kda_layers=[1, 3, 4], full_attn_layers=[2], num_heads=4, head_dim=16, short_conv_kernel_size=3))
+    assert config.layer_types == ["linear_attention", "full_attention", "linear_attention", "linear_attention"]
+    assert (config.linear_num_heads, config.linear_head_dim, config.linear_conv_kernel_dim) == (4, 16, 3)
 
 
 K3_INNER = dict(num_hidden_layers=4, attn_res_block_size=2)

@@ -6,6 +6,7 @@ one library call. Modules are imported only when their command runs, so `attnres
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -21,7 +22,8 @@ def register(name: str, module: str, summary: str) -> None:
 
 
 def command_main(name: str, argv=None) -> int:
-    """Run one command as from a shell; a missing optional dependency is one line naming the extra to install, exit 2.
+    """Run one command as from a shell; a missing optional dependency, or a path too long for the system, is one line
+    (exit 2): the one CLI error path for what every command shares (each command's own errors are its `error:` line).
     Commands read `sys.argv` when given no list (a list means a caller in Python, who gets exceptions instead of the
     one-line messages), so the arguments go there, under the name the user typed."""
     module, _ = COMMANDS[name]
@@ -37,6 +39,20 @@ def command_main(name: str, argv=None) -> int:
     except MissingExtraError as error:
         print(f"attnres {name}: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        if error.errno != errno.ENAMETOOLONG:
+            raise
+        # a path no file can have (over PATH_MAX 4096 bytes, or a name over 255): it was never created
+        print(f"attnres {name}: error: {path_too_long(error.filename)}", file=sys.stderr)
+        return 2
+
+
+def path_too_long(path) -> str:
+    """One line for a path the system refuses as too long (its start and length, not 4,096 bytes of it)."""
+    text = os.fsdecode(path) if path is not None else ""
+    shown = text if len(text) <= 80 else f"{text[:60]}...{text[-12:]}"
+    return (f"path too long for this system ({len(os.fsencode(text)):,} bytes; at most 4,096 a path and 255 a "
+            f"name): {shown}")
 
 
 def environment_problem(args: list[str]) -> str | None:

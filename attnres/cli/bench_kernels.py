@@ -51,6 +51,7 @@ import argparse
 import sys
 
 from . import command_main
+from .flags import check_output_file
 
 GPU_IMPLS = ("torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_naive,far_triton,far_torch,far_torch_eager,"
              "far_phase1")
@@ -91,6 +92,7 @@ def int_list(parser, flag, text) -> list[int]:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_output_file(parser, "--output", args.output)
     if args.device == "auto":
         import torch
 

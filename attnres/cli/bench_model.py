@@ -26,6 +26,7 @@ import sys
 
 from ..bench.model import MODES, PHASES, VARIANTS
 from . import command_main
+from .flags import check_output_file, multiple_of
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated AttnRes modes to compare")
     parser.add_argument("--phases", default="train,prefill,decode,long_prefill", help="comma-separated phases")
-    parser.add_argument("--hidden", type=int, default=256, help="hidden size")
+    parser.add_argument("--hidden", type=multiple_of(8, "the experts' grouped matmuls need 16-byte aligned rows"),
+                        default=256, help="hidden size (a multiple of 8)")
     parser.add_argument("--layers", type=int, default=6, help="decoder layers")
     parser.add_argument("--block-size", type=int, default=2, help="layers per block in block mode")
     parser.add_argument("--attention", choices=("hybrid", "mla"), default="hybrid",
@@ -76,6 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     for phase in args.phases:
         if phase not in PHASES:
             parser.error(f"--phases: unknown phase {phase!r}, choose from {tuple(PHASES)}")
+    check_output_file(parser, "--output", args.output)
     if args.device == "auto":
         import torch
 

@@ -30,6 +30,7 @@ from ..evaluation.data import DEFAULT_EVAL_DATA, DataError
 from ..extras import require
 from ..trust import add_trust_flag
 from . import command_main
+from .flags import seed as seed_flag
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="first N items of each (sub)task: smoke runs")
     p.add_argument("--num-fewshot", type=int, default=None,
                    help="shots for the official tasks (default: each task's own; *_bpb and heldout stay 0-shot)")
-    p.add_argument("--seed", type=int, default=1234, help="lm-eval's random, numpy, torch and few-shot seeds")
+    p.add_argument("--seed", type=seed_flag, default=1234, help="lm-eval's random, numpy, torch and few-shot seeds")
     p.add_argument("--batch-size", default="1", help="an integer or 'auto' (lm-eval finds the largest that fits)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
     p.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH,

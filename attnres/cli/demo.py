@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from . import command_main
+from .flags import seed as seed_flag
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=30, help="training steps on the toy sequence (0: untrained)")
     parser.add_argument("--new-tokens", type=int, default=12, help="tokens to generate")
     parser.add_argument("--plot", default=None, help="write a PNG of the mean depth-attention weights here")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_flag, default=0)
     return parser
 
 

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from . import command_main
+from .flags import seed as seed_flag
 
 DEFAULT_TASKS = ("attnres_mmlu_bpb", "attnres_triviaqa_bpb")
 
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
     g.add_argument("--warmup-steps", type=int, default=None, help="default: a tenth of --steps")
     g.add_argument("--eval-every", type=int, default=None, help="validation loss every N steps (default: --steps / 5)")
-    g.add_argument("--seed", type=int, default=0, help="init and data order of both runs (default 0)")
+    g.add_argument("--seed", type=seed_flag, default=0, help="init and data order of both runs (default 0)")
     g.add_argument("--sequential", action="store_true", help="train one run after the other, with 2 threads each")
     g = p.add_argument_group("evaluation")
     g.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS),

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from . import command_main
+from .flags import seed as seed_flag
 from .train_pipeline import add_model_and_data_args
 
 
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
     train.add_argument("--weight-decay", type=float, default=0.0)
     train.add_argument("--grad-clip", type=float, default=0.0, help="max gradient norm (0: off)")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=seed_flag, default=0)
     train.add_argument("--max-nonfinite-steps", type=int, default=3,
                        help="a step with a NaN/inf loss or gradient makes no update and is logged; this many in a row "
                             "stop the run with exit code 3 and no saved model (default 3)")

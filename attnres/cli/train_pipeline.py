@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..trust import add_trust_flag
 from . import command_main
+from .flags import seed as seed_flag
 
 
 def add_model_and_data_args(parser: argparse.ArgumentParser, block_size: int, layers: int) -> None:
@@ -65,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--zero-stage", type=int, choices=[0, 1], default=1)
     train.add_argument("--bf16", action="store_true", help="bf16 weights/activations (DeepSpeed bf16 optimizer)")
     train.add_argument("--activation-checkpoint-interval", type=int, default=0, help="decoder layers per checkpoint")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=seed_flag, default=0)
     train.add_argument("--max-nonfinite-steps", type=int, default=3,
                        help="a step with a NaN/inf loss or gradient makes no update and is logged; this many in a row "
                             "stop the run with exit code 3 and no saved model (default 3)")

@@ -90,6 +90,24 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
     return include
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_tokenizers(model_dirs: list[Path], tasks: list[str], data_dir: Path | None) -> None:
+    """lm-eval tasks read each model's own tokenizer; heldout reads the corpus's, which the model must share."""
+    for model_dir in model_dirs:
+        if any(t != HELDOUT for t in tasks) and not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
+            raise CompareError(f"model folder {model_dir} has no tokenizer ({' / '.join(TOKENIZER_FILES[:2])}): "
+                               "save the tokenizer beside the weights (tokenizer.save_pretrained(folder))")
+        if HELDOUT in tasks and data_dir is not None:
+            from .heldout import check_tokenizer
+
+            try:
+                check_tokenizer(model_dir, Path(data_dir))
+            except ValueError as error:
+                raise CompareError(f"--data: {error}") from None
+
+
 def check_settings(limit, num_fewshot, max_length, batch_size) -> None:
     if limit is not None and limit < 1:
         raise CompareError(f"--limit must be >= 1, got {limit}")
@@ -173,7 +191,7 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
 
         try:
             check_prepared(Path(data_dir))
-        except FileNotFoundError as error:
+        except (FileNotFoundError, ValueError) as error:  # missing, or disagreeing with its meta.json
             raise CompareError(str(error)) from error
     check_settings(limit, num_fewshot, max_length, batch_size)
     check_device(device)
@@ -182,6 +200,7 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
     check_output_dir(Path(out_dir), [*model_dirs, *([Path(data_dir)] if data_dir else []), Path(eval_data)])
     tasks = list(tasks) if tasks else default_tasks(Path(eval_data), data_dir)
     include = check_tasks(tasks, Path(eval_data), data_dir, allow_code_execution)
+    check_tokenizers(model_dirs, tasks, data_dir)
     if allow_code_execution and any(t in CODE_TASKS for t in tasks):
         try:
             check_code_settings()

@@ -10,6 +10,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from ..checkpoint_files import weight_files
+
 # Config fields that define the residual itself (or only how it is computed): allowed to differ in a matched pair
 RESIDUAL_FIELDS = ("attn_res_mode", "attn_res_block_size", "attn_res_backend", "attn_res_two_phase",
                    "attn_res_fuse_norm", "attn_res_recompute", "attn_res_query_init_std", "attn_res_key_norm_init",
@@ -33,6 +35,7 @@ def check_model_dir(model_dir: Path) -> None:
         raise FileNotFoundError(f"{model_dir / 'config.json'} is not a model config (a JSON object with model_type)")
     if not any(model_dir.glob("*.safetensors")):
         raise FileNotFoundError(f"model folder {model_dir} has no weights (*.safetensors)")
+    weight_files(model_dir)  # every header and weight dtype, as from_pretrained, convert and export check them
 
 
 def parameter_counts(model_dir: Path) -> tuple[int, int] | tuple[None, None]:

@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..atomic_io import write_json_atomic
+from ..json_limits import JSONDepthError, loads_limited
 
 HELDOUT = "heldout"
 
@@ -39,8 +40,8 @@ def load_finished(path: Path, settings: dict) -> dict | None:
     if not path.is_file():
         return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        record = loads_limited(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, JSONDepthError):
         return None  # not ours (atomic writes never leave half a file): redo the task
     if not isinstance(record, dict) or not isinstance(record.get("items"), dict):
         return None  # damaged or edited by hand: redo the task

@@ -67,9 +67,9 @@ def load_data(args):
 
     try:
         meta = check_prepared(args.data)
-    except FileNotFoundError as error:
+        train, _, tokenizer = load_prepared(args.data)
+    except (FileNotFoundError, ValueError) as error:  # missing, or disagreeing with its meta.json
         raise SystemExit(f"error: {error}") from None
-    train, _, tokenizer = load_prepared(args.data)
     args.seq_len = int(meta["seq_len"])
     return train, tokenizer
 

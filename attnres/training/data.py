@@ -23,10 +23,14 @@ from datasets import Dataset, DatasetDict
 
 from ..atomic_io import claim_output, move_into_place, temporary_folder
 from ..safe_paths import write_failure
-
-META_FILE = "meta.json"
-DATASET_DIR = "dataset"
-TOKENIZER_DIR = "tokenizer"
+from .prepared_checks import (
+    DATASET_DIR,
+    META_FILE,
+    TOKENIZER_DIR,
+    check_prepared_folder,
+    check_tokenizer_size,
+    read_meta,
+)
 
 
 def split_documents(documents: Dataset, validation_fraction: float, seed: int) -> DatasetDict:
@@ -118,7 +122,8 @@ def save_prepared(output_dir: Path, packed: DatasetDict, tokenizer, meta: dict, 
 
 
 def check_prepared(data_dir: Path) -> dict:
-    """meta.json of a prepared dataset folder, or a clear error before any work starts."""
+    """meta.json of a prepared dataset folder, checked against the folder (prepared_checks.py), or a clear error
+    before any work starts."""
     data_dir = Path(data_dir)
     meta_file = data_dir / META_FILE
     if not meta_file.is_file() or not (data_dir / DATASET_DIR).is_dir():
@@ -126,7 +131,7 @@ def check_prepared(data_dir: Path) -> dict:
             f"--data {data_dir}: no prepared dataset there (missing {META_FILE} or {DATASET_DIR}/). "
             f"Run `python scripts/prepare_data.py --output-dir {data_dir}` first."
         )
-    return json.loads(meta_file.read_text())
+    return check_prepared_folder(data_dir)
 
 
 def load_prepared(data_dir: Path):
@@ -141,6 +146,7 @@ def load_prepared(data_dir: Path):
 
     folder = Path(data_dir) / TOKENIZER_DIR  # prepare-data writes a plain tokenizer: code there never runs
     tokenizer = AutoTokenizer.from_pretrained(str(folder), **load_kwargs(folder, False))
+    check_tokenizer_size(data_dir, tokenizer, read_meta(data_dir))  # the rows were checked by check_prepared
     return splits["train"], splits["validation"], with_pad_token(tokenizer)  # data prepared before pad = EOS
 
 

@@ -45,7 +45,8 @@ def test_invalid_repo_id_refused_before_the_build(push, capsys, saved_model, tmp
 
 MODEL_CASES = {
     **{name: MODEL_FOLDER_DAMAGE[name] for name in ("no_config", "config_invalid_json", "truncated_weights",
-                                                    "weights_are_a_fifo")},
+                                                    "weights_are_a_fifo", "header_offsets_gap",
+                                                    "header_nested_200000_deep", "lm_head_int32")},
     **CONFIG_DTYPE_DAMAGE,
     **NONFINITE_DAMAGE,
 }

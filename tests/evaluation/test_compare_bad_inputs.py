@@ -17,6 +17,7 @@ from attnres.evaluation.data import DataError
 from tests.helpers.bad_input_fixtures import expect_refused, nan_weight, snapshot, truncate
 from tests.helpers.eval_fixtures import fixture_eval_data
 from tests.helpers.processes import output_held
+from tests.helpers.safetensors_damage import HEADER_DAMAGE
 from tests.helpers.toolchain_fixtures import tiny_folder
 
 TASK = "attnres_mmlu_bpb"  # no generation, two tiny MMLU subjects: the fastest real task
@@ -39,6 +40,11 @@ def env(tmp_path_factory, offline):
     (planted / "tokenizer_config.json").write_text(json.dumps({**config, "auto_map": {
         "AutoTokenizer": [None, "tokenization_evil.Tok"]}}))
     nan_weight(shutil.copytree(a, root / "nan_weights"))  # a diverged model: named, never evaluated to `n/a`
+    for name in ("header_offsets_gap", "lm_head_int32"):  # weights whose header lies, an int32 lm_head
+        HEADER_DAMAGE[name][0](shutil.copytree(a, root / name))
+    no_tokenizer = shutil.copytree(a, root / "no_tokenizer")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (no_tokenizer / name).unlink()
     damaged = fixture_eval_data(root / "damaged_eval")
     (damaged / "prepared.json").write_text("{")
     return dict(root=root, a=a, b=b, eval=fixture_eval_data(root), damaged_eval=damaged)
@@ -53,6 +59,9 @@ COMPARE_CASES = {
     "config_invalid_json": (["{root}/bad_json", "{b}"], ["config.json", "JSON"]),
     "config_not_a_model": (["{root}/not_model", "{b}"], ["config.json", "model_type"]),
     "folder_without_weights": (["{root}/no_weights", "{b}"], ["no_weights", ".safetensors"]),
+    "weights_header_lies": (["{root}/header_offsets_gap", "{b}"], ["header_offsets_gap", "model.liar", "gap"]),
+    "weights_int32_lm_head": (["{a}", "{root}/lm_head_int32"], ["lm_head_int32", "lm_head.weight", "I32"]),
+    "model_without_tokenizer": (["{a}", "{root}/no_tokenizer"], ["no_tokenizer", "no tokenizer"]),
     "one_model": (["{a}"], ["at least two"]),
     "model_weights_nan": (["{a}", "{root}/nan_weights"], ["nan_weights", "model.safetensors", "non-finite", "NaN"]),
     "unknown_task": (["{a}", "{b}", "--tasks", "no_such_task"], ["no_such_task", "unknown task"]),
@@ -84,6 +93,15 @@ COMPARE_CASES = {
                                  ["--model-args", "trust_remote_code", "--trust-remote-code"]),
     "model_args_unknown_option": (["{a}", "{b}", "--model-args", "nonsense=1"], ["--model-args", "nonsense"]),
 }
+
+
+def test_heldout_with_another_tokenizer_refused_before_any_work(env, prepared_data, tmp_path):
+    """--data prepared with another tokenizer than the models': named before the first model is evaluated."""
+    out = tmp_path / "out"
+    argv = [str(env["a"]), str(env["b"]), "--data", str(prepared_data), "--tasks", "heldout", "--output-dir",
+            str(out), "--device", "cpu"]
+    expect_refused(lambda: compare_main(argv), ["--data", "tokenizer differs", str(env["a"])],
+                   untouched=[env["a"], prepared_data], absent=[out], errors=(CompareError, DataError))
 
 
 def fill(argv, env, out):

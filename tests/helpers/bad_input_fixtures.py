@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.safetensors_damage import HEADER_DAMAGE
+
 SENTINEL = "do not delete me\n"
 
 
@@ -100,6 +102,7 @@ MODEL_FOLDER_DAMAGE = {
     "weights_are_a_fifo": (lambda f: replace_with_fifo(first_shard(f)), [".safetensors", "not a regular file"]),
     "config_nested_100000_deep": (lambda f: (f / "config.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000),
                                   ["config.json", "nested too deeply"]),
+    **HEADER_DAMAGE,  # headers that lie (offsets, names, dtypes, shapes, nesting) and an int32 lm_head
 }
 
 INDEX_DAMAGE = {

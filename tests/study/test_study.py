@@ -155,6 +155,9 @@ def test_grid_file_errors(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         load_grid(tmp_path / "bad.json")
+    (tmp_path / "deep.json").write_text('{"groups": ' * 100_000 + "1" + "}" * 100_000)  # RecursionError before
+    with pytest.raises(ValueError, match=r"--grid .*deep\.json: JSON nested more than"):
+        load_grid(tmp_path / "deep.json")
 
 
 @pytest.mark.parametrize("name", ["cpu", "smoke"])

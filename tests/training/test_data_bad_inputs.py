@@ -23,6 +23,9 @@ FILE_CASES = {
     "jsonl_no_text_column": ("docs.jsonl", b'{"body": "x"}\n', ["no column 'text'", "--text-column"]),
     "json_array_bad_record": ("docs.json", b'[{"text": "a"}, {"txt": "b"}]', ["record 1", "no column 'text'"]),
     "jsonl_not_utf8": ("docs.jsonl", b'{"text": "\xff"}\n', ["line 1", "UTF-8"]),
+    "jsonl_nested_100000_deep": ("docs.jsonl", b'{"text": "a"}\n' + b'{"text": ' * 100_000 + b"1" + b"}" * 100_000,
+                                 ["line 2", "nested more than"]),
+    "json_nested_100000_deep": ("docs.json", b"[" * 100_000 + b"]" * 100_000, ["nested more than"]),
     "wrong_suffix": ("notes.md", b"# hi\n", ["not .txt, .jsonl or .json"]),
 }
 

@@ -76,6 +76,8 @@ CHAT_CASES = {
                           ["sft.jsonl:7", "no assistant"]),
     "invalid_json_line": (GOOD + "{oops\n", None, ["sft.jsonl:7", "JSON"]),
     "record_is_a_list": (GOOD + "[1]\n", None, ["sft.jsonl:7", "JSON object"]),
+    "record_nested_100000_deep": (GOOD + '{"messages": ' * 100_000 + "1" + "}" * 100_000 + "\n", None,
+                                  ["sft.jsonl:7", "nested more than"]),
     "jsonl_not_utf8": (GOOD.encode() + b'{"prompt": "\xff\xfe", "completion": "x"}\n', None, ["sft.jsonl", "UTF-8"]),
     "template_syntax_error": (GOOD, b"{% for m in messages %}{{ m['content'] }", ["--chat-template", "t.jinja"]),
     "template_unknown_field": (GOOD, b"{{ messages[0].nope.deeper }}", ["--chat-template", "t.jinja"]),

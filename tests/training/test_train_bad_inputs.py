@@ -11,7 +11,8 @@ import torch
 
 from attnres.training.args import SetupError
 from attnres.training.state import LOCK_FILE, latest_checkpoint, load_weights_only, output_lock
-from tests.helpers.bad_input_fixtures import expect_refused, nan_weight, truncate
+from tests.helpers.bad_input_fixtures import damaged_copy, expect_refused, nan_weight, truncate
+from tests.helpers.prepared_damage import PREPARED_DAMAGE
 from tests.helpers.train_fixtures import train_args
 
 FAST = dict(max_steps=2, save_every=2, eval_every=0, diagnostics_every=0, no_final_model=True)
@@ -45,6 +46,14 @@ def test_bad_flag_refused_before_any_work(prepared_data, train, tmp_path, flags,
     out = tmp_path / "run"
     expect_refused(lambda: train(train_args(prepared_data, out, **{**FAST, **flags})), named,
                    untouched=[prepared_data], absent=[out], errors=SetupError)
+
+
+@pytest.mark.parametrize("damage, named", PREPARED_DAMAGE.values(), ids=PREPARED_DAMAGE.keys())
+def test_prepared_data_disagreeing_with_meta_refused(prepared_data, train, tmp_path, damage, named):
+    data = damaged_copy(prepared_data, tmp_path, damage)
+    out = tmp_path / "run"
+    expect_refused(lambda: train(train_args(data, out, **FAST)), named, untouched=[data], absent=[out],
+                   errors=SetupError)
 
 
 def test_output_dir_that_is_a_file(prepared_data, train, tmp_path):
