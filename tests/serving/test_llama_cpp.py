@@ -4,7 +4,7 @@ each with `llama_cpp`, compare next-token logits with ours, and greedy generatio
 
 llama.cpp comes from `scripts/setup_llama_cpp.sh` (run by scripts/run_tests.sh; the build is cached). Without it this
 test FAILS: it is the check that the export is what a runtime reads, and must not pass by skipping. llama.cpp runs in
-a child process (tests/helpers/llama_cpp.py): an abort inside it fails one test with its assert line.
+a child process (tests/helpers/llama_cpp_runner.py): an abort inside it fails one test with its assert line.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResForCausalLM
-from tests.helpers.llama_cpp import LlamaCppCrash, run_llama_cpp
-from tests.helpers.llama_cpp import cache_dir as llama_cpp_cache_dir
+from tests.helpers.llama_cpp_runner import LlamaCppCrash, run_llama_cpp
+from tests.helpers.llama_cpp_runner import cache_dir as llama_cpp_cache_dir
 
 PROMPTS = ["the king walks over the river", "a queen sees the light of the", "stone and tree and the dark house",
            "the river runs under"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.llama_cpp import LlamaCppCrash, cache_dir, crash_message, run_llama_cpp
+from tests.helpers.llama_cpp_runner import LlamaCppCrash, cache_dir, crash_message, run_llama_cpp
 
 ASSERT_LINE = ("/vendor/llama.cpp/ggml/src/ggml-backend.cpp:1294: GGML_ASSERT(*cur_backend_id != -1) failed")
 

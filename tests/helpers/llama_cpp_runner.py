@@ -16,6 +16,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / "scripts" / "setup_llama_cpp.sh"
+# The worker runs as a script, so its folder is first on its sys.path: no module there may be named llama_cpp
 WORKER = Path(__file__).with_name("llama_cpp_worker.py")
 
 
