@@ -17,6 +17,7 @@ CORE = {
     "attnres.depth_layout", "attnres.inference", "attnres.conversion_mapping", "attnres.input_checks",
     "attnres.saved_model", "attnres.checkpoint_files", "attnres.atomic_io", "attnres.offload",
     "attnres.kda_device_guard", "attnres.remote_code", "attnres.config_checks", "attnres.model_size",
+    "attnres.json_limits",
     "attnres.k3", "attnres.k3.activation", "attnres.k3.attention", "attnres.k3.config", "attnres.k3.layout",
     "attnres.k3.moe", "attnres.k3.mxfp4",
     "attnres.kernels", "attnres.kernels.mix", "attnres.kernels.mix.naive", "attnres.kernels.mix.lean",
