@@ -25,6 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..training.recipe import add_recipe_args
 from . import command_main
 from .train_pipeline import add_model_and_data_args
 
@@ -38,9 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--micro-batch-size", type=int, default=2)
     train.add_argument("--grad-accum", type=int, default=2, help="micro-batches per step (fill the pipe)")
     train.add_argument("--steps", type=int, default=4)
-    train.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
-    train.add_argument("--weight-decay", type=float, default=0.0)
-    train.add_argument("--grad-clip", type=float, default=0.0, help="max gradient norm (0: off)")
+    add_recipe_args(train, lr=1e-3, warmup_steps=0)  # the training recipe's flags (attnres/training/recipe.py)
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--max-nonfinite-steps", type=int, default=3,
                        help="a step with a NaN/inf loss or gradient makes no update and is logged; this many in a row "

@@ -28,6 +28,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..training.recipe import add_recipe_args
 from ..trust import add_trust_flag
 from . import command_main
 
@@ -58,10 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--micro-batch-size", type=int, default=2)
     train.add_argument("--grad-accum", type=int, default=2, help="micro-batches per step per replica (fill the pipe)")
     train.add_argument("--steps", type=int, default=4)
-    train.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
-    train.add_argument("--lr", type=float, default=1e-3)
-    train.add_argument("--weight-decay", type=float, default=0.0)
-    train.add_argument("--grad-clip", type=float, default=0.0, help="max gradient norm (0: off)")
+    train.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
+                       help="adamw: the training recipe (attnres/training/recipe.py); sgd: plain, for tests")
+    add_recipe_args(train, lr=1e-3, warmup_steps=0)  # the recipe's flags, as `attnres train` has them
     train.add_argument("--zero-stage", type=int, choices=[0, 1], default=1)
     train.add_argument("--bf16", action="store_true", help="bf16 weights/activations (DeepSpeed bf16 optimizer)")
     train.add_argument("--activation-checkpoint-interval", type=int, default=0, help="decoder layers per checkpoint")

@@ -12,7 +12,12 @@ with `fully_shard_attnres` first: accelerate (and `Trainer(fsdp=...)`, which use
 """
 from __future__ import annotations
 
+import os
+
 from torch import nn
+
+# What `accelerate launch` sets from an FSDP config (configs/accelerate/fsdp2_*.yaml, or --use_fsdp --fsdp_version 2)
+USE_FSDP_ENV, FSDP_VERSION_ENV = "ACCELERATE_USE_FSDP", "FSDP_VERSION"
 
 
 def fully_shard_attnres(model: nn.Module, **fsdp_kwargs) -> nn.Module:
@@ -29,4 +34,62 @@ def fully_shard_attnres(model: nn.Module, **fsdp_kwargs) -> nn.Module:
     return model
 
 
-__all__ = ["fully_shard_attnres"]
+def fsdp_launch() -> bool:
+    """Whether this process was started by `accelerate launch` with FSDP asked for."""
+    return os.environ.get(USE_FSDP_ENV, "false").lower() == "true"
+
+
+def check_fsdp_launch(deepspeed) -> None:
+    """ValueError for FSDP launches `attnres train` cannot run: FSDP1 (accelerate's own wrapping, see above) and a
+    DeepSpeed config besides (two engines for one run)."""
+    if not fsdp_launch():
+        return
+    version = os.environ.get(FSDP_VERSION_ENV, "1")
+    if version != "2":
+        raise ValueError(f"accelerate launch asks for FSDP version {version}: attnres train runs FSDP2 only "
+                         "(--fsdp_version 2, or configs/accelerate/fsdp2_cpu.yaml / fsdp2_gpu.yaml)")
+    if deepspeed is not None:
+        raise ValueError(f"--deepspeed {deepspeed} cannot be combined with an FSDP launch (accelerate launch "
+                         "--use_fsdp / an FSDP config): choose one engine")
+
+
+def allow_fsdp_on_cpu() -> None:
+    """accelerate (1.15, 1.16) drops FSDP on CPU without a word: `AcceleratorState.__init__` (accelerate/state.py)
+    sets `DistributedType.FSDP` only inside its branch for MULTI_GPU / NPU / XPU / ... processes, and a gloo CPU
+    launch is MULTI_CPU, so `accelerate launch --use_fsdp` and `Trainer(fsdp=...)` train with plain DDP instead. This
+    is the one step accelerate skips there: after its own init, a MULTI_CPU state with FSDP asked for (the
+    launcher's ACCELERATE_USE_FSDP, or a plugin) becomes FSDP with that plugin. Everything after it (`prepare`, the
+    full-state-dict gathering, saving) is accelerate's own code. Idempotent; changes nothing on GPUs."""
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    init = AcceleratorState.__init__
+    if getattr(init, "_attnres_fsdp_on_cpu", False):
+        return
+
+    def patched(self, *args, fsdp_plugin=None, **kwargs):
+        init(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+        wanted = fsdp_plugin is not None or fsdp_launch()
+        if wanted and self.distributed_type in (DistributedType.MULTI_CPU, DistributedType.FSDP):
+            self.distributed_type = DistributedType.FSDP
+            # the state is a singleton: Trainer's plugin arrives at a second init (TrainingArguments made the first)
+            self.fsdp_plugin = fsdp_plugin or getattr(self, "fsdp_plugin", None) or FullyShardedDataParallelPlugin()
+
+    patched._attnres_fsdp_on_cpu = True
+    AcceleratorState.__init__ = patched
+
+
+def shard_for_accelerate(model: nn.Module, cpu: bool) -> nn.Module:
+    """Under an FSDP2 `accelerate launch`: start accelerate's process state (the process group `fully_shard`
+    needs), then shard `model` with `fully_shard_attnres`; build the optimizer afterwards and hand both to
+    `Accelerator.prepare`, which takes an FSDP model as it is."""
+    from accelerate import PartialState
+
+    allow_fsdp_on_cpu()
+    state = PartialState(cpu=cpu)
+    if not cpu:
+        model = model.to(state.device)
+    return fully_shard_attnres(model)
+
+
+__all__ = ["fully_shard_attnres", "allow_fsdp_on_cpu", "check_fsdp_launch", "fsdp_launch", "shard_for_accelerate"]
