@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..training.recipe import add_recipe_args
 from . import command_main
+from .combos import check_pipeline_flags
 from .train_pipeline import add_model_and_data_args
 
 
@@ -56,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None):
     """Parse the flags and run this process's stage (`attnres.pipeline.interleaved_train`): the run's summary, or
     exit code 3 when the non-finite guard stopped it."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_pipeline_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..pipeline.interleaved_train import train_interleaved
     from ..training.args import SetupError
 

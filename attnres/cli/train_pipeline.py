@@ -31,6 +31,7 @@ from pathlib import Path
 from ..training.recipe import add_recipe_args
 from ..trust import add_trust_flag
 from . import command_main
+from .combos import check_pipeline_flags
 
 
 def add_model_and_data_args(parser: argparse.ArgumentParser, block_size: int, layers: int) -> None:
@@ -81,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
     """Parse the flags and run this process's part of the pipeline training (`attnres.pipeline.train`)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_pipeline_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..pipeline.train import train_pipeline  # DeepSpeed (the `train` extra): imported only to train
 
     train_pipeline(args)

@@ -43,7 +43,7 @@ class AccelerateEngine:
     def __init__(self, model, optimizer, scheduler, args):
         from accelerate import Accelerator
 
-        from .fsdp2 import allow_fsdp_on_cpu, fsdp_launch
+        from .fsdp2 import allow_fsdp_on_cpu, fsdp_launch, prepare_sharded
 
         self.fsdp2 = fsdp_launch()
         if self.fsdp2:
@@ -56,14 +56,7 @@ class AccelerateEngine:
         )
         # The scheduler is not `prepare`d: accelerate would step it once per process. Nor is it registered for
         # accelerate's checkpointing, which unpickles custom state with weights_only=False: see save/load
-        own_params = [list(group["params"]) for group in optimizer.param_groups]
-        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        if self.fsdp2:
-            # accelerate re-maps an FSDP2 optimizer's parameters by data pointer, and every empty shard (a tensor
-            # smaller than the process count: pseudo-queries are [1, hidden]) has the same one, so the optimizer came
-            # back holding duplicates. The model was sharded before the optimizer was built: its own are right
-            for group, params in zip(optimizer.param_groups, own_params, strict=True):
-                group["params"] = params
+        self.model, self.optimizer = prepare_sharded(self.accelerator, model, optimizer)  # FSDP2: see fsdp2.py
         self.scheduler = scheduler
         self.grad_accum, self.grad_clip = args.grad_accum, args.grad_clip
 
@@ -157,6 +150,11 @@ class DeepSpeedEngine:
             os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29500")
+        if not torch.cuda.is_available():
+            # As train-pipeline: DeepSpeed would JIT-compile its shared-memory allreduce op here (minutes of C++ on
+            # a small machine, silently, once per cache); marked unavailable, it uses plain gloo, its documented
+            # fallback
+            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
         deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
                                    auto_mpi_discovery=False)
         self.config = resolve_deepspeed_config(json.loads(Path(args.deepspeed).read_text()), args, world)

@@ -5,6 +5,10 @@ with it. Everything else (embedding, the output mix, final norm, `lm_head`) stay
 output mix reads its pseudo-query and key-norm gain, and the fused final norm's gain, directly (one fused op, not a
 module forward), so those tensors are gathered only when the unit whose forward runs the mix gathers them.
 
+`attnres train` runs FSDP2 under an FSDP2 `accelerate launch` (configs/accelerate/fsdp2_cpu.yaml, fsdp2_gpu.yaml):
+`shard_for_accelerate` shards before the optimizer is built, `prepare_sharded` hands both to accelerate, and on CPU
+processes `allow_fsdp_on_cpu` keeps accelerate from falling back to DDP. Your own loop does the same three steps.
+
 accelerate's own FSDP2 wrapping (`fsdp2_prepare_model`) carves the embedding and a tail [final norm, lm_head] into
 units of their own; its final norm is the *last* norm-typed child of the base model, here `output_attn_res_norm`,
 so the output mix would read a still-sharded tensor (`aten.mul.Tensor got mixed torch.Tensor and DTensor`). Shard
@@ -32,6 +36,22 @@ def fully_shard_attnres(model: nn.Module, **fsdp_kwargs) -> nn.Module:
             fully_shard(module, **fsdp_kwargs)
     fully_shard(model, **fsdp_kwargs)
     return model
+
+
+def prepare_sharded(accelerator, model: nn.Module, optimizer, *others):
+    """`accelerator.prepare(model, optimizer, *others)` for a model sharded by `fully_shard_attnres` and an optimizer
+    built on it afterwards (any other model: plain `prepare`).
+
+    accelerate (1.16) re-maps an FSDP2 optimizer's parameters by data pointer, and every empty shard (a tensor
+    smaller than the process count: pseudo-queries are [1, hidden], on 2 processes one of them holds nothing) has
+    the same one, so the optimizer comes back holding duplicates and missing parameters (a KeyError in
+    `save_state`, and wrong updates). The model was sharded before the optimizer was built, so its own are right."""
+    own = [list(group["params"]) for group in optimizer.param_groups]
+    prepared = accelerator.prepare(model, optimizer, *others)
+    if getattr(accelerator, "is_fsdp2", False):
+        for group, params in zip(optimizer.param_groups, own, strict=True):
+            group["params"] = params
+    return prepared
 
 
 def fsdp_launch() -> bool:
@@ -92,4 +112,5 @@ def shard_for_accelerate(model: nn.Module, cpu: bool) -> nn.Module:
     return fully_shard_attnres(model)
 
 
-__all__ = ["fully_shard_attnres", "allow_fsdp_on_cpu", "check_fsdp_launch", "fsdp_launch", "shard_for_accelerate"]
+__all__ = ["fully_shard_attnres", "allow_fsdp_on_cpu", "prepare_sharded", "check_fsdp_launch", "fsdp_launch",
+           "shard_for_accelerate"]

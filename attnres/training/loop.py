@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..atomic_io import move_into_place, recover_interrupted
-from .args import SetupError, check_args, fill_settings, world_size
+from .args import SetupError, check_args, fill_settings, given_settings, world_size
 from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
 from .fsdp2 import fsdp_launch, shard_for_accelerate
 from .guard import NonFiniteError, NonFiniteGuard, is_finite, step_is_finite
@@ -76,7 +76,7 @@ def prepare(args):
 def _prepare(args):
     """(world size, config, splits, tokenizer, the checkpoint to resume or None, its trainer state or None, the run
     record). The flags a resume leaves out are filled from the recorded run first (`resume.py`), then checked."""
-    world = world_size()
+    world, given = world_size(), set(given_settings(args))  # the run flags on the command line (before a resume)
     if args.output_dir is None:  # named after the model: found with the flags as given (or defaulted), before a resume
         args.output_dir = _default_output_dir(argparse.Namespace(**vars(args)))
     folder = resume_folder(args)
@@ -88,12 +88,27 @@ def _prepare(args):
     check_args(args, meta, world)
     train_set, val_set, tokenizer = load_prepared(args.data)
     config, tokenizer = _model_config(args, tokenizer)
+    check_mode_flags(config, given, args)
     args.seq_len = args.seq_len or meta["seq_len"]
     record = run_record(args, config, world, data_fingerprint(args.data))
     if folder is not None:
         check_checkpoint(folder, deepspeed=args.deepspeed is not None)  # damaged files: one message naming them
         check_resolved(folder, state, record)
     return world, config, train_set, val_set, tokenizer, folder, state, record
+
+
+def check_mode_flags(config, given: set[str], args) -> None:
+    """Flags the model's residual mode makes meaningless (the mode from --attn-res, --config or --init-from)."""
+    mode = config.attn_res_mode
+    origin = "--attn-res" if args.attn_res is not None else "--config" if args.config else \
+        "--init-from" if args.init_from else "--model-size"
+    if "block_size" in given and mode != "block":
+        raise ValueError(f"--block-size {args.block_size} cannot be combined with a {mode} model ({origin} "
+                         f"{getattr(args, origin[2:].replace('-', '_'))}): blocks exist in block mode only")
+    for name in ("res_proj_lr", "res_proj_weight_decay"):
+        if name in given and mode == "standard":
+            raise ValueError(f"--{name.replace('_', '-')} cannot be combined with a standard model ({origin} "
+                             f"{getattr(args, origin[2:].replace('-', '_'))}): it has no pseudo-queries")
 
 
 def _model_config(args, tokenizer):
