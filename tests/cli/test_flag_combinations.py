@@ -48,6 +48,10 @@ CASES = [
     ("study", ["--dry-run", "--note", "n"], "--note", "--dry-run"),
     ("study", ["--report-only", "--jobs", "2"], "--jobs", "--report-only"),
     ("study", ["--report-only", "--threads", "2"], "--threads", "--report-only"),
+    ("compare", ["a", "b", "--tasks", "attnres_mmlu_bpb", "--data", D], "--data", "--tasks attnres_mmlu_bpb"),
+    ("compare", ["a", "b", "--allow-code-execution"], "--allow-code-execution", "the default tasks"),
+    ("compare", ["a", "b", "--tasks", "heldout", "--allow-code-execution"], "--allow-code-execution",
+     "--tasks heldout"),
     ("main-job", ["--no-tasks", "--tasks", "attnres_mmlu_bpb"], "--tasks", "--no-tasks"),
     ("main-job", ["--no-tasks", "--task-limit", "3"], "--task-limit", "--no-tasks"),
 ]
