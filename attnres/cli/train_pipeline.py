@@ -13,7 +13,7 @@ CPU (gloo; DS_ACCELERATOR=cpu is set for you when no GPU is visible):
   torchrun --nproc_per_node 2 scripts/train_pipeline.py --mode full --steps 20 --output-dir runs/pipe-full
 GPU (NCCL), 4 stages x 2 data-parallel replicas on 8 GPUs, bf16, a prepared dataset and a checkpoint:
   deepspeed --num_gpus 8 scripts/train_pipeline.py --num-stages 4 --model path/to/checkpoint \\
-      --data data/packed --seq-len 512 --micro-batch-size 4 --grad-accum 16 --bf16 --steps 1000 --output-dir runs/pp4
+      --data data/packed --micro-batch-size 4 --grad-accum 16 --bf16 --steps 1000 --output-dir runs/pp4
 
 Outputs (--output-dir): log.jsonl (loss per step), comms.json (bytes per stage boundary against the minimum, with
 --report-comms), and the trained model as a Hugging Face folder `model/` (one safetensors shard per stage, the code
