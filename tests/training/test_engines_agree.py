@@ -72,9 +72,9 @@ def initial_model(data, folder):
 
 
 def pipeline_flags(data, model, out):
-    recipe = {k: v for k, v in RECIPE.items()}
+    """The pipeline commands' flags: the same recipe, 2 micro-batches of 2 per step (one data-parallel replica)."""
     return cli(dict(model=model, data=data, steps=STEPS, micro_batch_size=2, grad_accum=2, no_save=True,
-                    output_dir=out, **recipe))
+                    output_dir=out, **RECIPE))
 
 
 def run(command, env, timeout=500):
