@@ -206,10 +206,13 @@ def check_accelerate_checkpoint(folder: str | Path, rank: int = 0) -> None:
     folder = Path(folder)
     read_json_file(folder / STATE_FILE, "training state")
     model_files = sorted(folder.glob("model*.safetensors"))
-    if not model_files:
+    fsdp_files = sorted(folder.glob("pytorch_model_fsdp*.bin"))  # an FSDP2 run's full state dict (accelerate)
+    if not model_files and not fsdp_files:
         raise ResumeFileError(f"{folder}: no model.safetensors (not a complete checkpoint)")
     for path in model_files:
         check_safetensors(path)
+    for path in fsdp_files:
+        check_torch_file(path)
     for name in ("optimizer.bin", SCHEDULER_FILE, f"random_states_{rank}.pkl"):
         check_torch_file(folder / name)
     load_weights_only(folder / f"random_states_{rank}.pkl")  # small; accelerate would skip a bad one silently
