@@ -51,6 +51,7 @@ import argparse
 import sys
 
 from . import command_main
+from .combos import check_bench_kernels_flags
 from .flags import check_output_file
 
 GPU_IMPLS = ("torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_naive,far_triton,far_torch,far_torch_eager,"
@@ -106,6 +107,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.repeats = args.repeats or (50 if gpu else 5)
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be positive")
+    check_bench_kernels_flags(parser, argv, args)  # a flag another makes meaningless is refused
     return args
 
 

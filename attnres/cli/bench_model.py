@@ -26,6 +26,7 @@ import sys
 
 from ..bench.model import MODES, PHASES, VARIANTS
 from . import command_main
+from .combos import check_bench_model_flags
 from .flags import check_output_file, multiple_of
 
 
@@ -83,6 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         import torch
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    check_bench_model_flags(parser, argv, args)  # a flag another makes meaningless is refused
     return args
 
 

@@ -30,6 +30,7 @@ from ..evaluation.data import DEFAULT_EVAL_DATA, DataError
 from ..extras import require
 from ..trust import add_trust_flag
 from . import command_main
+from .combos import check_compare_flags
 from .flags import seed as seed_flag
 
 
@@ -61,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None):
     """The report dict (None on non-main processes); a bad input raises when `argv` is given (callers, tests) and is
     one `error:` line otherwise (the command line)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_compare_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     require("lm_eval", why="the evaluation harness")  # before any model is loaded
     try:
         report = compare(args.models, args.tasks, args.output_dir, labels=args.labels, data_dir=args.data,

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from . import command_main
+from .combos import check_demo_flags
 from .flags import seed as seed_flag
 
 
@@ -29,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_demo_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..bench.demo import demo
 
     demo(args)

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from . import command_main
+from .combos import check_main_job_flags
 from .flags import seed as seed_flag
 
 DEFAULT_TASKS = ("attnres_mmlu_bpb", "attnres_triviaqa_bpb")
@@ -72,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> dict:
     """The main job; returns its summary. `argv` given (a caller, a test): errors raise; else one line, exit 1."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_main_job_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..extras import require
 
     require("datasets", why="the training corpus")

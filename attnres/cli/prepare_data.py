@@ -25,6 +25,7 @@ from __future__ import annotations
 import sys
 
 from . import command_main
+from .combos import check_prepare_data_flags
 
 
 def build_parser():
@@ -35,7 +36,9 @@ def build_parser():
 
 def main(argv=None) -> dict:
     """Check the flags, prepare and write the dataset; returns what was written. Bad input: SystemExit("error: ...")."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_prepare_data_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..extras import require
 
     require("datasets", why="the packed dataset")

@@ -27,6 +27,7 @@ from pathlib import Path
 from ..evaluation.data import BENCHMARKS, DEFAULT_EVAL_DATA, DataError, prepare_eval_data, status_lines
 from ..training.corpora import DEFAULT_CACHE
 from . import command_main
+from .combos import check_prepare_eval_data_flags
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> dict:
     """{benchmark: status} (what prepared.json records); one line per benchmark on stdout."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_prepare_eval_data_flags(parser, argv, args)  # before any work: meaningless combinations refused
     try:
         status = prepare_eval_data(args.output_dir, args.cache_dir, args.gpqa_csv, args.benchmarks, force=args.force)
     except DataError as error:

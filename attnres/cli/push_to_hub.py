@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..trust import add_trust_flag
 from . import command_main
+from .combos import check_push_to_hub_flags
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Build (and upload) the Hub folder; 0, or 1 with one `error:` line."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_push_to_hub_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..conversion.commands import push_to_hub
 
     return push_to_hub(args)

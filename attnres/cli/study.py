@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..study.runner import StudyError, run_study
 from . import command_main
+from .combos import check_study_flags
 
 # The grids live in the checkout's configs/study/ (an installed package: pass --grid, or run from a checkout)
 _CHECKOUT_GRID = Path(__file__).resolve().parents[2] / "configs" / "study" / "cpu.json"
@@ -42,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """The exit code: 0, or 1 when some run failed; a bad grid or setting exits with one `error:` line."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_study_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     command = shlex.join(["python", "scripts/study.py", *(sys.argv[1:] if argv is None else argv)])
     try:
         return run_study(args.grid, args.output_dir, args.report_dir, jobs=args.jobs, threads=args.threads,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 
 from . import command_main
+from .combos import check_train_flags
 
 
 def build_parser():
@@ -27,7 +28,9 @@ def build_parser():
 
 def main(argv=None) -> dict:
     """Train; returns the run's summary. `argv` given (a caller, a test): errors raise; else one line and exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_train_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..extras import require
 
     require("datasets", why="the prepared dataset")

@@ -25,7 +25,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..training.recipe import add_recipe_args
 from . import command_main
+from .combos import check_pipeline_flags
 from .flags import seed as seed_flag
 from .train_pipeline import add_model_and_data_args
 
@@ -39,9 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--micro-batch-size", type=int, default=2)
     train.add_argument("--grad-accum", type=int, default=2, help="micro-batches per step (fill the pipe)")
     train.add_argument("--steps", type=int, default=4)
-    train.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
-    train.add_argument("--weight-decay", type=float, default=0.0)
-    train.add_argument("--grad-clip", type=float, default=0.0, help="max gradient norm (0: off)")
+    add_recipe_args(train, lr=1e-3, warmup_steps=0)  # the training recipe's flags (attnres/training/recipe.py)
     train.add_argument("--seed", type=seed_flag, default=0)
     train.add_argument("--max-nonfinite-steps", type=int, default=3,
                        help="a step with a NaN/inf loss or gradient makes no update and is logged; this many in a row "
@@ -58,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None):
     """Parse the flags and run this process's stage (`attnres.pipeline.interleaved_train`): the run's summary, or
     exit code 3 when the non-finite guard stopped it."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_pipeline_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..pipeline.interleaved_train import train_interleaved
     from ..training.args import SetupError
 

@@ -13,7 +13,7 @@ CPU (gloo; DS_ACCELERATOR=cpu is set for you when no GPU is visible):
   torchrun --nproc_per_node 2 scripts/train_pipeline.py --mode full --steps 20 --output-dir runs/pipe-full
 GPU (NCCL), 4 stages x 2 data-parallel replicas on 8 GPUs, bf16, a prepared dataset and a checkpoint:
   deepspeed --num_gpus 8 scripts/train_pipeline.py --num-stages 4 --model path/to/checkpoint \\
-      --data data/packed --seq-len 512 --micro-batch-size 4 --grad-accum 16 --bf16 --steps 1000 --output-dir runs/pp4
+      --data data/packed --micro-batch-size 4 --grad-accum 16 --bf16 --steps 1000 --output-dir runs/pp4
 
 Outputs (--output-dir): log.jsonl (loss per step), comms.json (bytes per stage boundary against the minimum, with
 --report-comms), and the trained model as a Hugging Face folder `model/` (one safetensors shard per stage, the code
@@ -28,8 +28,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..training.recipe import add_recipe_args
 from ..trust import add_trust_flag
 from . import command_main
+from .combos import check_pipeline_flags
 from .flags import seed as seed_flag
 
 
@@ -59,10 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--micro-batch-size", type=int, default=2)
     train.add_argument("--grad-accum", type=int, default=2, help="micro-batches per step per replica (fill the pipe)")
     train.add_argument("--steps", type=int, default=4)
-    train.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
-    train.add_argument("--lr", type=float, default=1e-3)
-    train.add_argument("--weight-decay", type=float, default=0.0)
-    train.add_argument("--grad-clip", type=float, default=0.0, help="max gradient norm (0: off)")
+    train.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
+                       help="adamw: the training recipe (attnres/training/recipe.py); sgd: plain, for tests")
+    add_recipe_args(train, lr=1e-3, warmup_steps=0)  # the recipe's flags, as `attnres train` has them
     train.add_argument("--zero-stage", type=int, choices=[0, 1], default=1)
     train.add_argument("--bf16", action="store_true", help="bf16 weights/activations (DeepSpeed bf16 optimizer)")
     train.add_argument("--activation-checkpoint-interval", type=int, default=0, help="decoder layers per checkpoint")
@@ -82,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
     """Parse the flags and run this process's part of the pipeline training (`attnres.pipeline.train`)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_pipeline_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..pipeline.train import train_pipeline  # DeepSpeed (the `train` extra): imported only to train
 
     train_pipeline(args)

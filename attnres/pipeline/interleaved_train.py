@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from ..atomic_io import write_json_atomic
 from ..depth_layout import DepthLayout
+from ..training.recipe import Recipe, check_recipe_args
 from .caching import simulate_interleaved
 from .interleaved import build_interleaved, expected_traffic
 
@@ -34,6 +35,7 @@ def check_args(args, world: int) -> None:
     for name in ("micro_batch_size", "grad_accum", "steps", "seq_len", "virtual_stages", "max_nonfinite_steps"):
         if getattr(args, name) < 1:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    check_recipe_args(args, args.steps)
     rounds = max(1, args.grad_accum // world)  # PyTorch's interleaved 1F1B runs whole rounds of micro-batches
     if args.grad_accum % rounds:
         raise SystemExit(f"error: --grad-accum {args.grad_accum} must be a multiple of {rounds} (micro-batches per "
@@ -41,10 +43,11 @@ def check_args(args, world: int) -> None:
 
 
 def run_signature(args, config, world: int) -> dict:
+    """What a checkpoint records of its run (a resume must match it): the model, data, layout and the recipe."""
     return dict(attn_res=config.attn_res_mode, block_size=config.attn_res_block_size, layers=config.num_hidden_layers,
                 model=str(args.model), data=str(args.data), stages=world, virtual_stages=args.virtual_stages,
                 micro_batch_size=args.micro_batch_size, grad_accum=args.grad_accum, seq_len=args.seq_len,
-                seed=args.seed)
+                seed=args.seed, recipe=Recipe.from_args(args, max_steps=args.steps).record())
 
 
 def resume_folder(args, config, world: int) -> Path | None:
@@ -58,30 +61,43 @@ def resume_folder(args, config, world: int) -> Path | None:
     if folder is None:
         return None
     saved, now = read_state(folder)["signature"], run_signature(args, config, world)
-    mismatch = {key: (saved.get(key), value) for key, value in now.items() if saved.get(key) != value}
+    mismatch = differences(saved, now)
     if mismatch:
         raise SystemExit(f"error: --resume {folder}: checkpoint was made with other settings {mismatch} (saved, "
                          f"now); use another --output-dir or --resume never")
     return folder
 
 
-def load_checkpoint(folder: Path, pipe, optimizer) -> int:
-    """This rank's weights and optimizer state (plain data: `weights_only=True`); returns the checkpoint's step."""
+def differences(saved: dict, now: dict, prefix: str = "") -> dict:
+    """{key: (saved, now)} of the signature entries that differ, nested ones (the recipe) by their own keys."""
+    found = {}
+    for key, value in now.items():
+        if isinstance(value, dict) and isinstance(saved.get(key), dict):
+            found.update(differences(saved[key], value, f"{prefix}{key}."))
+        elif saved.get(key) != value:
+            found[f"{prefix}{key}"] = (saved.get(key), value)
+    return found
+
+
+def load_checkpoint(folder: Path, pipe, optimizer, scheduler) -> int:
+    """This rank's weights, optimizer and schedule state (plain data: `weights_only=True`); returns the checkpoint's
+    step."""
     from ..training.state import load_weights_only, read_state
 
     saved = load_weights_only(folder / CHECKPOINT_FILE.format(rank=pipe.rank))
     for chunk in pipe.chunks:
         chunk.load_state_dict({name: saved["model"][chunk.model_name(name)] for name in chunk.state_dict()})
     optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
     return read_state(folder)["step"]
 
 
-def save_checkpoint(args, step: int, state: dict, pipe, optimizer) -> None:
+def save_checkpoint(args, step: int, state: dict, pipe, optimizer, scheduler) -> None:
     from ..training.state import save_checkpoint as save_atomic
 
     def write(tmp: Path) -> None:
-        torch.save({"model": pipe.state_dict(), "optimizer": optimizer.state_dict()},
-                   tmp / CHECKPOINT_FILE.format(rank=pipe.rank))
+        torch.save({"model": pipe.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict()}, tmp / CHECKPOINT_FILE.format(rank=pipe.rank))
 
     save_atomic(args.output_dir / "checkpoints", step, state, write, pipe.rank == 0, dist.barrier,
                 args.keep_checkpoints)
@@ -96,7 +112,7 @@ def global_grad_norm(params) -> float:
     return math.sqrt(squares.item())
 
 
-def train_step(pipe, optimizer, ids: torch.Tensor, grad_clip: float) -> tuple[float, float, bool]:
+def train_step(pipe, optimizer, scheduler, ids: torch.Tensor, grad_clip: float) -> tuple[float, float, bool]:
     """One pipeline step: (mean micro-batch loss, gradient norm, whether the update was made). Loss and norm are the
     same on every rank, so a non-finite step is skipped by all of them."""
     optimizer.zero_grad(set_to_none=True)
@@ -109,6 +125,7 @@ def train_step(pipe, optimizer, ids: torch.Tensor, grad_clip: float) -> tuple[fl
         if grad_clip > 0:
             torch.nn.utils.clip_grads_with_norm_(pipe.parameters(), grad_clip, torch.tensor(norm))
         optimizer.step()
+        scheduler.step()  # as `attnres train`: the schedule moves with applied updates only
     return loss, norm, finite
 
 
@@ -172,18 +189,21 @@ def train_interleaved(args) -> dict:
         pipe = build_interleaved(model, rank, world, args.virtual_stages, args.grad_accum, args.micro_batch_size,
                                  args.seq_len, caching=not args.no_caching)
         del model  # the chunks hold this rank's modules
-        optimizer = torch.optim.AdamW(pipe.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        recipe = Recipe.from_args(args, max_steps=args.steps)  # the one every engine uses
+        optimizer = recipe.build_optimizer(pipe.named_parameters().items())
+        scheduler = recipe.build_scheduler(optimizer)
         state = {"signature": run_signature(args, config, world)}
         folder = resume_folder(args, config, world)
-        start = load_checkpoint(folder, pipe, optimizer) if folder is not None else 0
+        start = load_checkpoint(folder, pipe, optimizer, scheduler) if folder is not None else 0
         if rank == 0:
             remove_partial(args.output_dir / "checkpoints")
+            write_json_atomic(args.output_dir / "run.json", dict(state["signature"], world_size=world))
         log = open(args.output_dir / "log.jsonl", "a" if start else "w") if rank == 0 else None
         guard, loss = NonFiniteGuard(args.max_nonfinite_steps), None
         try:
             for step in range(start + 1, args.steps + 1):
                 ids = torch.cat([fetch(step - 1, micro) for micro in range(args.grad_accum)])
-                loss, norm, finite = train_step(pipe, optimizer, ids, args.grad_clip)
+                loss, norm, finite = train_step(pipe, optimizer, scheduler, ids, args.grad_clip)
                 if log is not None:
                     log.write(json.dumps({"step": step, "loss": loss, "grad_norm": norm,
                                           **({} if finite else {"skipped/nonfinite": 1})}) + "\n")
@@ -191,7 +211,7 @@ def train_interleaved(args) -> dict:
                 if guard.check(step, loss, norm) and rank == 0:
                     print(guard.message(step, loss, norm), file=sys.stderr)
                 if (args.save_every and step % args.save_every == 0) or step == args.steps:
-                    save_checkpoint(args, step, state, pipe, optimizer)
+                    save_checkpoint(args, step, state, pipe, optimizer, scheduler)
         except NonFiniteError as error:  # no model is saved from these weights
             if rank == 0:
                 print(f"error: {error}", file=sys.stderr)

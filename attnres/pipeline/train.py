@@ -27,6 +27,7 @@ from ..modeling_attnres import KimiLinearAttnResForCausalLM
 from ..tiny import tiny_config
 from ..training.args import check_finite_flags
 from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps, step_is_finite
+from ..training.recipe import Recipe, check_recipe_args
 from ..training.state import is_rank_zero, output_lock
 from .comms import P2PTraffic, boundary_report, format_report, report_rows
 from .data import micro_batches, synthetic_micro_batch
@@ -49,6 +50,7 @@ def check_args(args, world_size: int) -> int:
     if args.grad_accum < stages:
         print(f"warning: --grad-accum {args.grad_accum} < {stages} stages leaves the pipeline mostly idle",
               file=sys.stderr)
+    check_recipe_args(args, args.steps)
     try:
         check_finite_flags(args)
         if args.model is not None:
@@ -130,10 +132,15 @@ def ds_config(args) -> dict:
     }
 
 
-def make_optimizer(args, params):
-    if args.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=args.lr, weight_decay=args.weight_decay)
-    return torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+def recipe_of(args) -> Recipe:
+    """The run's training recipe (`attnres.training.recipe`: the one `attnres train` uses) over `--steps` steps."""
+    return Recipe.from_args(args, max_steps=args.steps)
+
+
+def write_run_record(args, recipe: Recipe, world: int) -> None:
+    """<output-dir>/run.json (rank 0): the recipe and the flags, the run's provenance."""
+    settings = {name: str(value) if isinstance(value, os.PathLike) else value for name, value in vars(args).items()}
+    write_json_atomic(args.output_dir / "run.json", dict(recipe=recipe.record(), settings=settings, world_size=world))
 
 
 def skip_cpu_shm_build() -> None:
@@ -204,11 +211,14 @@ def train_pipeline(args) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
     pipe = build_pipeline(config, initial_weights(args, config), stages, args.partition_method,
                           args.activation_checkpoint_interval)
-    trainable = [p for p in pipe.parameters() if p.requires_grad]
+    recipe = recipe_of(args)
+    optimizer = recipe.build_optimizer(pipe.named_parameters())
+    scheduler = recipe.build_scheduler(optimizer)  # DeepSpeed steps it after each applied update
     # DeepSpeed's ZeRO-1 and bf16 optimizers skip a non-finite gradient norm themselves; a plain fp32 one is guarded
     check_grads = args.zero_stage == 0 and not args.bf16
-    optimizer = skip_nonfinite_steps(make_optimizer(args, trainable), check_grads=check_grads)
-    engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=optimizer, config=ds_config(args))
+    optimizer = skip_nonfinite_steps(optimizer, check_grads=check_grads)
+    engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=optimizer, lr_scheduler=scheduler,
+                                           config=ds_config(args))
     grid = engine.grid
     stage, dp_rank = grid.get_stage_id(), grid.get_data_parallel_id()
     fetch = batch_source(args, config, train, grid.get_data_parallel_world_size())
@@ -217,6 +227,7 @@ def train_pipeline(args) -> None:
     is_rank0 = dist.get_rank() == 0
     if is_rank0:
         args.output_dir.mkdir(parents=True, exist_ok=True)
+        write_run_record(args, recipe, dist.get_world_size())
     traffic = P2PTraffic(stage)
     train_steps(args, engine, data, traffic, is_rank0)
     if args.report_comms:

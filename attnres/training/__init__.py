@@ -6,8 +6,11 @@ diagnostics. One job per module:
 - `chat`:     instruction data: chat / prompt-completion records, chat templates, the assistant-token loss mask
 - `data`:     the prepared dataset: packing, the folder prepare-data writes, the batch plan of training
 - `models`:   the model a run starts from: size presets, --config, --init-from, the embedding repair
-- `loop`:     the training loop, the optimizer and schedule, the non-finite guard
-- `engines`:  accelerate (one process or DDP) and DeepSpeed ZeRO behind one small interface
+- `loop`:     the training loop, the non-finite guard
+- `recipe`:   the training recipe every engine shares (train, train-pipeline, train-interleaved): AdamW, parameter
+              groups, pseudo-query LR, schedule, clipping, data order; recorded with each run
+- `engines`:  accelerate (one process, DDP or FSDP2) and DeepSpeed ZeRO behind one small interface
+- `fsdp2`:    FSDP2 units for AttnRes models and what accelerate needs to run them (on CPU too)
 - `state`:    checkpoints (written atomically, removed on a failed write or an interrupt), reading them back, the
               output folder's lock
 - `resume`:   the resume rule: a resume continues exactly the recorded run (flags left out take the recorded

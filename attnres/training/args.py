@@ -13,7 +13,9 @@ from ..configuration_attnres import ATTN_RES_MODES
 from ..trust import add_trust_flag
 from . import SetupError  # noqa: F401  (defined once for the package; importers take it from here too)
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
+from .fsdp2 import check_fsdp_launch
 from .models import PRESETS, check_init_from
+from .recipe import DEFAULTS as RECIPE_DEFAULTS
 
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -23,9 +25,8 @@ ZERO_STAGES = (0, 1, 2, 3)
 # the model learns and may differ between the segments of a run.
 RUN_SETTINGS = {
     "data": Path("data/packed"), "model_size": None, "config": None, "init_from": None, "attn_res": None,
-    "block_size": None, "seq_len": None, "max_steps": 2000, "micro_batch_size": 8, "grad_accum": 1, "lr": 3e-4,
-    "res_proj_lr": None, "res_proj_weight_decay": 0.0, "min_lr_ratio": 0.1, "warmup_steps": 100, "weight_decay": 0.1,
-    "grad_clip": 1.0,
+    "block_size": None, "seq_len": None, "max_steps": 2000, "micro_batch_size": 8, "grad_accum": 1,
+    **RECIPE_DEFAULTS,  # lr, res_proj_lr, res_proj_weight_decay, min_lr_ratio, warmup_steps, weight_decay, grad_clip
     "mixed_precision": "auto", "seed": 0, "deepspeed": None,
 }
 PATH_SETTINGS = ("data", "config", "init_from", "deepspeed")
@@ -174,6 +175,7 @@ def check_args(args, meta: dict, world: int) -> None:
     if args.eval_every and global_batch > n_val:
         raise ValueError(f"validation has {n_val} sequences, fewer than one global batch ({global_batch}); "
                          f"lower --micro-batch-size / --grad-accum or set --eval-every 0")
+    check_fsdp_launch(args.deepspeed)
     if args.deepspeed is not None:
         check_deepspeed(load_deepspeed_config(args.deepspeed), args, world)
 

@@ -31,11 +31,23 @@ def wants_bf16(mixed_precision: str) -> bool:
     return mixed_precision == "bf16"
 
 
+def full_tensor(tensor):
+    """A DTensor (FSDP2's shards) gathered whole on every process (a collective); a plain tensor as it is."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
 class AccelerateEngine:
-    """accelerate's Accelerator: single process, or DDP under `accelerate launch --multi_gpu` (gloo on CPU)."""
+    """accelerate's Accelerator: single process, DDP under `accelerate launch --multi_gpu` (gloo on CPU), or FSDP2
+    under an FSDP2 `accelerate launch` (the model comes sharded by `fsdp2.shard_for_accelerate`)."""
 
     def __init__(self, model, optimizer, scheduler, args):
         from accelerate import Accelerator
+
+        from .fsdp2 import allow_fsdp_on_cpu, fsdp_launch, prepare_sharded
+
+        self.fsdp2 = fsdp_launch()
+        if self.fsdp2:
+            allow_fsdp_on_cpu()  # else accelerate would run plain DDP on CPU processes, without a word
 
         # plain DDP: every parameter takes part in the graph (layer 0's one-source mix gets an exactly-zero gradient)
         self.accelerator = Accelerator(
@@ -44,7 +56,7 @@ class AccelerateEngine:
         )
         # The scheduler is not `prepare`d: accelerate would step it once per process. Nor is it registered for
         # accelerate's checkpointing, which unpickles custom state with weights_only=False: see save/load
-        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.model, self.optimizer = prepare_sharded(self.accelerator, model, optimizer)  # FSDP2: see fsdp2.py
         self.scheduler = scheduler
         self.grad_accum, self.grad_clip = args.grad_accum, args.grad_clip
 
@@ -69,7 +81,10 @@ class AccelerateEngine:
     def optimizer_step(self, loss_finite: bool = True) -> tuple[float, bool]:
         """(gradient norm, whether the update was made): none when the loss or the norm is non-finite."""
         if self.grad_clip > 0:
-            norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            norm = full_tensor(self.accelerator.clip_grad_norm_(self.model.parameters(), self.grad_clip))
+        elif self.fsdp2:  # sharded gradients: torch's total norm reduces across the shards
+            norm = full_tensor(torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters()
+                                                               if p.grad is not None]))
         else:
             grad_norms = [p.grad.norm() for p in self.model.parameters() if p.grad is not None]
             norm = torch.linalg.vector_norm(torch.stack(grad_norms))
@@ -81,7 +96,7 @@ class AccelerateEngine:
         return float(norm), applied
 
     def full_grad(self, param):
-        return param.grad
+        return None if param.grad is None else full_tensor(param.grad)
 
     @contextlib.contextmanager
     def evaluation(self):
@@ -135,6 +150,11 @@ class DeepSpeedEngine:
             os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29500")
+        if not torch.cuda.is_available():
+            # As train-pipeline: DeepSpeed would JIT-compile its shared-memory allreduce op here (minutes of C++ on
+            # a small machine, silently, once per cache); marked unavailable, it uses plain gloo, its documented
+            # fallback
+            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
         deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
                                    auto_mpi_discovery=False)
         self.config = resolve_deepspeed_config(json.loads(Path(args.deepspeed).read_text()), args, world)

@@ -282,7 +282,8 @@ def write_training_info(folder: Path, args, global_batch: int, step: int, run: d
     write_json_atomic(Path(folder) / INFO_FILE, dict(
         steps=step, tokens_trained=step * global_batch * args.seq_len, global_batch=global_batch, seq_len=args.seq_len,
         data=str(args.data), data_fingerprint=run["data_fingerprint"], settings=run["settings"],
-        world_size=run["world_size"], model_config_digest=run["model"], segments=run["segments"],
+        world_size=run["world_size"], model_config_digest=run["model"], recipe=run.get("recipe"),
+        segments=run["segments"],
     ))
 
 

@@ -1,8 +1,8 @@
 """The training loop of the train command: checks first, then model, engine, resume, steps, evals, checkpoints; the
 optimizer and schedule it steps (the non-finite guard is `guard.py`).
 
-Optimizer: AdamW parameter groups (no decay on norms/biases/pseudo-queries; an optional own LR for pseudo-queries) and
-the warmup + cosine schedule, from transformers' scheduler library.
+Optimizer, parameter groups, schedule and clipping: the recipe every engine shares (`recipe.py`), recorded with the
+run's settings.
 """
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
 from .. import finite_weights
 from ..atomic_io import move_into_place, recover_interrupted
-from .args import SetupError, check_args, fill_settings, world_size
+from .args import SetupError, check_args, fill_settings, given_settings, world_size
 from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
+from .fsdp2 import fsdp_launch, shard_for_accelerate
 from .guard import NonFiniteError, NonFiniteGuard, is_finite, step_is_finite
 from .logs import data_fingerprint
 from .models import (
@@ -31,6 +31,7 @@ from .models import (
     load_model,
     reinit_zero_embedding_rows,
 )
+from .recipe import RES_PROJ_SUFFIX, Recipe  # noqa: F401  (RES_PROJ_SUFFIX: importers take it from here too)
 from .resume import (
     apply_recorded,
     check_resolved,
@@ -53,49 +54,24 @@ from .state import (
     written_or_removed,
 )
 
-RES_PROJ_SUFFIX = "_res_proj.weight"
-
-
-# --- optimizer and schedule -------------------------------------------------------------------------------------
+# --- optimizer and schedule: the recipe every engine shares (recipe.py) -----------------------------------------
 
 
 def param_groups(model: torch.nn.Module, lr: float, weight_decay: float, res_proj_lr: float | None,
                  res_proj_weight_decay: float = 0.0) -> list[dict]:
-    """Three groups: decayed matrices, undecayed vectors (norm gains, biases), AttnRes pseudo-queries.
-
-    Pseudo-queries are [1, hidden] matrices but act like gains of the depth softmax: no weight decay (it would pull
-    them to the uniform mix; `res_proj_weight_decay` sets one for a study arm), and their own learning rate when
-    `res_proj_lr` is given.
-    """
-    decay, no_decay, queries = [], [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        if name.endswith(RES_PROJ_SUFFIX):
-            queries.append(param)
-        elif param.dim() >= 2 and "embed" not in name:
-            decay.append(param)
-        else:
-            no_decay.append(param)
-    groups = [
-        dict(params=decay, lr=lr, weight_decay=weight_decay, name="decay"),
-        dict(params=no_decay, lr=lr, weight_decay=0.0, name="no_decay"),
-        dict(params=queries, lr=res_proj_lr or lr, weight_decay=res_proj_weight_decay, name="res_proj"),
-    ]
-    return [g for g in groups if g["params"]]
+    """The recipe's three groups (`Recipe.param_groups`): decayed matrices, undecayed vectors, pseudo-queries."""
+    recipe = Recipe(lr=lr, max_steps=1, weight_decay=weight_decay, res_proj_lr=res_proj_lr,
+                    res_proj_weight_decay=res_proj_weight_decay)
+    return recipe.param_groups(model.named_parameters())
 
 
 def build_optimizer(model, args) -> torch.optim.Optimizer:
-    groups = param_groups(model, args.lr, args.weight_decay, args.res_proj_lr, args.res_proj_weight_decay)
-    # foreach=False: the same arithmetic on every backend, so single-process, DDP and ZeRO runs stay comparable
-    return torch.optim.AdamW(groups, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+    return Recipe.from_args(args, max_steps=getattr(args, "max_steps", 1)).build_optimizer(model.named_parameters())
 
 
 def build_scheduler(optimizer, args):
     """Linear warmup to each group's peak LR, cosine decay to `min_lr_ratio` of it at `max_steps`."""
-    return get_cosine_with_min_lr_schedule_with_warmup(
-        optimizer, num_warmup_steps=args.warmup_steps, num_training_steps=args.max_steps, min_lr_rate=args.min_lr_ratio
-    )
+    return Recipe.from_args(args).build_scheduler(optimizer)
 
 
 # --- the loop ---------------------------------------------------------------------------------------------------
@@ -112,7 +88,7 @@ def prepare(args):
 def _prepare(args):
     """(world size, config, splits, tokenizer, the checkpoint to resume or None, its trainer state or None, the run
     record). The flags a resume leaves out are filled from the recorded run first (`resume.py`), then checked."""
-    world = world_size()
+    world, given = world_size(), set(given_settings(args))  # the run flags on the command line (before a resume)
     if args.output_dir is None:  # named after the model: found with the flags as given (or defaulted), before a resume
         args.output_dir = _default_output_dir(argparse.Namespace(**vars(args)))
     folder = resume_folder(args)
@@ -128,12 +104,27 @@ def _prepare(args):
         finite_weights.check_folder(args.init_from)  # a NaN weight is named, never trained from
     train_set, val_set, tokenizer = load_prepared(args.data)
     config, tokenizer = _model_config(args, tokenizer)
+    check_mode_flags(config, given, args)
     args.seq_len = args.seq_len or meta["seq_len"]
     record = run_record(args, config, world, data_fingerprint(args.data))
     if folder is not None:
         check_checkpoint(folder, deepspeed=args.deepspeed is not None)  # damaged files: one message naming them
         check_resolved(folder, state, record)
     return world, config, train_set, val_set, tokenizer, folder, state, record
+
+
+def check_mode_flags(config, given: set[str], args) -> None:
+    """Flags the model's residual mode makes meaningless (the mode from --attn-res, --config or --init-from)."""
+    mode = config.attn_res_mode
+    origin = "--attn-res" if args.attn_res is not None else "--config" if args.config else \
+        "--init-from" if args.init_from else "--model-size"
+    if "block_size" in given and mode != "block":
+        raise ValueError(f"--block-size {args.block_size} cannot be combined with a {mode} model ({origin} "
+                         f"{getattr(args, origin[2:].replace('-', '_'))}): blocks exist in block mode only")
+    for name in ("res_proj_lr", "res_proj_weight_decay"):
+        if name in given and mode == "standard":
+            raise ValueError(f"--{name.replace('_', '-')} cannot be combined with a standard model ({origin} "
+                             f"{getattr(args, origin[2:].replace('-', '_'))}): it has no pseudo-queries")
 
 
 def _model_config(args, tokenizer):
@@ -278,6 +269,8 @@ def run(args, world, config, train_set, val_set, tokenizer, folder, state, recor
 
     model = build_model(config, args)
     reinit_zero_embedding_rows(model, data_token_ids(train_set), seed=args.seed)  # a no-op unless rows are zero
+    if fsdp_launch():  # accelerate launch with FSDP2: one unit per decoder layer, before the optimizer (fsdp2.py)
+        model = shard_for_accelerate(model, cpu=not torch.cuda.is_available())
     optimizer = build_optimizer(model, args)
     engine = make_engine(model, optimizer, build_scheduler(optimizer, args), args, world)
     output_dir, root = Path(args.output_dir), Path(args.output_dir) / "checkpoints"

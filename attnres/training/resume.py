@@ -28,6 +28,8 @@ from pathlib import Path
 
 from ..checkpoint_files import read_json_file
 from .args import PATH_SETTINGS, RUN_SETTINGS, fill_settings, given_settings
+from .fsdp2 import fsdp_launch
+from .recipe import Recipe
 from .state import (
     STATE_FILE,
     STEP_DIR,
@@ -139,7 +141,9 @@ def run_record(args, config, world: int, fingerprint: str) -> dict:
                     block_size=config.attn_res_block_size if config.attn_res_mode == "block" else None)
     deepspeed = json.loads(Path(args.deepspeed).read_text()) if args.deepspeed is not None else None
     return dict(settings=settings, world_size=world, data_fingerprint=fingerprint, model=digest(config.to_dict()),
-                deepspeed=None if deepspeed is None else digest(deepspeed))
+                deepspeed=None if deepspeed is None else digest(deepspeed),
+                engine="fsdp2" if fsdp_launch() else "deepspeed" if args.deepspeed is not None else "accelerate",
+                recipe=Recipe.from_args(args).record())  # provenance: the settings decide it, a resume checks those
 
 
 def check_resolved(folder: Path, state: dict, record: dict) -> None:
@@ -156,6 +160,9 @@ def check_resolved(folder: Path, state: dict, record: dict) -> None:
     if state.get("deepspeed") != record["deepspeed"]:
         differences.append(f"--deepspeed {record['settings']['deepspeed']}: another DeepSpeed config than the "
                            f"recorded {state['settings'].get('deepspeed')}")
+    if state.get("engine", record["engine"]) != record["engine"]:  # checkpoints before the field: not compared
+        differences.append(f"engine {state['engine']} (recorded) vs {record['engine']} (now): the checkpoint's "
+                           "format is its engine's")
     if state.get("world_size") != record["world_size"]:
         differences.append(f"processes {state.get('world_size')} (recorded) vs {record['world_size']} (now)")
     if differences:

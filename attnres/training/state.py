@@ -230,7 +230,8 @@ def check_accelerate_checkpoint(folder: str | Path, rank: int = 0) -> None:
     folder = Path(folder)
     read_json_file(folder / STATE_FILE, "training state")
     model_files = sorted(folder.glob("model*.safetensors"))
-    if not model_files:
+    fsdp_files = sorted(folder.glob("pytorch_model_fsdp*.bin"))  # an FSDP2 run's full state dict (accelerate)
+    if not model_files and not fsdp_files:
         raise ResumeFileError(f"{folder}: no model.safetensors (not a complete checkpoint)")
     for path in model_files:
         check_safetensors(path)
@@ -238,6 +239,8 @@ def check_accelerate_checkpoint(folder: str | Path, rank: int = 0) -> None:
             finite_weights.check_file(path)  # a NaN weight is named: resuming from it would write NaN over finite
         except NonFiniteWeightsError as error:
             raise ResumeFileError(str(error)) from None
+    for path in fsdp_files:
+        check_torch_file(path)
     for name in ("optimizer.bin", SCHEDULER_FILE, f"random_states_{rank}.pkl"):
         check_torch_file(folder / name)
     load_weights_only(folder / f"random_states_{rank}.pkl")  # small; accelerate would skip a bad one silently

@@ -68,7 +68,8 @@ COMPARE_CASES = {
     "heldout_without_data": (["{a}", "{b}", "--tasks", "heldout"], ["heldout", "--data"]),
     "code_task_without_opt_in": (["{a}", "{b}", "--tasks", "attnres_humaneval"], ["--allow-code-execution"]),
     "task_data_not_prepared": (["{a}", "{b}", "--eval-data", "{root}/nothing"], ["not available", "prepare_eval_data"]),
-    "data_not_prepared": (["{a}", "{b}", "--data", "{root}/empty"], ["empty"]),
+    # --data feeds the heldout task only (without it, --data is refused: tests/cli/test_flag_combinations.py)
+    "data_not_prepared": (["{a}", "{b}", "--data", "{root}/empty", "--tasks", "heldout"], ["empty"]),
     "labels_count": (["{a}", "{b}", "--labels", "x"], ["--labels"]),
     "labels_not_unique": (["{a}", "{b}", "--labels", "x", "x"], ["not unique"]),
     "limit_zero": (["{a}", "{b}", "--limit", "0"], ["--limit", ">= 1"]),

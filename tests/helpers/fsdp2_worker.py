@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.helpers
 
-from attnres.training.fsdp2 import fully_shard_attnres  # noqa: E402
+from attnres.training.fsdp2 import allow_fsdp_on_cpu, fully_shard_attnres  # noqa: E402
 from tests.helpers.model_factory import random_ids, tiny_model  # noqa: E402
 
 # SGD: AdamW's g / sqrt(v) turns summation-order noise in near-zero gradients (an expert that got no tokens) into
@@ -89,31 +89,6 @@ def mixed_precision_check(mode: str) -> dict:
                 mp_weights_max_diff=max((w - r).abs().max().item() for w, r in zip(weights, ref.attn_res_weights)),
                 mp_logits_max_diff=(out.logits.float() - ref.logits.float()).abs().max().item(),
                 mp_layers_sharded=all(isinstance(layer, FSDPModule) for layer in model.model.layers))
-
-
-def allow_fsdp_on_cpu() -> None:
-    """accelerate 1.15 drops FSDP on CPU without a word: `AcceleratorState.__init__` (accelerate/state.py) sets
-    `DistributedType.FSDP` only inside its branch for MULTI_GPU / NPU / XPU / ... processes, and a gloo CPU launch is
-    MULTI_CPU, so `accelerate launch --use_fsdp` and `Trainer(fsdp=...)` train with plain DDP instead. This is the one
-    step accelerate skips there: after its own init, a MULTI_CPU state with FSDP asked for (the launcher's
-    ACCELERATE_USE_FSDP, or a plugin) becomes FSDP with that plugin. Everything after it (`fsdp2_prepare_model`:
-    `fully_shard` per `_no_split_modules` layer, the full-state-dict broadcast, saving) is accelerate's own code."""
-    import os
-
-    from accelerate.state import AcceleratorState
-    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-
-    init = AcceleratorState.__init__
-
-    def patched(self, *args, fsdp_plugin=None, **kwargs):
-        init(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
-        wanted = fsdp_plugin is not None or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
-        if wanted and self.distributed_type in (DistributedType.MULTI_CPU, DistributedType.FSDP):
-            self.distributed_type = DistributedType.FSDP
-            # the state is a singleton: Trainer's plugin arrives at a second init (TrainingArguments made the first)
-            self.fsdp_plugin = fsdp_plugin or getattr(self, "fsdp_plugin", None) or FullyShardedDataParallelPlugin()
-
-    AcceleratorState.__init__ = patched
 
 
 def run_accelerate(work: Path) -> None:

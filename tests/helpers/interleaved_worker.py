@@ -70,9 +70,14 @@ def worker(rank: int, world: int, port: int, out: str, cases: list[dict]) -> Non
         dist.destroy_process_group()
 
 
+COPY = "copy"  # a `runs` entry [COPY, source, target]: rank 0 copies a folder (a checkpoint a killed run would leave)
+
+
 def train_worker(rank: int, world: int, port: int, runs: list[list[str]]) -> None:
     """`attnres train-interleaved` with each argv of `runs` in turn, in one process group; writes each run's return
-    value to `<its --output-dir>.rank<r>.json`."""
+    value to `<its --output-dir>.rank<r>.json`. A [COPY, source, target] entry copies a folder between runs."""
+    import shutil
+
     from attnres.cli.train_interleaved import main
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
@@ -80,7 +85,15 @@ def train_worker(rank: int, world: int, port: int, runs: list[list[str]]) -> Non
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         for argv in runs:
-            result = main(argv)
+            if argv[0] == COPY:
+                if rank == 0:
+                    shutil.copytree(argv[1], argv[2])
+                dist.barrier()
+                continue
+            try:
+                result = main(argv)
+            except SystemExit as refused:  # bad input: the test reads the one-line error
+                result = {"error": str(refused)}
             out = Path(argv[argv.index("--output-dir") + 1])
             Path(f"{out}.rank{rank}.json").write_text(json.dumps(result if isinstance(result, int) else
                                                                  {k: v for k, v in result.items() if k != "traffic"}))

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 
 from attnres.cli.train_interleaved import main
 from attnres.training.state import output_lock
-from tests.helpers.interleaved_worker import train_worker
+from tests.helpers.interleaved_worker import COPY, train_worker
 from tests.helpers.ports import free_port
 
 TINY = ["--layers", "4", "--block-size", "3", "--seq-len", "8", "--grad-accum", "2"]
@@ -30,15 +30,21 @@ def test_resume_guard_and_saved_model(tmp_path):
     straight, split, nan = tmp_path / "straight", tmp_path / "split", tmp_path / "nan"
     runs = [
         [*TINY, "--steps", "4", "--save-every", "2", "--keep-checkpoints", "5", "--output-dir", str(straight)],
-        [*TINY, "--steps", "2", "--save-every", "2", "--no-save", "--output-dir", str(split)],
+        # what a run killed after step 2 leaves: its step-2 checkpoint (the schedule spans --steps, so a shorter run
+        # is another run, refused on resume)
+        [COPY, str(straight / "checkpoints" / "step-00000002"), str(split / "checkpoints" / "step-00000002")],
         [*TINY, "--steps", "4", "--save-every", "2", "--keep-checkpoints", "5", "--output-dir", str(split)],  # resumes
+        # a longer schedule than the checkpoint's: refused by name
+        [*TINY, "--steps", "6", "--no-save", "--output-dir", str(straight)],
         [*TINY, "--steps", "8", "--lr", "1e6", "--no-save", "--output-dir", str(nan)],
     ]
     mp.spawn(train_worker, args=(2, free_port(), runs), nprocs=2)
 
     # resume: started at the step-2 checkpoint, then the same losses, weights and optimizer state bit for bit
     assert json.loads((tmp_path / "split.rank0.json").read_text())["start_step"] == 2
-    assert [r["loss"] for r in read_log(split)] == [r["loss"] for r in read_log(straight)]
+    assert [r["loss"] for r in read_log(split)] == [r["loss"] for r in read_log(straight)][2:]
+    refused = json.loads((tmp_path / "straight.rank0.json").read_text())["error"]
+    assert "recipe.max_steps': (4, 6)" in refused and "recipe.lr" not in refused, refused
     for mine, ref in zip(checkpoint_tensors(split, 4), checkpoint_tensors(straight, 4), strict=True):
         assert mine["model"].keys() == ref["model"].keys()
         assert all(torch.equal(mine["model"][k], ref["model"][k]) for k in ref["model"])

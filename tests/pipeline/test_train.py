@@ -38,7 +38,8 @@ pytestmark = [
 def run_args(model_dir: Path, out_dir: Path) -> list[str]:
     return ["--model", str(model_dir), "--output-dir", str(out_dir), "--steps", str(STEPS), "--grad-accum",
             str(GRAD_ACCUM), "--micro-batch-size", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN), "--optimizer", "sgd",
-            "--lr", str(LR), "--seed", str(SEED), "--zero-stage", "1", "--report-comms"]
+            "--lr", str(LR), "--seed", str(SEED), "--zero-stage", "1", "--report-comms",
+            "--weight-decay", "0", "--grad-clip", "0"]  # plain SGD: the update is -lr x gradient
 
 
 @pytest.fixture(scope="module")

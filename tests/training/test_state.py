@@ -38,3 +38,28 @@ def test_folder_without_state_is_not_a_checkpoint(tmp_path):
     (tmp_path / "step-00000005").mkdir()
     with pytest.raises(ValueError, match=f"not a checkpoint \\(no {STATE_FILE}\\)"):
         resolve_checkpoint(tmp_path / "step-00000005")
+
+
+def fsdp2_checkpoint(root):
+    """The files an FSDP2 run's accelerate `save_state` writes (full state dict), with tiny contents."""
+    import torch
+
+    from attnres.training.state import SCHEDULER_FILE
+
+    folder = make_checkpoint(root, 2)
+    for name in ("pytorch_model_fsdp.bin", "optimizer.bin", SCHEDULER_FILE, "random_states_0.pkl"):
+        torch.save({"x": torch.zeros(1)}, folder / name)
+    return folder
+
+
+def test_fsdp2_checkpoint_is_complete_and_a_damaged_model_file_is_named(tmp_path):
+    from attnres.training.state import ResumeFileError, check_accelerate_checkpoint
+
+    folder = fsdp2_checkpoint(tmp_path)
+    check_accelerate_checkpoint(folder)  # no model.safetensors: FSDP's model file stands for it
+    (folder / "pytorch_model_fsdp.bin").write_bytes(b"truncated")
+    with pytest.raises(ResumeFileError, match="pytorch_model_fsdp.bin: truncated"):
+        check_accelerate_checkpoint(folder)
+    (folder / "pytorch_model_fsdp.bin").unlink()
+    with pytest.raises(ResumeFileError, match="no model.safetensors"):
+        check_accelerate_checkpoint(folder)

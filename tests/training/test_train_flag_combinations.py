@@ -1,0 +1,32 @@
+"""`attnres train` refuses flags the model's residual mode makes meaningless (issue 32), the mode coming from
+--attn-res, --config or --model-size: one line naming both, before any model is built (attnres/training/loop.py
+`check_mode_flags`). The CLI-level combinations are in tests/cli/test_flag_combinations.py."""
+import pytest
+
+from attnres.tiny import tiny_config
+from attnres.training.args import SetupError
+from tests.helpers.train_fixtures import train_args
+
+
+def full_config(tmp_path):
+    path = tmp_path / "full.json"
+    tiny_config("full", num_layers=2, vocab_size=512).to_json_file(str(path))
+    return path
+
+
+@pytest.mark.parametrize(("flags", "refused", "other"), [
+    (dict(attn_res="full", block_size=2), "--block-size 2", "full model (--attn-res full)"),
+    (dict(attn_res="standard", block_size=2), "--block-size 2", "standard model (--attn-res standard)"),
+    (dict(attn_res="standard", res_proj_lr=1e-2), "--res-proj-lr", "standard model (--attn-res standard)"),
+    (dict(attn_res="standard", res_proj_weight_decay=0.0), "--res-proj-weight-decay",
+     "standard model (--attn-res standard)"),
+    ("config", "--block-size 3", "full model (--config"),
+])
+def test_mode_makes_flag_meaningless(data, train, tmp_path, flags, refused, other):
+    if flags == "config":
+        flags = dict(model_size=None, config=full_config(tmp_path), block_size=3)
+    out = tmp_path / "run"
+    with pytest.raises(SetupError) as error:
+        train(train_args(data, out, **flags))
+    assert refused in str(error.value) and other in str(error.value), error.value
+    assert not out.exists()  # refused before any work
