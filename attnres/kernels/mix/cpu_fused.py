@@ -23,6 +23,7 @@ import os
 import platform
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -362,18 +363,30 @@ def load_extension():
     return _state["module"]
 
 
+def is_built(name: str, folder: Path) -> bool:
+    """Whether `folder` holds a finished build of extension `name` (torch writes <name>.so, <name>.pyd on Windows)."""
+    return any((folder / f"{name}{suffix}").is_file() for suffix in (".so", ".pyd"))
+
+
 def build_extension():
     name, folder = build_directory()
     try:
         from torch.utils.cpp_extension import load_inline
 
         folder.mkdir(parents=True, exist_ok=True)
-        logger.info("attnres: loading the fused CPU mix kernel (built once, cached in %s)", folder)
+        first_build = not is_built(name, folder)
+        if first_build:  # minutes with no output otherwise (issue 32: a demo's bar sat at 0 for 5 minutes)
+            logger.warning("attnres: compiling the fused C++ CPU mix kernel for this machine, once (about 1 CPU "
+                           "minute; several minutes on a busy machine); cached in %s", folder)
+        started = time.monotonic()
         flags = build_flags()
-        return load_inline(name, cpp_sources=[CPP_DECLARATIONS, CPP_SOURCE],
-                           functions=["mix_fits", "mix_forward", "mix_backward"], extra_cflags=flags,
-                           extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
-                           build_directory=str(folder), verbose=False)
+        module = load_inline(name, cpp_sources=[CPP_DECLARATIONS, CPP_SOURCE],
+                             functions=["mix_fits", "mix_forward", "mix_backward"], extra_cflags=flags,
+                             extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
+                             build_directory=str(folder), verbose=False)
+        if first_build:
+            logger.warning("attnres: the fused C++ CPU mix kernel is built (%.0f s)", time.monotonic() - started)
+        return module
     except Exception as error:  # no compiler, no ninja, a failed build: the eager path serves every mix
         warnings.warn(f"attnres: the fused CPU mix kernel could not be built ({type(error).__name__}: "
                       f"{str(error).strip().splitlines()[-1] if str(error).strip() else ''}); using the eager PyTorch "
