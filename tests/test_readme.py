@@ -116,3 +116,12 @@ def test_usage_snippet_runs_as_written(tmp_path):
 ])
 def test_the_inventory_matches_the_longest_prefix(command, expected):
     assert coverage_of(command) == expected
+
+
+def test_the_main_job_time_agrees_everywhere():
+    """Issue 32: README, main_job.sh and --help gave three different times; each now quotes the measured ones."""
+    from attnres.cli.main_job import build_parser
+
+    for where, text in [("README.md", README), ("scripts/main_job.sh", (REPO / "scripts/main_job.sh").read_text()),
+                        ("attnres main-job --help", build_parser().format_help())]:
+        assert "4 min 47 s" in text and "16.6" in text and "29.7" in text and "~15 min" not in text, where

@@ -206,9 +206,11 @@ def sublayer_names(points: int) -> list[str]:
     return [f"L{i // 2 + 1} {'attn' if i % 2 == 0 else 'mlp'}" for i in range(points - 1)] + ["output"]
 
 
-def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20) -> Path:
+def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20, val_subset: str | None = None) -> Path:
     """Training loss (moving average over `window` logged records, raw in light) and validation loss of each run, from
-    its metrics.jsonl: the same axes, so a matched pair reads at a glance. Written atomically."""
+    its metrics.jsonl: the same axes, so a matched pair reads at a glance. `val_subset`: what the logged validation
+    loss covers (training evaluates a few batches, not the whole split), shown under the panel's title so its end
+    labels are not read as the held-out result. Written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -234,7 +236,8 @@ def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20) -> Path:
             val_ax.annotate(f"{val[-1][1]:.3f}", val[-1], textcoords="offset points", xytext=(4, 4 - 12 * i),
                             color=f"C{i}", fontsize=8)
     train_ax.set(title="Training loss", xlabel="step", ylabel="loss (nats/token)")
-    val_ax.set(title="Validation loss", xlabel="step", ylabel="loss (nats/token)")
+    val_ax.set(title="Validation loss" + (f"\n{val_subset}" if val_subset else ""), xlabel="step",
+               ylabel="loss (nats/token)")
     for ax in (train_ax, val_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
