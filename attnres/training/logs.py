@@ -248,8 +248,10 @@ def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20, val_subs
             val_ax.annotate(f"{val[-1][1]:.3f}", val[-1], textcoords="offset points", xytext=(4, 4 - 12 * i),
                             color=f"C{i}", fontsize=8)
     train_ax.set(title="Training loss", xlabel="step", ylabel="loss (nats/token)")
-    val_ax.set(title="Validation loss" + (f"\n{val_subset}" if val_subset else ""), xlabel="step",
-               ylabel="loss (nats/token)")
+    val_ax.set(xlabel="step", ylabel="loss (nats/token)")
+    val_ax.set_title("Validation loss", pad=16 if val_subset else 6)
+    if val_subset:
+        val_ax.text(0.5, 1.01, val_subset, transform=val_ax.transAxes, ha="center", va="bottom", fontsize=8)
     for ax in (train_ax, val_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -24,3 +24,27 @@ def test_render_refuses_a_missing_or_empty_template_folder(tmp_path):
         with pytest.raises(FileNotFoundError, match="no lm-eval task templates in .*reinstall attnres"):
             render_tasks(tmp_path / "eval", ["gpqa"], templates=templates)
     assert not (tmp_path / "eval").exists()  # nothing written, not even an empty task folder
+
+
+@pytest.mark.slow
+def test_the_documented_task_listing_lists_the_rendered_tasks(tmp_path):
+    """`attnres compare --help` and the README tell how to list the rendered tasks (issue 32): lm-eval's own listing
+    over data/eval/tasks, the folder prepare-eval-data renders into by default."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from attnres.cli.compare import build_parser
+    from attnres.evaluation.data import DEFAULT_EVAL_DATA
+    from attnres.evaluation.tasks import TASKS_DIR
+
+    documented = re.search(r"lm-eval ls tasks --include_path (\S+) \| grep attnres_", build_parser().format_help())
+    assert documented and Path(documented.group(1)) == DEFAULT_EVAL_DATA / TASKS_DIR
+    (tmp_path / "eval" / "mmlu" / "anatomy").mkdir(parents=True)
+    tasks = render_tasks(tmp_path / "eval", ["mmlu", "triviaqa"])
+    result = subprocess.run([sys.executable, "-m", "lm_eval", "ls", "tasks", "--include_path", str(tasks)],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                            env=dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "attnres_mmlu_bpb" in result.stdout and "attnres_triviaqa_bpb" in result.stdout
