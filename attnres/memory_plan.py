@@ -86,8 +86,13 @@ def load_plan_config(spec: str):
     return parse_config(config_dict), str(path)
 
 
-def gib(n: float) -> str:
-    return f"{n / GiB:,.2f} GiB"
+def size_text(n: float) -> str:
+    """Bytes in the largest binary unit up to GiB that keeps the number >= 1 (a tiny model is not "0.00 GiB"); GiB
+    stays the largest unit, so big models read as the README's tables."""
+    for unit, size in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,.0f} bytes"
 
 
 def format_plan(config, name: str, batch: int, context: int, stages: int, micro_batch: int,
@@ -102,17 +107,17 @@ def format_plan(config, name: str, batch: int, context: int, stages: int, micro_
         lines.append(f"  {part:<16}{getattr(counts, part):>20,}")
     lines += [f"  {'total':<16}{counts.total:>20,}", "",
               "weights (parameters only: no optimizer state, caches, activations)"]
-    lines += [f"  {fmt:<30}{gib(n):>16}" for fmt, n in weight_bytes(counts).items()]
+    lines += [f"  {fmt:<30}{size_text(n):>16}" for fmt, n in weight_bytes(counts).items()]
     bank = depth_bank_bytes(config, batch, context, act)
     lines += ["", f"AttnRes depth bank, batch {batch} x {context} tokens, {activation_dtype}: "
-              f"{max_sources(config)} sources of [batch, tokens, hidden] = {gib(bank)}",
+              f"{max_sources(config)} sources of [batch, tokens, hidden] = {size_text(bank)}",
               "  (a chunked prefill holds it for one chunk, a decode step for one token)"]
     stages = min(stages, config.num_hidden_layers)
     lines += ["", f"pipeline boundaries, {stages} stages, micro-batch {micro_batch} x {context} tokens, "
               f"{activation_dtype} (each direction: activations forward, gradients back)",
               "  before-layer  tensors  bytes/micro-batch"]
     for layer, tensors, nbytes in pipeline_boundaries(config, stages, micro_batch, context, act):
-        lines.append(f"  {layer:>12}  {tensors:>7}  {nbytes:>17,}  ({gib(nbytes)})")
+        lines.append(f"  {layer:>12}  {tensors:>7}  {nbytes:>17,}  ({size_text(nbytes)})")
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 """The package works installed from its wheel, away from the checkout: the wheel is built, installed (no deps) into a
-fresh virtual environment that sees this machine's torch / transformers / lm-eval (--system-site-packages) but not the
-checkout, and there the lm-eval task templates render (package data), the console scripts run, and a tiny model saves,
-loads and generates. Everything lives under tmp_path; nothing is written into the checkout."""
+fresh virtual environment that sees the running interpreter's torch / transformers / lm-eval (tests/helpers/venv.py:
+in a venv or the system Python alike) but not the checkout, and there the lm-eval task templates render (package
+data), the console scripts run, and a tiny model saves, loads and generates. Everything lives under tmp_path; nothing
+is written into the checkout."""
 from __future__ import annotations
 
 import os
@@ -12,6 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.venv import make_venv
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,10 +72,9 @@ def test_wheel_installed_in_a_fresh_venv_works(tmp_path):
     wheel = next((tmp_path / "dist").glob("attnres-*.whl"))
 
     venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
-    python, bin_dir = venv / "bin" / "python", venv / "bin"
-    # The system's pip (visible through the system site-packages) installs into the venv; --ignore-installed: the
-    # editable checkout the system sees must not count as "already satisfied"
+    python, bin_dir = make_venv(venv)
+    # The running interpreter's pip (seen through the venv's .pth) installs into the venv; --ignore-installed: an
+    # attnres the running interpreter has must not count as "already satisfied"
     run([str(python), "-m", "pip", "install", "--no-deps", "--ignore-installed", "--no-index", "--quiet", str(wheel)])
 
     work = tmp_path / "work"

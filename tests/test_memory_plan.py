@@ -121,3 +121,21 @@ def test_runs_on_a_base_install():
     *out, last = result.stdout.strip().splitlines()
     assert json.loads(last) == [0, []]
     assert f"{count_parameters(tiny_k3_config()).total:,}" in "\n".join(out) and "pipeline boundaries" in "\n".join(out)
+
+
+@pytest.mark.parametrize("n, text", [(0, "0 bytes"), (1023, "1,023 bytes"), (2048, "2.00 KiB"),
+                                     (3 * 2**20, "3.00 MiB"), (5177 * 2**30, "5,177.00 GiB")])
+def test_sizes_read_in_sensible_units(n, text):
+    """Issue 32: a tiny model printed "0.00 GiB" everywhere; GiB stays the largest unit (the README's K3 tables)."""
+    from attnres.memory_plan import size_text
+
+    assert size_text(n) == text
+
+
+def test_tiny_model_sizes_are_not_zero_and_no_optimizer_is_promised(capsys):
+    from attnres.cli import COMMANDS
+
+    assert cli.main(["tiny", "--context", "64", "--stages", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "0.00 GiB" not in out and " KiB" in out and "no optimizer state" in out
+    assert "optimizer," not in COMMANDS["plan-memory"][1] and "no optimizer state" in cli.build_parser().description

@@ -8,7 +8,7 @@ import tempfile
 import torch
 from tqdm import trange
 
-from ..depth_layout import DepthLayout
+from ..depth_layout import MIX_POINTS, OUTPUT_POINT, DepthLayout
 from ..modeling_attnres import KimiLinearAttnResForCausalLM
 from ..tiny import tiny_config
 
@@ -38,14 +38,22 @@ def mix_point_names(num_layers: int) -> list[str]:
 
 def source_names(config) -> list[str]:
     """The sources the output mix reads, which are the most of any mix point (attnres.depth_layout)."""
-    return DepthLayout.of(config).source_names(config.num_hidden_layers, "output_attn")
+    return DepthLayout.of(config).source_names(config.num_hidden_layers, OUTPUT_POINT)
+
+
+def point_source_names(config) -> list[list[str]]:
+    """The names of the sources of each mix point, in mix_point_names' order: each point's own (an earlier point reads
+    fewer completed blocks, and its last source is its block's running partial sum, not a completed block)."""
+    layout, layers = DepthLayout.of(config), config.num_hidden_layers
+    points = [(i, point) for i in range(layers) for point in MIX_POINTS] + [(layers, OUTPUT_POINT)]
+    return [layout.source_names(i, point) for i, point in points]
 
 
 def print_weights(weights, config) -> None:
-    """Mean softmax weight of each mix point over each source (sources in depth order; the last is the newest)."""
-    print("\nDepth attention (mean over tokens); columns are sources in depth order, the last one is the newest:")
-    names = source_names(config)
-    for point, w in zip(mix_point_names(config.num_hidden_layers), weights):
+    """Mean softmax weight of each mix point over each of its sources (in depth order; the last is the newest)."""
+    print("\nDepth attention (mean over tokens), each mix point over its sources in depth order (emb: the embedding, "
+          "blkN: a completed block's sum, partial: the current block's running partial sum):")
+    for point, names, w in zip(mix_point_names(config.num_hidden_layers), point_source_names(config), weights):
         mean = w.float().mean(dim=(0, 1))
         cells = " ".join(f"{names[j] if j < len(names) else '?'}={v:.2f}" for j, v in enumerate(mean.tolist()))
         print(f"  {point}: {cells}")
@@ -57,13 +65,15 @@ def plot_weights(weights, config, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    width = max(w.shape[-1] for w in weights)
+    columns = source_names(config)  # the output mix reads every kind of source: one column each, by name
+    width = len(columns)
     grid = torch.full((len(weights), width), float("nan"))
-    for row, w in enumerate(weights):
-        grid[row, : w.shape[-1]] = w.float().mean(dim=(0, 1))
+    for row, (names, w) in enumerate(zip(point_source_names(config), weights)):
+        for name, value in zip(names, w.float().mean(dim=(0, 1)).tolist()):
+            grid[row, columns.index(name)] = value  # a point's partial sum goes in the "partial" column
     fig, ax = plt.subplots(figsize=(3 + 0.5 * width, 1.5 + 0.3 * len(weights)))
     image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
-    ax.set_xticks(range(width), source_names(config)[:width], rotation=90)
+    ax.set_xticks(range(width), columns, rotation=90)
     ax.set_yticks(range(len(weights)), [name.strip() for name in mix_point_names(config.num_hidden_layers)])
     ax.set_xlabel("source (depth order)")
     ax.set_ylabel("mix point")
@@ -83,6 +93,8 @@ def demo(args) -> None:
     model = KimiLinearAttnResForCausalLM(config)
     print(f"{args.mode} AttnRes, {args.layers} layers, {config.attn_res_num_blocks} block(s), "
           f"{sum(p.numel() for p in model.parameters()):,} parameters")
+    with torch.no_grad():  # a first forward before the progress bar: a first-time kernel build says so and its
+        model(torch.arange(3, 7).unsqueeze(0))  # minutes are not a bar stuck at 0 (issue 32); no RNG drawn
     fit(model, args.steps)
 
     with tempfile.TemporaryDirectory() as folder:  # the save/load round trip users do with the Hub

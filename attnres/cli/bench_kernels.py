@@ -42,8 +42,8 @@ tokens, bf16; on CPU the PyTorch paths of all three (ours, fla_naive, far_*torch
 ms of each peer on the same shape and pass (below 1: ours is faster), and "ratio_geomeans" over the shapes.
 
     scripts/setup_peers.sh                                  # once: the peers into ~/.cache/attnres/peers
-    python3 scripts/bench_kernels.py                        # CPU or GPU defaults, writes bench_kernels.json
-    python3 scripts/bench_kernels.py --hidden 7168 --tokens 4096 --sources 9 --output k3.json
+    attnres bench-kernels                                   # CPU or GPU defaults, writes bench_kernels.json
+    attnres bench-kernels --hidden 7168 --tokens 4096 --sources 9 --output k3.json
 """
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ its resident-set growth above the loaded model, sampled every 0.5 ms (Linux /pro
 modes, not bytes).
 Defaults: a small CPU config (hidden 256, 6 layers, block size 2); on GPU pass a larger one (--hidden, --layers, ...).
 
-    python3 scripts/bench_model.py                            # CPU defaults, writes bench_model.json
-    python3 scripts/bench_model.py --device cuda --dtype bfloat16 --hidden 2048 --layers 24 --block-size 4 --seq 4096
+    attnres bench-model                                       # CPU defaults, writes bench_model.json
+    attnres bench-model --device cuda --dtype bfloat16 --hidden 2048 --layers 24 --block-size 4 --seq 4096
 """
 from __future__ import annotations
 

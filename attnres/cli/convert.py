@@ -8,9 +8,9 @@ states the memory this needs.
 HF-native: the tensor names of `KimiLinearAttnResForCausalLM` (`experts.gate_up_proj`, `conv1d`, `forget_gate.*`).
 
 Examples:
-  python scripts/convert_checkpoint.py moonshot_ckpt/ hf_ckpt/ --verify
-  python scripts/convert_checkpoint.py hf_ckpt/ moonshot_again/ --to moonshot
-  python scripts/convert_checkpoint.py kimi_linear_ckpt/ attnres_start/ --upcycle block --block-size 4
+  attnres convert moonshot_ckpt/ hf_ckpt/ --verify
+  attnres convert hf_ckpt/ moonshot_again/ --to moonshot
+  attnres convert kimi_linear_ckpt/ attnres_start/ --upcycle block --block-size 4
 
 Tensors stream one decoder layer at a time: peak memory follows --max-shard-size (about twice it, measured) plus a
 few decoder layers, not the checkpoint's size. The output is written to a hidden temporary folder next to OUTPUT and

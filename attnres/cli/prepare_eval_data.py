@@ -15,8 +15,8 @@ folder, a rerun replaces only the folders an earlier run wrote and nobody change
 digests); any other <benchmark>/ or tasks/ there is refused by name unless --force, and nothing else is ever touched.
 
 Examples:
-  python eval/prepare_eval_data.py
-  python eval/prepare_eval_data.py --gpqa-csv ~/gpqa/gpqa_main.csv --benchmarks gpqa
+  attnres prepare-eval-data
+  attnres prepare-eval-data --gpqa-csv ~/gpqa/gpqa_main.csv --benchmarks gpqa
 """
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ architecture, AttnRes mode and block count, parameter count, training data, eval
 given). Then it creates the repository and uploads the folder with huggingface_hub (log in first: `hf auth login`).
 
 Examples:
-  python scripts/push_to_hub.py --model runs/attnres-block --repo-id me/kimi-attnres --tokenizer runs/tokenizer \\
+  attnres push-to-hub --model runs/attnres-block --repo-id me/kimi-attnres --tokenizer runs/tokenizer \\
       --training-data "FineWeb-Edu, 10B tokens" --dataset HuggingFaceFW/fineweb-edu \\
       --eval-results outputs/eval/report.json
-  python scripts/push_to_hub.py --model moonshot_ckpt/ --output outputs/hub --dry-run   # build only
+  attnres push-to-hub --model moonshot_ckpt/ --output outputs/hub --dry-run             # build only
 
 --model may be HF-native or Moonshot's layout. With no arguments, a tiny demo model is packaged into
 outputs/hub-tiny and nothing is uploaded (no --repo-id means a dry run).

@@ -6,10 +6,10 @@ L = a * C^b per mode with the compute multiplier at which the baseline matches A
 Resumable: each finished run is recorded (<output-dir>/runs/<id>/result.json); rerunning the same command skips them
 and redoes runs that crashed or were never started. Grids: configs/study/*.json (see attnres/study/grid.py).
 
-  python scripts/study.py                                            # the CPU grid, one run at a time
-  python scripts/study.py --jobs 2 --report-dir results/study-cpu    # two at a time (31 runs: ~80 min on 2 cores)
-  python scripts/study.py --grid configs/study/gpu-20m.json          # the 20M-parameter / 1B-token replication (GPU)
-  python scripts/study.py --report-only                              # aggregate what has finished
+  attnres study                                                      # the CPU grid, one run at a time
+  attnres study --jobs 2 --report-dir results/study-cpu              # two at a time (31 runs: ~80 min on 2 cores)
+  attnres study --grid configs/study/gpu-20m.json                    # the 20M-parameter / 1B-token replication (GPU)
+  attnres study --report-only                                        # aggregate what has finished
 """
 from __future__ import annotations
 

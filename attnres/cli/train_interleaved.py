@@ -8,10 +8,10 @@ gradient of a kept block goes back once. With no arguments (under a 2-process la
 AttnRes model on synthetic tokens.
 
 CPU (gloo):
-  torchrun --nproc_per_node 2 scripts/train_interleaved.py
-  torchrun --nproc_per_node 4 scripts/train_interleaved.py --layers 8 --block-size 2 --grad-accum 4  # paper's Fig. 3
+  torchrun --nproc_per_node 2 -m attnres.cli.train_interleaved
+  torchrun --nproc_per_node 4 -m attnres.cli.train_interleaved --layers 8 --block-size 2 --grad-accum 4  # Fig. 3
 GPU (NCCL), 4 stages x 2 virtual stages, a prepared dataset and a checkpoint:
-  torchrun --nproc_per_node 4 scripts/train_interleaved.py --model path/to/checkpoint --data data/packed \\
+  torchrun --nproc_per_node 4 -m attnres.cli.train_interleaved --model path/to/checkpoint --data data/packed \\
       --micro-batch-size 4 --grad-accum 8 --steps 1000 --save-every 100 --output-dir runs/ipp4
 
 Outputs (--output-dir): log.jsonl (loss and gradient norm per step), checkpoints/step-N/ (each rank's weights and

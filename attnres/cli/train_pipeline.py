@@ -9,10 +9,10 @@ quotient is the data-parallel degree). With no arguments (under a 2-process laun
 AttnRes model on synthetic tokens.
 
 CPU (gloo; DS_ACCELERATOR=cpu is set for you when no GPU is visible):
-  torchrun --nproc_per_node 2 scripts/train_pipeline.py
-  torchrun --nproc_per_node 2 scripts/train_pipeline.py --mode full --steps 20 --output-dir runs/pipe-full
+  torchrun --nproc_per_node 2 -m attnres.cli.train_pipeline
+  torchrun --nproc_per_node 2 -m attnres.cli.train_pipeline --mode full --steps 20 --output-dir runs/pipe-full
 GPU (NCCL), 4 stages x 2 data-parallel replicas on 8 GPUs, bf16, a prepared dataset and a checkpoint:
-  deepspeed --num_gpus 8 scripts/train_pipeline.py --num-stages 4 --model path/to/checkpoint \\
+  deepspeed --num_gpus 8 --module attnres.cli.train_pipeline --num-stages 4 --model path/to/checkpoint \\
       --data data/packed --micro-batch-size 4 --grad-accum 16 --bf16 --steps 1000 --output-dir runs/pp4
 
 Outputs (--output-dir): log.jsonl (loss per step), comms.json (bytes per stage boundary against the minimum, with

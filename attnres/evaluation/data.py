@@ -16,10 +16,12 @@ refused by name unless `force`.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import zipfile
@@ -170,11 +172,25 @@ def read_gpqa_csv(path: Path) -> list[dict]:
     return rows
 
 
+@contextlib.contextmanager
+def quiet_hub_retries():
+    """huggingface_hub logs each of its 5 retries of an unreachable Hub; GPQA's expected absence is one line of ours
+    (issue 32), so its own warnings are held back for the call (errors still show)."""
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
+    hub_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub_logger.setLevel(level)
+
+
 def gpqa_from_hub() -> list[dict]:
     from datasets import load_dataset
 
     try:
-        rows = load_dataset("Idavidrein/gpqa", "gpqa_main", split="train").to_list()
+        with quiet_hub_retries():
+            rows = load_dataset("Idavidrein/gpqa", "gpqa_main", split="train").to_list()
     except Exception as error:  # offline, gated or not logged in: one message, the cause in brackets
         raise DataError(f"gpqa: no --gpqa-csv given and the Hub copy is unreachable ({type(error).__name__}): pass "
                         "--gpqa-csv gpqa_main.csv (official column layout; GPQA is gated and never bundled), or log "

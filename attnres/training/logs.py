@@ -173,10 +173,15 @@ def plot_runs(run_dirs: list[Path], out: Path, names: list[str] | None = None) -
 
     records = [(name, last_record(d)) for name, d in zip(names or [Path(d).name for d in run_dirs], run_dirs)]
     heatmaps = [(name, r) for name, r in records if r["mode"] != "standard" and r["depth_weights"]]
-    fig, axes = plt.subplots(1, 2 + len(heatmaps), figsize=(5 * (2 + len(heatmaps)), 4), squeeze=False)
+    points = max([len(r["depth_weights"]) for _, r in heatmaps] or [0])
+    height = max(4.0, 1.5 + 0.22 * points)  # readable heatmap rows (8 pt labels) however deep the model
+    fig, axes = plt.subplots(1, 2 + len(heatmaps), figsize=(5 * (2 + len(heatmaps)), height), squeeze=False)
     rms_ax, grad_ax = axes[0][0], axes[0][1]
+    steps = {r["step"] for _, r in records}
+    if len(steps) == 1:  # one step for all: said once, not in every label
+        fig.suptitle(f"step {steps.pop()}", fontsize=10)
     for name, r in records:
-        label = f"{name} ({r['mode']}, step {r['step']})"
+        label = run_label(name, r, with_step=len({x["step"] for _, x in records}) > 1)
         rms_ax.plot(range(1, len(r["layer_rms"]) + 1), r["layer_rms"], marker="o", label=label)
         grad_ax.plot(range(1, len(r["layer_grad_norm"]) + 1), r["layer_grad_norm"], marker="o", label=label)
     rms_ax.set(title="Output RMS per layer", xlabel="layer", ylabel="RMS")
@@ -191,13 +196,20 @@ def plot_runs(run_dirs: list[Path], out: Path, names: list[str] | None = None) -
             grid[i, : len(w)] = w
         image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1)
         later = "block k's sum; last: the running partial sum" if r["mode"] == "block" else "k-th sub-layer output"
-        ax.set(title=f"Depth weights: {name} ({r['mode']})", xlabel=f"source (0: embedding, k: {later})",
-               ylabel="sub-layer (mix point)")
-        ax.set_yticks(range(len(weights)), sublayer_names(len(weights)), fontsize=6 if len(weights) > 12 else 8)
+        ax.set(title=f"Depth weights: {run_label(name, r, with_step=False)}",
+               xlabel=f"source (0: embedding, k: {later})", ylabel="sub-layer (mix point)")
+        ax.set_yticks(range(len(weights)), sublayer_names(len(weights)), fontsize=8)
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
     return _save(fig, out)
+
+
+def run_label(name: str, record: dict, with_step: bool) -> str:
+    """A run's label: its name, its residual mode where the name does not already say it, its step if asked."""
+    extra = [record["mode"]] if record["mode"] not in name else []
+    extra += [f"step {record['step']}"] if with_step else []
+    return f"{name} ({', '.join(extra)})" if extra else name
 
 
 def sublayer_names(points: int) -> list[str]:
@@ -206,9 +218,11 @@ def sublayer_names(points: int) -> list[str]:
     return [f"L{i // 2 + 1} {'attn' if i % 2 == 0 else 'mlp'}" for i in range(points - 1)] + ["output"]
 
 
-def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20) -> Path:
+def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20, val_subset: str | None = None) -> Path:
     """Training loss (moving average over `window` logged records, raw in light) and validation loss of each run, from
-    its metrics.jsonl: the same axes, so a matched pair reads at a glance. Written atomically."""
+    its metrics.jsonl: the same axes, so a matched pair reads at a glance. `val_subset`: what the logged validation
+    loss covers (training evaluates a few batches, not the whole split), shown under the panel's title so its end
+    labels are not read as the held-out result. Written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -234,7 +248,10 @@ def plot_loss_curves(run_dirs: list[Path], out: Path, window: int = 20) -> Path:
             val_ax.annotate(f"{val[-1][1]:.3f}", val[-1], textcoords="offset points", xytext=(4, 4 - 12 * i),
                             color=f"C{i}", fontsize=8)
     train_ax.set(title="Training loss", xlabel="step", ylabel="loss (nats/token)")
-    val_ax.set(title="Validation loss", xlabel="step", ylabel="loss (nats/token)")
+    val_ax.set(xlabel="step", ylabel="loss (nats/token)")
+    val_ax.set_title("Validation loss", pad=16 if val_subset else 6)
+    if val_subset:
+        val_ax.text(0.5, 1.01, val_subset, transform=val_ax.transAxes, ha="center", va="bottom", fontsize=8)
     for ax in (train_ax, val_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -167,3 +167,25 @@ def test_disk_full_is_one_message_and_nothing_half_written(good_gpqa, tmp_path, 
     assert not [p for p in out.rglob(".*")], "a half-written staging file or folder was left"
     if writer == "write_text_atomic":  # the benchmark could not be written: the earlier copy is untouched
         assert snapshot(out) == before
+
+
+def test_gpqa_absent_is_one_line_not_the_hubs_retries(monkeypatch):
+    """Issue 32: an unreachable Hub printed huggingface_hub's 5 retry warnings before our one clear line."""
+    import logging
+
+    import datasets
+
+    from attnres.evaluation.data import DataError, gpqa_from_hub
+
+    retries_shown = []
+
+    def unreachable(*args, **kwargs):
+        retries_shown.append(logging.getLogger("huggingface_hub.utils._http").isEnabledFor(logging.WARNING))
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    level = logging.getLogger("huggingface_hub").level
+    with pytest.raises(DataError, match="gpqa: no --gpqa-csv given and the Hub copy is unreachable \\(ConnectionError"):
+        gpqa_from_hub()
+    assert retries_shown == [False]  # the retry warnings were held back during the call
+    assert logging.getLogger("huggingface_hub").level == level  # and the logger is as it was after it

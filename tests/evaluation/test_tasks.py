@@ -39,3 +39,25 @@ def test_compare_renders_its_own_task_folder_outside_the_data(tmp_path):
     assert files == {p.relative_to(in_data): p.read_text() for p in in_data.rglob("*") if p.is_file()}
     assert private_tasks(tmp_path / "eval", ["mmlu", "gpqa"]) == private
     assert (private.parent.stat().st_mode & 0o077) == 0
+@pytest.mark.slow
+def test_the_documented_task_listing_lists_the_rendered_tasks(tmp_path):
+    """`attnres compare --help` and the README tell how to list the rendered tasks (issue 32): lm-eval's own listing
+    over data/eval/tasks, the folder prepare-eval-data renders into by default."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from attnres.cli.compare import build_parser
+    from attnres.evaluation.data import DEFAULT_EVAL_DATA
+    from attnres.evaluation.tasks import TASKS_DIR
+
+    documented = re.search(r"lm-eval ls tasks --include_path (\S+) \| grep attnres_", build_parser().format_help())
+    assert documented and Path(documented.group(1)) == DEFAULT_EVAL_DATA / TASKS_DIR
+    (tmp_path / "eval" / "mmlu" / "anatomy").mkdir(parents=True)
+    tasks = render_tasks(tmp_path / "eval", ["mmlu", "triviaqa"])
+    result = subprocess.run([sys.executable, "-m", "lm_eval", "ls", "tasks", "--include_path", str(tasks)],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                            env=dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "attnres_mmlu_bpb" in result.stdout and "attnres_triviaqa_bpb" in result.stdout

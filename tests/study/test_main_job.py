@@ -42,7 +42,8 @@ def test_reduced_main_job(main_job, tmp_path, capsys):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert json.loads((out / "summary.json").read_text())["results"] == summary["results"]
     results = summary["results"]
-    assert set(results) == {"held-out loss (nats/token)", "held-out bits per byte", "attnres_triviaqa_bpb bpb (n=2)"}
+    assert set(results) == {"held-out loss (nats/token)", "held-out bits per byte (pooled)",
+                            "attnres_triviaqa_bpb bpb (n=2)"}
     for values in results.values():
         assert set(values) == {"standard", "block"} and all(math.isfinite(v) for v in values.values())
     # a matched pair: the same config except the residual, the same steps, tokens and data order
@@ -56,7 +57,7 @@ def test_reduced_main_job(main_job, tmp_path, capsys):
     diagnostics = read_jsonl(out / "block" / "diagnostics.jsonl")[-1]
     assert len(diagnostics["layer_rms"]) == 3 and len(diagnostics["depth_weights"]) == 2 * 3 + 1
     printed = capsys.readouterr().out
-    assert "block - standard" in printed and "held-out bits per byte" in printed
+    assert "block - standard" in printed and "held-out bits per byte (pooled)" in printed
     assert "| held-out loss (nats/token) |" in (out / "summary.md").read_text()
 
 
@@ -172,3 +173,18 @@ def test_signal_stops_both_train_runs(tmp_path, sig):
         checkpoints = out / mode / "checkpoints"
         assert latest_checkpoint(checkpoints) and not [p for p in checkpoints.iterdir() if p.name.startswith(".")]
         assert "interrupted" in (out / mode / "train.log").read_text()  # each run stopped cleanly, said so
+
+
+def test_loss_curves_say_what_their_validation_loss_covers(monkeypatch):
+    """Issue 32: loss_curves.png's end label is training's few-batch validation loss, not the table's held-out one."""
+    import argparse
+
+    import attnres.training.data
+    from attnres.study.main_job import validation_subset
+
+    monkeypatch.setattr(attnres.training.data, "check_prepared", lambda data: {"num_sequences": {"validation": 491}})
+    args = argparse.Namespace(data="d", micro_batch_size=16)
+    assert validation_subset(args, {"eval_batches": 4}) == ("first 64 of 491 validation sequences "
+                                                             "(whole split: summary.md)")
+    monkeypatch.setattr(attnres.training.data, "check_prepared", lambda data: {"num_sequences": {"validation": 40}})
+    assert validation_subset(args, {"eval_batches": 4}).startswith("first 32 of 40 ")  # what evaluate() can read

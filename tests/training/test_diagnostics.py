@@ -65,3 +65,12 @@ def test_plots_compare_standard_and_attnres_runs(runs, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     with pytest.raises(FileNotFoundError, match="diagnostics.jsonl"):
         plot_runs([tmp_path], tmp_path / "none.png")
+
+
+def test_figure5_labels_say_each_thing_once():
+    """Issue 32: figure5.png read "standard (standard, step 4)" and "Depth weights: block (block)"."""
+    from attnres.training.logs import run_label
+
+    assert run_label("standard", {"mode": "standard", "step": 4}, with_step=False) == "standard"
+    assert run_label("block", {"mode": "block", "step": 4}, with_step=True) == "block (step 4)"
+    assert run_label("s12-seed0", {"mode": "block", "step": 9}, with_step=False) == "s12-seed0 (block)"

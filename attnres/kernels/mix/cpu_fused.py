@@ -19,12 +19,14 @@ the lean path instead: a failed or refused build warns once.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import platform
 import shutil
 import sys
 import sysconfig
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +34,8 @@ from pathlib import Path
 import torch
 
 from .extension_cache import CacheRefused, cache_folders, key_digest, load_or_build
+
+logger = logging.getLogger(__name__)
 
 CPP_SOURCE = r"""
 #include <torch/extension.h>
@@ -387,12 +391,19 @@ def load_extension():
 
 
 def compile_module(name: str, folder: Path):
-    """torch's JIT build of the kernel into `folder` (emptied by the cache first: what it imports, it built)."""
+    """torch's JIT build of the kernel into `folder` (emptied by the cache first: what it imports, it built). Called
+    only when no verified build exists, so it announces itself: minutes with no output otherwise (issue 32: a demo's
+    progress bar sat at 0 for 5 minutes)."""
     from torch.utils.cpp_extension import load_inline
 
-    return load_inline(name, cpp_sources=[CPP_DECLARATIONS, CPP_SOURCE], functions=list(FUNCTIONS),
-                       extra_cflags=build_flags(), extra_ldflags=link_flags(), build_directory=str(folder),
-                       verbose=False)
+    logger.warning("attnres: compiling the fused C++ CPU mix kernel for this machine, once (about 1 CPU minute; "
+                   "several minutes on a busy machine); cached in %s", folder)
+    started = time.monotonic()
+    module = load_inline(name, cpp_sources=[CPP_DECLARATIONS, CPP_SOURCE], functions=list(FUNCTIONS),
+                         extra_cflags=build_flags(), extra_ldflags=link_flags(), build_directory=str(folder),
+                         verbose=False)
+    logger.warning("attnres: the fused C++ CPU mix kernel is built (%.0f s)", time.monotonic() - started)
+    return module
 
 
 def build_extension():
