@@ -28,7 +28,8 @@ CORE = {
 }
 # Tools, lowest layer first: a module may import the core, its own layer and the layers before it, never after.
 LAYERS = [
-    {"attnres.extras", "attnres.safe_paths", "attnres.tiny", "attnres.trust"},
+    {"attnres.extras", "attnres.safe_paths", "attnres.tiny", "attnres.trust", "attnres.finite_weights",
+     "attnres.flags"},
     {"attnres.conversion", "attnres.memory_plan"},
     {"attnres.training"},
     {"attnres.pipeline"},

@@ -50,9 +50,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..flags import check_output_file
 from . import command_main
 from .combos import check_bench_kernels_flags
-from .flags import check_output_file
 
 GPU_IMPLS = ("torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_naive,far_triton,far_torch,far_torch_eager,"
              "far_phase1")

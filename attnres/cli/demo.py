@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..flags import seed as seed_flag
 from . import command_main
 from .combos import check_demo_flags
-from .flags import seed as seed_flag
 
 
 def build_parser() -> argparse.ArgumentParser:

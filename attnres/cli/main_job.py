@@ -33,9 +33,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..flags import seed as seed_flag
 from . import command_main
 from .combos import check_main_job_flags
-from .flags import seed as seed_flag
 
 DEFAULT_TASKS = ("attnres_mmlu_bpb", "attnres_triviaqa_bpb")
 

@@ -25,10 +25,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..flags import seed as seed_flag
 from ..training.recipe import add_recipe_args
 from . import command_main
 from .combos import check_pipeline_flags
-from .flags import seed as seed_flag
 from .train_pipeline import add_model_and_data_args
 
 

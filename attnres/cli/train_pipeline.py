@@ -28,11 +28,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..flags import seed as seed_flag
 from ..training.recipe import add_recipe_args
 from ..trust import add_trust_flag
 from . import command_main
 from .combos import check_pipeline_flags
-from .flags import seed as seed_flag
 
 
 def add_model_and_data_args(parser: argparse.ArgumentParser, block_size: int, layers: int) -> None:

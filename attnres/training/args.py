@@ -8,8 +8,8 @@ import math
 import os
 from pathlib import Path
 
-from ..cli.flags import seed as seed_flag
 from ..configuration_attnres import ATTN_RES_MODES
+from ..flags import seed as seed_flag
 from ..trust import add_trust_flag
 from . import SetupError  # noqa: F401  (defined once for the package; importers take it from here too)
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
