@@ -5,7 +5,6 @@ bits, the fallbacks (inputs it does not take, a failed build) and the model (tra
 lanes: fp32 reassociation only); bf16 relative 2e-2 against the eager path.
 """
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -192,7 +191,23 @@ def test_a_first_build_says_so_before_compiling_and_a_cached_one_is_silent(monke
 
     said_before = []
 
-    def test_build_folder_is_keyed_and_movable(monkeypatch, tmp_path):
+    def fake_build(name, *args, build_directory, **kwargs):
+        said_before.append([r.getMessage() for r in caplog.records])  # what was logged when the compiler started
+        return "module"
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load_inline", fake_build)
+    with caplog.at_level("WARNING", logger=cpu_fused.__name__):
+        assert cpu_fused.compile_module("attnres_mix_test", tmp_path) == "module"
+        assert len(said_before[0]) == 1 and "compiling the fused C++ CPU mix kernel" in said_before[0][0]
+        assert "minute" in said_before[0][0] and str(tmp_path) in said_before[0][0]
+        assert "is built (" in caplog.records[-1].getMessage()
+        caplog.clear()
+        monkeypatch.setattr(cpu_fused, "load_or_build", lambda prefix, key, build: "cached module")
+        assert cpu_fused.build_extension() == "cached module"  # a verified build: loaded, nothing to announce
+        assert caplog.records == []
+
+
+def test_build_folder_is_keyed_and_movable(monkeypatch, tmp_path):
     monkeypatch.delenv("ATTNRES_EXTENSIONS_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     name, folder = cpu_fused.build_directory()
