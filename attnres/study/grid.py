@@ -362,11 +362,20 @@ def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
 
 
 def model_config(grid: Grid, key: RunKey, vocab_size: int):
-    """The `KimiLinearAttnResConfig` of one run: MLA (or Kimi Linear's hybrid) layers, head sizes scaled with the
-    width, no padding index (packed data: every token is real)."""
+    """The `KimiLinearAttnResConfig` of one run (see `study_config`), with its ablation and its arm's init fields."""
+    fields = dict(ABLATIONS.get(key.ablation, {}))
+    if key.arm is not None:
+        fields.update(grid.arms[key.arm]["config"])
+    return study_config(grid.model, key.mode, key.block_size, key.layers, key.hidden, vocab_size, **fields)
+
+
+def study_config(model: dict, mode: str, block_size: int, layers: int, hidden: int, vocab_size: int, **overrides):
+    """A study model: MLA (or Kimi Linear's hybrid) layers, head sizes scaled with the width, no padding index
+    (packed data: every token is real). `model`: a grid's "model" (heads, attention, mlp). The main job builds its
+    pair with it too, so that the study's best learning rates are those of the model the main job trains."""
     from ..tiny import hybrid_layer_types, tiny_config
 
-    m, h, layers = grid.model, key.hidden, key.layers
+    m, h = model, hidden
     head = h // m["heads"]
     fields = dict(
         vocab_size=vocab_size, hidden_size=h, num_attention_heads=m["heads"], num_key_value_heads=m["heads"],
@@ -378,10 +387,8 @@ def model_config(grid: Grid, key: RunKey, vocab_size: int):
         fields.update(intermediate_size=3 * h, mlp_layer_types=["dense"] * layers)
     else:
         fields.update(intermediate_size=2 * h, moe_intermediate_size=max(8, h // 2))
-    fields.update(ABLATIONS.get(key.ablation, {}))
-    if key.arm is not None:
-        fields.update(grid.arms[key.arm]["config"])
-    return tiny_config(key.mode, key.block_size, layers, **fields)
+    fields.update(overrides)
+    return tiny_config(mode, block_size, layers, **fields)
 
 
 def best_lrs(grid: Grid, records: dict) -> dict:
