@@ -64,7 +64,10 @@ ARM_TRAIN_FIELDS = ("res_proj_lr_scale", "res_proj_weight_decay", "warmup_steps"
 BUILTIN_ARMS = ("standard", "block", "full")
 MODEL_DEFAULTS = dict(layers=8, hidden=64, block_size=2, attention="mla", mlp="dense", heads=4)
 TRAIN_DEFAULTS = dict(max_steps=300, micro_batch_size=16, grad_accum=1, seq_len=None, lr=3e-3, warmup_steps=30,
-                      eval_points=4, eval_batches=16, log_every=10, extra_args=[], launcher=[])
+                      eval_points=4, eval_batches=16, log_every=10, extra_args=[], launcher=[], metric="whole-split")
+# train.metric, the loss a run is compared on: the final model on the whole validation split (train's final eval), or
+# (the committed grids, whose records predate it) the final eval over the first eval_batches global batches only
+METRICS = ("whole-split", "eval-batches")
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,8 @@ def grid_from_dict(raw: dict, source: str = "<dict>") -> Grid:
         _positive(train[name], f"train.{name}", fail)
     if not isinstance(train["lr"], (int, float)) or train["lr"] <= 0:
         fail(f"train.lr must be > 0, got {train['lr']!r}")
+    if train["metric"] not in METRICS:
+        fail(f"train.metric must be one of {list(METRICS)}, got {train['metric']!r}")
     for field in ("extra_args", "launcher"):
         if not isinstance(train[field], list) or not all(isinstance(a, str) for a in train[field]):
             fail(f"train.{field} must be a list of strings")
