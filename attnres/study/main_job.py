@@ -218,7 +218,8 @@ def lr_paragraph(summary: dict) -> str:
     head = f"Learning rates (peak; AdamW, warmup, cosine): standard {lrs['standard']['lr']:g}, Block AttnRes " \
            f"{lrs['block']['lr']:g}. "
     if summary["lr_mode"] == "shared":
-        return head + f"Both at {SHARED_LR_NOTE}; the default run trains each arm at its own study-tuned LR."
+        return head + f"{SHARED_LR_NOTE[0].upper()}{SHARED_LR_NOTE[1:]}; the default run trains each arm at its own " \
+                      "study-tuned LR."
     study = [lrs[m]["study"] for m in MODES if "study" in lrs[m]]
     if not study:
         return head + "Each arm's LR was given (--lr-standard / --lr-block)."

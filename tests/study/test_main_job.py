@@ -201,3 +201,21 @@ def test_signal_stops_both_train_runs(tmp_path, sig):
         checkpoints = out / mode / "checkpoints"
         assert latest_checkpoint(checkpoints) and not [p for p in checkpoints.iterdir() if p.name.startswith(".")]
         assert "interrupted" in (out / mode / "train.log").read_text()  # each run stopped cleanly, said so
+
+
+def test_shared_and_given_lrs_are_labelled():
+    """--lr trains both at one LR, labelled the old unfair comparison; --lr-block replaces Block's only."""
+    from attnres.cli.main_job import build_parser
+    from attnres.study.main_job import lr_paragraph, resolve_lrs
+
+    args = build_parser().parse_args(["--lr", "0.003"])
+    lrs = resolve_lrs(args)
+    assert (args.lr_standard, args.lr_block) == (0.003, 0.003) and "study" not in lrs["standard"]
+    assert all("not each arm's own best" in lrs[m]["source"] for m in lrs)
+    assert "One shared LR for both arms (--lr)" in lr_paragraph(dict(learning_rates=lrs, lr_mode="shared"))
+    args = build_parser().parse_args(["--lr-block", "0.006"])
+    lrs = resolve_lrs(args)
+    assert (args.lr_standard, args.lr_block) == (0.012, 0.006)
+    assert lrs["block"]["source"] == "--lr-block 0.006 (given; not the study's)" and "study" in lrs["standard"]
+    text = lr_paragraph(dict(learning_rates=lrs, lr_mode="per-arm"))
+    assert "block: --lr-block 0.006 (given" in text and "the old, unfair number" in text
