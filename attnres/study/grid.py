@@ -65,7 +65,10 @@ ARM_TRAIN_FIELDS = ("res_proj_lr_scale", "res_proj_weight_decay", "warmup_steps"
 BUILTIN_ARMS = ("standard", "block", "full")
 MODEL_DEFAULTS = dict(layers=8, hidden=64, block_size=2, attention="mla", mlp="dense", heads=4)
 TRAIN_DEFAULTS = dict(max_steps=300, micro_batch_size=16, grad_accum=1, seq_len=None, lr=3e-3, warmup_steps=30,
-                      eval_points=4, eval_batches=16, log_every=10, extra_args=[], launcher=[])
+                      eval_points=4, eval_batches=16, log_every=10, extra_args=[], launcher=[], metric="whole-split")
+# train.metric, the loss a run is compared on: the final model on the whole validation split (train's final eval), or
+# (the committed grids, whose records predate it) the final eval over the first eval_batches global batches only
+METRICS = ("whole-split", "eval-batches")
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,8 @@ def grid_from_dict(raw: dict, source: str = "<dict>") -> Grid:
         _positive(train[name], f"train.{name}", fail)
     if not isinstance(train["lr"], (int, float)) or train["lr"] <= 0:
         fail(f"train.lr must be > 0, got {train['lr']!r}")
+    if train["metric"] not in METRICS:
+        fail(f"train.metric must be one of {list(METRICS)}, got {train['metric']!r}")
     for field in ("extra_args", "launcher"):
         if not isinstance(train[field], list) or not all(isinstance(a, str) for a in train[field]):
             fail(f"train.{field} must be a list of strings")
@@ -365,11 +370,20 @@ def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
 
 
 def model_config(grid: Grid, key: RunKey, vocab_size: int):
-    """The `KimiLinearAttnResConfig` of one run: MLA (or Kimi Linear's hybrid) layers, head sizes scaled with the
-    width, no padding index (packed data: every token is real)."""
+    """The `KimiLinearAttnResConfig` of one run (see `study_config`), with its ablation and its arm's init fields."""
+    fields = dict(ABLATIONS.get(key.ablation, {}))
+    if key.arm is not None:
+        fields.update(grid.arms[key.arm]["config"])
+    return study_config(grid.model, key.mode, key.block_size, key.layers, key.hidden, vocab_size, **fields)
+
+
+def study_config(model: dict, mode: str, block_size: int, layers: int, hidden: int, vocab_size: int, **overrides):
+    """A study model: MLA (or Kimi Linear's hybrid) layers, head sizes scaled with the width, no padding index
+    (packed data: every token is real). `model`: a grid's "model" (heads, attention, mlp). The main job builds its
+    pair with it too, so that the study's best learning rates are those of the model the main job trains."""
     from ..tiny import hybrid_layer_types, tiny_config
 
-    m, h, layers = grid.model, key.hidden, key.layers
+    m, h = model, hidden
     head = h // m["heads"]
     fields = dict(
         vocab_size=vocab_size, hidden_size=h, num_attention_heads=m["heads"], num_key_value_heads=m["heads"],
@@ -381,10 +395,8 @@ def model_config(grid: Grid, key: RunKey, vocab_size: int):
         fields.update(intermediate_size=3 * h, mlp_layer_types=["dense"] * layers)
     else:
         fields.update(intermediate_size=2 * h, moe_intermediate_size=max(8, h // 2))
-    fields.update(ABLATIONS.get(key.ablation, {}))
-    if key.arm is not None:
-        fields.update(grid.arms[key.arm]["config"])
-    return tiny_config(key.mode, key.block_size, layers, **fields)
+    fields.update(overrides)
+    return tiny_config(mode, block_size, layers, **fields)
 
 
 def best_lrs(grid: Grid, records: dict) -> dict:

@@ -27,15 +27,14 @@ MODES = ("standard", "block")
 
 
 def pair_config(vocab_size: int, layers: int, hidden_size: int, block_size: int, eos_token_id: int) -> dict:
-    """The model config JSON shared by both runs (train.py's --attn-res picks the residual). MLA everywhere, dense
-    MLP (see the module docstring); the `tiny` preset's head shapes, scaled with the hidden size."""
-    from ..tiny import tiny_config
+    """The model config JSON shared by both runs (train.py's --attn-res picks the residual): the LR study's model
+    (`grid.study_config`: MLA everywhere, dense MLP, head sizes and MLP scaled with the width), so that the study's
+    best learning rates (`tuned_lrs`) are those of this model. Special tokens: the tokenizer's EOS (evaluation)."""
+    from .grid import study_config
+    from .tuned_lrs import STUDY_MODEL
 
-    config = tiny_config(
-        "block", block_size, layers, vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        layer_types=["full_attention"] * layers, first_k_dense_replace=layers,
-        pad_token_id=eos_token_id, bos_token_id=eos_token_id, eos_token_id=eos_token_id,
-    )
+    config = study_config(STUDY_MODEL, "block", block_size, layers, hidden_size, vocab_size,
+                          pad_token_id=eos_token_id, bos_token_id=eos_token_id, eos_token_id=eos_token_id)
     return config.to_dict()
 
 
@@ -196,7 +195,7 @@ def markdown_summary(summary: dict) -> str:
         f"(block: +{summary['parameters']['block']['attn_res']:,} AttnRes). "
         f"Data: {s['data']} (BPE {s['vocab_size']}, {s['seq_len']}-token sequences); {s['steps']} steps x "
         f"{s['micro_batch_size']} sequences = {summary['tokens_per_model']:,} tokens per model, same order and seed.",
-        "",
+        "", lr_paragraph(summary), "",
         "| | standard | block AttnRes | block - standard |", "|---|---|---|---|",
         *[f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} |" for r in rows], "",
         "Lower is better for loss and bits per byte. One seed at this scale: a difference is a hint, not a result "
@@ -210,6 +209,31 @@ def markdown_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
+OLD_SHARED_LR = ("Until issue 35 the main job trained both arms at one shared LR, 3e-3 (Block's best and the "
+                 "baseline's fourth best of five), and reported block - standard **-0.20** held-out loss: that is the "
+                 "old, unfair number (RESULTS.md, 'Main job').")
+
+
+def lr_paragraph(summary: dict) -> str:
+    """Which learning rate each arm trained at, and why (summary["learning_rates"])."""
+    lrs = summary["learning_rates"]
+    head = f"Learning rates (peak; AdamW, warmup, cosine): standard {lrs['standard']['lr']:g}, Block AttnRes " \
+           f"{lrs['block']['lr']:g}. "
+    if summary["lr_mode"] == "shared":
+        return head + f"{SHARED_LR_NOTE[0].upper()}{SHARED_LR_NOTE[1:]}; the default run trains each arm at its own " \
+                      "study-tuned LR."
+    study = [lrs[m]["study"] for m in MODES if "study" in lrs[m]]
+    if not study:
+        return head + "Each arm's LR was given (--lr-standard / --lr-block)."
+    where = "; ".join(f"{m}: {lrs[m]['source']}" for m in MODES)
+    differs = lrs[next(m for m in MODES if "study" in lrs[m])]["differs"]
+    caveat = (f" This run leaves the study's setting ({', '.join(differs)}): the LRs were tuned there, not here."
+              if differs else " This run is the study's setting (model, data, steps, batch, warmup).")
+    return (head + f"Each arm at its own best LR from the LR study (swept over "
+            f"{' / '.join(f'{lr:g}' for lr in study[0]['swept'])}, {study[0]['metric']}): {where}.{caveat} "
+            + OLD_SHARED_LR)
+
+
 # --- the job: data, the pair, evaluation, report --------------------------------------------------------------
 
 
@@ -218,12 +242,18 @@ def check_args(args) -> None:
                  "task_limit"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.hidden_size % 4:
-        raise ValueError(f"--hidden-size must be a multiple of 4 (the attention heads), got {args.hidden_size}")
+    if args.hidden_size % 8:
+        raise ValueError(f"--hidden-size must be a multiple of 8 (4 attention heads, each split in two halves: "
+                         f"rotary and not), got {args.hidden_size}")
     if args.seq_len < 8:
         raise ValueError(f"--seq-len must be >= 8, got {args.seq_len}")
-    if not args.lr > 0 or args.lr == float("inf"):
-        raise ValueError(f"--lr must be a finite number > 0, got {args.lr}")
+    for name in ("lr", "lr_standard", "lr_block"):
+        value = getattr(args, name)
+        if value is not None and (not value > 0 or value == float("inf")):
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
+    if args.lr is not None and (args.lr_standard is not None or args.lr_block is not None):
+        raise ValueError("--lr (one shared LR for both arms) and --lr-standard / --lr-block (each arm's own) exclude "
+                         "each other: give --lr alone, or the per-arm flags")
     if args.warmup_steps is not None and not 0 <= args.warmup_steps <= args.steps:
         raise ValueError(f"--warmup-steps must be in [0, --steps], got {args.warmup_steps}")
     if args.eval_every is not None and not 1 <= args.eval_every <= args.steps:
@@ -242,11 +272,39 @@ def check_args(args) -> None:
         raise ValueError(f"--output-dir {args.output_dir}: exists and is not a folder")
 
 
+SHARED_LR_NOTE = ("one shared LR for both arms (--lr): not each arm's own best, the old and unfair comparison (the "
+                  "study's bests differ: standard 1.2e-2, Block S=3 3e-3)")
+
+
+def resolve_lrs(args) -> dict:
+    """Each arm's learning rate and where it came from: {mode: {"lr", "source", ...}}. Default: the study's best for
+    the arm (`tuned_lrs.study_lr`, with `differs`: the flags where this run leaves the study's setting); --lr-standard
+    / --lr-block replace one arm's; --lr trains both at one shared LR, labelled so. Sets args.lr_standard and
+    args.lr_block to the LRs trained (the job's recorded settings)."""
+    from .tuned_lrs import differences, study_lr
+
+    lrs, differs = {}, differences(args)
+    for mode in MODES:
+        given = getattr(args, f"lr_{mode}")
+        if args.lr is not None:
+            lrs[mode] = dict(lr=args.lr, source=f"--lr {args.lr:g}: {SHARED_LR_NOTE}")
+        elif given is not None:
+            lrs[mode] = dict(lr=given, source=f"--lr-{mode} {given:g} (given; not the study's)")
+        else:
+            lr, study = study_lr(mode, args.hidden_size, args.block_size)
+            where = "" if "nearest" not in study else f" ({study['nearest']})"
+            lrs[mode] = dict(lr=lr, source=f"the study's best for this arm{where}: {study['grid']}, group "
+                                           f"{study['group']}, {study['best_run']}", study=study, differs=differs)
+        setattr(args, f"lr_{mode}", lrs[mode]["lr"])
+    return lrs
+
+
 JOB_FILE = "job_settings.json"
 # The flags that decide what the two models are trained on and how: a rerun continues the recorded pair (train's
 # resume rule), so it must not change them; evaluation flags (--tasks, --task-limit, ...) may change freely
+# (the LRs as trained: each arm's, after `resolve_lrs`; --lr or the per-arm flags giving the same pair is the same job)
 JOB_SETTINGS = ("data", "files", "vocab_size", "seq_len", "layers", "hidden_size", "block_size", "steps",
-                "micro_batch_size", "lr", "warmup_steps", "eval_every", "seed")
+                "micro_batch_size", "lr_standard", "lr_block", "warmup_steps", "eval_every", "seed")
 
 
 def check_job_settings(args, out: Path) -> None:
@@ -259,8 +317,8 @@ def check_job_settings(args, out: Path) -> None:
     recorded_file = out / JOB_FILE
     if recorded_file.is_file() and any((out / mode).exists() for mode in MODES):
         recorded = json.loads(recorded_file.read_text())
-        changed = [f"--{name.replace('_', '-')} {recorded.get(name)} (recorded) vs {value} (given)"
-                   for name, value in settings.items() if recorded.get(name) != value]
+        changed = [f"--{name.replace('_', '-')} {recorded.get(name, '(not recorded: an older job)')} (recorded) vs "
+                   f"{value} (given)" for name, value in settings.items() if recorded.get(name) != value]
         if changed:
             raise ValueError(f"--output-dir {out} holds runs trained with other settings: {'; '.join(changed)}: a "
                              "rerun continues them; use a new --output-dir to change a training setting")
@@ -307,16 +365,19 @@ def write_model_config(args, out: Path) -> Path:
 
 def train_pair(args, config_file: Path, out: Path) -> dict:
     every = args.eval_every or max(1, args.steps // 5)
-    options = dict(max_steps=args.steps, micro_batch_size=args.micro_batch_size, seq_len=args.seq_len, lr=args.lr,
+    options = dict(max_steps=args.steps, micro_batch_size=args.micro_batch_size, seq_len=args.seq_len,
                    warmup_steps=args.warmup_steps if args.warmup_steps is not None else args.steps // 10,
                    seed=args.seed, log_every=max(1, min(5, args.steps // 20)), eval_every=every, eval_batches=4,
                    diagnostics_every=every, save_every=every, keep_checkpoints=1)
     run_dirs = {mode: out / mode for mode in MODES}
-    runs = {mode: train_argv(args.data, config_file, mode, run_dirs[mode], options) for mode in MODES}
-    print(f"[2/4] train: standard and Block AttnRes (S={args.block_size}), {args.steps} steps each"
+    lrs = {mode: getattr(args, f"lr_{mode}") for mode in MODES}
+    runs = {mode: train_argv(args.data, config_file, mode, run_dirs[mode], dict(options, lr=lrs[mode]))
+            for mode in MODES}
+    print(f"[2/4] train: standard (lr {lrs['standard']:g}) and Block AttnRes (S={args.block_size}, lr "
+          f"{lrs['block']:g}), {args.steps} steps each"
           f"{', one after the other' if args.sequential else ', in parallel (one CPU thread each)'}")
     walls = run_pair(runs, run_dirs, args.steps, parallel=not args.sequential, threads=2 if args.sequential else 1)
-    return dict(run_dirs=run_dirs, walls=walls, options=options)
+    return dict(run_dirs=run_dirs, walls=walls, options=dict(options, lr=lrs))
 
 
 def evaluate_pair(args, run_dirs: dict, out: Path) -> dict:
@@ -396,6 +457,7 @@ def main_job(args, argv=None) -> dict:
     from ..training.logs import plot_loss_curves, plot_runs
 
     check_args(args)
+    learning_rates = resolve_lrs(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     started = time.time()
@@ -424,6 +486,7 @@ def main_job(args, argv=None) -> dict:
                 f"{2 if args.sequential else 1}",
         settings=dict(vars(args), data=str(args.data), eval_data=str(args.eval_data), output_dir=str(out)),
         training_flags=trained["options"],
+        lr_mode="shared" if args.lr is not None else "per-arm", learning_rates=learning_rates,
         parameters={mode: parameter_counts(d) for mode, d in run_dirs.items()},
         tokens_per_model=args.steps * args.micro_batch_size * args.seq_len,
         validation_curves={mode: validation_curve(d) for mode, d in run_dirs.items()},

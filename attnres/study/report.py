@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 import platform
@@ -122,13 +123,34 @@ def scaling_section(grid: Grid, records: dict) -> tuple[str, dict]:
 
 def runs_csv(records: list[dict]) -> str:
     fields = ["id", "arm", "lr", "mode", "block_size", "layers", "hidden", "seed", "ablation", "val_loss", "train_loss",
-              "params", "flop_params", "tokens", "flops", "wall_s", "finished"]
+              "params", "flop_params", "tokens", "flops", "wall_s", "finished", "metric", "val_sequences",
+              "heldout_loss", "heldout_sequences"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for record in sorted(records, key=lambda r: r["id"]):
         writer.writerow(record)
     return buffer.getvalue()
+
+
+def metric_text(grid: Grid, records: list[dict]) -> str:
+    """What every 'val loss' of the report is (grid's train.metric), and how many sequences it covers."""
+    t = grid.train
+    split = next((r["heldout_sequences"] for r in records if r.get("heldout_sequences")), None)
+    meta = Path(grid.data["dir"]) / "meta.json"
+    if split is None and meta.is_file():  # the prepared data, where the report is written beside it
+        split = json.loads(meta.read_text())["num_sequences"]["validation"]
+    of_split = f" of the split's {split}" if split else ""
+    if t["metric"] == "whole-split":
+        return (f"Metric: every 'val loss' is the final model's mean loss per token on the whole validation split"
+                f"{f' ({split} sequences)' if split else ''} (train's final evaluation); the curves' points during "
+                f"training cover the first {t['eval_batches']} global batches only.\n")
+    batch = t["micro_batch_size"] * t["grad_accum"]
+    return (f"Metric: every 'val loss' is the final validation loss on the **first {t['eval_batches'] * batch}"
+            f"{of_split} validation sequences** (train's eval: {t['eval_batches']} global batches of {batch}; "
+            f"train.metric \"eval-batches\", as the grid's records were made), not the whole split. "
+            f"{sum(r.get('heldout_loss') is not None for r in records)} of {len(records)} records also hold the "
+            f"whole-split loss (heldout_loss in runs.csv).\n")
 
 
 def write_report(grid: Grid, records: list[dict], report_dir: Path, header: str = "", runs_dir: Path | None = None,
@@ -143,7 +165,8 @@ def write_report(grid: Grid, records: list[dict], report_dir: Path, header: str 
              f"Runs finished: {sum(k.id in by_id for k in expected)} of {len(expected)} known now"
              + (f" (the runs at the best LR of {', '.join(grid.waiting(best_lrs(grid, by_id)))} are known once their "
                 "sweep has finished)" if grid.waiting(best_lrs(grid, by_id)) else "") + ". "
-             f"Model: {grid.model}. Training: { {k: v for k, v in grid.train.items() if v not in ([], None)} }.\n"]
+             f"Model: {grid.model}. Training: { {k: v for k, v in grid.train.items() if v not in ([], None)} }.\n",
+             metric_text(grid, records)]
     plots = {}
     if "main" in grid.groups:
         text, plots["main"] = main_section(grid, by_id)

@@ -6,6 +6,7 @@ matches the current settings and redoes the others (never started, crashed, or m
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -47,8 +48,9 @@ def ensure_data(grid: Grid) -> dict:
 
 def run_spec(grid: Grid, key: RunKey) -> dict:
     """Everything that determines a run's result: a record made with another spec is redone."""
-    spec = dict(key=key.to_dict(), model=grid.model, train={k: v for k, v in grid.train.items() if k != "launcher"},
-                data=grid.data["dir"])
+    # (train.metric "eval-batches" is left out: the records made before the field existed used it, and still match)
+    train = {k: v for k, v in grid.train.items() if k != "launcher" and (k, v) != ("metric", "eval-batches")}
+    spec = dict(key=key.to_dict(), model=grid.model, train=train, data=grid.data["dir"])
     if key.arm is not None:  # an edited arm redoes its runs
         spec["arm"] = grid.arms[key.arm]
     return spec
@@ -97,18 +99,29 @@ def train_command(grid: Grid, key: RunKey, run_dir: Path, seq_len: int) -> list[
         "--save-every", "0",
         # depth diagnostics of the last step only (one extra capture): the report's Figure-5 heatmaps read them
         "--diagnostics-every", str(t["max_steps"]),
-        "--resume", "never", "--no-final-model", "--no-tensorboard", *extra, *t["extra_args"],
+        # the final model stays (train/final/) so that a run can be evaluated again on any split or task
+        "--resume", "never", "--no-tensorboard", *extra, *t["extra_args"],
     ]
 
 
-def collect(run_dir: Path) -> dict:
-    """Validation curve and last train loss from the run's metrics.jsonl."""
+def collect(run_dir: Path, metric: str = "whole-split") -> dict:
+    """From the run's metrics.jsonl: the validation curve (train's evals: the first eval_batches global batches,
+    `curve_sequences` of them), the last train loss, the final model's loss on the whole split (`heldout_loss`), and
+    `val_loss`, what the study compares: the whole split's, or the curve's last point for metric "eval-batches"."""
     records = [json.loads(line) for line in (run_dir / "train" / "metrics.jsonl").read_text().splitlines() if line]
-    val = [[r["step"], r["val/loss"]] for r in records if "val/loss" in r]
+    evals = [r for r in records if "val/loss" in r]
     train = [r["train/loss"] for r in records if "train/loss" in r]
-    if not val:
+    if not evals:
         raise RuntimeError(f"{run_dir}: no validation loss in metrics.jsonl")
-    return dict(val_curve=val, val_loss=val[-1][1], train_loss=train[-1] if train else None)
+    last = evals[-1]
+    if metric == "whole-split" and "val/heldout_loss" not in last:
+        raise RuntimeError(f"{run_dir}: no whole-split validation loss (val/heldout_loss) in metrics.jsonl")
+    whole = metric == "whole-split"
+    return dict(val_curve=[[r["step"], r["val/loss"]] for r in evals], curve_sequences=last.get("val/sequences"),
+                val_loss=last["val/heldout_loss"] if whole else last["val/loss"],
+                val_sequences=last["val/heldout_sequences"] if whole else last.get("val/sequences"),
+                heldout_loss=last.get("val/heldout_loss"), heldout_sequences=last.get("val/heldout_sequences"),
+                train_loss=train[-1] if train else None)
 
 
 def run_one(grid: Grid, key: RunKey, out: Path, meta: dict, threads: int) -> dict:
@@ -130,11 +143,13 @@ def run_one(grid: Grid, key: RunKey, out: Path, meta: dict, threads: int) -> dic
         raise RuntimeError(f"{key.id}: {TRAIN_MODULE} exited with {code} after {wall:.0f}s: " + " | ".join(tail))
     params, flop_params = count_params(config)
     tokens = grid.train["max_steps"] * grid.train["micro_batch_size"] * grid.train["grad_accum"] * seq_len
-    record = dict(id=key.id, spec=run_spec(grid, key), **key.to_dict(), **collect(run_dir), params=params,
-                  flop_params=flop_params, tokens=tokens, flops=training_flops(flop_params, tokens),
+    record = dict(id=key.id, spec=run_spec(grid, key), **key.to_dict(), **collect(run_dir, grid.train["metric"]),
+                  metric=grid.train["metric"], params=params, flop_params=flop_params, tokens=tokens,
+                  flops=training_flops(flop_params, tokens),
                   wall_s=round(wall, 1), finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     write_json_atomic(run_dir / RESULT_FILE, record)
-    shutil.rmtree(run_dir / "train" / "checkpoints", ignore_errors=True)  # the record is what the study keeps
+    # the record and the final model (train/final/) are what the study keeps: the last checkpoint repeats the model
+    shutil.rmtree(run_dir / "train" / "checkpoints", ignore_errors=True)
     return record
 
 
@@ -196,6 +211,44 @@ def run_grid(grid: Grid, out: Path, jobs: int = 1, threads: int = 1, only: list[
 
 class StudyError(ValueError):
     """A study that cannot start (a bad grid file, impossible settings): one line naming the cause."""
+
+
+def single_key(grid: Grid, arm: str, lr: float, seed: int, hidden: int | None) -> RunKey:
+    """The run of one arm at one learning rate and seed (and width): its id and spec are the grid's own, so it counts
+    as the grid's run when the grid lists it, and a rerun of the grid skips it. StudyError naming a bad value."""
+    if arm not in grid.arms:
+        raise StudyError(f"--only {arm}: not an arm of {grid.source} (known: {', '.join(sorted(grid.arms))})")
+    if not lr > 0 or not math.isfinite(lr):
+        raise StudyError(f"--lr must be a finite number > 0, got {lr}")
+    if seed < 0:
+        raise StudyError(f"--seed must be >= 0, got {seed}")
+    if hidden is not None and (hidden < 1 or hidden % (2 * grid.model["heads"])):
+        raise StudyError(f"--hidden must be a positive multiple of 2 * model.heads ({2 * grid.model['heads']}), "
+                         f"got {hidden}")
+    return grid.arm_key(arm, lr, seed, hidden=hidden)
+
+
+def run_single(grid_file: Path, output_dir: Path | None, arm: str, lr: float, seed: int, hidden: int | None = None,
+               threads: int = 1) -> int:
+    """Train one arm of the grid at one LR and seed (`attnres study --only ARM --lr X --seed N`), resumably like the
+    grid: a finished run with a matching record is not trained again. Prints the record; the exit code."""
+    try:
+        grid = load_grid(grid_file)
+    except ValueError as error:
+        raise StudyError(str(error)) from None
+    if threads < 1:
+        raise StudyError(f"--threads must be >= 1, got {threads}")
+    key = single_key(grid, arm, lr, seed, hidden)
+    out = output_dir or Path("runs") / f"study-{grid.name}"
+    records, errors = run_grid(grid, out, threads=threads, only=[key])
+    if errors:
+        print("error:", *errors, file=sys.stderr)
+        return 1
+    record = records[0]
+    print(f"{key.id}: val loss {record['val_loss']:.4f} ({record.get('metric', 'eval-batches')}"
+          f"{', whole split: ' + format(record['heldout_loss'], '.4f') if record.get('heldout_loss') else ''}); "
+          f"record {out / 'runs' / key.id / RESULT_FILE}, model {out / 'runs' / key.id / 'train' / 'final'}")
+    return 0
 
 
 def run_study(grid_file: Path, output_dir: Path | None = None, report_dir: Path | None = None, *, jobs: int = 1,

@@ -174,6 +174,35 @@ def evaluate(engine, val_set, args) -> float:
     return engine.mean(torch.stack(losses).mean())
 
 
+def eval_sequences(val_set, args, world_size: int) -> int:
+    """How many validation sequences `evaluate` reads: the first eval_batches global batches (a subsample when the
+    split is longer; logged beside each val/loss as val/sequences)."""
+    global_batch = args.micro_batch_size * args.grad_accum * world_size
+    return min(args.eval_batches, len(val_set) // global_batch) * global_batch
+
+
+def evaluate_whole(engine, val_set, args) -> float:
+    """Mean loss per target token over the whole validation split, the last partial batch included: the held-out
+    metric every report uses (evaluate's first eval_batches global batches are a subsample of it). Process r reads
+    micro-batches r, r + world_size, ...; every process makes the same number of forward passes (ZeRO-3 gathers
+    weights collectively), one without a batch of its own re-reading the first with weight 0."""
+    mbs, world = args.micro_batch_size, engine.world_size
+    batches = -(-len(val_set) // mbs)
+    total = torch.zeros((), dtype=torch.float64)
+    tokens = torch.zeros((), dtype=torch.float64)
+    with engine.evaluation():
+        for i in range(-(-batches // world)):
+            index = i * world + engine.rank
+            rows = slice(index * mbs, (index + 1) * mbs) if index < batches else slice(0, mbs)
+            ids, labels = batch_tensors(val_set, rows, args.seq_len, engine.device)
+            count = (labels[:, 1:] != -100).sum().cpu() * (index < batches)  # the targets of the shifted loss
+            total += engine.forward(ids, labels).loss.double().cpu() * count
+            tokens += count
+    # the mean over processes of (sum, count) is (total / world, tokens / world): their ratio is the global mean
+    reduced = engine.mean_tensor(torch.stack([total, tokens]))
+    return float(reduced[0] / reduced[1])
+
+
 FINAL_BUILD = ".tmp-final"  # one name every process agrees on (the model is saved collectively)
 
 
@@ -308,7 +337,12 @@ def run(args, world, config, train_set, val_set, tokenizer, folder, state, recor
                        **{f"lr/{name}": lr for name, lr in lrs.items()})
         if args.eval_every and (step % args.eval_every == 0 or step == args.max_steps):
             summary["val_loss"] = evaluate(engine, val_set, args)
-            logger.log(step, **{"val/loss": summary["val_loss"]})
+            scalars = {"val/loss": summary["val_loss"],
+                      "val/sequences": eval_sequences(val_set, args, engine.world_size)}
+            if step == args.max_steps:  # the final model on the whole split: what every report compares
+                summary["heldout_loss"] = evaluate_whole(engine, val_set, args)
+                scalars.update({"val/heldout_loss": summary["heldout_loss"], "val/heldout_sequences": len(val_set)})
+            logger.log(step, **scalars)
         if (args.save_every and step % args.save_every == 0) or step == args.max_steps:
             save_checkpoint(root, step, checkpoint_state(step), engine.save, engine.is_main, engine.barrier,
                             args.keep_checkpoints)

@@ -59,12 +59,27 @@ def test_reduced_main_job(main_job, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "block - standard" in printed and "held-out bits per byte (pooled)" in printed
     assert "| held-out loss (nats/token) |" in (out / "summary.md").read_text()
+    # each arm at its own study LR (the nearest the study has at this reduced setting), trained and said so
+    lrs = summary["learning_rates"]
+    assert summary["lr_mode"] == "per-arm" and (lrs["standard"]["lr"], lrs["block"]["lr"]) == (0.012, 0.003)
+    assert lrs["standard"]["study"]["best_run"] == (
+        "results/study-cpu-lr/runs/standard-lr0.012-L12-h128-seed0/result.json")
+    assert lrs["block"]["study"]["arm"] == "block-S2" and "--steps 6 (study: 500)" in lrs["block"]["differs"]
+    assert summary["training_flags"]["lr"] == {"standard": 0.012, "block": 0.003}
+    for mode, lr in (("standard", 0.012), ("block", 0.003)):  # the peak LR each run used at its first step
+        assert max(v for k, v in logs[mode][0].items() if k.startswith("lr/")) == pytest.approx(lr)
+    text = (out / "summary.md").read_text()
+    assert "Each arm at its own best LR from the LR study" in text and "the old, unfair number" in text
+    assert "leaves the study's setting" in text
 
 
 @pytest.mark.parametrize("flags,message", [
     (dict(steps=0), "--steps must be >= 1"),
-    (dict(hidden_size=30), "--hidden-size must be a multiple of 4"),
+    (dict(hidden_size=36), "--hidden-size must be a multiple of 8"),
     (dict(lr=float("nan")), "--lr must be a finite number"),
+    (dict(lr_block=0), "--lr-block must be a finite number > 0, got 0"),
+    (dict(lr_standard=float("inf")), "--lr-standard must be a finite number > 0, got inf"),
+    (dict(lr=3e-3, lr_block=1e-3), "--lr \\(one shared LR for both arms\\) and --lr-standard / --lr-block"),
     (dict(eval_every=99), "--eval-every must be in [1, --steps]"),
     (dict(warmup_steps=7), "--warmup-steps must be in [0, --steps]"),
     (dict(tasks=["attnres_humaneval"]), "--tasks attnres_humaneval: not one the main job can fetch and run offline"),
@@ -99,17 +114,31 @@ def test_rerun_with_a_changed_training_flag_refused(main_job, tmp_path):
     """The first run recorded its settings and trained (standard/ exists): a rerun with another --lr or --steps is
     refused naming each flag, before anything is written (no summary reporting settings the models never had)."""
     from attnres.cli.main_job import build_parser
-    from attnres.study.main_job import JOB_FILE, check_job_settings
+    from attnres.study.main_job import JOB_FILE, check_job_settings, resolve_lrs
 
     out = tmp_path / "out"
     out.mkdir()
-    check_job_settings(build_parser().parse_args(small_job(tmp_path)), out)
+    first = build_parser().parse_args(small_job(tmp_path))
+    resolve_lrs(first)
+    check_job_settings(first, out)
     (out / "standard").mkdir()
     recorded = (out / JOB_FILE).read_text()
-    changed = r"--steps 6 \(recorded\) vs 9 \(given\); --lr 0.003 \(recorded\) vs 0.001 \(given\)"
+    changed = (r"--steps 6 \(recorded\) vs 9 \(given\); --lr-standard 0.012 \(recorded\) vs 0.001 \(given\); "
+               r"--lr-block 0.003 \(recorded\) vs 0.001 \(given\)")
     with pytest.raises(ValueError, match=changed):
         main_job(small_job(tmp_path, lr=1e-3, steps=9))
+    with pytest.raises(ValueError, match=r"settings: --lr-block 0.003 \(recorded\) vs 0.006 \(given\): a rerun"):
+        main_job(small_job(tmp_path, lr_block=6e-3))
     assert (out / JOB_FILE).read_text() == recorded and sorted(p.name for p in out.iterdir()) == [JOB_FILE, "standard"]
+    # the same pair of LRs given by the per-arm flags is the same job: not refused
+    same = build_parser().parse_args(small_job(tmp_path, lr_standard=0.012, lr_block=0.003))
+    resolve_lrs(same)
+    check_job_settings(same, out)
+    # a job recorded before the per-arm LRs (one "lr") is refused naming the new fields
+    older = {k: v for k, v in json.loads(recorded).items() if k not in ("lr_standard", "lr_block")}
+    (out / JOB_FILE).write_text(json.dumps(dict(older, lr=0.003)))
+    with pytest.raises(ValueError, match=r"--lr-standard \(not recorded: an older job\) \(recorded\) vs 0.012"):
+        check_job_settings(same, out)
     assert not (tmp_path / "data").exists()
 
 
@@ -188,3 +217,21 @@ def test_loss_curves_say_what_their_validation_loss_covers(monkeypatch):
                                                              "(whole split: summary.md)")
     monkeypatch.setattr(attnres.training.data, "check_prepared", lambda data: {"num_sequences": {"validation": 40}})
     assert validation_subset(args, {"eval_batches": 4}).startswith("first 32 of 40 ")  # what evaluate() can read
+
+
+def test_shared_and_given_lrs_are_labelled():
+    """--lr trains both at one LR, labelled the old unfair comparison; --lr-block replaces Block's only."""
+    from attnres.cli.main_job import build_parser
+    from attnres.study.main_job import lr_paragraph, resolve_lrs
+
+    args = build_parser().parse_args(["--lr", "0.003"])
+    lrs = resolve_lrs(args)
+    assert (args.lr_standard, args.lr_block) == (0.003, 0.003) and "study" not in lrs["standard"]
+    assert all("not each arm's own best" in lrs[m]["source"] for m in lrs)
+    assert "One shared LR for both arms (--lr)" in lr_paragraph(dict(learning_rates=lrs, lr_mode="shared"))
+    args = build_parser().parse_args(["--lr-block", "0.006"])
+    lrs = resolve_lrs(args)
+    assert (args.lr_standard, args.lr_block) == (0.012, 0.006)
+    assert lrs["block"]["source"] == "--lr-block 0.006 (given; not the study's)" and "study" in lrs["standard"]
+    text = lr_paragraph(dict(learning_rates=lrs, lr_mode="per-arm"))
+    assert "block: --lr-block 0.006 (given" in text and "the old, unfair number" in text

@@ -140,6 +140,7 @@ def test_grid_expansion_shares_runs_between_groups():
     (with_changes(train={"lr": -1}), "train.lr"),
     (with_changes(train={"max_steps": 0}), "train.max_steps"),
     (with_changes(train={"extra_args": "--foo"}), "train.extra_args"),
+    (with_changes(train={"metric": "first-384"}), r"train.metric must be one of \['whole-split', 'eval-batches'\]"),
     (with_changes(data=None), "'data'"),
     (dict(GRID, groups={}), "'groups'"),
     (dict(GRID, extra=1), "unknown top-level"),
@@ -264,11 +265,71 @@ def test_tiny_real_run_then_resume(tmp_path, monkeypatch):
     run_dir = out / "runs" / "block-S2-L2-h8-seed0"
     record = json.loads((run_dir / RESULT_FILE).read_text())
     assert math.isfinite(record["val_loss"]) and record["tokens"] == 2 * 2 * 16 and record["params"] > 0
-    assert not (run_dir / "train" / "checkpoints").exists()  # the study keeps the record, not the weights
-    assert "| block (S=2) | 1/1 |" in (out / "RESULTS.md").read_text()
+    # the compared loss is the final model's on the whole split (the curve's evals read one batch of 2 sequences)
+    validation = json.loads((data / "meta.json").read_text())["num_sequences"]["validation"]
+    assert record["metric"] == "whole-split" and record["val_sequences"] == validation > 2
+    assert record["val_loss"] == record["heldout_loss"] != record["val_curve"][-1][1]
+    assert record["curve_sequences"] == 2
+    # the study keeps the record and the final model (to evaluate again), not the checkpoints
+    assert not (run_dir / "train" / "checkpoints").exists()
+    assert (run_dir / "train" / "final" / "model.safetensors").is_file()
+    text = (out / "RESULTS.md").read_text()
+    assert "| block (S=2) | 1/1 |" in text
+    assert f"the final model's mean loss per token on the whole validation split ({validation} sequences)" in text
 
     def must_not_train(*args):
         raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr(study_runner, "run_one", must_not_train)
     assert study.main(["--grid", str(grid_file), "--output-dir", str(out)]) == 0
+
+
+def test_committed_grid_says_its_metric_covers_the_first_384_sequences(tmp_path):
+    """The committed LR study compares the final eval's first 24 x 16 sequences (its records were made so); its
+    records still match the grid, and the report says what the metric covers."""
+    grid = load_grid(REPO / "configs" / "study" / "cpu-lr.json")
+    assert grid.train["metric"] == "eval-batches"
+    keys, done = study_runner.grid_runs(grid, REPO / "results" / "study-cpu-lr")
+    assert len(done) >= 128
+    path = write_report(grid, list(done.values())[:3], tmp_path / "report")
+    assert "on the **first 384" in path.read_text() and "not the whole split" in path.read_text()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--only", "block"], "--only block needs --lr and --seed"),
+    (["--only", "block", "--lr", "3e-3"], "--only block needs --seed"),
+    (["--lr", "3e-3", "--seed", "1"], "--lr, --seed apply to one run: give --only ARM too"),
+    (["--only", "blok", "--lr", "3e-3", "--seed", "1"], "--only blok: not an arm of .*known: block, full, standard"),
+    (["--only", "block", "--lr", "0", "--seed", "1"], "--lr must be a finite number > 0, got 0"),
+    (["--only", "block", "--lr", "nan", "--seed", "1"], "--lr must be a finite number > 0, got nan"),
+    (["--only", "block", "--lr", "3e-3", "--seed", "-1"], "--seed must be >= 0"),
+    (["--only", "block", "--lr", "3e-3", "--seed", "1", "--hidden", "10"],
+     r"--hidden must be a positive multiple of 2 \* model.heads \(4\), got 10"),
+    (["--only", "block", "--lr", "3e-3", "--seed", "1", "--dry-run"], "writes no report: drop --dry-run"),
+])
+def test_one_run_bad_flags(tmp_path, argv, message):
+    grid_file = tmp_path / "grid.json"
+    grid_file.write_text(json.dumps(GRID))
+    with pytest.raises(SystemExit, match=message):
+        study.main(["--grid", str(grid_file), "--output-dir", str(tmp_path / "out"), *argv])
+    assert not (tmp_path / "out").exists()
+
+
+def test_one_arm_at_one_lr_and_seed(tmp_path, capsys):
+    """`--only ARM --lr X --seed N` trains that one run, with the grid's id and spec (a later grid run skips it)."""
+    data = prepare_tiny_dataset(tmp_path / "d", seq_len=16)
+    raw = with_changes(data={"dir": str(data)}, model={"layers": 2, "hidden": 8})
+    grid_file = tmp_path / "grid.json"
+    grid_file.write_text(json.dumps(raw))
+    out = tmp_path / "study"
+    argv = ["--grid", str(grid_file), "--output-dir", str(out), "--only", "block", "--lr", "0.01", "--seed", "3"]
+    assert study.main(argv) == 0
+    run_dir = out / "runs" / "block-lr0.01-L2-h8-seed3"
+    record = json.loads((run_dir / RESULT_FILE).read_text())
+    grid = load_grid(grid_file)
+    assert record["spec"] == run_spec(grid, grid.arm_key("block", 0.01, 3)) and record["lr"] == 0.01
+    assert sorted(p.name for p in out.joinpath("runs").iterdir()) == ["block-lr0.01-L2-h8-seed3"]
+    assert (run_dir / "train" / "final" / "model.safetensors").is_file() and not (out / "RESULTS.md").exists()
+    said = capsys.readouterr().out
+    assert f"block-lr0.01-L2-h8-seed3: val loss {record['val_loss']:.4f} (whole-split" in said
+    assert study.main(argv) == 0 and "0 to train" in capsys.readouterr().out  # done: not trained again
