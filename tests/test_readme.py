@@ -66,7 +66,10 @@ COVERED = {
     "scripts/setup_llama_cpp.sh --install": ("tests/serving/test_llama_cpp.py", "setup_llama_cpp"),
     "LLAMA=": ("tests/serving/test_llama_cpp.py", "convert_hf_to_gguf"),
     "PYTHONPATH=$LLAMA/gguf-py": ("tests/serving/test_llama_cpp.py", "convert_hf_to_gguf"),
-    'python -c "from llama_cpp import Llama': ("tests/serving/test_llama_cpp.py", "Llama("),
+    'python -c "from llama_cpp import Llama': ("tests/helpers/llama_cpp_worker.py", "Llama("),
+    # the AMX-safe build: the flags scripts/setup_llama_cpp.sh builds the serving tests' llama.cpp with (run_tests.sh)
+    "CMAKE_ARGS=": ("scripts/setup_llama_cpp.sh",
+                    "-DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"),
 }
 
 
