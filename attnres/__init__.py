@@ -10,8 +10,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
 from .configuration_attnres import KimiLinearAttnResConfig
-from .conversion.upcycle import upcycle
 from .families.registry import register_auto_classes
+from .families.upcycle import upcycle
 from .k3.config import K3_WRAPPER_TYPE
 from .kernels import attn_res, attn_res_naive
 from .modeling_attnres import (

@@ -16,10 +16,10 @@ import torch
 
 from ..checkpoint_files import CheckpointFileError, read_json_file
 from ..families.registry import source_family, source_family_of
+from ..families.upcycle import UPCYCLE_MODES, UpcycleError, is_attn_res_tensor, resolve_block_size, upcycle
 from ..saved_model import write_weights_record
 from .atomic import check_output, move_into_place, output_folder
 from .errors import ConversionError
-from .upcycle import UPCYCLE_MODES, is_attn_res_tensor, resolve_block_size, upcycle
 
 # Kimi Linear's own model types: converted tensor by tensor (Moonshot's layout, K3's MXFP4 experts)
 KIMI_MODEL_TYPES = ("kimi_linear", "kimi_linear_attnres", "kimi_k3")
@@ -93,11 +93,14 @@ def convert_family(input, output, upcycle_mode: str | None, block_size: int | No
     folder, gguf_file = _location(input)
     config = _load_config(folder, gguf_file)
     _family(config)  # standard-mode AttnRes configs pass; block / full ones are refused here
-    resolve_block_size(upcycle_mode, block_size, config.num_hidden_layers)  # flags checked before the weights load
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        resolve_block_size(upcycle_mode, block_size, config.num_hidden_layers)  # flags checked before the weights
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype="auto")
-    target = upcycle(source, upcycle_mode, block_size)
+        source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype="auto")
+        target = upcycle(source, upcycle_mode, block_size)
+    except UpcycleError as error:
+        raise ConversionError(str(error)) from None
     del source
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)

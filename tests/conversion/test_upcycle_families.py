@@ -7,8 +7,8 @@ from transformers import AutoModelForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM
 
 import attnres
 from attnres.cli.convert import main as convert_main
-from attnres.conversion.errors import ConversionError
 from attnres.conversion.upcycle_check import compare, eps_scaled_copy
+from attnres.families.upcycle import UpcycleError
 from tests.families.tiny import FAMILIES, attn_res_model, random_ids, source_model
 
 FAMILY_NAMES = sorted(FAMILIES)
@@ -43,11 +43,13 @@ def test_upcycle_keeps_dtype_weights_and_family(family):
     for name, tensor in source.state_dict().items():
         assert torch.equal(state[name], tensor), name
     assert isinstance(model, type(source))  # the family's own ForCausalLM is a base: the same family
+    tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert tied == bool(source.config.tie_word_embeddings)
 
 
 def test_upcycle_refuses_an_attn_res_model_by_name():
     upcycled = attnres.upcycle(source_model("llama"), "block", 2)
-    with pytest.raises(ConversionError, match="'llama_attnres' with attn_res_mode='block' is already AttnRes"):
+    with pytest.raises(UpcycleError, match="'llama_attnres' with attn_res_mode='block' is already AttnRes"):
         attnres.upcycle(upcycled, "full")
 
 
@@ -59,7 +61,7 @@ def test_a_standard_mode_attn_res_model_upcycles():
 def test_an_unsupported_family_is_refused_with_the_reason():
     tiny = GPTNeoXConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4)
-    with pytest.raises(ConversionError, match="'gpt_neox' is not supported by AttnRes: parallel residual"):
+    with pytest.raises(UpcycleError, match="'gpt_neox' is not supported by AttnRes: parallel residual"):
         attnres.upcycle(GPTNeoXForCausalLM(tiny))
 
 
@@ -69,7 +71,7 @@ def test_an_unsupported_family_is_refused_with_the_reason():
     ("full", 2, "--block-size applies to --upcycle block only"),
 ])
 def test_bad_modes_and_block_sizes_are_refused(mode, block_size, named):
-    with pytest.raises(ConversionError, match=named):
+    with pytest.raises(UpcycleError, match=named):
         attnres.upcycle(source_model("llama"), mode, block_size)
 
 
