@@ -107,3 +107,13 @@ def test_convert_refusals_name_the_reason_and_write_nothing(tmp_path, capsys):
     convert_main([str(tmp_path / "llama"), str(out), "--upcycle", "full", "--no-progress"])
     assert convert_main([str(tmp_path / "llama"), str(out), "--upcycle", "block", "--no-progress"]) == 1
     assert "exists" in capsys.readouterr().err
+
+
+def test_export_for_serving_refuses_other_families_by_name(tmp_path):
+    from attnres.conversion.export import export_checkpoint
+    from attnres.conversion.runtimes import ExportRefused
+
+    attnres.upcycle(source_model("llama"), "block", 2).save_pretrained(tmp_path / "llama-block")
+    with pytest.raises(ExportRefused, match="model_type 'llama_attnres': export for serving writes Kimi K3's layout"):
+        export_checkpoint(tmp_path / "llama-block", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -25,6 +25,13 @@ def smollm2():
     return load_smollm2()
 
 
+@pytest.fixture(scope="module")
+def source_continuation(smollm2):
+    continuation = greedy(*smollm2)
+    assert continuation.startswith(" Paris")  # the source model itself, as a new user tries it
+    return continuation
+
+
 def greedy(model, tokenizer, new_tokens: int = 3) -> str:
     ids = tokenizer(PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
@@ -33,7 +40,7 @@ def greedy(model, tokenizer, new_tokens: int = 3) -> str:
 
 
 @pytest.mark.parametrize("mode", ["block", "full"])
-def test_upcycled_smollm2_keeps_its_function(smollm2, mode):
+def test_upcycled_smollm2_keeps_its_function(smollm2, source_continuation, mode):
     source, tokenizer = smollm2
     model = attnres.upcycle(source, mode)
     assert model.config.model_type == "llama_attnres" and model.config.attn_res_mode == mode
@@ -44,8 +51,7 @@ def test_upcycled_smollm2_keeps_its_function(smollm2, mode):
     with torch.no_grad():  # the epsilon argument, exactly
         torch.testing.assert_close(model(ids).logits, eps_scaled_copy(source, model)(ids).logits,
                                    rtol=1e-4, atol=1e-4)
-    assert greedy(model, tokenizer) == greedy(source, tokenizer)
-    assert greedy(source, tokenizer).startswith(" Paris")
+    assert greedy(model, tokenizer) == source_continuation
 
 
 def test_convert_upcycles_the_gguf_file(smollm2, tmp_path, capsys):
