@@ -1,12 +1,17 @@
-"""attnres: Attention Residuals (Kimi Team, 2026) for Hugging Face Transformers' Kimi Linear.
+"""attnres: Attention Residuals (Kimi Team, 2026) for Hugging Face Transformers' PreNorm decoders.
 
-`import attnres` registers the config and models with the Auto classes, and marks them for `save_pretrained` to
-write `auto_map` plus the code files, so a saved folder also loads with `trust_remote_code=True`.
+`import attnres` registers the configs and models with the Auto classes: Kimi Linear (`kimi_linear_attnres`, marked
+for `save_pretrained` to write `auto_map` plus the code files, so a saved folder also loads with
+`trust_remote_code=True`) and the families of `attnres.families` (`llama_attnres`, `mistral_attnres`,
+`qwen2_attnres`, `qwen3_attnres`, `gemma3_text_attnres`). `attnres.upcycle(model)` turns a loaded standard model of
+any of them into Block or Full AttnRes.
 """
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
 from .configuration_attnres import KimiLinearAttnResConfig
+from .families.registry import register_auto_classes
+from .families.upcycle import upcycle
 from .k3.config import K3_WRAPPER_TYPE
 from .kernels import attn_res, attn_res_naive
 from .modeling_attnres import (
@@ -29,7 +34,10 @@ KimiLinearAttnResForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 if K3_WRAPPER_TYPE not in CONFIG_MAPPING_NAMES:
     CONFIG_MAPPING.register(K3_WRAPPER_TYPE, KimiLinearAttnResConfig, exist_ok=True)
 
+register_auto_classes()
+
 __all__ = [
+    "upcycle",
     "KimiLinearAttnResConfig",
     "KimiLinearAttnResModel",
     "KimiLinearAttnResForCausalLM",

@@ -6,19 +6,16 @@ folder loads with `trust_remote_code=True`.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from huggingface_hub.dataclasses import strict
 from transformers import KimiLinearConfig, PreTrainedConfig
 
-ATTN_RES_MODES = ("standard", "block", "full")
-ATTN_RES_BACKENDS = ("auto", "torch", "triton", "cpp")
-ATTN_RES_SCORES = ("softmax", "sigmoid")
-BACKEND_ENV_VAR = "ATTNRES_BACKEND"
+# the AttnRes checks every family shares (attnres/core/config.py)
+from attnres.core.config import ATTN_RES_BACKENDS, ATTN_RES_MODES, ATTN_RES_SCORES, BACKEND_ENV_VAR, AttnResConfigChecks
 
 
 @strict
-class KimiLinearAttnResConfig(KimiLinearConfig):
+class KimiLinearAttnResConfig(AttnResConfigChecks, KimiLinearConfig):
     r"""
     attn_res_mode (`str`, *optional*):
         How sub-layers read the depth stream: `"standard"` (PreNorm residual sum, identical to Kimi Linear), `"block"`
@@ -111,18 +108,7 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
 
         Runs at construction, before `@strict`'s own validators, so the error is a plain ValueError.
         """
-        if self.attn_res_mode not in ATTN_RES_MODES:
-            raise ValueError(f"attn_res_mode must be one of {ATTN_RES_MODES}, got {self.attn_res_mode!r}")
-        if self.attn_res_mode == "block" and self.attn_res_block_size < 1:
-            raise ValueError(
-                "attn_res_block_size must be >= 1 in block mode (decoder layers per block), "
-                f"got {self.attn_res_block_size}"
-            )
-        if self.attn_res_block_size < 0:
-            raise ValueError(f"attn_res_block_size must be >= 0, got {self.attn_res_block_size}")
-        if self.attn_res_backend not in ATTN_RES_BACKENDS:
-            raise ValueError(f"attn_res_backend must be one of {ATTN_RES_BACKENDS}, got {self.attn_res_backend!r}")
-        self.check_attn_res_ablations()
+        self.check_attn_res_layout()  # mode, block size, backend, ablations (attnres/core/config.py)
         for field in ("layer_types", "mlp_layer_types"):
             types = getattr(self, field)
             if types is not None and len(types) != self.num_hidden_layers:
@@ -134,46 +120,6 @@ class KimiLinearAttnResConfig(KimiLinearConfig):
 
         check_routing(self)
         check_k3_fields(self)
-
-    def check_attn_res_ablations(self):
-        if self.attn_res_score not in ATTN_RES_SCORES:
-            raise ValueError(f"attn_res_score must be one of {ATTN_RES_SCORES}, got {self.attn_res_score!r}")
-        for field in ("attn_res_static_mixing", "attn_res_key_norm"):
-            if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"{field} must be True or False, got {getattr(self, field)!r}")
-        if not self.attn_res_ablation:
-            return
-        if self.attn_res_mode == "standard":
-            raise ValueError("attn_res_static_mixing / attn_res_score / attn_res_key_norm ablate the depth mix: "
-                             "they need attn_res_mode 'block' or 'full', got 'standard'")
-        if self.attn_res_static_mixing and not self.attn_res_key_norm:
-            raise ValueError("attn_res_key_norm=False has no effect with attn_res_static_mixing=True "
-                             "(no keys are scored)")
-        if self.attn_res_backend == "triton":
-            raise ValueError("attn_res_backend 'triton' has no fused kernel for the ablations (attn_res_static_mixing, "
-                             "attn_res_score, attn_res_key_norm): use 'auto' or 'torch' (the PyTorch reference)")
-        if self.attn_res_two_phase:
-            raise ValueError("attn_res_two_phase=True batches pseudo-query softmaxes: it does not apply to the "
-                             "ablations (attn_res_static_mixing, attn_res_score, attn_res_key_norm)")
-
-    @property
-    def attn_res_ablation(self) -> bool:
-        """Whether a paper ablation changes the mix (then it runs on the PyTorch reference, not the fused kernels)."""
-        return self.attn_res_static_mixing or self.attn_res_score != "softmax" or not self.attn_res_key_norm
-
-    @property
-    def attn_res_num_blocks(self) -> int:
-        """Number of depth blocks: N in the paper (the embedding is one more source); see `attnres.depth_layout`."""
-        from attnres.depth_layout import DepthLayout
-
-        return DepthLayout.of(self).num_blocks
-
-    def resolved_backend(self) -> str:
-        """The backend in force: the environment variable wins over the config field."""
-        backend = os.environ.get(BACKEND_ENV_VAR, self.attn_res_backend)
-        if backend not in ATTN_RES_BACKENDS:
-            raise ValueError(f"{BACKEND_ENV_VAR} must be one of {ATTN_RES_BACKENDS}, got {backend!r}")
-        return backend
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):

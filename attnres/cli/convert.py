@@ -7,10 +7,15 @@ MXFP4 routed experts (`weight_packed` + `weight_scale`) are dequantized on the w
 states the memory this needs.
 HF-native: the tensor names of `KimiLinearAttnResForCausalLM` (`experts.gate_up_proj`, `conv1d`, `forget_gate.*`).
 
+Any other supported family (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text; README "Model families") is upcycled from
+its model folder, or from a GGUF file that transformers reads (dequantized): the same path as the Python call
+`attnres.upcycle(model)`, written with the source's tokenizer.
+
 Examples:
   attnres convert moonshot_ckpt/ hf_ckpt/ --verify
   attnres convert hf_ckpt/ moonshot_again/ --to moonshot
   attnres convert kimi_linear_ckpt/ attnres_start/ --upcycle block --block-size 4
+  attnres convert SmolLM2-135M-Instruct.Q4_1.gguf smollm2-block/ --upcycle block
 
 Tensors stream one decoder layer at a time: peak memory follows --max-shard-size (about twice it, measured) plus a
 few decoder layers, not the checkpoint's size. The output is written to a hidden temporary folder next to OUTPUT and
@@ -33,7 +38,8 @@ from . import command_main
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("input", nargs="?", type=Path, help="checkpoint folder (config.json + *.safetensors)")
+    parser.add_argument("input", nargs="?", type=Path,
+                        help="checkpoint folder (config.json + *.safetensors), or a .gguf file (with --upcycle)")
     parser.add_argument("output", nargs="?", type=Path, help="folder to create (must not exist, unless --force)")
     parser.add_argument("--to", choices=("hf", "moonshot"), default="hf", help="output layout (default: hf)")
     parser.add_argument("--upcycle", choices=("block", "full"), help="turn a standard-residual checkpoint into "

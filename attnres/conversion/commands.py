@@ -11,6 +11,7 @@ from ..tiny import tiny_config
 from . import hub
 from .convert import convert_checkpoint
 from .errors import ConversionError
+from .family_convert import convert_family, is_family_input
 from .fixtures import random_model, write_moonshot_checkpoint
 from .hub import build_hub_folder, check_repo_id
 
@@ -39,6 +40,8 @@ def convert(args) -> int:
         args.input, args.output, args.force = DEMO_INPUT, DEMO_OUTPUT, True
         write_moonshot_checkpoint(args.input, random_model(tiny_config("block", 2)))
         print(f"wrote a tiny Moonshot-format demo checkpoint to {args.input}")
+    if is_family_input(args.input):
+        return convert_family_command(args)
     try:
         with signals_interrupt():
             plan = convert_checkpoint(
@@ -55,6 +58,22 @@ def convert(args) -> int:
         f"({plan.target_layout}, attn_res_mode={plan.target_config.attn_res_mode}): {len(plan.target)} tensors, "
         f"{plan.total_bytes / 2**20:.1f} MiB{skipped}{', verified' if args.verify else ''}"
     )
+    return 0
+
+
+def convert_family_command(args) -> int:
+    """`convert --upcycle` for Llama, Mistral, Qwen2, Qwen3, Gemma 3 (a folder, or a GGUF file): family_convert.py."""
+    try:
+        with signals_interrupt():
+            done = convert_family(args.input, args.output, args.upcycle, args.block_size, to=args.to,
+                                  force=args.force, verify=args.verify, max_shard_size=args.max_shard_size)
+    except ConversionError as error:
+        return refused(error)
+    except KeyboardInterrupt as stop:
+        return interrupted(stop, args.output)
+    print(f"{args.input} ({done.source_type}) -> {args.output} ({done.target_type}, attn_res_mode={done.mode}"
+          f"{f', attn_res_block_size={done.block_size}' if done.mode == 'block' else ''}): {done.tensors} tensors, "
+          f"{done.bytes / 2**20:.1f} MiB{', verified' if args.verify else ''}")
     return 0
 
 

@@ -28,13 +28,14 @@ from .config import (
     hf_config_dict,
     moonshot_config_dict,
     parse_config,
+    read_config_dict,
     write_config,
 )
 from .convert import DEFAULT_MAX_SHARD_SIZE, bitwise_equal, check_max_shard_size, convert_unit
 from .errors import ConversionError
 from .k3_preset import K3_TEXT_CONFIG
 from .plan import ConversionPlan, plan_conversion
-from .runtimes import check_representable
+from .runtimes import ExportRefused, check_representable
 from .writer import ShardedWriter
 
 K3_ARCHITECTURE = "KimiK3ForConditionalGeneration"
@@ -69,6 +70,7 @@ def export_checkpoint(
     if dtype not in DTYPES:
         raise ConversionError(f"--dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
     input = Path(input).resolve()
+    refuse_other_families(input)
     plan = plan_conversion(input, to="moonshot")  # reads headers and config only
     check_representable(plan.source_config, to)
     config_dict = export_config_dict(plan.source_config, to, _written_dtype(plan, DTYPES[dtype]))
@@ -90,6 +92,19 @@ def export_checkpoint(
     return {"input": str(input), "output": str(output), "to": to, "tensors": len(planned),
             "bytes": sum(t.numel() * t.element_size() for t in planned.values()), "side_files": side_files,
             "verified": verify, "skipped": list(plan.reader.skipped)}
+
+
+def refuse_other_families(input: Path) -> None:
+    """The serving runtimes (vLLM, SGLang, llama.cpp, TensorRT-LLM, MLX) read AttnRes only in Kimi K3's layout: a
+    model of another family (Llama, Qwen, ... with AttnRes, or without) is refused by its model_type."""
+    from .family_convert import is_family_input
+
+    if not is_family_input(input):
+        return
+    model_type = read_config_dict(input).get("model_type") if input.is_dir() else "a GGUF file"
+    raise ExportRefused(f"{input}: model_type {model_type!r}: export for serving writes Kimi K3's layout, the only "
+                        "AttnRes layout the runtimes read, so only Kimi Linear / K3 models export; other families "
+                        "have no serving runtime for AttnRes yet (README 'Model families')")
 
 
 def export_config_dict(config, to: str, dtype: torch.dtype | None) -> dict:

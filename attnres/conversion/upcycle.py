@@ -1,25 +1,19 @@
-"""Upcycling: a standard-residual checkpoint becomes Block or Full AttnRes. The new pseudo-queries are zero (uniform
-depth softmax, as at the start of AttnRes training) and the new key norms are ones (RMSNorm's init)."""
+"""Upcycling in the converter: Kimi Linear folders stream tensor by tensor (`attnres.conversion.convert`), with the
+config and new tensors below; every other family goes through the Python call `attnres.upcycle`
+(`attnres.families.upcycle`, which explains why the function is kept), from `attnres.conversion.family_convert`."""
 from __future__ import annotations
 
-import math
-
-import torch
-
 from ..configuration_attnres import KimiLinearAttnResConfig
+from ..families.upcycle import (  # noqa: F401  (re-exported: the converter's names)
+    DEFAULT_NUM_BLOCKS,
+    UPCYCLE_MODES,
+    UpcycleError,
+    default_block_size,
+    is_attn_res_tensor,
+    new_attn_res_tensor,
+    resolve_block_size,
+)
 from .errors import ConversionError
-
-UPCYCLE_MODES = ("block", "full")
-# Paper and K3 both use about 8 blocks (K3: 12 of 93 layers per block)
-DEFAULT_NUM_BLOCKS = 8
-
-
-def is_attn_res_tensor(name: str) -> bool:
-    return name.endswith(("_res_norm.weight", "_res_proj.weight"))
-
-
-def default_block_size(num_layers: int) -> int:
-    return max(1, math.ceil(num_layers / DEFAULT_NUM_BLOCKS))
 
 
 def upcycled_config(
@@ -32,19 +26,10 @@ def upcycled_config(
             "--upcycle needs a standard-residual checkpoint, "
             f"but config.json has attn_res_mode={config.attn_res_mode!r}"
         )
-    if mode == "full" and block_size is not None:
-        raise ConversionError("--block-size applies to --upcycle block only (Full AttnRes has no blocks)")
-    if mode == "block":
-        block_size = default_block_size(config.num_hidden_layers) if block_size is None else block_size
-        if block_size < 1:
-            raise ConversionError(f"--block-size must be >= 1 (decoder layers per block), got {block_size}")
+    try:
+        block_size = resolve_block_size(mode, block_size, config.num_hidden_layers)
+    except UpcycleError as error:
+        raise ConversionError(str(error)) from None
     fields = config.to_dict()
-    fields.update(attn_res_mode=mode, attn_res_block_size=block_size if mode == "block" else 0)
+    fields.update(attn_res_mode=mode, attn_res_block_size=block_size)
     return KimiLinearAttnResConfig.from_dict(fields)
-
-
-def new_attn_res_tensor(meta: torch.Tensor, name: str) -> torch.Tensor:
-    """The starting value of an AttnRes tensor the standard checkpoint does not have."""
-    if name.endswith("_res_norm.weight"):
-        return torch.ones(meta.shape, dtype=meta.dtype)
-    return torch.zeros(meta.shape, dtype=meta.dtype)

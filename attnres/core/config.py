@@ -1,0 +1,152 @@
+"""The AttnRes fields of a config and their checks, for any PreNorm decoder family.
+
+A family's AttnRes config is the family's own config plus these fields (`attnres/families/<family>/`):
+`class LlamaAttnResConfig(AttnResConfigMixin, LlamaConfig)`. The mixin adds the fields (declared once, in
+`ATTN_RES_FIELDS`) to the subclass before transformers turns it into a dataclass, validates them at construction
+(a ValueError naming the field) and resolves `attn_res_mode`. Kimi Linear's config declares the same fields itself
+(its file predates the families) and shares the checks through `AttnResConfigChecks`.
+"""
+import math
+import os
+
+ATTN_RES_MODES = ("standard", "block", "full")
+ATTN_RES_BACKENDS = ("auto", "torch", "triton", "cpp")
+ATTN_RES_SCORES = ("softmax", "sigmoid")
+BACKEND_ENV_VAR = "ATTNRES_BACKEND"
+
+# name: (annotation, default), as in KimiLinearAttnResConfig (its docstring documents each field). Annotations are
+# strings, as that file's (`from __future__ import annotations`): `@strict` then leaves their types to our checks,
+# which name the field in a ValueError (strict's own error is not one)
+ATTN_RES_FIELDS = {
+    "attn_res_mode": ("str | None", None),
+    "attn_res_block_size": ("int", 0),
+    "attn_res_backend": ("str", "auto"),
+    "attn_res_two_phase": ("bool | None", None),
+    "attn_res_fuse_norm": ("bool", True),
+    "attn_res_recompute": ("bool", False),
+    "attn_res_static_mixing": ("bool", False),
+    "attn_res_score": ("str", "softmax"),
+    "attn_res_key_norm": ("bool", True),
+    "attn_res_query_init_std": ("float", 0.0),
+    "attn_res_key_norm_init": ("float", 1.0),
+}
+_SWITCHES = {"attn_res_two_phase": True, "attn_res_fuse_norm": False, "attn_res_recompute": False,
+             "attn_res_static_mixing": False, "attn_res_key_norm": False}  # name: may be None
+
+
+class AttnResConfigChecks:
+    """The family-independent checks and derived values of the AttnRes fields."""
+
+    def check_attn_res_layout(self):
+        if self.attn_res_mode not in ATTN_RES_MODES:
+            raise ValueError(f"attn_res_mode must be one of {ATTN_RES_MODES}, got {self.attn_res_mode!r}")
+        if self.attn_res_mode == "block" and self.attn_res_block_size < 1:
+            raise ValueError(
+                "attn_res_block_size must be >= 1 in block mode (decoder layers per block), "
+                f"got {self.attn_res_block_size}"
+            )
+        if self.attn_res_block_size < 0:
+            raise ValueError(f"attn_res_block_size must be >= 0, got {self.attn_res_block_size}")
+        if self.attn_res_backend not in ATTN_RES_BACKENDS:
+            raise ValueError(f"attn_res_backend must be one of {ATTN_RES_BACKENDS}, got {self.attn_res_backend!r}")
+        self.check_attn_res_ablations()
+
+    def check_attn_res_ablations(self):
+        if self.attn_res_score not in ATTN_RES_SCORES:
+            raise ValueError(f"attn_res_score must be one of {ATTN_RES_SCORES}, got {self.attn_res_score!r}")
+        for field in ("attn_res_static_mixing", "attn_res_key_norm"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"{field} must be True or False, got {getattr(self, field)!r}")
+        if not self.attn_res_ablation:
+            return
+        if self.attn_res_mode == "standard":
+            raise ValueError("attn_res_static_mixing / attn_res_score / attn_res_key_norm ablate the depth mix: "
+                             "they need attn_res_mode 'block' or 'full', got 'standard'")
+        if self.attn_res_static_mixing and not self.attn_res_key_norm:
+            raise ValueError("attn_res_key_norm=False has no effect with attn_res_static_mixing=True "
+                             "(no keys are scored)")
+        if self.attn_res_backend == "triton":
+            raise ValueError("attn_res_backend 'triton' has no fused kernel for the ablations (attn_res_static_mixing, "
+                             "attn_res_score, attn_res_key_norm): use 'auto' or 'torch' (the PyTorch reference)")
+        if self.attn_res_two_phase:
+            raise ValueError("attn_res_two_phase=True batches pseudo-query softmaxes: it does not apply to the "
+                             "ablations (attn_res_static_mixing, attn_res_score, attn_res_key_norm)")
+
+    @property
+    def attn_res_ablation(self) -> bool:
+        """Whether a paper ablation changes the mix (then it runs on the PyTorch reference, not the fused kernels)."""
+        return self.attn_res_static_mixing or self.attn_res_score != "softmax" or not self.attn_res_key_norm
+
+    @property
+    def attn_res_num_blocks(self) -> int:
+        """Number of depth blocks: N in the paper (the embedding is one more source); see `attnres.depth_layout`."""
+        from attnres.depth_layout import DepthLayout
+
+        return DepthLayout.of(self).num_blocks
+
+    def resolved_backend(self) -> str:
+        """The backend in force: the environment variable wins over the config field."""
+        backend = os.environ.get(BACKEND_ENV_VAR, self.attn_res_backend)
+        if backend not in ATTN_RES_BACKENDS:
+            raise ValueError(f"{BACKEND_ENV_VAR} must be one of {ATTN_RES_BACKENDS}, got {backend!r}")
+        return backend
+
+
+class AttnResConfigMixin(AttnResConfigChecks):
+    """The AttnRes fields added to a family's config class (first base, before the family's config)."""
+
+    attn_res_family = None  # the family's own model_type (e.g. "llama"): what an upcycled checkpoint came from
+
+    def __init_subclass__(cls, **kwargs):
+        # declared on the subclass itself, before transformers' PreTrainedConfig.__init_subclass__ makes it a
+        # dataclass: a plain mixin's annotations are not dataclass fields
+        own = cls.__dict__.get("__annotations__")
+        if own is None:
+            own = {}
+            cls.__annotations__ = own
+        for name, (annotation, default) in ATTN_RES_FIELDS.items():
+            if name not in own:
+                own[name] = annotation
+                setattr(cls, name, default)
+        super().__init_subclass__(**kwargs)
+
+    def __post_init__(self, **kwargs):
+        check_attn_res_types(self)
+        super().__post_init__(**kwargs)
+        if self.attn_res_mode is None:
+            self.attn_res_mode = "block" if self.attn_res_block_size > 0 else "standard"
+        self.check_attn_res_layout()
+
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if not config_dict:  # transformers would build the family's default (billions of parameters) from nothing
+            raise OSError(f"{pretrained_model_name_or_path}: no config.json there, so the model's size and AttnRes "
+                          "layout are unknown (a saved model folder holds config.json beside its weights)")
+        return config_dict, kwargs
+
+
+def check_attn_res_types(config) -> None:
+    """ValueError naming the field for a wrong type, sign or non-finite value of an AttnRes field (2.5 or "2" as a
+    block size, a truthy "no" as a switch, NaN as an init scale), before anything compares or allocates."""
+    size = config.attn_res_block_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"attn_res_block_size must be an integer >= 0, got {size!r}")
+    for field, optional in _SWITCHES.items():
+        value = getattr(config, field)
+        if not isinstance(value, bool) and not (optional and value is None):
+            raise ValueError(f"{field} must be {'True, False or None' if optional else 'True or False'}, "
+                             f"got {value!r} ({type(value).__name__})")
+    for field, strictly in (("attn_res_query_init_std", False), ("attn_res_key_norm_init", True)):
+        value = getattr(config, field)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value < 0 or (strictly and value == 0):
+            raise ValueError(f"{field} must be a finite number {'> 0' if strictly else '>= 0'}, got {value!r}")
+    for field in ("attn_res_mode", "attn_res_backend", "attn_res_score"):
+        value = getattr(config, field)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{field} must be a string, got {value!r} ({type(value).__name__})")
+
+
+__all__ = ["AttnResConfigMixin", "AttnResConfigChecks", "ATTN_RES_FIELDS", "ATTN_RES_MODES", "ATTN_RES_BACKENDS",
+           "ATTN_RES_SCORES", "BACKEND_ENV_VAR", "check_attn_res_types"]

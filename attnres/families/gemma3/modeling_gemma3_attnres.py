@@ -1,0 +1,61 @@
+"""Gemma 3 (text) with Attention Residuals: Gemma 3, except the residual.
+
+Every module is transformers' own. Gemma 3's sub-layers carry a pre-norm *and* a post-norm: the mix is read by the
+pre-norms (`attn_res_input_norms`), and the post-norms stay part of each sub-layer's output (see the config's
+docstring). The embedding is Gemma's scaled one; the final logit soft-capping is applied as Gemma's ForCausalLM does.
+"""
+from transformers.models.gemma3.modeling_gemma3 import (
+    Gemma3Attention,
+    Gemma3DecoderLayer,
+    Gemma3ForCausalLM,
+    Gemma3PreTrainedModel,
+    Gemma3RMSNorm,
+    Gemma3RotaryEmbedding,
+    Gemma3TextScaledWordEmbedding,
+)
+
+from attnres.core.decoder_layer import AttnResDecoderLayerMixin
+from attnres.core.decoder_model import AttnResDecoderForCausalLM, AttnResDecoderModel
+from attnres.core.model import AttnResPreTrainedMixin
+
+from .configuration_gemma3_attnres import Gemma3TextAttnResConfig
+
+
+class Gemma3TextAttnResDecoderLayer(AttnResDecoderLayerMixin, Gemma3DecoderLayer):
+    """Gemma 3's decoder layer reading its input from the depth sources; its post-norms end each sub-layer."""
+
+    attn_res_input_norms = ("input_layernorm", "pre_feedforward_layernorm")
+
+    def attention(self, hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs):
+        out = super().attention(hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
+        return self.post_attention_layernorm(out)
+
+    def feed_forward(self, hidden_states):
+        return self.post_feedforward_layernorm(self.mlp(hidden_states))
+
+
+class Gemma3TextAttnResPreTrainedModel(AttnResPreTrainedMixin, Gemma3PreTrainedModel):
+    config: Gemma3TextAttnResConfig
+    config_class = Gemma3TextAttnResConfig
+    input_modalities = ("text",)
+    _no_split_modules = ["Gemma3TextAttnResDecoderLayer"]
+    # hidden states are collected by the model itself: what a layer "outputs" depends on the AttnRes mode
+    _can_record_outputs = {"attentions": Gemma3Attention}
+
+
+class Gemma3TextAttnResModel(AttnResDecoderModel, Gemma3TextAttnResPreTrainedModel):
+    decoder_layer_class, norm_class, rotary_class = Gemma3TextAttnResDecoderLayer, Gemma3RMSNorm, Gemma3RotaryEmbedding
+    rotary_per_layer_type = True  # local (sliding) and global layers have their own rotary bases
+
+    def build_embedding(self, config):
+        return Gemma3TextScaledWordEmbedding(
+            config.vocab_size, config.hidden_size, self.padding_idx, embed_scale=config.hidden_size**0.5
+        )
+
+
+class Gemma3TextAttnResForCausalLM(AttnResDecoderForCausalLM, Gemma3TextAttnResPreTrainedModel, Gemma3ForCausalLM):
+    model_class = Gemma3TextAttnResModel
+
+
+__all__ = ["Gemma3TextAttnResDecoderLayer", "Gemma3TextAttnResPreTrainedModel", "Gemma3TextAttnResModel",
+           "Gemma3TextAttnResForCausalLM"]

@@ -1,0 +1,18 @@
+"""Mistral with Attention Residuals: `MistralConfig` plus the AttnRes fields (`attnres.core.config`)."""
+from huggingface_hub.dataclasses import strict
+from transformers import MistralConfig
+
+from attnres.core.config import AttnResConfigMixin
+
+
+@strict
+class MistralAttnResConfig(AttnResConfigMixin, MistralConfig):
+    r"""`MistralConfig` (Mistral 7B (sliding-window attention where the config sets it))
+    plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, `attn_res_backend`, ...,
+    documented on `KimiLinearAttnResConfig` and validated the same way. `attn_res_mode="standard"` is Mistral itself."""
+
+    model_type = "mistral_attnres"
+    attn_res_family = "mistral"
+
+
+__all__ = ["MistralAttnResConfig"]

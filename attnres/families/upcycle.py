@@ -1,0 +1,123 @@
+"""Upcycling a loaded model: a standard-residual causal LM of a supported family becomes Block or Full AttnRes of the
+same family. The new pseudo-queries are zero (uniform depth softmax, as at the start of AttnRes training) and the new
+key norms are ones (RMSNorm's init).
+
+Why the function is kept: with zero queries the softmax over the n sources of a mix point is uniform, so the mix is
+their sum divided by n, and their sum is exactly the standard residual stream h. The RMSNorm that reads every mix (each
+sub-layer's pre-norm, and the final norm) removes the scale: norm(h / n) = w * h / sqrt(mean(h^2) + n^2 * eps). So the
+upcycled model *is* the source model with each reading norm's epsilon multiplied by n^2 at its point (the tests check
+that to rounding), and differs from the source only by that epsilon (README "Upcycling": the stated tolerance, and why
+no exactly preserving variant is offered). `attnres convert --upcycle` reaches this same function from a folder or a
+GGUF file (`attnres.conversion.family_convert`).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+UPCYCLE_MODES = ("block", "full")
+# Paper and K3 both use about 8 blocks (K3: 12 of 93 layers per block)
+DEFAULT_NUM_BLOCKS = 8
+
+
+class UpcycleError(ValueError):
+    """A model cannot be upcycled as asked (its family, its mode, the flags); raised before anything is built."""
+
+
+def is_attn_res_tensor(name: str) -> bool:
+    return name.endswith(("_res_norm.weight", "_res_proj.weight"))
+
+
+def new_attn_res_tensor(meta: torch.Tensor, name: str) -> torch.Tensor:
+    """The starting value of an AttnRes tensor the standard checkpoint does not have."""
+    if name.endswith("_res_norm.weight"):
+        return torch.ones(meta.shape, dtype=meta.dtype)
+    return torch.zeros(meta.shape, dtype=meta.dtype)
+
+
+def default_block_size(num_layers: int) -> int:
+    return max(1, math.ceil(num_layers / DEFAULT_NUM_BLOCKS))
+
+
+def resolve_block_size(mode: str, block_size: int | None, num_layers: int) -> int:
+    """The block size of the upcycled model (0 in full mode); UpcycleError naming the flag when it is invalid."""
+    if mode not in UPCYCLE_MODES:
+        raise UpcycleError(f"--upcycle must be one of {UPCYCLE_MODES}, got {mode!r}")
+    if mode == "full":
+        if block_size is not None:
+            raise UpcycleError("--block-size applies to --upcycle block only (Full AttnRes has no blocks)")
+        return 0
+    block_size = default_block_size(num_layers) if block_size is None else block_size
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise UpcycleError(f"--block-size must be >= 1 (decoder layers per block), got {block_size!r}")
+    return block_size
+
+
+def upcycled_family_config(config, mode: str, block_size: int | None = None):
+    """(AttnRes config, causal LM class) for a standard-residual config of any supported family (its own, or a
+    standard-mode AttnRes one): every field kept, the AttnRes mode and block size set."""
+    from attnres.families.registry import family_classes, source_family
+
+    try:
+        family = source_family(config)
+    except ValueError as error:
+        raise UpcycleError(str(error)) from None
+    config_class, model_class = family_classes(family)
+    block_size = resolve_block_size(mode, block_size, config.num_hidden_layers)
+    dropped = ("model_type", "architectures", "auto_map", "transformers_version", "quantization_config")
+    fields = {key: value for key, value in config.to_dict().items() if key not in dropped}
+    fields.update(attn_res_mode=mode, attn_res_block_size=block_size)
+    target = config_class.from_dict(fields)
+    target.architectures = [model_class.__name__]
+    return target, model_class
+
+
+def check_not_quantized(model) -> None:
+    """A quantized model's tensors are packed integers, not weights to copy: refused, naming the method. A GGUF file
+    is dequantized by transformers on load (plain float weights, only marked as GGUF), so it passes."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        return
+    method = getattr(quantizer.quantization_config, "quant_method", None)
+    method = getattr(method, "value", method)
+    if method != "gguf":
+        raise UpcycleError(f"the model is quantized ({method}): load it in float precision (or dequantize it) "
+                           "before upcycling")
+
+
+@torch.no_grad()
+def upcycle(model, mode: str = "block", block_size: int | None = None):
+    """The Block or Full AttnRes model of a loaded standard-residual causal LM of a supported family (Llama, Mistral,
+    Qwen2, Qwen3, Gemma 3 text, Kimi Linear; README "Model families"), of the same family, dtype and device.
+
+    Every weight of `model` is copied; the new pseudo-queries are zero and the key norms one, so the logits equal the
+    source's up to the RMSNorm epsilon (module docstring). `block_size`: decoder layers per block (default: about 8
+    blocks, as the paper and Kimi K3). UpcycleError (a ValueError) naming the reason for an unsupported family, a
+    model that is already AttnRes, a quantized model, or a bad mode / block size.
+    """
+    from transformers.initialization import no_init_weights
+
+    check_not_quantized(model)
+    config, model_class = upcycled_family_config(model.config, mode, block_size)
+    parameter = next(model.parameters())
+    with no_init_weights():  # every tensor is copied or set below: no random draw over the whole model first
+        target = model_class._from_config(config, dtype=parameter.dtype)
+    target.tie_weights()
+    missing, unexpected = target.load_state_dict(model.state_dict(), strict=False)
+    stray = [name for name in missing if not is_attn_res_tensor(name)]
+    if unexpected or stray:
+        problems = [f"{name}: not in the AttnRes model" for name in unexpected] + [f"{n}: missing" for n in stray]
+        raise UpcycleError(f"{type(model).__name__} does not map onto {model_class.__name__}: " + "; ".join(problems))
+    for name in missing:  # set explicitly: the zero-query / unit-gain start the argument relies on
+        tensor = target.get_parameter(name)
+        tensor.copy_(new_attn_res_tensor(tensor, name))
+    target.to(parameter.device)
+    target.train(model.training)
+    if getattr(model, "generation_config", None) is not None:
+        target.generation_config = model.generation_config
+    return target
+
+
+__all__ = ["upcycle", "UpcycleError", "UPCYCLE_MODES", "resolve_block_size", "upcycled_family_config",
+           "is_attn_res_tensor", "new_attn_res_tensor", "default_block_size"]

@@ -1,0 +1,119 @@
+"""Upcycling a standard checkpoint of every supported family: `attnres.upcycle(model)` and `attnres convert
+--upcycle` on its folder. The upcycled model is the source with each reading norm's epsilon times n^2 (to rounding),
+so its logits equal the source's within the tolerance that epsilon states (`attnres.conversion.upcycle_check`)."""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM
+
+import attnres
+from attnres.cli.convert import main as convert_main
+from attnres.conversion.upcycle_check import compare, eps_scaled_copy
+from attnres.families.upcycle import UpcycleError
+from tests.families.tiny import FAMILIES, attn_res_model, random_ids, source_model
+
+FAMILY_NAMES = sorted(FAMILIES)
+UPCYCLES = [("block", 2), ("block", None), ("full", None)]
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+@pytest.mark.parametrize(("mode", "block_size"), UPCYCLES)
+def test_upcycled_logits_equal_the_source_within_the_epsilon_tolerance(family, mode, block_size):
+    source = source_model(family)
+    model = attnres.upcycle(source, mode, block_size)
+    assert model.config.model_type == f"{family}_attnres" and model.config.attn_res_mode == mode
+    ids = random_ids(batch=2, seq=12)
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    with torch.no_grad():
+        # the argument, exactly: the source with eps * n^2 at each reading norm computes the same function
+        torch.testing.assert_close(model(ids, attention_mask=mask).logits,
+                                   eps_scaled_copy(source, model)(ids, attention_mask=mask).logits,
+                                   rtol=1e-5, atol=1e-6)
+    report = compare(source, model, ids, mask)
+    assert report["max_abs_diff"] <= report["tolerance"], report
+    assert report["top1_agreement"] >= 0.9, report
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_upcycle_keeps_dtype_weights_and_family(family):
+    source = source_model(family).to(torch.bfloat16)
+    model = attnres.upcycle(source, "full")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    state = model.state_dict()
+    for name, tensor in source.state_dict().items():
+        assert torch.equal(state[name], tensor), name
+    assert isinstance(model, type(source))  # the family's own ForCausalLM is a base: the same family
+    tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert tied == bool(source.config.tie_word_embeddings)
+
+
+def test_upcycle_refuses_an_attn_res_model_by_name():
+    upcycled = attnres.upcycle(source_model("llama"), "block", 2)
+    with pytest.raises(UpcycleError, match="'llama_attnres' with attn_res_mode='block' is already AttnRes"):
+        attnres.upcycle(upcycled, "full")
+
+
+def test_a_standard_mode_attn_res_model_upcycles():
+    standard = attn_res_model("qwen3", mode="standard")
+    assert attnres.upcycle(standard, "full").config.attn_res_mode == "full"
+
+
+def test_an_unsupported_family_is_refused_with_the_reason():
+    tiny = GPTNeoXConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4)
+    with pytest.raises(UpcycleError, match="'gpt_neox' is not supported by AttnRes: parallel residual"):
+        attnres.upcycle(GPTNeoXForCausalLM(tiny))
+
+
+@pytest.mark.parametrize(("mode", "block_size", "named"), [
+    ("blocks", None, "--upcycle must be one of"),
+    ("block", 0, "--block-size must be >= 1"),
+    ("full", 2, "--block-size applies to --upcycle block only"),
+])
+def test_bad_modes_and_block_sizes_are_refused(mode, block_size, named):
+    with pytest.raises(UpcycleError, match=named):
+        attnres.upcycle(source_model("llama"), mode, block_size)
+
+
+def test_convert_upcycles_a_family_folder_as_the_python_call_does(tmp_path, capsys):
+    source = source_model("mistral")
+    source.save_pretrained(tmp_path / "in")
+    code = convert_main([str(tmp_path / "in"), str(tmp_path / "out"), "--upcycle", "block", "--block-size", "2",
+                         "--verify", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert "(mistral) ->" in capsys.readouterr().out
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    ids = random_ids()
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, attnres.upcycle(source, "block", 2)(ids).logits)
+
+
+def test_convert_refusals_name_the_reason_and_write_nothing(tmp_path, capsys):
+    source_model("llama").save_pretrained(tmp_path / "llama")
+    GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4)).save_pretrained(tmp_path / "neox")
+    out = tmp_path / "out"
+    cases = [
+        ([str(tmp_path / "llama"), str(out)], "converts only with --upcycle"),
+        ([str(tmp_path / "neox"), str(out), "--upcycle", "block"], "'gpt_neox' is not supported by AttnRes"),
+        ([str(tmp_path / "llama"), str(out), "--upcycle", "full", "--block-size", "2"], "--block-size"),
+        ([str(tmp_path / "llama"), str(out), "--upcycle", "block", "--to", "moonshot"], "Kimi Linear's layout"),
+        ([str(tmp_path / "missing.gguf"), str(out), "--upcycle", "block"], "not found"),
+    ]
+    for argv, named in cases:
+        assert convert_main([*argv, "--no-progress"]) == 1, argv
+        assert named in capsys.readouterr().err, argv
+        assert not out.exists() and not list(tmp_path.glob(".out*"))
+    convert_main([str(tmp_path / "llama"), str(out), "--upcycle", "full", "--no-progress"])
+    assert convert_main([str(tmp_path / "llama"), str(out), "--upcycle", "block", "--no-progress"]) == 1
+    assert "exists" in capsys.readouterr().err
+
+
+def test_export_for_serving_refuses_other_families_by_name(tmp_path):
+    from attnres.conversion.export import export_checkpoint
+    from attnres.conversion.runtimes import ExportRefused
+
+    attnres.upcycle(source_model("llama"), "block", 2).save_pretrained(tmp_path / "llama-block")
+    with pytest.raises(ExportRefused, match="model_type 'llama_attnres': export for serving writes Kimi K3's layout"):
+        export_checkpoint(tmp_path / "llama-block", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
