@@ -52,19 +52,25 @@ def run_signature(args, config, world: int) -> dict:
 
 def resume_folder(args, config, world: int) -> Path | None:
     """The checkpoint to resume from (None: start fresh); refused when it was made with other settings."""
+    from ..training.resume import check_run_state
     from ..training.state import latest_checkpoint, read_state, resolve_checkpoint
 
-    if args.resume == "never":
-        return None
-    folder = (latest_checkpoint(args.output_dir / "checkpoints") if args.resume == "auto"
-              else resolve_checkpoint(args.resume))
+    folder = None
+    if args.resume == "auto":
+        folder = latest_checkpoint(args.output_dir / "checkpoints")
+    elif args.resume != "never":
+        folder = resolve_checkpoint(args.resume)
+    try:  # train's rule: never prune or replace a newer state that the folder's own run holds
+        check_run_state(args.output_dir, folder)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
     if folder is None:
         return None
     saved, now = read_state(folder)["signature"], run_signature(args, config, world)
     mismatch = differences(saved, now)
     if mismatch:
         raise SystemExit(f"error: --resume {folder}: checkpoint was made with other settings {mismatch} (saved, "
-                         f"now); use another --output-dir or --resume never")
+                         f"now); use another --output-dir")
     return folder
 
 

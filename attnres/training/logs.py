@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..atomic_io import write_json_atomic, write_text_atomic
+from ..json_limits import loads_limited
 from .data import DATASET_DIR, META_FILE
 
 DIAGNOSTICS_FILE = "diagnostics.jsonl"
@@ -43,7 +44,7 @@ class JsonlLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             kept = [line for line in self.path.read_text().splitlines()
-                    if line and json.loads(line)["step"] <= resume_step]
+                    if line and loads_limited(line)["step"] <= resume_step]
             write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, record: dict) -> None:
@@ -52,7 +53,8 @@ class JsonlLog:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line]
+    """Every record of a JSONL log; a line nested past json_limits' depth is a ValueError, not a RecursionError."""
+    return [loads_limited(line) for line in Path(path).read_text().splitlines() if line]
 
 
 class MetricsLogger:

@@ -86,3 +86,23 @@ def test_bad_flags_are_one_line_errors(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(SystemExit, match="--virtual-stages must be >= 1"):
         main([*TINY, "--virtual-stages", "0"])
+
+
+@pytest.mark.parametrize("resume", ["never", "older"])
+def test_a_new_or_older_start_never_prunes_the_folders_newer_run(tmp_path, resume):
+    """Issue 33: `--resume never` into a folder holding another run (or a resume from an older checkpoint of it)
+    would prune that run's checkpoints: refused by name, as `attnres train` refuses it, before any state changes."""
+    import argparse
+
+    from attnres.pipeline.interleaved_train import resume_folder
+
+    for step in (2, 4):
+        folder = tmp_path / "checkpoints" / f"step-{step:08d}"
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text(json.dumps({"step": step}))
+    older = str(tmp_path / "checkpoints" / "step-00000002")
+    args = argparse.Namespace(output_dir=tmp_path, resume="never" if resume == "never" else older)
+    expected = "holds another run" if resume == "never" else "holds the newer checkpoint step-00000004"
+    with pytest.raises(SystemExit, match=expected):
+        resume_folder(args, config=None, world=2)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]

@@ -74,3 +74,16 @@ def test_figure5_labels_say_each_thing_once():
     assert run_label("standard", {"mode": "standard", "step": 4}, with_step=False) == "standard"
     assert run_label("block", {"mode": "block", "step": 4}, with_step=True) == "block (step 4)"
     assert run_label("s12-seed0", {"mode": "block", "step": 9}, with_step=False) == "s12-seed0 (block)"
+
+
+def test_a_log_line_nested_100000_deep_is_a_value_error_not_a_recursion_error(tmp_path):
+    """Issue 33: a metrics.jsonl line nested 100,000 deep raised RecursionError in read_jsonl (resume and reports)."""
+    from attnres.training.logs import JsonlLog, read_jsonl
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ValueError, match="nested more than"):
+        read_jsonl(path)
+    with pytest.raises(ValueError, match="nested more than"):
+        JsonlLog(path, resume_step=1)
+    assert path.read_text().startswith('{"step": 1}\n')  # nothing rewritten
