@@ -48,9 +48,8 @@ COVERED = {
     "torchrun --nproc_per_node 8 scripts/train.py --init-from": ("tests/training/test_train_distributed.py", "zero"),
     "python eval/prepare_eval_data.py": ("tests/evaluation/test_prepare_eval_data.py", "prepare_eval_data"),
     "python eval/compare.py runs/small-standard/final": ("tests/evaluation/test_compare.py", "--limit"),
-    "python eval/compare.py A B --tasks attnres_mmlu": "NOT COVERED YET: full benchmark runs (real data, hours); "
-                                                       "tests/evaluation/test_compare_bad_inputs.py checks only "
-                                                       "--num-fewshot's refusals",
+    "python eval/compare.py A B --tasks attnres_mmlu": ("tests/evaluation/test_compare.py",
+                                                        '"--num-fewshot", "2"'),  # 2 shots: 3 items a subject
     "python eval/compare.py A B --tasks attnres_humaneval": ("tests/evaluation/test_compare.py",
                                                              "--allow-code-execution"),
     "python scripts/study.py": ("tests/study/test_study.py", "grid"),  # a 2-run grid; the real grids take hours

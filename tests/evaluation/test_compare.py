@@ -179,3 +179,19 @@ def run_cli(main, argv):
         sys.argv = saved
 
 
+
+
+def test_readme_few_shot_benchmark_command_at_a_small_size(setup):
+    """The README's `compare A B --tasks attnres_mmlu attnres_minerva_math --num-fewshot 4`, with the same flags at a
+    smaller size on the self-written items (2 shots: a subject holds 3 items; `--limit 1`, four generated tokens):
+    the few-shot prompts build and every metric scores."""
+    out = setup["root"] / "few_shot"
+    compare_main([str(setup["standard"]), str(setup["block"]), "--tasks", "attnres_mmlu", "attnres_minerva_math",
+                  "--num-fewshot", "2", "--eval-data", str(setup["eval_data"]), "--output-dir", str(out),
+                  "--limit", "1", "--gen-kwargs", "max_gen_toks=4", "--device", "cpu"])
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["tasks"]) == ["attnres_mmlu", "attnres_minerva_math"]
+    assert set(report["tasks"]["attnres_minerva_math"]) == {"exact_match,none", "math_verify,none"}
+    for metrics in report["tasks"].values():
+        for entry in metrics.values():
+            assert all(math.isfinite(entry["models"][label]["mean"]) for label in ("standard", "block"))
