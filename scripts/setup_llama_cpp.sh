@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetch, build and cache llama.cpp (through llama-cpp-python's sdist, which vendors it) for the serving tests.
 #
-# The CPU build takes about 8 minutes of CPU (measured: 491 s, a 24 MB wheel), so it is done once and cached:
+# The CPU build takes minutes (measured 2026-12-03 with the flags below: 382 s wall on an idle 2-core machine, 3,542 s
+# on a loaded one; a 24 MB wheel), so it is done once and cached:
 #   $ATTNRES_LLAMA_CPP_CACHE (default ~/.cache/attnres/llama-cpp/<version>-<flags key>/)
 #     llama_cpp_python-<version>-*.whl   the built wheel (pip install it; the tests import llama_cpp)
 #     llama.cpp/                         llama.cpp's own converter: convert_hf_to_gguf.py, conversion/, gguf-py/,
@@ -43,8 +44,8 @@ if ! ls "$CACHE"/llama_cpp_python-*.whl >/dev/null 2>&1 || [ ! -d "$CACHE/llama.
     WORK="$(mktemp -d "$(dirname "$CACHE")/.build-$VERSION.XXXXXX")"
     trap 'rm -rf "$WORK"' EXIT
     JOBS="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
-    echo "setup_llama_cpp: building llama-cpp-python $VERSION once (CPU, $JOBS jobs; about 8 CPU-minutes, so" \
-         "4-5 min on an idle 2-core machine and up to ~45 min on a loaded one); cached in $CACHE" >&2
+    echo "setup_llama_cpp: building llama-cpp-python $VERSION once (CPU, $JOBS jobs; measured 6.4 min on an idle" \
+         "2-core machine, about an hour on a loaded one); cached in $CACHE" >&2
     echo "setup_llama_cpp: CMAKE_ARGS=$ARGS" >&2
     python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$WORK/sdist"
     SDIST="$(ls "$WORK"/sdist/llama_cpp_python-*.tar.gz)"
