@@ -59,7 +59,8 @@ if ! ls "$CACHE"/llama_cpp_python-*.whl >/dev/null 2>&1 || [ ! -d "$CACHE/llama.
     started=$(date +%s)
     ( while sleep 60; do echo "setup_llama_cpp: still building ($(( ($(date +%s) - started) / 60 )) min)" >&2; done ) &
     heartbeat=$!
-    trap 'kill $heartbeat 2>/dev/null; rm -rf "$WORK"' EXIT
+    # `|| true`: set -e holds inside the trap too, and the heartbeat is usually gone by then
+    trap 'kill $heartbeat 2>/dev/null || true; rm -rf "$WORK"' EXIT
     CMAKE_ARGS="$ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" \
         python3 -m pip wheel --quiet --no-deps "$SDIST" -w "$WORK/out"
     kill $heartbeat 2>/dev/null || true
