@@ -57,7 +57,10 @@ if ! ls "$CACHE"/llama_cpp_python-*.whl >/dev/null 2>&1 || [ ! -d "$CACHE/llama.
     mv "$WORK/convert_hf_to_gguf.py" "$WORK/conversion" "$WORK/gguf-py" "$WORK/models" "$WORK/out/llama.cpp/"
     # A heartbeat while pip builds quietly: a silent half hour looks like a hang.
     started=$(date +%s)
-    ( while sleep 60; do echo "setup_llama_cpp: still building ($(( ($(date +%s) - started) / 60 )) min)" >&2; done ) &
+    # (its sleep runs in the background and is killed with it: an orphaned sleep would hold our stderr open)
+    ( trap 'kill $! 2>/dev/null; exit 0' TERM
+      while :; do sleep 60 & wait $!; echo "setup_llama_cpp: still building ($(( ($(date +%s) - started) / 60 )) min)" >&2
+      done ) &
     heartbeat=$!
     # `|| true`: set -e holds inside the trap too, and the heartbeat is usually gone by then
     trap 'kill $heartbeat 2>/dev/null || true; rm -rf "$WORK"' EXIT
