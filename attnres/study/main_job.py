@@ -453,12 +453,19 @@ def collect_results(reports: dict, run_dirs: dict) -> dict:
 
 def main_job(args, argv=None) -> dict:
     """The whole job; `argv`: the command line, for the summary (None: sys.argv). Bad flags: ValueError."""
-    from ..atomic_io import write_json_atomic, write_text_atomic
-    from ..training.logs import plot_loss_curves, plot_runs
+    from ..atomic_io import claim_output
 
     check_args(args)
     learning_rates = resolve_lrs(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # one job per output folder: a second one would train into the same runs and overwrite the summary
+    with claim_output(args.output_dir):
+        return _main_job(args, argv, learning_rates)
+
+
+def _main_job(args, argv, learning_rates: dict) -> dict:
+    from ..atomic_io import write_json_atomic, write_text_atomic
+    from ..training.logs import plot_loss_curves, plot_runs
 
     started = time.time()
     out = args.output_dir

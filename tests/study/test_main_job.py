@@ -235,3 +235,15 @@ def test_shared_and_given_lrs_are_labelled():
     assert lrs["block"]["source"] == "--lr-block 0.006 (given; not the study's)" and "study" in lrs["standard"]
     text = lr_paragraph(dict(learning_rates=lrs, lr_mode="per-arm"))
     assert "block: --lr-block 0.006 (given" in text and "the old, unfair number" in text
+
+
+def test_a_second_job_into_the_same_output_is_refused_before_any_work(main_job, tmp_path):
+    """Issue 33: one output rule for every writer: a main job whose --output-dir another live job holds is one clear
+    error, and writes nothing (no data, no runs)."""
+    from tests.helpers.processes import output_held
+
+    with output_held(tmp_path / "out"):
+        with pytest.raises(ValueError, match="out is being written by another process"):
+            main_job(small_job(tmp_path))
+    assert not (tmp_path / "data").exists()
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
