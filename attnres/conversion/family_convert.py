@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from .. import finite_weights
 from ..checkpoint_files import CheckpointFileError, read_json_file
 from ..families.registry import source_family, source_family_of
 from ..families.upcycle import UPCYCLE_MODES, UpcycleError, is_attn_res_tensor, resolve_block_size, upcycle
@@ -41,11 +42,14 @@ def is_family_input(input: Path) -> bool:
     input = Path(input)
     if input.suffix == ".gguf":
         return True
+    if not (input / "config.json").is_file():
+        return False  # the Kimi converter names the missing file, after the checks every convert makes
     try:
         model_type = read_json_file(input / "config.json", "model config").get("model_type")
     except CheckpointFileError:
         return False  # the Kimi converter names the missing or damaged file
-    return model_type not in KIMI_MODEL_TYPES
+    # no model_type: the Kimi converter's checks name it (config.json must say which model it is)
+    return model_type is not None and model_type not in KIMI_MODEL_TYPES
 
 
 def _location(input: Path) -> tuple[Path, str | None]:
@@ -98,8 +102,10 @@ def convert_family(input, output, upcycle_mode: str | None, block_size: int | No
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype="auto")
+        for name, tensor in source.state_dict().items():  # the numeric guard: a NaN weight is named, never written
+            finite_weights.check_tensor(name, tensor, input)
         target = upcycle(source, upcycle_mode, block_size)
-    except UpcycleError as error:
+    except (UpcycleError, finite_weights.NonFiniteWeightsError) as error:
         raise ConversionError(str(error)) from None
     del source
     try:
@@ -114,7 +120,7 @@ def convert_family(input, output, upcycle_mode: str | None, block_size: int | No
             tokenizer.save_pretrained(building)
         if verify:
             verify_saved(target, building)
-        move_into_place(building, output)
+        move_into_place(building, output, replace=force)
     state = target.state_dict()
     return FamilyConversion(
         source_type=config.model_type, target_type=target.config.model_type, mode=upcycle_mode,

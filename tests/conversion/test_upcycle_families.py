@@ -92,9 +92,15 @@ def test_convert_refusals_name_the_reason_and_write_nothing(tmp_path, capsys):
     source_model("llama").save_pretrained(tmp_path / "llama")
     GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                      num_attention_heads=4)).save_pretrained(tmp_path / "neox")
+    nan = source_model("llama")
+    with torch.no_grad():
+        nan.model.layers[1].mlp.up_proj.weight[0, 0] = float("nan")
+    nan.save_pretrained(tmp_path / "llama-nan")
     out = tmp_path / "out"
     cases = [
         ([str(tmp_path / "llama"), str(out)], "converts only with --upcycle"),
+        ([str(tmp_path / "llama-nan"), str(out), "--upcycle", "block"],
+         "tensor model.layers.1.mlp.up_proj.weight holds non-finite values (1 NaN"),
         ([str(tmp_path / "neox"), str(out), "--upcycle", "block"], "'gpt_neox' is not supported by AttnRes"),
         ([str(tmp_path / "llama"), str(out), "--upcycle", "full", "--block-size", "2"], "--block-size"),
         ([str(tmp_path / "llama"), str(out), "--upcycle", "block", "--to", "moonshot"], "Kimi Linear's layout"),
