@@ -176,7 +176,7 @@ def test_signal_stops_both_train_runs(tmp_path, sig):
     from tests.helpers.train_fixtures import REPO
 
     out = tmp_path / "out"
-    argv = small_job(tmp_path, steps=2000, eval_every=3, no_tasks=True)
+    argv = small_job(tmp_path, steps=2000, eval_every=3, no_tasks=True, task_limit=None)
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     job = subprocess.Popen([sys.executable, "-m", "attnres.cli.main_job", *argv], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, env=env, cwd=tmp_path, preexec_fn=sigint_at_default)
