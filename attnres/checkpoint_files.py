@@ -213,6 +213,8 @@ def check_weight_dtypes(path: Path, header: dict) -> None:
     for name, info in header.items():
         if name == "__metadata__" or name.startswith(NON_LANGUAGE_PREFIXES):
             continue
+        if not name.endswith((".weight", ".bias", *PACKED_SUFFIXES)):
+            continue  # not a parameter (an integer buffer, a stray key): transformers names it unexpected or loads it
         packed = name.endswith(PACKED_SUFFIXES)
         if info["dtype"] not in (PACKED_DTYPES if packed else WEIGHT_DTYPES):
             expected = "MXFP4 parts are U8" if packed else f"expected one of {WEIGHT_DTYPES}"
