@@ -280,6 +280,11 @@ def run_study(grid_file: Path, output_dir: Path | None = None, report_dir: Path 
     text = header(command, started, records, jobs=jobs, threads=threads, report_only=report_only, note=note)
     path = write_report(grid, records, report_dir or out, text, runs_dir=out / "runs", expected=grid_runs(grid, out)[0])
     print(f"wrote {path} ({len(records)} of {len(grid_runs(grid, out)[0])} runs known now finished)")
+    return exit_code(errors)
+
+
+def exit_code(errors: list[str]) -> int:
+    """1 (each failed run named on stderr: a rerun redoes them) or 0."""
     if errors:
         print(f"error: {len(errors)} run(s) failed (rerun the same command to redo them):", *errors, sep="\n  ",
               file=sys.stderr)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...json_limits import JSONDepthError, loads_limited
-from ..grid import Grid, grid_from_dict
+from ..grid import Grid, _merged, grid_from_dict
 
 CONTINUED_DEFAULTS = dict(device="cpu", dtype="float32", block_size=None, frozen_arms=[], weight_decay=0.0,
                           min_lr_ratio=0.1, grad_clip=1.0, eval_batch_size=8)
@@ -73,8 +73,8 @@ def load_continued(path: Path, resolve_source=None) -> ContinuedGrid:
         fail("'source' is required: 'smollm2' or a model folder")
     if "model" in raw:
         fail("'model' is read from the source's config: give continued.block_size instead")
-    continued = section(raw.pop("continued", {}), CONTINUED_DEFAULTS, "continued", fail)
-    lm_eval = section(raw.pop("lm_eval", {}), LM_EVAL_DEFAULTS, "lm_eval", fail)
+    continued = _merged(raw.pop("continued", {}), CONTINUED_DEFAULTS, "continued", fail)
+    lm_eval = _merged(raw.pop("lm_eval", {}), LM_EVAL_DEFAULTS, "lm_eval", fail)
     check_continued(continued, raw.get("arms", {}), fail)
     check_lm_eval(lm_eval, fail)
     folder = (resolve_source or source_folder)(source)
@@ -88,15 +88,6 @@ def load_continued(path: Path, resolve_source=None) -> ContinuedGrid:
     # a run's record matches its settings (runner.run_spec reads grid.train): the continued ones and the source too
     grid.train["continued"] = dict(continued, source=source)
     return ContinuedGrid(grid, source, Path(folder), continued, lm_eval)
-
-
-def section(given, defaults: dict, name: str, fail) -> dict:
-    if not isinstance(given, dict):
-        fail(f"{name} must be an object")
-    unknown = set(given) - set(defaults)
-    if unknown:
-        fail(f"unknown {name} fields {sorted(unknown)} (known: {sorted(defaults)})")
-    return {**defaults, **given}
 
 
 def check_continued(c: dict, arms: dict, fail) -> None:

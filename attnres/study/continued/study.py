@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ...atomic_io import write_json_atomic
-from ..runner import RESULT_FILE, StudyError, run_grid, single_key
+from ..runner import RESULT_FILE, StudyError, exit_code, run_grid, single_key
 from .config import ContinuedGrid, load_continued
 from .train import arm_model, heldout, train_run
 
@@ -105,11 +105,7 @@ def run_continued(grid_file: Path, output_dir: Path | None = None, report_dir: P
     path = write_report(cg, out, report_dir or out, zero, started=started, note=note, command=command,
                         threads=threads, evaluate=not report_only)
     print(f"wrote {path}")
-    if errors:
-        print(f"error: {len(errors)} run(s) failed (rerun the same command to redo them):", *errors, sep="\n  ",
-              file=sys.stderr)
-        return 1
-    return 0
+    return exit_code(errors)
 
 
 def run_one(grid_file: Path, output_dir: Path | None, arm: str, lr: float, seed: int, threads: int = 1,
