@@ -7,10 +7,10 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
-from .. import finite_weights
-from ..checkpoint_files import CheckpointFileError, check_model_folder
-from ..finite_weights import NonFiniteWeightsError
-from ..trust import load_kwargs
+from ..utils import finite_weights
+from ..core.checkpoint_files import CheckpointFileError, check_model_folder
+from ..utils.finite_weights import NonFiniteWeightsError
+from ..utils.trust import load_kwargs
 from .atomic import check_output, move_into_place, output_folder
 from .config import drop_moonshot_fields
 from .errors import ConversionError
@@ -37,7 +37,7 @@ def build_hub_folder(
     """Load a checkpoint (HF-native or Moonshot layout) and write the upload folder atomically; return its path."""
     from transformers import AutoTokenizer
 
-    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
     inputs = [p for p in (model_path, tokenizer, eval_results) if p is not None and Path(p).exists()]
     output = check_output(output, force, inputs=inputs, flag="--output")

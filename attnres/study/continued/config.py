@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...json_limits import JSONDepthError, loads_limited
+from ...core.json_limits import JSONDepthError, loads_limited
 from ..grid import Grid, _merged, grid_from_dict
 
 CONTINUED_DEFAULTS = dict(device="cpu", dtype="float32", block_size=None, frozen_arms=[], weight_decay=0.0,

@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from ...atomic_io import write_json_atomic, write_text_atomic
+from ...core.atomic_io import write_json_atomic, write_text_atomic
 from ..analysis import mean_std
 from ..grid import arm_lrs, best_lrs
 from ..report import delta_cells, hardware, table

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ...atomic_io import write_json_atomic
+from ...core.atomic_io import write_json_atomic
 from ..runner import RESULT_FILE, StudyError, exit_code, run_grid, single_key
 from .config import ContinuedGrid, load_continued
 from .train import arm_model, heldout, train_run

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ...atomic_io import write_json_atomic
+from ...core.atomic_io import write_json_atomic
 from ...families.upcycle import is_attn_res_tensor, upcycle
 from ..grid import RunKey
 from ..runner import RESULT_FILE, run_spec
