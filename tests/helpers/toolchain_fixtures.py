@@ -43,6 +43,24 @@ def tiny_folder(path: Path, mode: str = "block", num_layers: int = 3, seed: int 
     return path
 
 
+def tiny_family_folder(path: Path, family: str) -> Path:
+    """A tiny random model of a family (Llama, Mistral, ...: tests/families/tiny.py) upcycled to Block AttnRes, its
+    pseudo-queries moved off zero, saved with tiny_folder's tokenizer."""
+    from attnres import upcycle
+    from tests.families.tiny import source_model
+
+    tokenizer = tiny_tokenizer()
+    model = upcycle(source_model(family, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                 bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id), "block", 2)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("_res_proj.weight"):
+                param.normal_(0, 0.5)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 def launch(command: list, timeout: int = 400) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                DS_ACCELERATOR="cpu", TOKENIZERS_PARALLELISM="false")
