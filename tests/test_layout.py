@@ -7,19 +7,19 @@ import sys
 from pathlib import Path
 
 import attnres
-from attnres.remote_code import code_modules
+from attnres.core.remote_code import code_modules
 
 PACKAGE_DIR = Path(attnres.__file__).parent
 
 # The model core: what `save_pretrained` ships as remote code, and all that `import attnres` loads
 CORE = {
-    "attnres", "attnres.configuration_attnres", "attnres.modeling_attnres", "attnres.mix_point",
-    "attnres.depth_layout", "attnres.inference", "attnres.conversion_mapping", "attnres.input_checks",
-    "attnres.saved_model", "attnres.checkpoint_files", "attnres.atomic_io", "attnres.offload",
-    "attnres.kda_device_guard", "attnres.remote_code", "attnres.config_checks", "attnres.model_size",
-    "attnres.json_limits",
-    "attnres.k3", "attnres.k3.activation", "attnres.k3.attention", "attnres.k3.config", "attnres.k3.layout",
-    "attnres.k3.moe", "attnres.k3.mxfp4",
+    "attnres", "attnres.families.kimi_linear.configuration_kimi_linear_attnres", "attnres.families.kimi_linear.modeling_kimi_linear_attnres", "attnres.core.mix_point",
+    "attnres.core.depth_layout", "attnres.core.inference", "attnres.families.kimi_linear.conversion_mapping", "attnres.core.input_checks",
+    "attnres.core.saved_model", "attnres.core.checkpoint_files", "attnres.core.atomic_io", "attnres.core.offload",
+    "attnres.families.kimi_linear.kda_device_guard", "attnres.core.remote_code", "attnres.core.config_checks", "attnres.core.model_size",
+    "attnres.core.json_limits",
+    "attnres.families.kimi_linear.k3", "attnres.families.kimi_linear.k3.activation", "attnres.families.kimi_linear.k3.attention", "attnres.families.kimi_linear.k3.config", "attnres.families.kimi_linear.k3.layout",
+    "attnres.families.kimi_linear.k3.moe", "attnres.families.kimi_linear.k3.mxfp4",
     "attnres.kernels", "attnres.kernels.mix", "attnres.kernels.mix.naive", "attnres.kernels.mix.lean",
     "attnres.kernels.mix.cpu_fused", "attnres.kernels.mix.variants", "attnres.kernels.mix.triton",
     "attnres.kernels.mix.kernels", "attnres.kernels.mix.extension_cache",
@@ -35,9 +35,9 @@ FAMILIES_CORE = {"attnres.core", "attnres.core.decoder_model"} | {
 CORE |= FAMILIES_CORE
 # Tools, lowest layer first: a module may import the core, its own layer and the layers before it, never after.
 LAYERS = [
-    {"attnres.extras", "attnres.safe_paths", "attnres.tiny", "attnres.trust", "attnres.finite_weights",
-     "attnres.flags"},
-    {"attnres.conversion", "attnres.memory_plan"},
+    {"attnres.utils.extras", "attnres.utils.safe_paths", "attnres.utils.tiny", "attnres.utils.trust", "attnres.utils.finite_weights",
+     "attnres.utils.flags"},
+    {"attnres.conversion", "attnres.training.memory_plan"},
     {"attnres.training"},
     {"attnres.pipeline"},
     {"attnres.evaluation"},
@@ -115,7 +115,7 @@ def test_no_import_cycles():
 
 def test_the_core_imports_no_tool_and_is_exactly_what_a_saved_folder_ships():
     # a fresh process: the modules loaded by `import attnres` (and the model module) are core modules only
-    code = ("import json, sys, attnres, attnres.modeling_attnres; "
+    code = ("import json, sys, attnres, attnres.families.kimi_linear.modeling_kimi_linear_attnres; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'attnres')))")
     loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                            check=True, timeout=300).stdout))
@@ -133,6 +133,6 @@ def test_the_checks_see_lazy_relative_and_upward_imports(tmp_path):
     source.write_text("from .depth_layout import DepthLayout\n"
                       "def f():\n    from attnres.training import loop\n    import attnres.evaluation.tasks\n")
     found = imports_of("attnres.fake_core_module", source)
-    assert {"attnres.depth_layout", "attnres.training", "attnres.training.loop", "attnres.evaluation.tasks"} <= found
-    assert layer_of("attnres.training.loop") > layer_of("attnres.modeling_attnres")
+    assert {"attnres.core.depth_layout", "attnres.training", "attnres.training.loop", "attnres.evaluation.tasks"} <= found
+    assert layer_of("attnres.training.loop") > layer_of("attnres.families.kimi_linear.modeling_kimi_linear_attnres")
     assert layer_of("attnres.cli.train") > layer_of("attnres.evaluation.comparison") > layer_of("attnres.conversion")

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from attnres.remote_code import code_modules, flat_name, flat_source, write_code_files
+from attnres.core.remote_code import code_modules, flat_name, flat_source, write_code_files
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.remote_loading import auto_map, fake_hub_repo, load_in_clean_process
 

@@ -1,4 +1,4 @@
-"""attnres.trust: a folder's own code (an auto_map naming its modules) runs only with --trust-remote-code; our own
+"""attnres.utils.trust: a folder's own code (an auto_map naming its modules) runs only with --trust-remote-code; our own
 saved folders load without it, through the registered classes, even when a planted module sits beside the weights.
 Each planted module writes a marker file when imported: the marker proves whether it ran."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 import attnres  # noqa: F401  registers our classes, as every command does
-from attnres.trust import UntrustedCodeError, check_folder_code, folder_code, load_kwargs, trust_kwargs
+from attnres.utils.trust import UntrustedCodeError, check_folder_code, folder_code, load_kwargs, trust_kwargs
 from tests.helpers.toolchain_fixtures import tiny_folder
 
 

@@ -22,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..trust import add_trust_flag
+from ..utils.trust import add_trust_flag
 from . import command_main
 from .combos import check_push_to_hub_flags
 

@@ -25,7 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..flags import seed as seed_flag
+from ..utils.flags import seed as seed_flag
 from ..training.recipe import add_recipe_args
 from . import command_main
 from .combos import check_pipeline_flags

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
-from .. import finite_weights
-from ..checkpoint_files import CheckpointFileError, check_model_folder
+from ..utils import finite_weights
+from ..core.checkpoint_files import CheckpointFileError, check_model_folder
 from ..families.registry import family_classes, family_of_model_type
-from ..finite_weights import NonFiniteWeightsError
-from ..trust import load_kwargs
+from ..utils.finite_weights import NonFiniteWeightsError
+from ..utils.trust import load_kwargs
 from .atomic import check_output, move_into_place, output_folder
 from .config import drop_moonshot_fields
 from .errors import ConversionError

@@ -8,6 +8,6 @@
   modules, and its causal LM head (`AttnResDecoderModel`, `AttnResDecoderForCausalLM`).
 
 The mix itself, the depth layout, the two-phase schedule and the kernels were family-independent already:
-`attnres.mix_point`, `attnres.depth_layout`, `attnres.inference`, `attnres.kernels`. Families live in
-`attnres.families`; Kimi Linear (`attnres.modeling_attnres`) is one of them.
+`attnres.core.mix_point`, `attnres.core.depth_layout`, `attnres.core.inference`, `attnres.kernels`. Families live in
+`attnres.families`; Kimi Linear (`attnres.families.kimi_linear.modeling_kimi_linear_attnres`) is one of them.
 """

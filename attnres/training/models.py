@@ -1,4 +1,4 @@
-"""The model a training run starts from: a size preset (built on `attnres.tiny.tiny_config`'s hybrid layout) or a
+"""The model a training run starts from: a size preset (built on `attnres.utils.tiny.tiny_config`'s hybrid layout) or a
 JSON config, with the AttnRes mode and block size from the command line, so a matched baseline is one flag away; or
 an existing model to fine-tune (`--init-from DIR`).
 
@@ -31,7 +31,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 
 from ..families.registry import SUPPORTED, family_classes, family_of_model_type
-from ..tiny import K3_SMALL_PRESET, tiny_config
+from ..utils.tiny import K3_SMALL_PRESET, tiny_config
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 logger = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ def init_tokenizer(init_from: Path, data_tokenizer, data_dir: Path, trust_remote
     """DIR's tokenizer when DIR has one (it must be the one the data was prepared with), else the data's."""
     from transformers import AutoTokenizer
 
-    from ..trust import load_kwargs
+    from ..utils.trust import load_kwargs
     from .corpora import with_pad_token
 
     if not any((Path(init_from) / name).is_file() for name in TOKENIZER_FILES):

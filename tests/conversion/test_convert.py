@@ -14,7 +14,7 @@ from attnres.conversion import ConversionError, convert_checkpoint, convert_tens
 from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from attnres.conversion.plan import plan_conversion
 from attnres.conversion.reader import CheckpointReader
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 from tests.helpers.remote_loading import auto_map, load_in_clean_process, write_tokenizer
 
 MODES = ("standard", "block", "full")

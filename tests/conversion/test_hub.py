@@ -11,7 +11,7 @@ from huggingface_hub import ModelCard
 from attnres.conversion import ConversionError
 from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from attnres.conversion.hub import build_hub_folder, read_eval_results
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 from tests.families.tiny import FAMILIES, random_ids, source_model
 from tests.helpers.remote_loading import fake_hub_repo, load_in_clean_process, write_tokenizer
 

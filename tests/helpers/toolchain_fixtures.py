@@ -11,7 +11,7 @@ import torch
 
 import attnres  # noqa: F401  registers the Auto classes and writes the code files with save_pretrained
 from attnres import KimiLinearAttnResForCausalLM
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 from attnres.training.corpora import train_bpe
 
 REPO = Path(__file__).resolve().parents[2]

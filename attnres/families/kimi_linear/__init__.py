@@ -1,0 +1,1 @@
+"""kimi_linear"""
