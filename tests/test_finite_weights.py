@@ -1,4 +1,5 @@
-"""The tools' numeric guard (`attnres.finite_weights`): a NaN or infinite weight is named, tensor and file, by every
+"""The tools' numeric guard (`attnres.utils.finite_weights`):
+a NaN or infinite weight is named, tensor and file, by every
 tool that reads weights (convert and export here; compare, push-to-hub, train --init-from and resume in their
 bad-input suites); integer tensors and finite weights pass."""
 from __future__ import annotations
@@ -8,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from attnres.finite_weights import NonFiniteWeightsError, check_file, check_tensor
+from attnres.utils.finite_weights import NonFiniteWeightsError, check_file, check_tensor
 from tests.helpers.bad_input_fixtures import expect_script_refused, nan_weight
 
 

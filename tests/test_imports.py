@@ -138,7 +138,7 @@ def test_the_checker_catches_a_broken_import(tmp_path, monkeypatch, source, prob
 
 
 def test_the_checker_accepts_good_imports(monkeypatch):
-    source = ("from ..training.corpora import DEFAULT_CACHE\nfrom . import main_job\nimport attnres.tiny\n"
+    source = ("from ..training.corpora import DEFAULT_CACHE\nfrom . import main_job\nimport attnres.utils.tiny\n"
               "def f():\n    from ..training import corpora\n")
     fake = PACKAGE / "study" / "_import_check_probe.py"
     monkeypatch.setattr(Path, "read_text", _read_text_with(fake, source))

@@ -43,7 +43,7 @@ IN_VENV = textwrap.dedent("""
     from transformers import AutoModelForCausalLM
 
     from attnres import KimiLinearAttnResForCausalLM
-    from attnres.tiny import tiny_config
+    from attnres.utils.tiny import tiny_config
 
     torch.manual_seed(0)
     model = KimiLinearAttnResForCausalLM(tiny_config("block", num_layers=2, layer_types=["full_attention"] * 2)).eval()

@@ -1,4 +1,5 @@
-"""attnres.memory_plan and `attnres plan-memory` (attnres.cli.plan_memory): arithmetic by hand on a tiny config,
+"""attnres.training.memory_plan and `attnres plan-memory` (attnres.cli.plan_memory):
+arithmetic by hand on a tiny config,
 against real models, the CLI, and a base install (no extras) running it."""
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import torch
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.cli import plan_memory as cli
 from attnres.conversion.k3_fixtures import tiny_k3_config
-from attnres.memory_plan import count_parameters, depth_bank_bytes, pipeline_boundaries, weight_bytes
-from attnres.tiny import tiny_config
+from attnres.training.memory_plan import count_parameters, depth_bank_bytes, pipeline_boundaries, weight_bytes
+from attnres.utils.tiny import tiny_config
 from tests.helpers.base_install import ABSENT, run_on_base_install
 
 
@@ -127,7 +128,7 @@ def test_runs_on_a_base_install():
                                      (3 * 2**20, "3.00 MiB"), (5177 * 2**30, "5,177.00 GiB")])
 def test_sizes_read_in_sensible_units(n, text):
     """Issue 32: a tiny model printed "0.00 GiB" everywhere; GiB stays the largest unit (the README's K3 tables)."""
-    from attnres.memory_plan import size_text
+    from attnres.training.memory_plan import size_text
 
     assert size_text(n) == text
 

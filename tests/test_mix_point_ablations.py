@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResForCausalLM
-from attnres.depth_layout import DepthLayout
+from attnres.core.depth_layout import DepthLayout
 from attnres.kernels.mix.naive import attn_res_naive
 from attnres.kernels.mix.variants import attn_res_variant
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.reference_loop import assert_matches_reference
 

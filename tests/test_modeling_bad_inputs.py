@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
-from attnres.saved_model import RECORD_FILE
+from attnres.core.saved_model import RECORD_FILE
 from tests.helpers.bad_input_fixtures import INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, damaged_copy, expect_refused, snapshot
 from tests.helpers.model_factory import random_ids, tiny_model
 
@@ -73,8 +73,8 @@ HUGE_CASES = {
 def test_model_larger_than_the_machine_refused_before_allocation(fields, monkeypatch):
     import time
 
-    from attnres.model_size import ALLOW_LARGE_ENV
-    from attnres.tiny import tiny_config
+    from attnres.core.model_size import ALLOW_LARGE_ENV
+    from attnres.utils.tiny import tiny_config
 
     monkeypatch.delenv(ALLOW_LARGE_ENV, raising=False)
     config = tiny_config(**fields)
@@ -84,7 +84,7 @@ def test_model_larger_than_the_machine_refused_before_allocation(fields, monkeyp
 
 
 def test_huge_model_builds_on_the_meta_device():
-    from attnres.tiny import tiny_config
+    from attnres.utils.tiny import tiny_config
 
     with torch.device("meta"):  # how from_pretrained and accelerate build: no memory, so no refusal
         model = KimiLinearAttnResForCausalLM(tiny_config(vocab_size=10**9))

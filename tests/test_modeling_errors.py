@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResConfig
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 from tests.helpers.model_factory import random_ids, tiny_model
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 from transformers import KimiLinearConfig, KimiLinearForCausalLM
 
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.reference_loop import assert_matches_reference, reference_logits
 

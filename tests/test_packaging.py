@@ -41,7 +41,7 @@ def test_wheel_metadata_is_publish_ready(dist):
     assert meta.get_payload().startswith("# attnres")  # the README is the long description
     assert any(c.startswith("Programming Language :: Python :: 3") for c in meta.get_all("Classifier"))
     assert meta.get_all("Project-URL") and meta["Summary"] and meta["Requires-Python"]
-    assert {"attnres/kernels/mix/triton.py", "attnres/kernels/mix/naive.py", "attnres/remote_code.py",
+    assert {"attnres/kernels/mix/triton.py", "attnres/kernels/mix/naive.py", "attnres/core/remote_code.py",
             "attnres/evaluation/task_templates/_bpb_template_yaml",
             "attnres/evaluation/task_templates/mmlu/attnres_mmlu_SUBJECT.yaml"} <= set(names)
     assert any(n.endswith("licenses/LICENSE") for n in names)
@@ -51,7 +51,8 @@ def test_sdist_holds_sources_readme_and_license(dist):
     sdist = next(dist.glob("attnres-*.tar.gz"))
     with tarfile.open(sdist) as archive:
         names = {Path(*Path(n).parts[1:]).as_posix() for n in archive.getnames()}
-    assert {"pyproject.toml", "README.md", "LICENSE", "attnres/modeling_attnres.py"} <= names
+    assert {"pyproject.toml", "README.md", "LICENSE",
+            "attnres/families/kimi_linear/modeling_kimi_linear_attnres.py"} <= names
 
 
 # In a fresh interpreter, after torch and transformers: transformers' own model stack first (what any Transformers model

@@ -7,10 +7,11 @@ import torch
 from transformers import GenerationMixin
 from transformers.models.kimi_linear import modeling_kimi_linear
 
-from attnres import KimiLinearAttnResForCausalLM, KimiLinearAttnResModel, modeling_attnres
-from attnres.conversion_mapping import LoadOnlyRenaming
-from attnres.k3.layout import LoadOnlyConverter
-from attnres.tiny import tiny_config
+from attnres import KimiLinearAttnResForCausalLM, KimiLinearAttnResModel
+from attnres.families.kimi_linear import modeling_kimi_linear_attnres as modeling_attnres
+from attnres.families.kimi_linear.conversion_mapping import LoadOnlyRenaming
+from attnres.families.kimi_linear.k3.layout import LoadOnlyConverter
+from attnres.utils.tiny import tiny_config
 from tests.helpers.transformers_suite import declare_model, load_common
 
 common = load_common()

@@ -8,9 +8,9 @@ import tempfile
 import torch
 from tqdm import trange
 
-from ..depth_layout import MIX_POINTS, OUTPUT_POINT, DepthLayout
-from ..modeling_attnres import KimiLinearAttnResForCausalLM
-from ..tiny import tiny_config
+from ..core.depth_layout import MIX_POINTS, OUTPUT_POINT, DepthLayout
+from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+from ..utils.tiny import tiny_config
 
 
 def toy_batch(vocab: int, batch: int = 4, length: int = 32) -> torch.Tensor:
@@ -37,7 +37,7 @@ def mix_point_names(num_layers: int) -> list[str]:
 
 
 def source_names(config) -> list[str]:
-    """The sources the output mix reads, which are the most of any mix point (attnres.depth_layout)."""
+    """The sources the output mix reads, which are the most of any mix point (attnres.core.depth_layout)."""
     return DepthLayout.of(config).source_names(config.num_hidden_layers, OUTPUT_POINT)
 
 

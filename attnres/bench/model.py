@@ -19,11 +19,11 @@ from datetime import datetime, timezone
 import torch
 from tqdm import tqdm
 
-from ..atomic_io import write_json_atomic
+from ..core.atomic_io import write_json_atomic
+from ..core.mix_point import MixSettings
+from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 from ..kernels.mix.cpu_fused import load_extension
-from ..mix_point import MixSettings
-from ..modeling_attnres import KimiLinearAttnResForCausalLM
-from ..tiny import tiny_config
+from ..utils.tiny import tiny_config
 
 MODES = ("standard", "block", "full")
 # extra modes for side-by-side comparisons within one run, (mode, two-phase schedule, backend): block mode with the

@@ -50,7 +50,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..flags import check_output_file
+from ..utils.flags import check_output_file
 from . import command_main
 from .combos import check_bench_kernels_flags
 

@@ -25,7 +25,7 @@ import argparse
 import sys
 
 from ..bench.model import MODES, PHASES, VARIANTS
-from ..flags import check_output_file, multiple_of
+from ..utils.flags import check_output_file, multiple_of
 from . import command_main
 from .combos import check_bench_model_flags
 

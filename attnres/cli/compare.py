@@ -28,9 +28,9 @@ from pathlib import Path
 
 from ..evaluation.comparison import DEFAULT_MAX_LENGTH, CompareError, compare
 from ..evaluation.data import DEFAULT_EVAL_DATA, DataError
-from ..extras import require
-from ..flags import seed as seed_flag
-from ..trust import add_trust_flag
+from ..utils.extras import require
+from ..utils.flags import seed as seed_flag
+from ..utils.trust import add_trust_flag
 from . import command_main
 from .combos import check_compare_flags
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..flags import seed as seed_flag
+from ..utils.flags import seed as seed_flag
 from . import command_main
 from .combos import check_demo_flags
 

@@ -51,7 +51,7 @@ def main(argv=None) -> dict | int:
     from ..conversion.errors import ConversionError
     from ..conversion.export import export_checkpoint
     from ..conversion.runtimes import ExportRefused
-    from ..safe_paths import signals_interrupt
+    from ..utils.safe_paths import signals_interrupt
 
     try:
         with signals_interrupt():  # Ctrl-C / SIGTERM: one line, nothing half-written (as convert)

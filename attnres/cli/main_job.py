@@ -35,7 +35,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..flags import seed as seed_flag
+from ..utils.flags import seed as seed_flag
 from . import command_main
 from .combos import check_main_job_flags
 
@@ -90,11 +90,11 @@ def main(argv=None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_main_job_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
-    from ..extras import require
+    from ..utils.extras import require
 
     require("datasets", why="the training corpus")
-    from ..safe_paths import interrupt_signal, signals_interrupt
     from ..study.main_job import main_job
+    from ..utils.safe_paths import interrupt_signal, signals_interrupt
 
     try:
         with signals_interrupt():  # SIGTERM stops the job as Ctrl-C does: both train runs are stopped first

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..memory_plan import PRESETS
+from ..training.memory_plan import PRESETS
 from . import command_main
 
 
@@ -45,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    from ..memory_plan import plan_memory
+    from ..training.memory_plan import plan_memory
 
     return plan_memory(parse_args(argv))
 

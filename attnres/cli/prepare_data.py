@@ -39,7 +39,7 @@ def main(argv=None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_prepare_data_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
-    from ..extras import require
+    from ..utils.extras import require
 
     require("datasets", why="the packed dataset")
     from ..training.data import prepare_dataset

@@ -1,7 +1,8 @@
 """Package a Kimi Linear AttnRes checkpoint for the Hugging Face Hub and upload it.
 
 The folder it builds holds: the weights (HF-native safetensors), config.json with `auto_map`, the remote-code files
-(`configuration_attnres.py`, `modeling_attnres.py`) so `AutoModelForCausalLM.from_pretrained(repo,
+(`configuration_kimi_linear_attnres.py`, `modeling_kimi_linear_attnres.py`) so
+`AutoModelForCausalLM.from_pretrained(repo,
 trust_remote_code=True)` works, the tokenizer when --tokenizer is given, and a generated model card (README.md:
 architecture, AttnRes mode and block count, parameter count, training data, evaluation table when --eval-results is
 given). Then it creates the repository and uploads the folder with huggingface_hub (log in first: `hf auth login`).
@@ -21,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..trust import add_trust_flag
+from ..utils.trust import add_trust_flag
 from . import command_main
 from .combos import check_push_to_hub_flags
 

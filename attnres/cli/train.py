@@ -31,14 +31,14 @@ def main(argv=None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_train_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
-    from ..extras import require
+    from ..utils.extras import require
 
     require("datasets", why="the prepared dataset")
-    from ..safe_paths import interrupt_signal, signals_interrupt
     from ..training.args import SetupError
     from ..training.guard import EXIT_CODE, NonFiniteError
     from ..training.loop import train
     from ..training.state import interrupted_message
+    from ..utils.safe_paths import interrupt_signal, signals_interrupt
 
     try:
         with signals_interrupt():  # SIGTERM stops as Ctrl-C does: the checkpoint being written is removed

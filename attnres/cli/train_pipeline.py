@@ -28,9 +28,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..flags import seed as seed_flag
 from ..training.recipe import add_recipe_args
-from ..trust import add_trust_flag
+from ..utils.flags import seed as seed_flag
+from ..utils.trust import add_trust_flag
 from . import command_main
 from .combos import check_pipeline_flags
 

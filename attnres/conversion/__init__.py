@@ -4,7 +4,7 @@ Importing this package registers the Moonshot weight mapping for model_type "kim
 `KimiLinearAttnResForCausalLM.from_pretrained(moonshot_folder)` works directly. `convert_checkpoint` streams a
 conversion with bounded memory (see scripts/convert_checkpoint.py); `hub` builds and uploads a Hub folder.
 """
-from ..conversion_mapping import convert_tensors, moonshot_transforms, register_moonshot_mapping
+from ..families.kimi_linear.conversion_mapping import convert_tensors, moonshot_transforms, register_moonshot_mapping
 from .convert import bitwise_equal, convert_checkpoint, verify_conversion
 from .errors import ConversionError
 from .plan import plan_conversion

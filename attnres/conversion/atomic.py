@@ -4,14 +4,14 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..atomic_io import OutputConflictError, move_into_place, temporary_folder  # noqa: F401  (re-exported)
-from ..safe_paths import UnsafeOutputError, check_output_folder, write_failure
+from ..core.atomic_io import OutputConflictError, move_into_place, temporary_folder  # noqa: F401  (re-exported)
+from ..utils.safe_paths import UnsafeOutputError, check_output_folder, write_failure
 from .errors import ConversionError
 
 
 def check_output(output: Path, force: bool, inputs=(), flag: str = "output") -> Path:
     """The output folder as a literal absolute path (a link stays the link), or a ConversionError: see
-    `attnres.safe_paths.check_output_folder`."""
+    `attnres.utils.safe_paths.check_output_folder`."""
     try:
         return check_output_folder(output, inputs, force, flag)
     except UnsafeOutputError as error:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..checkpoint_files import CheckpointFileError, check_model_folder
-from ..safe_paths import interrupt_signal, settle_interrupted, signals_interrupt
-from ..tiny import tiny_config
+from ..core.checkpoint_files import CheckpointFileError, check_model_folder
+from ..utils.safe_paths import interrupt_signal, settle_interrupted, signals_interrupt
+from ..utils.tiny import tiny_config
 from . import hub
 from .convert import convert_checkpoint
 from .errors import ConversionError

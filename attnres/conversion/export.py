@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
-from ..k3.config import FIXED_FIELDS, K3_WRAPPER_TYPE
+from ..families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
+from ..families.kimi_linear.k3.config import FIXED_FIELDS, K3_WRAPPER_TYPE
 from .atomic import check_output, move_into_place, output_folder
 from .config import (
     MOONSHOT_ARCHITECTURE,
@@ -196,7 +196,7 @@ def verify_export(plan: ConversionPlan, folder: Path, to: str, dtype, progress: 
 
 
 def _load_back_problems(plan: ConversionPlan, folder: Path, dtype, progress: bool) -> list[str]:
-    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
     model = KimiLinearAttnResForCausalLM.from_pretrained(folder, dtype=dtype or "auto")
     state = model.state_dict()

@@ -7,16 +7,16 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
-from .. import finite_weights
-from ..checkpoint_files import CheckpointFileError, check_model_folder
-from ..finite_weights import NonFiniteWeightsError
-from ..trust import load_kwargs
+from ..core.checkpoint_files import CheckpointFileError, check_model_folder
+from ..utils import finite_weights
+from ..utils.finite_weights import NonFiniteWeightsError
+from ..utils.trust import load_kwargs
 from .atomic import check_output, move_into_place, output_folder
 from .config import drop_moonshot_fields
 from .errors import ConversionError
 
 INSTALL_NOTE = (
-    "The model code ships in this repository (`modeling_attnres.py` and the modules beside it, loaded with "
+    "The model code ships in this repository (`modeling_kimi_linear_attnres.py` and the modules beside it, loaded with "
     "`trust_remote_code=True`) and needs only `torch` and `transformers>=5.23.0,<5.24`. With `triton` installed, "
     "the fused AttnRes kernels run on CUDA tensors; elsewhere their PyTorch reference does."
 )
@@ -37,7 +37,7 @@ def build_hub_folder(
     """Load a checkpoint (HF-native or Moonshot layout) and write the upload folder atomically; return its path."""
     from transformers import AutoTokenizer
 
-    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
     inputs = [p for p in (model_path, tokenizer, eval_results) if p is not None and Path(p).exists()]
     output = check_output(output, force, inputs=inputs, flag="--output")

@@ -1,4 +1,5 @@
-"""Tiny Kimi K3-format checkpoints, written locally from the layout (attnres/k3/layout.py): for tests and demos.
+"""Tiny Kimi K3-format checkpoints, written locally from the layout
+(attnres/families/kimi_linear/k3/layout.py): for tests and demos.
 
 The folder holds what K3's does: config.json with `text_config` (K3 fields, `linear_attn_config` with the KDA gate
 fields, the MXFP4 quantization_config) and `vision_config`; weights under `language_model.` in Moonshot's names;
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from ..conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
-from ..k3.config import K3_WRAPPER_TYPE
-from ..k3.mxfp4 import GROUP_SIZE, QUANT_FORMAT, QUANT_METHOD, dequantize
+from ..families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
+from ..families.kimi_linear.k3.config import K3_WRAPPER_TYPE
+from ..families.kimi_linear.k3.mxfp4 import GROUP_SIZE, QUANT_FORMAT, QUANT_METHOD, dequantize
 from .config import moonshot_config_dict
 from .writer import ShardedWriter
 
@@ -104,7 +105,7 @@ def write_k3_checkpoint(folder: str | Path, model, max_shard_size: int | str = "
 def tiny_k3_config(num_layers: int = 4, block_size: int = 2, **overrides):
     """A few-layer config with every K3 piece on (one KDA layer, the rest MLA: KDA's CPU fallback is slow).
     Widths are multiples of MXFP4's group of 32 where experts read them."""
-    from ..tiny import K3_PIECES, tiny_config
+    from ..utils.tiny import K3_PIECES, tiny_config
 
     fields = dict(
         K3_PIECES, routed_expert_hidden_size=32, moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..k3.mxfp4 import PACKED_SUFFIX, SCALE_SUFFIX, check_packed, dequantize, unpacked_shape
+from ..families.kimi_linear.k3.mxfp4 import PACKED_SUFFIX, SCALE_SUFFIX, check_packed, dequantize, unpacked_shape
 from .errors import ConversionError
 from .reader import CheckpointReader, TensorInfo
 

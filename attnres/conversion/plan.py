@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from ..configuration_attnres import KimiLinearAttnResConfig
-from ..conversion_mapping import convert_tensors
+from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
+from ..families.kimi_linear.conversion_mapping import convert_tensors
 from .config import parse_config, read_config_dict
 from .errors import ConversionError
 from .k3_source import K3SourceReader
@@ -36,7 +36,7 @@ def unit_of(name: str) -> str:
 
 def expected_tensors(config: KimiLinearAttnResConfig, layout: str) -> dict[str, torch.Tensor]:
     """The meta tensors of a checkpoint of `config` in `layout`, in the model's order."""
-    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
     with torch.device("meta"):
         state = dict(KimiLinearAttnResForCausalLM(config).state_dict())

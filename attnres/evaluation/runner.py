@@ -12,8 +12,8 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from ..atomic_io import write_json_atomic
-from ..json_limits import JSONDepthError, loads_limited
+from ..core.atomic_io import write_json_atomic
+from ..core.json_limits import JSONDepthError, loads_limited
 
 HELDOUT = "heldout"
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..depth_layout import DepthLayout
+from ..core.depth_layout import DepthLayout
 from .ds import deepspeed
 
 p2p = deepspeed.runtime.pipe.p2p

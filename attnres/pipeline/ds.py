@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from ..extras import require
+from ..utils.extras import require
 
 if not torch.cuda.is_available():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")

@@ -19,9 +19,9 @@ from safetensors.torch import save_file
 from transformers.core_model_loading import revert_weight_conversion
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
-from ..atomic_io import atomic_write, write_json_atomic
-from ..remote_code import mark_remote_code, write_code_files
-from ..saved_model import write_weights_record
+from ..core.atomic_io import atomic_write, write_json_atomic
+from ..core.remote_code import mark_remote_code, write_code_files
+from ..core.saved_model import write_weights_record
 from .stages import local_model_state_dict, meta_model
 
 

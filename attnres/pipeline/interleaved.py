@@ -3,7 +3,7 @@ cross-stage caching of completed depth sources (Attention Residuals, section 4.1
 
 Layout: P physical stages (ranks) x V virtual stages: C = P * V chunks of consecutive decoder layers; chunk c runs on
 rank c % P (PyTorch's loop-style stage placement), chunk 0 also embeds the tokens and chunk C - 1 ends with the
-output mix, final norm and `lm_head`. Between chunks travel the depth sources (`attnres.depth_layout`: block mode:
+output mix, final norm and `lm_head`. Between chunks travel the depth sources (`attnres.core.depth_layout`: block mode:
 embedding, completed blocks, partial sum; full mode: every sub-layer output; standard: the residual stream).
 
 Cross-stage caching: a completed source never changes. With `caching=True` a rank keeps (per micro-batch) every
@@ -38,8 +38,8 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
 from transformers.loss.loss_utils import LOSS_MAPPING
 
-from ..depth_layout import DepthLayout
-from ..mix_point import AttnResMixing
+from ..core.depth_layout import DepthLayout
+from ..core.mix_point import AttnResMixing
 from .layout import layer_context
 
 # --- which sources cross each transition ----------------------------------------------------------------------------

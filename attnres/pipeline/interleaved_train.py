@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..atomic_io import write_json_atomic
-from ..depth_layout import DepthLayout
+from ..core.atomic_io import write_json_atomic
+from ..core.depth_layout import DepthLayout
 from ..training.recipe import Recipe, check_recipe_args
 from .caching import simulate_interleaved
 from .interleaved import build_interleaved, expected_traffic
@@ -163,7 +163,7 @@ def model_and_data(args):
     train, data_tokenizer = load_data(args)
     config = load_config(args, len(data_tokenizer) if data_tokenizer is not None else None)
     tokenizer = output_tokenizer(args, data_tokenizer)
-    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
     if args.model is not None:
         model = KimiLinearAttnResForCausalLM.from_pretrained(args.model)

@@ -1,11 +1,12 @@
-"""What a pipeline stage needs beside its layers: the mix tensors whose gradient is zero (from `attnres.depth_layout`),
+"""What a pipeline stage needs beside its layers: the mix tensors whose gradient is zero
+(from `attnres.core.depth_layout`),
 and the causal mask and positions a decoder layer reads. Free of DeepSpeed: both pipelines use it."""
 from __future__ import annotations
 
 import torch
 from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
 
-from ..depth_layout import DepthLayout
+from ..core.depth_layout import DepthLayout
 
 
 def single_source_mix_params(config, layer_idx: int) -> list[str]:

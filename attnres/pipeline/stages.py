@@ -15,8 +15,8 @@ import torch
 from torch import nn
 from transformers.loss.loss_utils import LOSS_MAPPING
 
-from ..configuration_attnres import KimiLinearAttnResConfig
-from ..modeling_attnres import AttnResMixing, KimiLinearAttnResForCausalLM
+from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
+from ..families.kimi_linear.modeling_kimi_linear_attnres import AttnResMixing, KimiLinearAttnResForCausalLM
 from .ds import deepspeed
 from .layout import layer_context, single_source_mix_params
 

@@ -20,7 +20,7 @@ class StateDictWeights:
 
     @classmethod
     def from_pretrained(cls, folder: str | Path) -> StateDictWeights:
-        from ..modeling_attnres import KimiLinearAttnResForCausalLM
+        from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
         return cls(KimiLinearAttnResForCausalLM.from_pretrained(folder).state_dict())
 

@@ -39,8 +39,8 @@ from dataclasses import asdict, dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
 
-from ..configuration_attnres import ATTN_RES_MODES
-from ..json_limits import JSONDepthError, loads_limited
+from ..core.json_limits import JSONDepthError, loads_limited
+from ..families.kimi_linear.configuration_kimi_linear_attnres import ATTN_RES_MODES
 
 # The paper's ablations (section 5.3) as KimiLinearAttnResConfig switches
 ABLATIONS = {
@@ -381,7 +381,7 @@ def study_config(model: dict, mode: str, block_size: int, layers: int, hidden: i
     """A study model: MLA (or Kimi Linear's hybrid) layers, head sizes scaled with the width, no padding index
     (packed data: every token is real). `model`: a grid's "model" (heads, attention, mlp). The main job builds its
     pair with it too, so that the study's best learning rates are those of the model the main job trains."""
-    from ..tiny import hybrid_layer_types, tiny_config
+    from ..utils.tiny import hybrid_layer_types, tiny_config
 
     m, h = model, hidden
     head = h // m["heads"]

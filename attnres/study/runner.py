@@ -15,8 +15,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from ..atomic_io import write_json_atomic
-from ..json_limits import loads_limited
+from ..core.atomic_io import write_json_atomic
+from ..core.json_limits import loads_limited
 from .analysis import training_flops
 from .grid import Grid, RunKey, best_lrs, load_grid, model_config
 
@@ -71,7 +71,7 @@ def count_params(config) -> tuple[int, int]:
     """(all parameters, parameters that cost matmul FLOPs per token: all but the input embedding)."""
     import torch
 
-    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
     with torch.device("meta"):
         model = KimiLinearAttnResForCausalLM(config)

@@ -8,9 +8,9 @@ import math
 import os
 from pathlib import Path
 
-from ..configuration_attnres import ATTN_RES_MODES
-from ..flags import seed as seed_flag
-from ..trust import add_trust_flag
+from ..families.kimi_linear.configuration_kimi_linear_attnres import ATTN_RES_MODES
+from ..utils.flags import seed as seed_flag
+from ..utils.trust import add_trust_flag
 from . import SetupError  # noqa: F401  (defined once for the package; importers take it from here too)
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
 from .fsdp2 import check_fsdp_launch
@@ -253,7 +253,7 @@ def check_prepare_args(args) -> None:
             raise SystemExit(f"error: --chat: {path} is not an existing .jsonl file")
     if args.chat_template is not None and (args.chat is None or not args.chat_template.is_file()):
         raise SystemExit(f"error: --chat-template {args.chat_template}: needs --chat and an existing file")
-    from ..safe_paths import UnsafeOutputError, check_output_folder
+    from ..utils.safe_paths import UnsafeOutputError, check_output_folder
 
     inputs = [*(args.files or ()), *(args.chat or ()), *([args.tokenizer] if Path(args.tokenizer).is_dir() else []),
               *([args.cache_dir] if args.cache_dir.exists() else [])]

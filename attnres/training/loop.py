@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from .. import finite_weights
-from ..atomic_io import move_into_place, recover_interrupted
+from ..core.atomic_io import move_into_place, recover_interrupted
+from ..utils import finite_weights
 from .args import SetupError, check_args, fill_settings, given_settings, world_size
 from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
 from .fsdp2 import fsdp_launch, shard_for_accelerate
@@ -149,7 +149,7 @@ def _default_output_dir(args) -> Path:
 def build_model(config, args):
     from transformers import set_seed
 
-    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
     set_seed(args.seed)  # same init on every process (DDP and ZeRO then start from identical weights)
     model = load_model(args.init_from, config) if args.init_from else KimiLinearAttnResForCausalLM(config)

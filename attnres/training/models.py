@@ -1,4 +1,4 @@
-"""The model a training run starts from: a size preset (built on `attnres.tiny.tiny_config`'s hybrid layout) or a
+"""The model a training run starts from: a size preset (built on `attnres.utils.tiny.tiny_config`'s hybrid layout) or a
 JSON config, with the AttnRes mode and block size from the command line, so a matched baseline is one flag away; or
 an existing model to fine-tune (`--init-from DIR`).
 
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from ..configuration_attnres import KimiLinearAttnResConfig
-from ..tiny import K3_SMALL_PRESET, tiny_config
+from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
+from ..utils.tiny import K3_SMALL_PRESET, tiny_config
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 logger = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def init_tokenizer(init_from: Path, data_tokenizer, data_dir: Path, trust_remote
     """DIR's tokenizer when DIR has one (it must be the one the data was prepared with), else the data's."""
     from transformers import AutoTokenizer
 
-    from ..trust import load_kwargs
+    from ..utils.trust import load_kwargs
     from .corpora import with_pad_token
 
     if not any((Path(init_from) / name).is_file() for name in TOKENIZER_FILES):
@@ -155,7 +155,7 @@ def init_tokenizer(init_from: Path, data_tokenizer, data_dir: Path, trust_remote
 
 
 def load_model(init_from: Path, config: KimiLinearAttnResConfig):
-    from ..modeling_attnres import KimiLinearAttnResForCausalLM
+    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
     # fp32 master weights, as a fresh model has: --mixed-precision decides the compute dtype
     return KimiLinearAttnResForCausalLM.from_pretrained(str(init_from), config=config, dtype=torch.float32)

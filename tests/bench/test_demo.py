@@ -5,7 +5,7 @@ import argparse
 import pytest
 
 from attnres.bench.demo import demo, point_source_names
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 
 
 def test_each_point_names_its_own_sources():

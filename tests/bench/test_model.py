@@ -42,7 +42,7 @@ def test_the_mix_call_phase_times_each_modes_mix_at_the_last_mlp_point(monkeypat
     """standard: the RMSNorm alone (its one-source point); block / full: the mix over that point's sources and the
     fused RMSNorm, served by the same `mix` the model calls, with the settings the model's forward hands down."""
     from attnres.bench.model import mix_call_workload
-    from attnres.mix_point import AttnResMixing
+    from attnres.core.mix_point import AttnResMixing
 
     args = parse_args(["--device", "cpu", "--modes", "standard,block,full", "--hidden", "64", "--layers", "4",
                        "--block-size", "2", "--phases", "mix_call", "--skip-memory"])

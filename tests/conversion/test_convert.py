@@ -14,7 +14,7 @@ from attnres.conversion import ConversionError, convert_checkpoint, convert_tens
 from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from attnres.conversion.plan import plan_conversion
 from attnres.conversion.reader import CheckpointReader
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 from tests.helpers.remote_loading import auto_map, load_in_clean_process, write_tokenizer
 
 MODES = ("standard", "block", "full")
@@ -220,7 +220,8 @@ def test_converted_folder_loads_where_attnres_is_not_installed(tmp_path):
     folder = write_moonshot_checkpoint(tmp_path / "ms", model)
     write_tokenizer(folder)
     convert_checkpoint(folder, tmp_path / "hf", progress=False)
-    assert auto_map(tmp_path / "hf")["AutoModelForCausalLM"] == "modeling_attnres.KimiLinearAttnResForCausalLM"
+    assert (auto_map(tmp_path / "hf")["AutoModelForCausalLM"]
+            == "modeling_kimi_linear_attnres.KimiLinearAttnResForCausalLM")
     ids = torch.randint(3, 256, (2, 8), generator=torch.Generator().manual_seed(0))
     result = load_in_clean_process(tmp_path / "hf", ids, tmp_path / "run", tmp_path / "home", tokenizer=True)
     with torch.no_grad():

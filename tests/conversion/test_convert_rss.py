@@ -18,7 +18,7 @@ import pytest
 
 from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from attnres.conversion.plan import plan_conversion, unit_of
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 
 MiB = 2**20
 SHARD_BYTES = 4 * MiB
@@ -30,7 +30,7 @@ MEASURE = textwrap.dedent(
     import json, sys, tempfile
     import attnres.conversion as conversion
     from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
-    from attnres.tiny import tiny_config
+    from attnres.utils.tiny import tiny_config
 
     def status(field):
         for line in open("/proc/self/status"):

@@ -14,7 +14,7 @@ from attnres.cli.export import main as export
 from attnres.conversion.export import export_checkpoint
 from attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
 from attnres.conversion.runtimes import ExportRefused, check_representable
-from attnres.tiny import K3_SMALL_PRESET
+from attnres.utils.tiny import K3_SMALL_PRESET
 from tests.helpers.toolchain_fixtures import tiny_tokenizer
 
 
@@ -131,7 +131,7 @@ def test_non_k3_pieces_refused_for_k3(field, value, named):
 
 def test_standard_residual_kimi_linear_is_not_a_k3_model(tmp_path):
     """Kimi Linear itself (SiLU, no K3 pieces) exports for vLLM only."""
-    from attnres.tiny import tiny_config
+    from attnres.utils.tiny import tiny_config
 
     model = KimiLinearAttnResForCausalLM(tiny_config("standard", 0, 3))
     model.save_pretrained(tmp_path / "kl")
@@ -142,7 +142,7 @@ def test_standard_residual_kimi_linear_is_not_a_k3_model(tmp_path):
 
 
 def test_k3_small_preset_is_exportable_to_k3():
-    from attnres.tiny import tiny_config
+    from attnres.utils.tiny import tiny_config
 
     preset = dict(K3_SMALL_PRESET)
     config = tiny_config("block", preset.pop("block_size"), preset.pop("num_layers"), **preset)
@@ -189,7 +189,7 @@ def test_auto_classes_resolve_kimi_k3(source):
 def test_init_only_fields_do_not_block_an_export(tmp_path):
     """A model from a study arm with another initialization (attn_res_query_init_std, attn_res_key_norm_init) is an
     ordinary trained model: it exports, and the runtime's config does not carry the init fields."""
-    from attnres.tiny import tiny_config
+    from attnres.utils.tiny import tiny_config
 
     model = KimiLinearAttnResForCausalLM(tiny_config("block", 1, 3, attn_res_query_init_std=0.1,
                                                      attn_res_key_norm_init=4.0))

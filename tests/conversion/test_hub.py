@@ -11,7 +11,7 @@ from huggingface_hub import ModelCard
 from attnres.conversion import ConversionError
 from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from attnres.conversion.hub import build_hub_folder, read_eval_results
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 from tests.helpers.remote_loading import fake_hub_repo, load_in_clean_process, write_tokenizer
 
 
@@ -34,12 +34,12 @@ def hub_folder(tmp_path_factory):
 def test_folder_has_weights_config_code_tokenizer_card(hub_folder):
     _, folder = hub_folder
     names = {p.name for p in folder.iterdir()}
-    assert {"model.safetensors", "config.json", "configuration_attnres.py", "modeling_attnres.py", "README.md",
-            "tokenizer.json", "tokenizer_config.json"} <= names
+    assert {"model.safetensors", "config.json", "configuration_kimi_linear_attnres.py",
+            "modeling_kimi_linear_attnres.py", "README.md", "tokenizer.json", "tokenizer_config.json"} <= names
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "kimi_linear_attnres"
-    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_attnres.KimiLinearAttnResForCausalLM"
-    assert config["auto_map"]["AutoConfig"] == "configuration_attnres.KimiLinearAttnResConfig"
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_kimi_linear_attnres.KimiLinearAttnResForCausalLM"
+    assert config["auto_map"]["AutoConfig"] == "configuration_kimi_linear_attnres.KimiLinearAttnResConfig"
     assert "linear_attn_config" not in config  # Moonshot's fields do not leak into the HF-native config
     assert not any(p.name.startswith(".") for p in folder.parent.iterdir())
 

@@ -173,7 +173,7 @@ def sharded_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def moonshot_checkpoint(tmp_path_factory):
     from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
-    from attnres.tiny import tiny_config
+    from attnres.utils.tiny import tiny_config
 
     folder = tmp_path_factory.mktemp("bad_inputs") / "kimi"
     write_moonshot_checkpoint(folder, random_model(tiny_config("standard", num_layers=3)), max_shard_size="60KB")
@@ -194,7 +194,7 @@ def in_tmp_cwd(monkeypatch, tmp_path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-# -- non-finite weights (the tools' numeric guard, attnres/finite_weights.py) -----------------------------------------
+# -- non-finite weights (the tools' numeric guard, attnres/utils/finite_weights.py) ---------------------------
 def nan_weight(path: Path, value: float = float("nan")) -> str:
     """Set one value of the first floating tensor of a safetensors file (or a folder's first shard) to `value`
     (NaN by default); returns the tensor's name, which the error must give."""

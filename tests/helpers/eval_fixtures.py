@@ -9,7 +9,7 @@ import torch
 
 from attnres.evaluation.data import PREPARED_FILE, write_jsonl
 from attnres.evaluation.tasks import render_tasks
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 from tests.helpers.train_fixtures import prepare_tiny_dataset
 
 MMLU_SUBJECTS = ("anatomy", "astronomy")  # two of the 57 are enough to exercise the per-subject group

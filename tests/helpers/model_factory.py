@@ -2,7 +2,7 @@
 import torch
 
 from attnres import KimiLinearAttnResForCausalLM
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 
 
 def perturb_attn_res(model, scale=1.0, seed=1):

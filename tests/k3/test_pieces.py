@@ -1,4 +1,5 @@
-"""Kimi K3's pieces, each against a plain PyTorch reference written from its formula (attnres/k3)."""
+"""Kimi K3's pieces, each against a plain PyTorch reference written from its formula
+(attnres/families/kimi_linear/k3)."""
 from __future__ import annotations
 
 import pytest
@@ -9,10 +10,10 @@ from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearAtten
 
 import tests.helpers.k3_reference as k3_reference
 from attnres.conversion.k3_fixtures import quantize, tiny_k3_config
-from attnres.k3 import mxfp4
-from attnres.k3.activation import K3Experts, SiTUMLP, situ_glu
-from attnres.k3.attention import BoundedForgetGate, GatedMLA, K3DeltaAttention
-from attnres.k3.moe import LatentMoE
+from attnres.families.kimi_linear.k3 import mxfp4
+from attnres.families.kimi_linear.k3.activation import K3Experts, SiTUMLP, situ_glu
+from attnres.families.kimi_linear.k3.attention import BoundedForgetGate, GatedMLA, K3DeltaAttention
+from attnres.families.kimi_linear.k3.moe import LatentMoE
 
 BETA, LINEAR_BETA = 4.0, 25.0
 

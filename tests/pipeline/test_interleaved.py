@@ -12,7 +12,7 @@ import json
 import pytest
 import torch.multiprocessing as mp
 
-from attnres.depth_layout import DepthLayout
+from attnres.core.depth_layout import DepthLayout
 from attnres.pipeline.caching import simulate_interleaved
 from attnres.pipeline.interleaved import chunk_layers, expected_traffic, plan_chunks
 from tests.helpers.interleaved_worker import MICRO_BATCH, SEQ_LEN, case_name, worker

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResForCausalLM
-from attnres.depth_layout import DepthLayout
+from attnres.core.depth_layout import DepthLayout
 from attnres.pipeline.data import synthetic_micro_batch
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.remote_loading import load_in_clean_process, write_tokenizer

@@ -9,15 +9,15 @@ import math
 import pytest
 import torch
 
-from attnres.modeling_attnres import KimiLinearAttnResForCausalLM
+from attnres.families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 from attnres.study import runner as study_runner
 from attnres.study.analysis import bootstrap_multiplier, fit_power_law
 from attnres.study.arms_report import lr_panels, multiplier_text
 from attnres.study.grid import best_lrs, grid_from_dict, load_grid, model_config
 from attnres.study.report import write_report
 from attnres.study.runner import RESULT_FILE, run_grid, run_spec, train_command
-from attnres.tiny import tiny_config
 from attnres.training.loop import param_groups
+from attnres.utils.tiny import tiny_config
 from tests.helpers.train_fixtures import REPO
 
 GRID = {

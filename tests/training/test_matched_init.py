@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResForCausalLM
-from attnres.tiny import tiny_config
+from attnres.utils.tiny import tiny_config
 
 
 def build(mode: str, **overrides) -> dict[str, torch.Tensor]:

@@ -277,7 +277,7 @@ def test_pruning_never_deletes_a_newer_checkpoint(tmp_path):
     assert newer.is_dir() and mine.is_dir() and not (root / "step-00000001").exists()
 
 
-# --- the numeric guard (attnres/finite_weights.py): NaN weights are named where a run reads or writes them
+# --- the numeric guard (attnres/utils/finite_weights.py): NaN weights are named where a run reads or writes them
 
 
 def test_resume_from_nan_latest_checkpoint_refused(prepared_data, train, checkpoint, tmp_path):

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-from ...atomic_io import atomic_write
+from ...core.atomic_io import atomic_write
 
 logger = logging.getLogger(__name__)
 

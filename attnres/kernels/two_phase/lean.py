@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from attnres.depth_layout import DepthBank
+from attnres.core.depth_layout import DepthBank
 
 
 def phase1_lean(

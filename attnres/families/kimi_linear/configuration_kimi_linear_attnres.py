@@ -59,7 +59,7 @@ class KimiLinearAttnResConfig(AttnResConfigChecks, KimiLinearConfig):
     mla_use_output_gate, mla_use_nope, linear_use_full_rank_gate, linear_gate_lower_bound:
         Kimi K3's text-backbone fields (SiTU-GLU with `hidden_act="situ"`, latent MoE, MLA output gate, KDA full-rank
         output gate and forget-gate floor; K3's `linear_attn_config.use_full_rank_gate` / `.gate_lower_bound`). Unset,
-        every module is Kimi Linear's. See `attnres/k3` and the README's "Kimi K3" section.
+        every module is Kimi Linear's. See `attnres/families/kimi_linear/k3` and the README's "Kimi K3" section.
     """
 
     model_type = "kimi_linear_attnres"
@@ -75,7 +75,7 @@ class KimiLinearAttnResConfig(AttnResConfigChecks, KimiLinearConfig):
     attn_res_key_norm: bool = True
     attn_res_query_init_std: float = 0.0
     attn_res_key_norm_init: float = 1.0
-    # Kimi K3's text backbone (attnres/k3, README "Kimi K3"); unset, every module is Kimi Linear's
+    # Kimi K3's text backbone (attnres/families/kimi_linear/k3, README "Kimi K3"); unset, every module is Kimi Linear's
     activation_situ_beta: float | None = None
     activation_situ_linear_beta: float | None = None
     routed_expert_hidden_size: int | None = None
@@ -87,7 +87,7 @@ class KimiLinearAttnResConfig(AttnResConfigChecks, KimiLinearConfig):
 
     def __post_init__(self, **kwargs):
         self.check_field_types()
-        from attnres.config_checks import check_dtype, check_nested
+        from attnres.core.config_checks import check_dtype, check_nested
 
         check_dtype(kwargs.get("torch_dtype"), "torch_dtype")  # the old name: transformers reads it with getattr(torch)
         check_nested(self, kwargs)  # linear_attn_config: transformers reads the keys it knows and ignores a typo
@@ -98,8 +98,8 @@ class KimiLinearAttnResConfig(AttnResConfigChecks, KimiLinearConfig):
 
     def check_field_types(self):
         """ValueError naming the field for a wrong type, size, sign, non-finite value or dtype (2.5, True or "2" as a
-        count, a truthy "no" as a switch, NaN as an epsilon): checked first (attnres/config_checks.py)."""
-        from attnres.config_checks import check_fields
+        count, a truthy "no" as a switch, NaN as an epsilon): checked first (attnres/core/config_checks.py)."""
+        from attnres.core.config_checks import check_fields
 
         check_fields(self)
 
@@ -115,8 +115,8 @@ class KimiLinearAttnResConfig(AttnResConfigChecks, KimiLinearConfig):
                 raise ValueError(
                     f"{field} has {len(types)} entries but num_hidden_layers is {self.num_hidden_layers}: one per layer"
                 )
-        from attnres.config_checks import check_routing
-        from attnres.k3.config import check_k3_fields
+        from attnres.core.config_checks import check_routing
+        from attnres.families.kimi_linear.k3.config import check_k3_fields
 
         check_routing(self)
         check_k3_fields(self)
@@ -155,7 +155,7 @@ class KimiLinearAttnResConfig(AttnResConfigChecks, KimiLinearConfig):
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
-        from attnres.k3.config import check_k3_dict, unwrap
+        from attnres.families.kimi_linear.k3.config import check_k3_dict, unwrap
 
         if "text_config" in config_dict:
             cls.text_config_dict(config_dict)  # refuses language fields beside text_config, naming them

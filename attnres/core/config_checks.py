@@ -2,7 +2,7 @@
 construction, before anything is allocated, with one ValueError naming the field. Hostile or mistyped configs
 (negative head sizes, `rms_norm_eps` NaN, more experts per token than experts, `dtype: "os.system"`) stop here
 instead of as a raw error in a constructor, all-NaN logits, or a folder that will not load. The memory a config would
-allocate is checked when a model is built (`attnres.model_size.check_buildable`).
+allocate is checked when a model is built (`attnres.core.model_size.check_buildable`).
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def check_linear_attn_config(value, num_layers: int, layer_types) -> None:
     ignores the rest, so a typo (`kda_layer`) silently built the default layout instead of the one written."""
     from difflib import get_close_matches
 
-    from .k3.config import LINEAR_ATTN_K3_KEYS, LINEAR_ATTN_KEYS
+    from ..families.kimi_linear.k3.config import LINEAR_ATTN_K3_KEYS, LINEAR_ATTN_KEYS
 
     if value is None:
         return

@@ -11,7 +11,7 @@ without the flag (as does a Moonshot Kimi Linear folder's auto_map for its confi
 
 API for every command that loads a folder (compare, train --init-from, convert, push-to-hub, export, plan-memory):
 
-    from attnres.trust import load_kwargs, add_trust_flag
+    from attnres.utils.trust import load_kwargs, add_trust_flag
     add_trust_flag(parser)                                          # --trust-remote-code, default off
     model = AutoModelForCausalLM.from_pretrained(folder, **load_kwargs(folder, args.trust_remote_code))
     tokenizer = AutoTokenizer.from_pretrained(folder, **load_kwargs(folder, args.trust_remote_code))

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.mix import use_triton
+from ..kernels.two_phase import phase1, phase2
 from .depth_layout import DepthBank, DepthLayout
-from .kernels.mix import use_triton
-from .kernels.two_phase import phase1, phase2
 from .offload import onloaded
 
 
@@ -36,7 +36,7 @@ class TwoPhaseSchedule:
         self.block = None
         self.rows: dict[tuple[int, str], int] = {}
         self.bank_out = self.bank_lse = None
-        self.depth_bank = None  # PyTorch path: the completed blocks, grown in place (attnres/depth_layout.py)
+        self.depth_bank = None  # PyTorch path: the completed blocks, grown in place (attnres/core/depth_layout.py)
 
     def mix_points(self, block: int):
         """(index, owning module, point) of every mix point of `block`: the layers', then the output mix at the end."""

@@ -1,7 +1,7 @@
 """Tiny Kimi Linear AttnRes configs: for the demo, the tests and CPU benchmarks (no Hub download needed)."""
 from __future__ import annotations
 
-from .configuration_attnres import KimiLinearAttnResConfig
+from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 
 # A hybrid like Kimi Linear: KDA layers with an MLA layer every few, a dense first MLP, MoE after it
 TINY_DEFAULTS = dict(

@@ -12,9 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-from .configuration_attnres import KimiLinearAttnResConfig
-from .depth_layout import DepthLayout
-from .model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
+from ..core.depth_layout import DepthLayout
+from ..core.model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
+from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 
 GiB = 2**30
 PRESETS = ("k3", "tiny", "tiny-k3")
@@ -60,15 +60,15 @@ def pipeline_boundaries(c: KimiLinearAttnResConfig, stages: int, micro_batch: in
 def load_plan_config(spec: str):
     """(config, name) of a preset or a config.json (or a folder holding one) in any layout the converter reads.
     ValueError (ConversionError is one) names the file and the problem."""
-    from .conversion.config import parse_config
+    from ..conversion.config import parse_config
 
     if spec in PRESETS:
         if spec == "k3":
-            from .conversion.k3_preset import k3_config_dict
+            from ..conversion.k3_preset import k3_config_dict
 
             return parse_config(k3_config_dict()), "Kimi K3 (published config)"
-        from .conversion.k3_fixtures import tiny_k3_config
-        from .tiny import tiny_config
+        from ..conversion.k3_fixtures import tiny_k3_config
+        from ..utils.tiny import tiny_config
 
         return (tiny_config() if spec == "tiny" else tiny_k3_config()), spec
     path = Path(spec)

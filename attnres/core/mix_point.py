@@ -12,10 +12,10 @@ import torch
 from torch import nn
 from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearRMSNorm
 
-from attnres.depth_layout import DepthLayout
+from attnres.core.depth_layout import DepthLayout
+from attnres.core.offload import onloaded
 from attnres.kernels import attn_res
 from attnres.kernels.mix.variants import attn_res_variant
-from attnres.offload import onloaded
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class AttnResMixing:
         settings: MixSettings | None = None,
     ) -> torch.Tensor:
         """The mix, then `out_norm` (the RMSNorm that reads it) when given: fused into the op where possible.
-        `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (attnres.inference). `settings`: the config's
+        `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (attnres.core.inference). `settings`: the config's
         switches, resolved once per forward by the model (`MixSettings.of(config)` here when not given).
         Written for the one-token decode step, where this Python is most of the cost: no config reads, the point's
         modules read from `_modules` (nn.Module.__getattr__ is a failing dict lookup first)."""
@@ -120,7 +120,7 @@ class AttnResMixing:
         fused = settings.fuse_norm and type(out_norm) in FUSABLE_NORMS
         modules = self._modules
         norm, proj = modules[point + "_res_norm"], modules[point + "_res_proj"]
-        # tensors read directly, not through a forward: loaded here under big-model offload (attnres/offload.py)
+        # tensors read directly, not through a forward: loaded here under big-model offload (attnres/core/offload.py)
         with onloaded(norm, proj, out_norm if fused else None):
             if schedule is not None:
                 fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
