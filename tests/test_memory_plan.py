@@ -1,4 +1,5 @@
-"""attnres.training.memory_plan and `attnres plan-memory` (attnres.cli.plan_memory): arithmetic by hand on a tiny config,
+"""attnres.training.memory_plan and `attnres plan-memory` (attnres.cli.plan_memory):
+arithmetic by hand on a tiny config,
 against real models, the CLI, and a base install (no extras) running it."""
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import torch
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.cli import plan_memory as cli
 from attnres.conversion.k3_fixtures import tiny_k3_config
-from attnres.training.memory_plan import count_parameters, depth_bank_bytes, pipeline_boundaries, plan_counts, weight_bytes
+from attnres.training.memory_plan import (
+    count_parameters,
+    depth_bank_bytes,
+    pipeline_boundaries,
+    plan_counts,
+    weight_bytes,
+)
 from attnres.utils.tiny import tiny_config
 from tests.families.tiny import FAMILIES, attn_res_config, attn_res_model, source_config
 from tests.helpers.base_install import ABSENT, run_on_base_install

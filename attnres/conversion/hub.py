@@ -14,9 +14,9 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
-from ..utils import finite_weights
 from ..core.checkpoint_files import CheckpointFileError, check_model_folder
 from ..families.registry import family_classes, family_of_model_type
+from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.trust import load_kwargs
 from .atomic import check_output, move_into_place, output_folder
@@ -24,7 +24,7 @@ from .config import drop_moonshot_fields
 from .errors import ConversionError
 
 INSTALL_NOTE = (
-    "The model code ships in this repository (`modeling_attnres.py` and the modules beside it, loaded with "
+    "The model code ships in this repository (`modeling_kimi_linear_attnres.py` and the modules beside it, loaded with "
     "`trust_remote_code=True`) and needs only `torch` and `transformers>=5.23.0,<5.24`. With `triton` installed, "
     "the fused AttnRes kernels run on CUDA tensors; elsewhere their PyTorch reference does."
 )

@@ -16,7 +16,7 @@ SUPPORTED = {
     "qwen2": ("attnres.families.qwen2", "Qwen2AttnResConfig", "Qwen2AttnResForCausalLM"),
     "qwen3": ("attnres.families.qwen3", "Qwen3AttnResConfig", "Qwen3AttnResForCausalLM"),
     "gemma3_text": ("attnres.families.gemma3", "Gemma3TextAttnResConfig", "Gemma3TextAttnResForCausalLM"),
-    "kimi_linear": ("attnres.families.kimi_linear.modeling_kimi_linear_attnres", "KimiLinearAttnResConfig", "KimiLinearAttnResForCausalLM"),
+    "kimi_linear": ("attnres.families.kimi_linear", "KimiLinearAttnResConfig", "KimiLinearAttnResForCausalLM"),
 }
 PARALLEL = ("parallel residual: attention and MLP read the same input and are added together, so a layer has one "
             "mix point, not the two of Kimi K3's layout")
@@ -58,10 +58,6 @@ def family_classes(model_type: str):
     """(AttnRes config class, AttnRes causal LM class) of a supported family's own model_type."""
     module, config_name, model_name = SUPPORTED[model_type]
     loaded = importlib.import_module(module)
-    if module == "attnres.families.kimi_linear.modeling_kimi_linear_attnres":
-        from .kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
-
-        return KimiLinearAttnResConfig, getattr(loaded, model_name)
     return getattr(loaded, config_name), getattr(loaded, model_name)
 
 

@@ -35,12 +35,12 @@ def hub_folder(tmp_path_factory):
 def test_folder_has_weights_config_code_tokenizer_card(hub_folder):
     _, folder = hub_folder
     names = {p.name for p in folder.iterdir()}
-    assert {"model.safetensors", "config.json", "configuration_attnres.py", "modeling_attnres.py", "README.md",
-            "tokenizer.json", "tokenizer_config.json"} <= names
+    assert {"model.safetensors", "config.json", "configuration_kimi_linear_attnres.py",
+            "modeling_kimi_linear_attnres.py", "README.md", "tokenizer.json", "tokenizer_config.json"} <= names
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "kimi_linear_attnres"
-    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_attnres.KimiLinearAttnResForCausalLM"
-    assert config["auto_map"]["AutoConfig"] == "configuration_attnres.KimiLinearAttnResConfig"
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_kimi_linear_attnres.KimiLinearAttnResForCausalLM"
+    assert config["auto_map"]["AutoConfig"] == "configuration_kimi_linear_attnres.KimiLinearAttnResConfig"
     assert "linear_attn_config" not in config  # Moonshot's fields do not leak into the HF-native config
     assert not any(p.name.startswith(".") for p in folder.parent.iterdir())
 

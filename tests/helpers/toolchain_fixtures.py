@@ -11,8 +11,8 @@ import torch
 
 import attnres  # noqa: F401  registers the Auto classes and writes the code files with save_pretrained
 from attnres import KimiLinearAttnResForCausalLM
-from attnres.utils.tiny import tiny_config
 from attnres.training.corpora import train_bpe
+from attnres.utils.tiny import tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 TEXTS = ["the river runs under the stone bridge", "a queen sees the light of the house",
