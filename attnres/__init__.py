@@ -10,16 +10,16 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
 from .families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
-from .families.registry import register_auto_classes
-from .families.upcycle import upcycle
 from .families.kimi_linear.k3.config import K3_WRAPPER_TYPE
-from .kernels import attn_res, attn_res_naive
 from .families.kimi_linear.modeling_kimi_linear_attnres import (
     KimiLinearAttnResDecoderLayer,
     KimiLinearAttnResForCausalLM,
     KimiLinearAttnResModel,
     KimiLinearAttnResPreTrainedModel,
 )
+from .families.registry import register_auto_classes
+from .families.upcycle import upcycle
+from .kernels import attn_res, attn_res_naive
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,6 @@
-"""LoRA fine-tuning of a Kimi Linear AttnRes model with PEFT: attention and MLP projections, the MoE experts (3-D
-parameters, via target_parameters) and the AttnRes pseudo-queries (*_res_proj), then save, reload and merge.
+"""LoRA fine-tuning of an AttnRes model of any family with PEFT: attention and MLP projections, Kimi Linear's MoE
+experts (3-D parameters, via target_parameters) and the AttnRes pseudo-queries (*_res_proj), then save, reload and
+merge.
 
   python examples/finetune_peft_lora.py MODEL_DIR OUTPUT_DIR
 Writes OUTPUT_DIR/adapter (the LoRA adapter) and OUTPUT_DIR/merged (a full model with the adapter merged in).
@@ -10,6 +11,8 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import attnres  # noqa: F401  registers every family's Auto classes (a Kimi Linear folder also loads without it)
+
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("model_dir")
 parser.add_argument("output_dir")
@@ -18,12 +21,13 @@ args = parser.parse_args()
 
 tokenizer = AutoTokenizer.from_pretrained(args.model_dir, trust_remote_code=True)
 model = AutoModelForCausalLM.from_pretrained(args.model_dir, trust_remote_code=True)
+experts = ["experts.gate_up_proj", "experts.down_proj"]                  # Kimi Linear's routed experts' 3-D weights
 lora = LoraConfig(
     r=8, lora_alpha=16, task_type="CAUSAL_LM",
-    target_modules=["q_proj", "kv_b_proj", "o_proj",                      # MLA attention (KDA: q/k/v/o_proj)
+    target_modules=["q_proj", "k_proj", "v_proj", "kv_b_proj", "o_proj",  # attention (MLA: q/kv_b/o; others q/k/v/o)
                     "gate_proj", "up_proj", "down_proj",                  # dense and shared-expert MLPs
                     "self_attention_res_proj", "mlp_res_proj", "output_attn_res_proj"],  # AttnRes pseudo-queries
-    target_parameters=["experts.gate_up_proj", "experts.down_proj"],      # the routed experts' 3-D weights
+    target_parameters=[name for name in experts if any(n.endswith(name) for n, _ in model.named_parameters())],
 )
 model = get_peft_model(model, lora)
 model.print_trainable_parameters()

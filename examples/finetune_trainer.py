@@ -1,5 +1,5 @@
-"""Fine-tune a Kimi Linear AttnRes model with the transformers Trainer: one process, or DDP under accelerate launch
-(no find_unused_parameters needed: every parameter takes part in the graph).
+"""Fine-tune an AttnRes model of any family (Kimi Linear, an upcycled Llama, ...) with the transformers Trainer: one
+process, or DDP under accelerate launch (no find_unused_parameters needed: every parameter takes part in the graph).
 
   python examples/finetune_trainer.py MODEL_DIR OUTPUT_DIR
   accelerate launch --multi_gpu --num_processes 2 examples/finetune_trainer.py MODEL_DIR OUTPUT_DIR [--cpu]
@@ -14,6 +14,8 @@ from transformers import (
     Trainer,
     TrainingArguments,
 )
+
+import attnres  # noqa: F401  registers every family's Auto classes (a Kimi Linear folder also loads without it)
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("model_dir")

@@ -1,4 +1,4 @@
-"""Supervised fine-tuning of a Kimi Linear AttnRes model with TRL's SFTTrainer on chat data, loss on the assistant
+"""Supervised fine-tuning of an AttnRes model of any family with TRL's SFTTrainer on chat data, loss on the assistant
 tokens only (the chat template that prepare_data.py / train.py save with the tokenizer marks them).
 
   python examples/finetune_trl_sft.py MODEL_DIR OUTPUT_DIR
@@ -10,6 +10,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
+import attnres  # noqa: F401  registers every family's Auto classes (a Kimi Linear folder also loads without it)
 from attnres.training.chat import ensure_chat_template
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

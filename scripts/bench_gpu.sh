@@ -10,6 +10,7 @@
 #      compile in mode max-autotune-no-cudagraphs per shape, as shipped: expect minutes of compilation in this step.
 #   3. model benchmarks side by side (scripts/bench_model.py): standard / block / full, Triton and PyTorch backends
 # Results land in ${OUT:-bench_gpu}/ (JSON per benchmark, a log per step). Usage: bash scripts/bench_gpu.sh [outdir]
+# Optional: BENCH_KERNEL_IMPLS (a subset of bench_kernels' --impls), BENCH_REPEATS, BENCH_STEP_TIMEOUT (s per step)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-${OUT:-bench_gpu}}"
@@ -18,7 +19,9 @@ python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'ben
 mkdir -p "$out"
 
 echo "== 1. CUDA parity" | tee "$out/parity.log"
-python3 - <<'EOF' 2>&1 | tee -a "$out/parity.log"
+# (a failed check is reported and the benchmarks still run; the script exits 1 at the end)
+parity=0
+timeout "${BENCH_STEP_TIMEOUT:-0}" python3 - <<'EOF' 2>&1 | tee -a "$out/parity.log" || parity=1
 import torch
 from attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
 from attnres.kernels.two_phase import phase1, phase1_naive
@@ -57,19 +60,37 @@ for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2)):
             err = ((out - ref_out).abs().max() / ref_out.abs().max()).item()
             failed += err > 1e-4
             print(f"phase1 {backend:6} {str(dtype):14} n={n}: max relative error {err:.2e} {'ok' if err <= 1e-4 else 'FAIL'}")
+
+# whole models: every family's AttnRes model (tiny, fp32) with the Triton backend against the PyTorch one on the GPU
+from tests.families.tiny import FAMILIES, attn_res_model, random_ids
+for family in FAMILIES:
+    for mode in ("block", "full"):
+        logits = {}
+        for backend in ("torch", "triton"):
+            model = attn_res_model(family, mode, attn_res_backend=backend).cuda()
+            with torch.no_grad():
+                logits[backend] = model(random_ids().cuda()).logits
+        err = ((logits["triton"] - logits["torch"]).abs().max() / logits["torch"].abs().max()).item()
+        failed += err > 1e-4
+        print(f"model {family:12} {mode:5} triton vs torch: max relative logit error {err:.2e} "
+              f"{'ok' if err <= 1e-4 else 'FAIL'}")
 raise SystemExit(f"{failed} CUDA parity checks failed" if failed else 0)
 EOF
 
 echo "== 2. kernels, ours and the peers" | tee "$out/kernels.log"
 peers="$(bash scripts/setup_peers.sh 2>>"$out/kernels.log")" || peers="${ATTNRES_PEERS:-$HOME/.cache/attnres/peers}"
 # exit 1 means a MISMATCH against the reference (rows marked in the JSON): reported, and the models still run
-python3 scripts/bench_kernels.py --device cuda --peers-path "$peers" --output "$out/bench_kernels.json" 2>&1 \
+# BENCH_KERNEL_IMPLS: a subset of --impls (the torch.compile'd ones compile per shape for minutes)
+timeout "${BENCH_STEP_TIMEOUT:-0}" python3 scripts/bench_kernels.py --device cuda --peers-path "$peers" ${BENCH_KERNEL_IMPLS:+--impls "$BENCH_KERNEL_IMPLS"} \
+  ${BENCH_REPEATS:+--repeats "$BENCH_REPEATS"} --output "$out/bench_kernels.json" 2>&1 \
   | tee -a "$out/kernels.log" || echo "!! kernels: a mismatch or a failure, see $out/kernels.log" | tee -a "$out/kernels.log"
 
 echo "== 3. models" | tee "$out/models.log"
 for backend in triton torch; do
-  python3 scripts/bench_model.py --device cuda --dtype bfloat16 --attention mla --hidden 2048 --layers 24 \
-    --block-size 4 --batch 4 --seq 4096 --phases train,prefill,decode --repeats 10 --backend "$backend" \
-    --modes standard,block,full,block_two_phase --output "$out/bench_model_$backend.json" 2>&1 | tee -a "$out/models.log"
+  timeout "${BENCH_STEP_TIMEOUT:-0}" python3 scripts/bench_model.py --device cuda --dtype bfloat16 --attention mla --hidden 2048 --layers 24 \
+    --block-size 4 --batch 4 --seq 4096 --phases train,prefill,decode --repeats "${BENCH_REPEATS:-10}" --backend "$backend" \
+    --modes standard,block,full,block_two_phase --output "$out/bench_model_$backend.json" 2>&1 | tee -a "$out/models.log" \
+    || echo "!! models ($backend): a failure or the step's time limit, see $out/models.log" | tee -a "$out/models.log"
 done
 echo "results in $out/"
+[ "$parity" = 0 ] || { echo "!! CUDA parity: a check failed, see $out/parity.log"; exit 1; }

@@ -113,8 +113,8 @@ def test_convert_never_replaces_an_output_that_appeared_meanwhile(moonshot_check
                                                                   monkeypatch):
     """Another writer finished the same output between this command's check and its rename: it stays, this one
     reports it by name (no --force)."""
-    from attnres.core import atomic_io
     from attnres.cli.convert import main as convert
+    from attnres.core import atomic_io
 
     out = tmp_path / "out"
 

@@ -1,4 +1,5 @@
-"""The tools' numeric guard (`attnres.utils.finite_weights`): a NaN or infinite weight is named, tensor and file, by every
+"""The tools' numeric guard (`attnres.utils.finite_weights`):
+a NaN or infinite weight is named, tensor and file, by every
 tool that reads weights (convert and export here; compare, push-to-hub, train --init-from and resume in their
 bad-input suites); integer tensors and finite weights pass."""
 from __future__ import annotations

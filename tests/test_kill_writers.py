@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from attnres.core.atomic_io import recover_interrupted, write_json_atomic
 from attnres.cli.convert import main as convert_main
+from attnres.core.atomic_io import recover_interrupted, write_json_atomic
 from attnres.training.state import OutputLockedError, output_lock
 from tests.helpers.bad_input_fixtures import snapshot
 from tests.helpers.processes import aside_pause_line, kill_when_paused, leftovers, pause_line

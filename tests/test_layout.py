@@ -11,33 +11,38 @@ from attnres.core.remote_code import code_modules
 
 PACKAGE_DIR = Path(attnres.__file__).parent
 
-# The model core: what `save_pretrained` ships as remote code, and all that `import attnres` loads
-CORE = {
-    "attnres", "attnres.families.kimi_linear.configuration_kimi_linear_attnres", "attnres.families.kimi_linear.modeling_kimi_linear_attnres", "attnres.core.mix_point",
-    "attnres.core.depth_layout", "attnres.core.inference", "attnres.families.kimi_linear.conversion_mapping", "attnres.core.input_checks",
-    "attnres.core.saved_model", "attnres.core.checkpoint_files", "attnres.core.atomic_io", "attnres.core.offload",
-    "attnres.families.kimi_linear.kda_device_guard", "attnres.core.remote_code", "attnres.core.config_checks", "attnres.core.model_size",
-    "attnres.core.json_limits",
-    "attnres.families.kimi_linear.k3", "attnres.families.kimi_linear.k3.activation", "attnres.families.kimi_linear.k3.attention", "attnres.families.kimi_linear.k3.config", "attnres.families.kimi_linear.k3.layout",
-    "attnres.families.kimi_linear.k3.moe", "attnres.families.kimi_linear.k3.mxfp4",
+KIMI = "attnres.families.kimi_linear"
+# The model core: what `import attnres` loads. Kimi Linear's part of it is what its saved folder ships as remote code:
+# the family-independent core it needs and the family's own modules (`attnres/families/kimi_linear/`)
+KIMI_CORE = {
+    "attnres", "attnres.core.mix_point", "attnres.core.depth_layout", "attnres.core.inference",
+    "attnres.core.input_checks", "attnres.core.saved_model", "attnres.core.checkpoint_files", "attnres.core.atomic_io",
+    "attnres.core.offload", "attnres.core.remote_code", "attnres.core.config_checks", "attnres.core.model_size",
+    "attnres.core.json_limits", "attnres.core.config", "attnres.core.decoder_layer", "attnres.core.model",
     "attnres.kernels", "attnres.kernels.mix", "attnres.kernels.mix.naive", "attnres.kernels.mix.lean",
     "attnres.kernels.mix.cpu_fused", "attnres.kernels.mix.variants", "attnres.kernels.mix.triton",
     "attnres.kernels.mix.kernels", "attnres.kernels.mix.extension_cache",
     "attnres.kernels.two_phase", "attnres.kernels.two_phase.naive", "attnres.kernels.two_phase.lean",
     "attnres.kernels.two_phase.triton",
-    "attnres.core.config", "attnres.core.decoder_layer", "attnres.core.model",
-}
-# Also core, loaded by `import attnres`, but not in a Kimi Linear folder's code: the other families (issue 34) and the
-# rotary decoder body they share
-FAMILIES_CORE = {"attnres.core", "attnres.core.decoder_model"} | {
-    m for m in (".".join(p.relative_to(PACKAGE_DIR.parent).with_suffix("").parts).removesuffix(".__init__")
-                for p in (PACKAGE_DIR / "families").rglob("*.py"))}
-CORE |= FAMILIES_CORE
+} | {f"{KIMI}.{m}" for m in ("configuration_kimi_linear_attnres", "modeling_kimi_linear_attnres", "conversion_mapping",
+                             "kda_device_guard", "k3", "k3.activation", "k3.attention", "k3.config", "k3.layout",
+                             "k3.moe", "k3.mxfp4")}
+
+
+def _modules_under(folder: Path) -> set[str]:
+    return {".".join(p.relative_to(PACKAGE_DIR.parent).with_suffix("").parts).removesuffix(".__init__")
+            for p in folder.rglob("*.py")}
+
+
+# Also core, loaded by `import attnres`, but not in a Kimi Linear folder's code: the packages themselves, the other
+# families (issue 34), their registry and upcycling, and the rotary decoder body they share
+OTHER_CORE = {"attnres.core", "attnres.core.decoder_model"} | (
+    _modules_under(PACKAGE_DIR / "families") - _modules_under(PACKAGE_DIR / "families" / "kimi_linear")) | {KIMI}
+CORE = KIMI_CORE | OTHER_CORE
 # Tools, lowest layer first: a module may import the core, its own layer and the layers before it, never after.
 LAYERS = [
-    {"attnres.utils.extras", "attnres.utils.safe_paths", "attnres.utils.tiny", "attnres.utils.trust", "attnres.utils.finite_weights",
-     "attnres.utils.flags"},
-    {"attnres.conversion", "attnres.training.memory_plan"},
+    {"attnres.utils"},
+    {"attnres.conversion"},
     {"attnres.training"},
     {"attnres.pipeline"},
     {"attnres.evaluation"},
@@ -121,9 +126,8 @@ def test_the_core_imports_no_tool_and_is_exactly_what_a_saved_folder_ships():
                                            check=True, timeout=300).stdout))
     assert loaded <= CORE, f"import attnres loads tool modules: {sorted(loaded - CORE)}"
     shipped = set(code_modules())
-    kimi = CORE - FAMILIES_CORE
-    assert shipped | {"attnres"} == kimi, (f"remote code ships {sorted(shipped - kimi)} beyond the core and misses "
-                                           f"{sorted(kimi - shipped - {'attnres'})}")
+    assert shipped | {"attnres"} == KIMI_CORE, (f"remote code ships {sorted(shipped - KIMI_CORE)} beyond the core and "
+                                                f"misses {sorted(KIMI_CORE - shipped - {'attnres'})}")
 
 
 def test_the_checks_see_lazy_relative_and_upward_imports(tmp_path):
@@ -132,7 +136,8 @@ def test_the_checks_see_lazy_relative_and_upward_imports(tmp_path):
     source = tmp_path / "mod.py"
     source.write_text("from .depth_layout import DepthLayout\n"
                       "def f():\n    from attnres.training import loop\n    import attnres.evaluation.tasks\n")
-    found = imports_of("attnres.fake_core_module", source)
-    assert {"attnres.core.depth_layout", "attnres.training", "attnres.training.loop", "attnres.evaluation.tasks"} <= found
-    assert layer_of("attnres.training.loop") > layer_of("attnres.families.kimi_linear.modeling_kimi_linear_attnres")
+    found = imports_of("attnres.core.fake_core_module", source)
+    assert {"attnres.core.depth_layout", "attnres.training", "attnres.training.loop",
+            "attnres.evaluation.tasks"} <= found
+    assert layer_of("attnres.training.loop") > layer_of(f"{KIMI}.modeling_kimi_linear_attnres")
     assert layer_of("attnres.cli.train") > layer_of("attnres.evaluation.comparison") > layer_of("attnres.conversion")

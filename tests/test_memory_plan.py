@@ -1,4 +1,5 @@
-"""attnres.training.memory_plan and `attnres plan-memory` (attnres.cli.plan_memory): arithmetic by hand on a tiny config,
+"""attnres.training.memory_plan and `attnres plan-memory` (attnres.cli.plan_memory):
+arithmetic by hand on a tiny config,
 against real models, the CLI, and a base install (no extras) running it."""
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ import torch
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.cli import plan_memory as cli
 from attnres.conversion.k3_fixtures import tiny_k3_config
-from attnres.training.memory_plan import count_parameters, depth_bank_bytes, pipeline_boundaries, weight_bytes
+from attnres.training.memory_plan import (
+    count_parameters,
+    depth_bank_bytes,
+    pipeline_boundaries,
+    plan_counts,
+    weight_bytes,
+)
 from attnres.utils.tiny import tiny_config
+from tests.families.tiny import FAMILIES, attn_res_config, attn_res_model, source_config
 from tests.helpers.base_install import ABSENT, run_on_base_install
 
 
@@ -139,3 +147,25 @@ def test_tiny_model_sizes_are_not_zero_and_no_optimizer_is_promised(capsys):
     out = capsys.readouterr().out
     assert "0.00 GiB" not in out and " KiB" in out and "no optimizer state" in out
     assert "optimizer," not in COMMANDS["plan-memory"][1] and "no optimizer state" in cli.build_parser().description
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("mode", ["block", "full"])
+def test_every_family_counts_its_model_and_plans_from_its_folder(family, mode, tmp_path, capsys):
+    """An AttnRes config.json of each family, and the family's own (standard): counts as built, depth bank by mode."""
+    config = attn_res_config(family, mode)
+    model = attn_res_model(family, mode)
+    counts = plan_counts(config)
+    assert counts.total == sum(p.numel() for p in model.parameters())
+    assert counts.per_layer == [sum(p.numel() for p in layer.parameters()) for layer in model.model.layers]
+    assert counts.attn_res == (2 * 4 + 1) * 2 * 32  # a pseudo-query and a key-norm gain per mix point
+    assert counts.lm_head == (0 if config.tie_word_embeddings else 96 * 32)
+    config.save_pretrained(tmp_path / "attnres")
+    source_config(family).save_pretrained(tmp_path / "own")
+    assert cli.main([str(tmp_path / "attnres"), "--context", "16", "--stages", "2"]) == 0
+    assert cli.main([str(tmp_path / "own"), "--context", "16"]) == 0
+    out = capsys.readouterr().out
+    assert f"attn_res_mode={mode}" in out and f"{counts.total:,}" in out and "MXFP4" not in out
+    sources = 3 if mode == "block" else 9  # embedding, one block, the partial sum / every sub-layer output
+    assert f"bf16: {sources} sources of [batch, tokens, hidden] = {sources * 16 * 32 * 2 // 1024}.00 KiB" in out
+    assert "attn_res_mode=standard" in out and "bf16: 1 sources" in out  # the family's own config.json

@@ -51,7 +51,8 @@ def test_sdist_holds_sources_readme_and_license(dist):
     sdist = next(dist.glob("attnres-*.tar.gz"))
     with tarfile.open(sdist) as archive:
         names = {Path(*Path(n).parts[1:]).as_posix() for n in archive.getnames()}
-    assert {"pyproject.toml", "README.md", "LICENSE", "attnres/families/kimi_linear/modeling_kimi_linear_attnres.py"} <= names
+    assert {"pyproject.toml", "README.md", "LICENSE",
+            "attnres/families/kimi_linear/modeling_kimi_linear_attnres.py"} <= names
 
 
 # In a fresh interpreter, after torch and transformers: transformers' own model stack first (what any Transformers model

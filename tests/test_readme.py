@@ -44,6 +44,7 @@ COVERED = {
     "python scripts/train.py --attn-res block": ("tests/training/test_train.py", "--attn-res"),
     "python -m attnres.training.logs": ("tests/training/test_diagnostics.py", "training.logs"),
     "python scripts/train.py --init-from": ("tests/training/test_finetune.py", "--init-from"),
+    "python scripts/train.py --family": ("tests/training/test_train_families.py", "family=family"),
     "accelerate launch --multi_gpu": ("tests/training/test_toolchain_distributed.py", "accelerate"),
     "torchrun --nproc_per_node 8 scripts/train.py --init-from": ("tests/training/test_train_distributed.py", "zero"),
     "python eval/prepare_eval_data.py": ("tests/evaluation/test_prepare_eval_data.py", "prepare_eval_data"),

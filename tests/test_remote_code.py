@@ -13,7 +13,8 @@ from tests.helpers.remote_loading import auto_map, fake_hub_repo, load_in_clean_
 
 def test_code_closure_holds_kernels_and_references():
     names = {flat_name(m) for m in code_modules()}
-    assert {"modeling_attnres", "configuration_attnres", "inference", "conversion_mapping", "kernels_mix",
+    assert {"modeling_kimi_linear_attnres", "configuration_kimi_linear_attnres", "core_inference", "conversion_mapping",
+            "kernels_mix",
             "kernels_mix_naive", "kernels_mix_triton", "kernels_mix_kernels", "kernels_two_phase_triton"} <= names
 
 
@@ -41,7 +42,8 @@ def test_saved_modules_need_only_torch_and_transformers(tmp_path):
 def test_folder_loads_without_the_package(tmp_path):
     model = tiny_model("block", block_size=2, num_layers=3)  # KDA, KDA, MLA; MoE after the first layer
     model.save_pretrained(tmp_path / "model")
-    assert auto_map(tmp_path / "model")["AutoModelForCausalLM"] == "modeling_attnres.KimiLinearAttnResForCausalLM"
+    assert (auto_map(tmp_path / "model")["AutoModelForCausalLM"]
+            == "modeling_kimi_linear_attnres.KimiLinearAttnResForCausalLM")
     ids = random_ids()
     with torch.no_grad():
         expected = model(ids).logits
@@ -64,7 +66,7 @@ def test_remote_copy_runs_its_triton_kernels_beside_the_package(tmp_path, monkey
         expected = model(ids).logits  # the package's Triton ops are registered now
         model.save_pretrained(tmp_path / "model")
         # the Auto classes prefer the registered package class here: take the folder's class as they would elsewhere
-        remote_class = get_class_from_dynamic_module("modeling_attnres.KimiLinearAttnResForCausalLM",
+        remote_class = get_class_from_dynamic_module("modeling_kimi_linear_attnres.KimiLinearAttnResForCausalLM",
                                                      tmp_path / "model")
         remote = remote_class.from_pretrained(tmp_path / "model").eval()
         assert type(remote).__module__.startswith("transformers_modules.")

@@ -1,4 +1,5 @@
-"""The one output rule (`attnres.utils.safe_paths.check_output_folder`) as every command that writes a folder applies it:
+"""The one output rule (`attnres.utils.safe_paths.check_output_folder`) as
+every command that writes a folder applies it:
 convert, push-to-hub, prepare-data and export, each run in-process through its cli main(). Names are literal: an
 output that is a link is replaced as a link with --force (its target untouched), refused without; a link to the input,
 the current folder or home is refused; glob characters in a name touch no other output's leftovers; a name too long

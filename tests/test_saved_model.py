@@ -19,7 +19,8 @@ def test_round_trip_and_auto_classes(tmp_path):
     assert config["model_type"] == "kimi_linear_attnres"
     assert config["attn_res_mode"] == "block" and config["attn_res_block_size"] == 3
     assert config["auto_map"]["AutoModelForCausalLM"].endswith("KimiLinearAttnResForCausalLM")
-    assert (tmp_path / "modeling_attnres.py").exists() and (tmp_path / "configuration_attnres.py").exists()
+    assert (tmp_path / "modeling_kimi_linear_attnres.py").exists()
+    assert (tmp_path / "configuration_kimi_linear_attnres.py").exists()
 
     ids = random_ids()
     with torch.no_grad():

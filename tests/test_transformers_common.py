@@ -7,7 +7,8 @@ import torch
 from transformers import GenerationMixin
 from transformers.models.kimi_linear import modeling_kimi_linear
 
-from attnres import KimiLinearAttnResForCausalLM, KimiLinearAttnResModel, modeling_attnres
+from attnres import KimiLinearAttnResForCausalLM, KimiLinearAttnResModel
+from attnres.families.kimi_linear import modeling_kimi_linear_attnres as modeling_attnres
 from attnres.families.kimi_linear.conversion_mapping import LoadOnlyRenaming
 from attnres.families.kimi_linear.k3.layout import LoadOnlyConverter
 from attnres.utils.tiny import tiny_config

@@ -90,12 +90,13 @@ def test_tokenizer_auto_map_runs_with_the_flag(planted_tokenizer):
 
 def test_our_saved_folder_loads_without_the_flag_and_never_imports_its_copy(ours, tmp_path):
     """Our folders carry auto_map -> our flat modules (for machines without attnres); here the registered classes
-    load instead, so a planted modeling_attnres.py beside the weights never runs, with or without the flag."""
+    load instead, so a planted modeling_kimi_linear_attnres.py beside the weights never
+    runs, with or without the flag."""
     assert json.loads((ours / "config.json").read_text())["auto_map"]  # the case under test
     assert folder_code(ours) == []
     folder, marker = shutil.copytree(ours, tmp_path / "ours_planted"), tmp_path / "model_marker"
-    planted_module(folder, "modeling_attnres", marker)
-    planted_module(folder, "configuration_attnres", marker)
+    planted_module(folder, "modeling_kimi_linear_attnres", marker)
+    planted_module(folder, "configuration_kimi_linear_attnres", marker)
     for trust in (False, True):
         model = AutoModelForCausalLM.from_pretrained(folder, **load_kwargs(folder, trust))
         assert type(model) is attnres.KimiLinearAttnResForCausalLM
@@ -106,7 +107,8 @@ def test_our_saved_folder_loads_without_the_flag_and_never_imports_its_copy(ours
 def test_not_a_folder_and_odd_auto_maps(tmp_path):
     assert folder_code(tmp_path / "missing") == [] and folder_code("org/repo-id") == []
     (tmp_path / "config.json").write_text('{"model_type": "kimi_linear_attnres", "auto_map": '
-                                          '{"AutoTokenizer": "org/other--tok.Tok", "AutoModel": "modeling_attnres.X"}}')
+                                          '{"AutoTokenizer": "org/other--tok.Tok", '
+                                          '"AutoModel": "modeling_kimi_linear_attnres.X"}}')
     # AutoModel is replaced by our registered class; an AutoTokenizer entry in config.json is not ours
     assert folder_code(tmp_path) == ["config.json auto_map AutoTokenizer -> org/other--tok.Tok "
                                      "(from the Hub repository org/other)"]

@@ -60,7 +60,10 @@ def environment_problem(args: list[str]) -> str | None:
     the model raises it mid-run, as a traceback, after data, outputs and the model are set up. `--help` still works."""
     if "-h" in args or "--help" in args or "ATTNRES_BACKEND" not in os.environ:
         return None
-    from ..families.kimi_linear.configuration_kimi_linear_attnres import ATTN_RES_BACKENDS, BACKEND_ENV_VAR  # transformers: only when it is set
+    from ..families.kimi_linear.configuration_kimi_linear_attnres import (  # transformers: only when it is set
+        ATTN_RES_BACKENDS,
+        BACKEND_ENV_VAR,
+    )
 
     backend = os.environ[BACKEND_ENV_VAR]
     if backend in ATTN_RES_BACKENDS:

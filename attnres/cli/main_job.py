@@ -93,8 +93,8 @@ def main(argv=None) -> dict:
     from ..utils.extras import require
 
     require("datasets", why="the training corpus")
-    from ..utils.safe_paths import interrupt_signal, signals_interrupt
     from ..study.main_job import main_job
+    from ..utils.safe_paths import interrupt_signal, signals_interrupt
 
     try:
         with signals_interrupt():  # SIGTERM stops the job as Ctrl-C does: both train runs are stopped first

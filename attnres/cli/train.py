@@ -34,11 +34,11 @@ def main(argv=None) -> dict:
     from ..utils.extras import require
 
     require("datasets", why="the prepared dataset")
-    from ..utils.safe_paths import interrupt_signal, signals_interrupt
     from ..training.args import SetupError
     from ..training.guard import EXIT_CODE, NonFiniteError
     from ..training.loop import train
     from ..training.state import interrupted_message
+    from ..utils.safe_paths import interrupt_signal, signals_interrupt
 
     try:
         with signals_interrupt():  # SIGTERM stops as Ctrl-C does: the checkpoint being written is removed

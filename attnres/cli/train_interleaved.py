@@ -25,8 +25,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..utils.flags import seed as seed_flag
 from ..training.recipe import add_recipe_args
+from ..utils.flags import seed as seed_flag
 from . import command_main
 from .combos import check_pipeline_flags
 from .train_pipeline import add_model_and_data_args

@@ -8,9 +8,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..core.checkpoint_files import INDEX_NAME
-from ..families.kimi_linear.conversion_mapping import convert_tensors
 from ..core.remote_code import AUTO_MAP, write_code_files
 from ..core.saved_model import RECORD_FILE, write_weights_record
+from ..families.kimi_linear.conversion_mapping import convert_tensors
 from .atomic import check_output, move_into_place, output_folder
 from .config import hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
 from .errors import ConversionError

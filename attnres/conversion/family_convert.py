@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from ..utils import finite_weights
 from ..core.checkpoint_files import CheckpointFileError, read_json_file
+from ..core.saved_model import write_weights_record
 from ..families.registry import source_family, source_family_of
 from ..families.upcycle import UPCYCLE_MODES, UpcycleError, is_attn_res_tensor, resolve_block_size, upcycle
-from ..core.saved_model import write_weights_record
+from ..utils import finite_weights
 from .atomic import check_output, move_into_place, output_folder
 from .errors import ConversionError
 

@@ -1,5 +1,12 @@
 """Build the folder that goes to the Hugging Face Hub (weights, config with auto_map, remote code, tokenizer, model
-card) and upload it with huggingface_hub."""
+card) and upload it with huggingface_hub.
+
+Every family: a Kimi Linear checkpoint (HF-native or Moonshot's layout) ships its remote code, so the Hub copy loads
+with `trust_remote_code=True` alone; the other families' AttnRes checkpoints (Llama, Mistral, Qwen2, Qwen3, Gemma 3
+text; `model_type` `<family>_attnres`) ship weights and config, and load where `attnres` is installed and imported
+(their card says so). A family's own standard checkpoint has no AttnRes to publish: refused, naming the upcycle
+command.
+"""
 from __future__ import annotations
 
 import json
@@ -7,8 +14,9 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
-from ..utils import finite_weights
 from ..core.checkpoint_files import CheckpointFileError, check_model_folder
+from ..families.registry import family_classes, family_of_model_type
+from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.trust import load_kwargs
 from .atomic import check_output, move_into_place, output_folder
@@ -16,7 +24,7 @@ from .config import drop_moonshot_fields
 from .errors import ConversionError
 
 INSTALL_NOTE = (
-    "The model code ships in this repository (`modeling_attnres.py` and the modules beside it, loaded with "
+    "The model code ships in this repository (`modeling_kimi_linear_attnres.py` and the modules beside it, loaded with "
     "`trust_remote_code=True`) and needs only `torch` and `transformers>=5.23.0,<5.24`. With `triton` installed, "
     "the fused AttnRes kernels run on CUDA tensors; elsewhere their PyTorch reference does."
 )
@@ -37,8 +45,6 @@ def build_hub_folder(
     """Load a checkpoint (HF-native or Moonshot layout) and write the upload folder atomically; return its path."""
     from transformers import AutoTokenizer
 
-    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
-
     inputs = [p for p in (model_path, tokenizer, eval_results) if p is not None and Path(p).exists()]
     output = check_output(output, force, inputs=inputs, flag="--output")
     try:
@@ -49,8 +55,7 @@ def build_hub_folder(
     if repo_id is not None:
         check_repo_id(repo_id)
     evaluation = read_eval_results(eval_results) if eval_results else None
-    model = KimiLinearAttnResForCausalLM.from_pretrained(model_path)
-    drop_moonshot_fields(model.config)
+    model = load_model(model_path)
     with output_folder(output) as folder:
         # HF-native names (no reverse mapping): the Hub copy loads without any conversion
         model.save_pretrained(folder, save_original_format=False)
@@ -61,6 +66,30 @@ def build_hub_folder(
         card.save(folder / "README.md")
         move_into_place(folder, output, replace=force)
     return output
+
+
+def load_model(model_path):
+    """The checkpoint as its family's AttnRes model (Kimi Linear's Moonshot fields dropped); ConversionError naming a
+    family's own standard checkpoint or an unsupported one."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+        family = family_of_model_type(model_type)
+    except (OSError, ValueError) as error:  # check_model_folder has named a missing or damaged config.json already
+        raise ConversionError(f"--model {model_path}: {error}") from None
+    if family != "kimi_linear" and model_type == family:
+        raise ConversionError(f"--model {model_path} is the family's own {family} checkpoint, without AttnRes: upcycle "
+                              f"it first (attnres convert {model_path} OUT --upcycle block), or publish it with "
+                              "transformers")
+    model = family_classes(family)[1].from_pretrained(model_path)
+    if family == "kimi_linear":
+        drop_moonshot_fields(model.config)
+    return model
+
+
+def is_kimi(model) -> bool:
+    """Kimi Linear ships its remote code; the other families load through `import attnres` (module docstring)."""
+    return family_of_model_type(model.config.model_type) == "kimi_linear"
 
 
 def check_repo_id(repo_id: str) -> None:
@@ -80,25 +109,28 @@ def model_card(model, title, training_data, datasets, evaluation, license) -> Mo
         library_name="transformers",
         pipeline_tag="text-generation",
         license=license,
-        tags=["attnres", "attention-residuals", "kimi_linear", "custom_code"],
+        tags=["attnres", "attention-residuals", family_of_model_type(model.config.model_type)]
+        + (["custom_code"] if is_kimi(model) else []),
         datasets=datasets or None,
     )
+    architecture = ("Kimi Linear (KDA + MLA hybrid, MoE)" if is_kimi(model)
+                    else f"{type(model).__name__.removesuffix('AttnResForCausalLM')} (transformers' own decoder)")
     sections = [
         f"# {title}",
-        "Kimi Linear (KDA + MLA hybrid, MoE) with Attention Residuals: each sub-layer reads the depth stream through a "
-        "learned softmax over earlier outputs instead of a fixed residual sum.",
+        f"{architecture} with Attention Residuals: each sub-layer reads the depth stream through a learned softmax "
+        "over earlier outputs instead of a fixed residual sum.",
         "## Architecture\n\n" + markdown_table(("", ""), architecture_rows(model)),
         "## Training data\n\n" + (training_data or "Not stated."),
     ]
     if evaluation:
         sections.append("## Evaluation\n\n" + markdown_table(("Task", "Metric", "Value"), evaluation))
-    sections.append(usage(title))
+    sections.append(usage(title) if is_kimi(model) else family_usage(title, type(model).__name__))
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
 
 
 def architecture_rows(model) -> list[tuple]:
     config = model.config
-    kinds = config.layer_types
+    kinds = getattr(config, "layer_types", None) or []  # Kimi Linear: KDA or MLA per layer
     mode = config.attn_res_mode
     if mode == "block":
         attn_res = f"Block AttnRes, {config.attn_res_num_blocks} blocks of {config.attn_res_block_size} layers"
@@ -106,14 +138,17 @@ def architecture_rows(model) -> list[tuple]:
         attn_res = {"full": "Full AttnRes (every sub-layer output is a source)",
                     "standard": "none (standard residual)"}[mode]
     attn_res_params = sum(p.numel() for n, p in model.named_parameters() if "_res_" in n)
+    layers = [("Decoder layers", f"{config.num_hidden_layers} ({kinds.count('linear_attention')} KDA, "
+                                 f"{kinds.count('full_attention')} MLA)"),
+              ("MoE", f"{config.num_local_experts} experts, {config.num_experts_per_tok} active per token, "
+                      f"{config.mlp_layer_types.count('dense')} dense layer(s)")] if is_kimi(model) else [
+        ("Decoder layers", f"{config.num_hidden_layers} ({config.num_attention_heads} attention heads, "
+                           f"{config.num_key_value_heads} key/value heads, MLP width {config.intermediate_size})")]
     return [
         ("Model", f"`{type(model).__name__}` (model_type `{config.model_type}`)"),
         ("AttnRes mode", f"`{mode}`"),
         ("AttnRes", attn_res),
-        ("Decoder layers", f"{config.num_hidden_layers} ({kinds.count('linear_attention')} KDA, "
-                           f"{kinds.count('full_attention')} MLA)"),
-        ("MoE", f"{config.num_local_experts} experts, {config.num_experts_per_tok} active per token, "
-                f"{config.mlp_layer_types.count('dense')} dense layer(s)"),
+        *layers,
         ("Hidden size / vocabulary", f"{config.hidden_size} / {config.vocab_size}"),
         ("Parameters", f"{model.num_parameters():,} (AttnRes: {attn_res_params:,})"),
     ]
@@ -165,11 +200,26 @@ def usage(repo_id: str) -> str:
     )
 
 
+def family_usage(repo_id: str, model_class: str) -> str:
+    """How a family's AttnRes checkpoint (no remote code: module docstring) loads."""
+    return (
+        "## Usage\n\n"
+        "The model class is in the `attnres` package (`pip install attnres`), which registers it with the Auto "
+        "classes; it needs `torch` and `transformers>=5.23.0,<5.24`.\n\n"
+        "```python\n"
+        "import attnres  # registers the AttnRes families with the Auto classes\n"
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+        f'model = AutoModelForCausalLM.from_pretrained("{repo_id}")  # {model_class}\n'
+        f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n'
+        "```"
+    )
+
+
 def upload_folder(folder: str | Path, repo_id: str, private: bool = False, commit_message: str | None = None) -> str:
     """Create the repository if needed and upload the built folder; return the commit URL."""
     api = HfApi()
     api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
     commit = api.upload_folder(
-        repo_id=repo_id, folder_path=str(folder), commit_message=commit_message or "Upload Kimi Linear AttnRes model"
+        repo_id=repo_id, folder_path=str(folder), commit_message=commit_message or "Upload AttnRes model"
     )
     return str(commit)

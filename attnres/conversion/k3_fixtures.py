@@ -1,4 +1,5 @@
-"""Tiny Kimi K3-format checkpoints, written locally from the layout (attnres/families/kimi_linear/k3/layout.py): for tests and demos.
+"""Tiny Kimi K3-format checkpoints, written locally from the layout
+(attnres/families/kimi_linear/k3/layout.py): for tests and demos.
 
 The folder holds what K3's does: config.json with `text_config` (K3 fields, `linear_attn_config` with the KDA gate
 fields, the MXFP4 quantization_config) and `vision_config`; weights under `language_model.` in Moonshot's names;

@@ -7,7 +7,7 @@
 - `decoder_model`: a rotary PreNorm decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 3) built from its family's own
   modules, and its causal LM head (`AttnResDecoderModel`, `AttnResDecoderForCausalLM`).
 
-The mix itself, the depth layout, the two-phase schedule and the kernels were family-independent already:
-`attnres.core.mix_point`, `attnres.core.depth_layout`, `attnres.core.inference`, `attnres.kernels`. Families live in
-`attnres.families`; Kimi Linear (`attnres.families.kimi_linear.modeling_kimi_linear_attnres`) is one of them.
+Beside them: the mix point (`mix_point`), the depth rule (`depth_layout`), the two-phase schedule (`inference`), the
+config validator, the folder reader and weights record, atomic saves and the code files of a saved folder; the kernels
+are `attnres.kernels`. Families live in `attnres.families`; Kimi Linear (`attnres.families.kimi_linear`) is one.
 """

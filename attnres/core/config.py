@@ -79,7 +79,7 @@ class AttnResConfigChecks:
 
     @property
     def attn_res_num_blocks(self) -> int:
-        """Number of depth blocks: N in the paper (the embedding is one more source); see `attnres.core.depth_layout`."""
+        """Number of depth blocks: N in the paper (the embedding is one more source); `attnres.core.depth_layout`."""
         from attnres.core.depth_layout import DepthLayout
 
         return DepthLayout.of(self).num_blocks

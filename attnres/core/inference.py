@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from .depth_layout import DepthBank, DepthLayout
 from ..kernels.mix import use_triton
 from ..kernels.two_phase import phase1, phase2
+from .depth_layout import DepthBank, DepthLayout
 from .offload import onloaded
 
 

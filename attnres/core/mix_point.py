@@ -13,9 +13,9 @@ from torch import nn
 from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearRMSNorm
 
 from attnres.core.depth_layout import DepthLayout
+from attnres.core.offload import onloaded
 from attnres.kernels import attn_res
 from attnres.kernels.mix.variants import attn_res_variant
-from attnres.core.offload import onloaded
 
 
 @dataclass(frozen=True)

@@ -16,19 +16,20 @@ from pathlib import Path
 from .atomic_io import write_text_atomic
 
 PACKAGE = "attnres"
-ROOT_MODULE = f"{PACKAGE}.modeling_attnres"
+FAMILY = f"{PACKAGE}.families.kimi_linear"
+ROOT_MODULE = f"{FAMILY}.modeling_kimi_linear_attnres"
 # what `save_pretrained` writes into config.json for our registered classes (attnres/__init__.py)
 AUTO_MAP = {
-    "AutoConfig": "configuration_attnres.KimiLinearAttnResConfig",
-    "AutoModel": "modeling_attnres.KimiLinearAttnResModel",
-    "AutoModelForCausalLM": "modeling_attnres.KimiLinearAttnResForCausalLM",
+    "AutoConfig": "configuration_kimi_linear_attnres.KimiLinearAttnResConfig",
+    "AutoModel": "modeling_kimi_linear_attnres.KimiLinearAttnResModel",
+    "AutoModelForCausalLM": "modeling_kimi_linear_attnres.KimiLinearAttnResForCausalLM",
 }
 _FROM_LINE = re.compile(r"^(\s*from\s+)(\S+)(\s+import\b)")
 
 
 def flat_name(module: str) -> str:
     """`attnres.kernels.mix.naive` -> `kernels_mix_naive` (a package's `__init__` takes the package's name)."""
-    return module.removeprefix(PACKAGE + ".").replace(".", "_")
+    return module.removeprefix(FAMILY + ".").removeprefix(PACKAGE + ".").replace(".", "_")
 
 
 def _package_of(module: str) -> str:

@@ -15,9 +15,9 @@ import re
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from ..utils import finite_weights
 from ..core.atomic_io import OutputConflictError, claim_output
 from ..core.checkpoint_files import CheckpointFileError
+from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.safe_paths import disk_errors_named
 from ..utils.trust import TRUST_FLAG, UntrustedCodeError, check_folder_code, trust_kwargs

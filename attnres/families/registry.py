@@ -16,7 +16,7 @@ SUPPORTED = {
     "qwen2": ("attnres.families.qwen2", "Qwen2AttnResConfig", "Qwen2AttnResForCausalLM"),
     "qwen3": ("attnres.families.qwen3", "Qwen3AttnResConfig", "Qwen3AttnResForCausalLM"),
     "gemma3_text": ("attnres.families.gemma3", "Gemma3TextAttnResConfig", "Gemma3TextAttnResForCausalLM"),
-    "kimi_linear": ("attnres.families.kimi_linear.modeling_kimi_linear_attnres", "KimiLinearAttnResConfig", "KimiLinearAttnResForCausalLM"),
+    "kimi_linear": ("attnres.families.kimi_linear", "KimiLinearAttnResConfig", "KimiLinearAttnResForCausalLM"),
 }
 PARALLEL = ("parallel residual: attention and MLP read the same input and are added together, so a layer has one "
             "mix point, not the two of Kimi K3's layout")
@@ -58,10 +58,6 @@ def family_classes(model_type: str):
     """(AttnRes config class, AttnRes causal LM class) of a supported family's own model_type."""
     module, config_name, model_name = SUPPORTED[model_type]
     loaded = importlib.import_module(module)
-    if module == "attnres.families.kimi_linear.modeling_kimi_linear_attnres":
-        from .kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
-
-        return KimiLinearAttnResConfig, getattr(loaded, model_name)
     return getattr(loaded, config_name), getattr(loaded, model_name)
 
 
@@ -88,6 +84,18 @@ def source_family_of(model_type: str | None, mode: str | None = None, family: st
                      "README 'Model families' lists the refused ones and why)")
 
 
+def family_of_model_type(model_type: str | None) -> str:
+    """The family (its own model_type) of a config.json's `model_type`, AttnRes or not: `llama_attnres` and `llama`
+    are Llama; Kimi Linear's own, K3's and a config.json without one (Moonshot's layout) are Kimi Linear. ValueError
+    naming the reason for a refused or unknown family."""
+    if model_type in (None, "", "kimi_k3"):
+        return "kimi_linear"
+    family = model_type.removesuffix(ATTN_RES_SUFFIX)
+    if family in SUPPORTED:
+        return family
+    return source_family_of(family)  # raises, naming why (refused with its reason, or unknown)
+
+
 def register_auto_classes() -> None:
     """AutoConfig / AutoModel / AutoModelForCausalLM for every family's `<model_type>_attnres` (Kimi Linear registers
     itself in `attnres/__init__.py`)."""
@@ -104,4 +112,5 @@ def register_auto_classes() -> None:
         AutoModelForCausalLM.register(config_class, causal_lm, exist_ok=True)
 
 
-__all__ = ["SUPPORTED", "REFUSED", "family_classes", "source_family", "source_family_of", "register_auto_classes"]
+__all__ = ["SUPPORTED", "REFUSED", "family_classes", "family_of_model_type", "source_family", "source_family_of",
+           "register_auto_classes"]

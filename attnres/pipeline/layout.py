@@ -1,4 +1,5 @@
-"""What a pipeline stage needs beside its layers: the mix tensors whose gradient is zero (from `attnres.core.depth_layout`),
+"""What a pipeline stage needs beside its layers: the mix tensors whose gradient is zero
+(from `attnres.core.depth_layout`),
 and the causal mask and positions a decoder layer reads. Free of DeepSpeed: both pipelines use it."""
 from __future__ import annotations
 

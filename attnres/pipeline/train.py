@@ -24,11 +24,11 @@ from ..core.atomic_io import write_json_atomic
 from ..core.checkpoint_files import check_model_folder
 from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
-from ..utils.tiny import tiny_config
 from ..training.args import check_finite_flags
 from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps, step_is_finite
 from ..training.recipe import Recipe, check_recipe_args
 from ..training.state import is_rank_zero, output_lock
+from ..utils.tiny import tiny_config
 from .comms import P2PTraffic, boundary_report, format_report, report_rows
 from .data import micro_batches, synthetic_micro_batch
 from .export import save_pipeline_checkpoint

@@ -14,7 +14,7 @@ from ..utils.trust import add_trust_flag
 from . import SetupError  # noqa: F401  (defined once for the package; importers take it from here too)
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
 from .fsdp2 import check_fsdp_launch
-from .models import PRESETS, check_init_from
+from .models import FAMILIES, PRESETS, check_init_from
 from .recipe import DEFAULTS as RECIPE_DEFAULTS
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -24,7 +24,8 @@ ZERO_STAGES = (0, 1, 2, 3)
 # of this table (logging, evaluation, checkpoint cadence, gradient checkpointing, the non-finite guard) change nothing
 # the model learns and may differ between the segments of a run.
 RUN_SETTINGS = {
-    "data": Path("data/packed"), "model_size": None, "config": None, "init_from": None, "attn_res": None,
+    "data": Path("data/packed"), "model_size": None, "family": None, "config": None, "init_from": None,
+    "attn_res": None,
     "block_size": None, "seq_len": None, "max_steps": 2000, "micro_batch_size": 8, "grad_accum": 1,
     **RECIPE_DEFAULTS,  # lr, res_proj_lr, res_proj_weight_decay, min_lr_ratio, warmup_steps, weight_decay, grad_clip
     "mixed_precision": "auto", "seed": 0, "deepspeed": None,
@@ -56,11 +57,16 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--block-size", type=int, default=None,
                    help="decoder layers per block in block mode (default: the preset's)")
     g.add_argument("--model-size", choices=list(PRESETS), default=None, help="size preset (default small)")
+    g.add_argument("--family", choices=FAMILIES, default=None,
+                   help="from scratch: the decoder family the preset is built in (default kimi_linear; the others "
+                        "take tiny, small, base in their own architecture); --init-from and --config name their own")
     g.add_argument("--config", type=Path, default=None, help="model config JSON (replaces --model-size)")
     g.add_argument("--init-from", type=Path, default=None, metavar="DIR",
-                   help="fine-tune: model and tokenizer from DIR (anything from_pretrained reads: final/, Moonshot's "
-                        "layout, an upcycled Kimi Linear), fresh optimizer and schedule; its AttnRes mode is kept "
-                        "unless --attn-res/--block-size change it (not with --config/--model-size)")
+                   help="fine-tune: model and tokenizer from DIR (anything from_pretrained reads, of any family: "
+                        "final/, Moonshot's layout, an upcycled checkpoint, or a family's own standard one such as "
+                        "a plain Llama, trained with its standard residual), fresh optimizer and schedule; its "
+                        "AttnRes mode is kept unless --attn-res/--block-size change it (not with --config/"
+                        "--model-size/--family)")
     g.add_argument("--seq-len", type=int, default=None,
                    help="train on the first N tokens of each sequence (default: all)")
     g = p.add_argument_group("optimization")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from ..utils import finite_weights
 from ..core.atomic_io import move_into_place, recover_interrupted
+from ..utils import finite_weights
 from .args import SetupError, check_args, fill_settings, given_settings, world_size
 from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
 from .fsdp2 import fsdp_launch, shard_for_accelerate
@@ -29,6 +29,7 @@ from .models import (
     init_config,
     init_tokenizer,
     load_model,
+    model_class_of,
     reinit_zero_embedding_rows,
 )
 from .recipe import RES_PROJ_SUFFIX, Recipe  # noqa: F401  (RES_PROJ_SUFFIX: importers take it from here too)
@@ -132,7 +133,8 @@ def _model_config(args, tokenizer):
     if args.init_from is not None:
         tokenizer = init_tokenizer(args.init_from, tokenizer, args.data, args.trust_remote_code)
         return init_config(args.init_from, args.attn_res, args.block_size, tokenizer), tokenizer
-    return build_config(args.model_size, args.config, args.attn_res, args.block_size, tokenizer), tokenizer
+    return build_config(args.model_size, args.config, args.attn_res, args.block_size, tokenizer,
+                        args.family), tokenizer
 
 
 def _default_output_dir(args) -> Path:
@@ -143,16 +145,16 @@ def _default_output_dir(args) -> Path:
     config, _ = _model_config(args, load_prepared(args.data)[2])
     name = (f"finetune-{Path(args.init_from).name}" if args.init_from
             else args.model_size if args.config is None else args.config.stem)
+    if args.family is not None and args.config is None and args.init_from is None:
+        name = f"{args.family}-{name}"
     return Path("runs") / f"{name}-{config.attn_res_mode}"
 
 
 def build_model(config, args):
     from transformers import set_seed
 
-    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
-
     set_seed(args.seed)  # same init on every process (DDP and ZeRO then start from identical weights)
-    model = load_model(args.init_from, config) if args.init_from else KimiLinearAttnResForCausalLM(config)
+    model = load_model(args.init_from, config) if args.init_from else model_class_of(config)(config)
     if args.gradient_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return model

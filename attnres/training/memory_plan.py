@@ -2,9 +2,11 @@
 bank for a batch and context, and the bytes crossing each pipeline boundary per micro-batch; `plan_memory` is the
 `attnres plan-memory` command (scripts/plan_memory.py): a config file or preset in, the plan printed.
 
-Counts are closed-form over the config (the same shapes `KimiLinearAttnResForCausalLM` builds; tests check them
-against instantiated models). Buffers (the routers' `e_score_correction_bias`, E floats a layer) are not parameters
-and are left out.
+Kimi Linear's counts are closed-form over the config (the same shapes `KimiLinearAttnResForCausalLM` builds; tests
+check them against instantiated models). Buffers (the routers' `e_score_correction_bias`, E floats a layer) are not
+parameters and are left out. Every other family (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text; AttnRes or the family's
+own config.json) is counted on the meta device: its model is built there, which allocates nothing, and its parameters
+are sorted into the same parts by name.
 """
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import json
 import sys
 from pathlib import Path
 
-from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from ..core.depth_layout import DepthLayout
 from ..core.model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
+from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
+from ..families.registry import family_classes, family_of_model_type
 
 GiB = 2**30
 PRESETS = ("k3", "tiny", "tiny-k3")
@@ -31,6 +34,34 @@ def weight_bytes(counts: ParameterCounts) -> dict[str, float]:
         "bf16": 2 * counts.total,
         "bf16 + MXFP4 routed experts": 2 * rest + MXFP4_BYTES * counts.routed_experts,
     }
+
+
+# parameter name part -> ParameterCounts field, first match wins (a family model built on the meta device)
+FAMILY_PARTS = (("embed_tokens", "embedding"), ("lm_head", "lm_head"), ("_res_", "attn_res"),
+                ("self_attn.", "attention"), ("mlp.", "dense_mlp"), ("norm", "norms"))
+
+
+def plan_counts(config) -> ParameterCounts:
+    """Parameter counts of a config of any family: Kimi Linear's in closed form, the others' from their model built on
+    the meta device (a tied lm_head is the embedding: 0)."""
+    if isinstance(config, KimiLinearAttnResConfig):
+        return count_parameters(config)
+    import torch
+
+    with torch.device("meta"):
+        model = family_classes(family_of_model_type(config.model_type))[1](config)
+    counts = ParameterCounts()
+    layers = {}
+    for name, parameter in model.named_parameters():  # each tensor once: a tied lm_head is not listed
+        part = next((field for key, field in FAMILY_PARTS if key in name), None)
+        if part is None:
+            raise ValueError(f"{type(model).__name__}: parameter {name} has no part in the plan")
+        setattr(counts, part, getattr(counts, part) + parameter.numel())
+        if name.startswith("model.layers."):
+            index = int(name.split(".")[2])
+            layers[index] = layers.get(index, 0) + parameter.numel()
+    counts.per_layer = [layers[i] for i in sorted(layers)]
+    return counts
 
 
 def depth_bank_bytes(c: KimiLinearAttnResConfig, batch: int, tokens: int, dtype_bytes: int = 2) -> int:
@@ -71,6 +102,22 @@ def load_plan_config(spec: str):
         from ..utils.tiny import tiny_config
 
         return (tiny_config() if spec == "tiny" else tiny_k3_config()), spec
+    config_dict, path = read_config_dict(spec)
+    try:
+        family = family_of_model_type(config_dict.get("model_type"))
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+    if family == "kimi_linear":
+        return parse_config(config_dict), str(path)
+    fields = {key: value for key, value in config_dict.items() if key not in ("model_type", "auto_map")}
+    try:  # the family's own config.json reads as its standard-residual AttnRes config: the family's model itself
+        return family_classes(family)[0].from_dict(fields), str(path)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}: {error}") from error
+
+
+def read_config_dict(spec: str) -> tuple[dict, Path]:
+    """(config.json as a dict, its path) of a file or a folder; ValueError naming the file and the problem."""
     path = Path(spec)
     path = path / "config.json" if path.is_dir() else path
     if not path.is_file():
@@ -83,7 +130,7 @@ def load_plan_config(spec: str):
         raise ValueError(f"{path}: not UTF-8 text ({error})") from error
     if not isinstance(config_dict, dict):
         raise ValueError(f"{path}: expected a JSON object")
-    return parse_config(config_dict), str(path)
+    return config_dict, path
 
 
 def size_text(n: float) -> str:
@@ -98,7 +145,7 @@ def size_text(n: float) -> str:
 def format_plan(config, name: str, batch: int, context: int, stages: int, micro_batch: int,
                 activation_dtype: str) -> str:
     """The printed plan: parameters by part, weights per format, the depth bank, the pipeline boundaries."""
-    counts = count_parameters(config)
+    counts = plan_counts(config)
     act = DTYPE_BYTES[activation_dtype]
     block = f" (block size {config.attn_res_block_size})" if config.attn_res_mode == "block" else ""
     lines = [f"{name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, attn_res_mode="
@@ -107,7 +154,8 @@ def format_plan(config, name: str, batch: int, context: int, stages: int, micro_
         lines.append(f"  {part:<16}{getattr(counts, part):>20,}")
     lines += [f"  {'total':<16}{counts.total:>20,}", "",
               "weights (parameters only: no optimizer state, caches, activations)"]
-    lines += [f"  {fmt:<30}{size_text(n):>16}" for fmt, n in weight_bytes(counts).items()]
+    lines += [f"  {fmt:<30}{size_text(n):>16}" for fmt, n in weight_bytes(counts).items()
+              if counts.routed_experts or "MXFP4" not in fmt]  # no routed experts: the line is bf16's
     bank = depth_bank_bytes(config, batch, context, act)
     lines += ["", f"AttnRes depth bank, batch {batch} x {context} tokens, {activation_dtype}: "
               f"{max_sources(config)} sources of [batch, tokens, hidden] = {size_text(bank)}",

@@ -8,6 +8,13 @@ weights (and DIR's tokenizer, when it has one) come from DIR; the optimizer and 
 is DIR's, unless --attn-res / --block-size change it to another mode with the same tensors (block <-> full, another
 block size); standard <-> AttnRes needs a conversion first.
 
+Every family (README "Model families"): DIR's config.json's `model_type` names it (`attnres.families.registry`), so an
+upcycled Llama (`llama_attnres`) trains as Llama with AttnRes. A family's own standard checkpoint (a plain
+`LlamaForCausalLM` folder, `model_type` "llama") fine-tunes as it is, with the standard residual: the AttnRes class in
+standard mode is the family's model itself, with the same tensors. Block or Full AttnRes from it needs the new
+tensors first: `attnres convert DIR OUT --upcycle block`, which the refusal names. From scratch, `--family NAME` builds
+the presets in that family's own architecture (`FAMILY_PRESETS`); Kimi Linear stays the default.
+
 Embedding repair (issue 9): models built before the fix (or Kimi Linear checkpoints, which pass `pad_token_id` as the
 padding index) keep the pad token's embedding at exactly zero. When pad is a real token (pad = EOS in most BPE
 tokenizers), every position holding it starts from a zero residual stream, and RMSNorm's backward at zero input scales
@@ -23,7 +30,7 @@ from pathlib import Path
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
+from ..families.registry import SUPPORTED, family_classes, family_of_model_type
 from ..utils.tiny import K3_SMALL_PRESET, tiny_config
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -44,16 +51,30 @@ PRESETS = {
     ),
     "k3-small": K3_SMALL_PRESET,  # Kimi K3's text architecture (SiTU, latent MoE, ...): `attnres export --to k3`
 }
+DEFAULT_FAMILY = "kimi_linear"
+FAMILIES = tuple(SUPPORTED)
+# --family NAME (not Kimi Linear): the same sizes in the family's own dense decoder (its attention and MLP, its defaults
+# for everything else: rotary base, norms, sliding windows, Gemma's scaled embedding)
+FAMILY_PRESETS = {
+    "tiny": dict(num_layers=4, block_size=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                 num_key_value_heads=2),
+    "small": dict(num_layers=8, block_size=2, hidden_size=256, intermediate_size=768, num_attention_heads=4,
+                  num_key_value_heads=4),
+    "base": dict(num_layers=12, block_size=3, hidden_size=768, intermediate_size=2048, num_attention_heads=12,
+                 num_key_value_heads=12),
+}
 
 
 def build_config(model_size: str, config_file: Path | None, attn_res: str | None, block_size: int | None,
-                 tokenizer) -> KimiLinearAttnResConfig:
-    """The model config; raises ValueError naming the file / field when it is invalid."""
+                 tokenizer, family: str | None = None):
+    """The model config; raises ValueError naming the file / field when it is invalid. `family`: --family (default
+    Kimi Linear; a --config file's own model_type names its family)."""
     special = dict(pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
                    eos_token_id=tokenizer.eos_token_id)
     if config_file is not None:
+        config_class = family_classes(_file_family(config_file, family))[0]
         try:
-            fields = KimiLinearAttnResConfig.from_json_file(str(config_file)).to_dict()
+            fields = config_class.from_json_file(str(config_file)).to_dict()
         except (OSError, ValueError, TypeError, StrictDataclassError) as error:
             raise ValueError(f"--config {config_file}: {error}") from error
         mode = attn_res or fields.get("attn_res_mode") or "block"
@@ -62,18 +83,46 @@ def build_config(model_size: str, config_file: Path | None, attn_res: str | None
         if fields["vocab_size"] < len(tokenizer):
             raise ValueError(f"--config {config_file}: vocab_size {fields['vocab_size']} "
                              f"< tokenizer size {len(tokenizer)}")
-        return _checked(lambda: KimiLinearAttnResConfig(**fields), f"--config {config_file}")
-    preset = dict(PRESETS[model_size])
+        return _checked(lambda: config_class(**fields), f"--config {config_file}")
+    preset = dict((PRESETS if (family or DEFAULT_FAMILY) == DEFAULT_FAMILY else FAMILY_PRESETS)[model_size])
     num_layers, default_block = preset.pop("num_layers"), preset.pop("block_size")
     mode = attn_res or "block"
-    return _checked(
-        lambda: tiny_config(mode, block_size if block_size is not None else default_block, num_layers,
-                            vocab_size=len(tokenizer), **special, **preset),
-        f"--model-size {model_size}",
-    )
+    size = block_size if block_size is not None else default_block
+    if (family or DEFAULT_FAMILY) == DEFAULT_FAMILY:
+        return _checked(lambda: tiny_config(mode, size, num_layers, vocab_size=len(tokenizer), **special, **preset),
+                        f"--model-size {model_size}")
+    config_class = family_classes(family)[0]
+    if "head_dim" in config_class.__dataclass_fields__:  # Qwen3 and Gemma 3 default to 128 / 256, not hidden / heads
+        preset["head_dim"] = preset["hidden_size"] // preset["num_attention_heads"]
+    return _checked(lambda: config_class(num_hidden_layers=num_layers, vocab_size=len(tokenizer), attn_res_mode=mode,
+                                         attn_res_block_size=size if mode == "block" else 0, **special, **preset),
+                    f"--family {family} --model-size {model_size}")
 
 
-def _checked(make, origin: str) -> KimiLinearAttnResConfig:
+def _file_family(config_file: Path, family: str | None) -> str:
+    """The family of a --config file: its model_type's, else --family's, else Kimi Linear's."""
+    try:
+        model_type = json.loads(Path(config_file).read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return family or DEFAULT_FAMILY  # an unreadable file: the config class's own reader names the problem
+    if model_type is None:
+        return family or DEFAULT_FAMILY
+    try:
+        found = family_of_model_type(model_type)
+    except ValueError as error:
+        raise ValueError(f"--config {config_file}: {error}") from None
+    if family is not None and family != found:
+        raise ValueError(f"--family {family} contradicts --config {config_file}, whose model_type {model_type!r} is "
+                         f"{found}: drop --family")
+    return found
+
+
+def model_class_of(config):
+    """The causal LM class of an AttnRes config of any family."""
+    return family_classes(family_of_model_type(config.model_type))[1]
+
+
+def _checked(make, origin: str):
     try:
         return make()
     except (ValueError, TypeError, StrictDataclassError) as error:
@@ -85,11 +134,16 @@ def _checked(make, origin: str) -> KimiLinearAttnResConfig:
 
 def check_init_from(args) -> None:
     """Flag conflicts and a missing folder, before any work (ValueError naming the flag)."""
+    family = getattr(args, "family", None)
     if args.init_from is None:
         args.model_size = args.model_size or "small"
+        if family not in (None, DEFAULT_FAMILY) and args.config is None and args.model_size not in FAMILY_PRESETS:
+            raise ValueError(f"--model-size {args.model_size} is Kimi Linear's only: --family {family} takes "
+                             f"{', '.join(FAMILY_PRESETS)}")
         return
-    if args.config is not None or args.model_size is not None:
-        flag = "--config" if args.config is not None else "--model-size"
+    if args.config is not None or args.model_size is not None or family is not None:
+        flag = "--config" if args.config is not None else "--model-size" if args.model_size is not None else \
+            "--family"
         raise ValueError(f"--init-from {args.init_from} takes the model (size and config) from that folder: "
                          f"drop {flag}")
     folder = Path(args.init_from)
@@ -106,15 +160,17 @@ def check_init_from(args) -> None:
         raise ValueError(f"--init-from {folder}: no weights (*.safetensors) there")
 
 
-def init_config(init_from: Path, attn_res: str | None, block_size: int | None, tokenizer) -> KimiLinearAttnResConfig:
-    """DIR's config, with the AttnRes mode kept or changed consistently; raises ValueError naming the flag."""
+def init_config(init_from: Path, attn_res: str | None, block_size: int | None, tokenizer):
+    """DIR's config, of DIR's family, with the AttnRes mode kept or changed consistently; raises ValueError naming the
+    flag."""
+    config_class = family_classes(folder_family(init_from))[0]
     try:
-        config = KimiLinearAttnResConfig.from_pretrained(str(init_from))
+        config = config_class.from_pretrained(str(init_from))
     except (OSError, ValueError, TypeError) as error:
         raise ValueError(f"--init-from {init_from}: cannot read its config.json ({error})") from error
     saved, mode = config.attn_res_mode, attn_res or config.attn_res_mode
     if (saved == "standard") != (mode == "standard"):
-        hint = (f"upcycle it first: python scripts/convert_checkpoint.py {init_from} OUT --upcycle {mode}"
+        hint = (f"upcycle it first: attnres convert {init_from} OUT --upcycle {mode}"
                 if saved == "standard" else "a model trained with AttnRes cannot drop its mixes")
         raise ValueError(f"--init-from {init_from} is a {saved}-residual model; "
                          f"--attn-res {mode} needs other tensors: {hint}")
@@ -126,9 +182,18 @@ def init_config(init_from: Path, attn_res: str | None, block_size: int | None, t
                          f"vocab_size {config.vocab_size}")
     fields = dict(config.to_dict(), attn_res_mode=mode, attn_res_block_size=size if mode == "block" else 0)
     try:
-        return KimiLinearAttnResConfig(**fields)
+        return config_class(**fields)
     except (ValueError, TypeError) as error:
         raise ValueError(f"--init-from {init_from}: invalid model config: {error}") from error
+
+
+def folder_family(init_from: Path) -> str:
+    """The family of DIR's config.json (its model_type: `llama` or `llama_attnres` is Llama; none is Kimi Linear)."""
+    config = json.loads((Path(init_from) / "config.json").read_text(encoding="utf-8"))
+    try:
+        return family_of_model_type(config.get("model_type"))
+    except ValueError as error:
+        raise ValueError(f"--init-from {init_from}: {error}") from None
 
 
 def init_tokenizer(init_from: Path, data_tokenizer, data_dir: Path, trust_remote_code: bool = False):
@@ -154,11 +219,9 @@ def init_tokenizer(init_from: Path, data_tokenizer, data_dir: Path, trust_remote
     return tokenizer
 
 
-def load_model(init_from: Path, config: KimiLinearAttnResConfig):
-    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
-
+def load_model(init_from: Path, config):
     # fp32 master weights, as a fresh model has: --mixed-precision decides the compute dtype
-    return KimiLinearAttnResForCausalLM.from_pretrained(str(init_from), config=config, dtype=torch.float32)
+    return model_class_of(config).from_pretrained(str(init_from), config=config, dtype=torch.float32)
 
 
 # --- embedding repair ---------------------------------------------------------------------------------------------

@@ -220,7 +220,8 @@ def test_converted_folder_loads_where_attnres_is_not_installed(tmp_path):
     folder = write_moonshot_checkpoint(tmp_path / "ms", model)
     write_tokenizer(folder)
     convert_checkpoint(folder, tmp_path / "hf", progress=False)
-    assert auto_map(tmp_path / "hf")["AutoModelForCausalLM"] == "modeling_attnres.KimiLinearAttnResForCausalLM"
+    assert (auto_map(tmp_path / "hf")["AutoModelForCausalLM"]
+            == "modeling_kimi_linear_attnres.KimiLinearAttnResForCausalLM")
     ids = torch.randint(3, 256, (2, 8), generator=torch.Generator().manual_seed(0))
     result = load_in_clean_process(tmp_path / "hf", ids, tmp_path / "run", tmp_path / "home", tokenizer=True)
     with torch.no_grad():

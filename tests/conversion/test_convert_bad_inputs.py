@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from attnres.core.atomic_io import recover_interrupted
 from attnres.cli import convert as convert_cli
+from attnres.core.atomic_io import recover_interrupted
 from tests.helpers.bad_input_fixtures import (
     CONFIG_DTYPE_DAMAGE,
     INDEX_DAMAGE,

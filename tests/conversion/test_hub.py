@@ -12,6 +12,7 @@ from attnres.conversion import ConversionError
 from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from attnres.conversion.hub import build_hub_folder, read_eval_results
 from attnres.utils.tiny import tiny_config
+from tests.families.tiny import FAMILIES, random_ids, source_model
 from tests.helpers.remote_loading import fake_hub_repo, load_in_clean_process, write_tokenizer
 
 
@@ -34,12 +35,12 @@ def hub_folder(tmp_path_factory):
 def test_folder_has_weights_config_code_tokenizer_card(hub_folder):
     _, folder = hub_folder
     names = {p.name for p in folder.iterdir()}
-    assert {"model.safetensors", "config.json", "configuration_attnres.py", "modeling_attnres.py", "README.md",
-            "tokenizer.json", "tokenizer_config.json"} <= names
+    assert {"model.safetensors", "config.json", "configuration_kimi_linear_attnres.py",
+            "modeling_kimi_linear_attnres.py", "README.md", "tokenizer.json", "tokenizer_config.json"} <= names
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "kimi_linear_attnres"
-    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_attnres.KimiLinearAttnResForCausalLM"
-    assert config["auto_map"]["AutoConfig"] == "configuration_attnres.KimiLinearAttnResConfig"
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_kimi_linear_attnres.KimiLinearAttnResForCausalLM"
+    assert config["auto_map"]["AutoConfig"] == "configuration_kimi_linear_attnres.KimiLinearAttnResConfig"
     assert "linear_attn_config" not in config  # Moonshot's fields do not leak into the HF-native config
     assert not any(p.name.startswith(".") for p in folder.parent.iterdir())
 
@@ -98,3 +99,39 @@ def test_script_dry_run_and_refusals(hub_folder, tmp_path, capsys, monkeypatch):
     assert "already exists" in capsys.readouterr().err
     assert script.main(["--model", str(built), "--repo-id", "me/x", "--output", str(out), "--force"]) == 0
     assert uploads == [(out.resolve(), "me/x")]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_builds_a_folder_that_loads_with_attnres(family, tmp_path, capsys):
+    """An upcycled model of each other family: weights, config, tokenizer and a card saying how it loads (these
+    families ship no remote code: `import attnres` registers them), the same logits back; by the command, dry run."""
+    from transformers import AutoModelForCausalLM
+
+    from attnres import upcycle
+    from attnres.cli import push_to_hub as script
+
+    model = upcycle(source_model(family), "full")
+    model.save_pretrained(tmp_path / "model")
+    out = tmp_path / "hub"
+    assert script.main(["--model", str(tmp_path / "model"), "--output", str(out), "--dry-run",
+                        "--tokenizer", str(write_tokenizer(tmp_path / "tok"))]) == 0
+    assert "dry run" in capsys.readouterr().out
+    assert {"model.safetensors", "config.json", "README.md", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == f"{family}_attnres" and "auto_map" not in config
+    card = ModelCard.load(out / "README.md")
+    assert family in card.data.tags and "custom_code" not in card.data.tags
+    assert "| AttnRes mode | `full` |" in card.text and f"{model.num_parameters():,}" in card.text
+    assert "import attnres" in card.text and "trust_remote_code" not in card.text
+    ids = random_ids()
+    with torch.no_grad():
+        torch.testing.assert_close(AutoModelForCausalLM.from_pretrained(out)(ids).logits, model(ids).logits,
+                                   rtol=0, atol=0)
+
+
+def test_a_family_own_checkpoint_is_refused_with_the_upcycle_command(tmp_path):
+    source_model("llama").save_pretrained(tmp_path / "llama")
+    with pytest.raises(ConversionError, match="own llama checkpoint, without AttnRes: upcycle it first "
+                                              r"\(attnres convert .*llama OUT --upcycle block\)"):
+        build_hub_folder(tmp_path / "llama", tmp_path / "hub")
+    assert not (tmp_path / "hub").exists()

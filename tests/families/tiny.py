@@ -26,16 +26,17 @@ FAMILIES = {
 }
 
 
-def source_config(family: str):
+def source_config(family: str, **fields):
+    """`fields` replace the shape's (another vocabulary, the tokenizer's special ids)."""
     config_class, _, extra = FAMILIES[family]
-    return config_class(**SHAPE, **extra)
+    return config_class(**SHAPE | extra | fields)
 
 
-def source_model(family: str, seed: int = 0):
+def source_model(family: str, seed: int = 0, **fields):
     """The family's own causal LM, random weights (norm gains randomised too, so no gain is trivially 1 or 0)."""
     _, model_class, _ = FAMILIES[family]
     torch.manual_seed(seed)
-    model = model_class(source_config(family)).eval()
+    model = model_class(source_config(family, **fields)).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "norm" in name:

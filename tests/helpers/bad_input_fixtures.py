@@ -194,7 +194,7 @@ def in_tmp_cwd(monkeypatch, tmp_path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-# -- non-finite weights (the tools' numeric guard, attnres/utils/finite_weights.py) -----------------------------------------
+# -- non-finite weights (the tools' numeric guard, attnres/utils/finite_weights.py) ---------------------------
 def nan_weight(path: Path, value: float = float("nan")) -> str:
     """Set one value of the first floating tensor of a safetensors file (or a folder's first shard) to `value`
     (NaN by default); returns the tensor's name, which the error must give."""

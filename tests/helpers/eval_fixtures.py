@@ -58,11 +58,52 @@ def write_gpqa_csv(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def fixture_eval_data(root: Path, benchmarks=("mmlu", "triviaqa", "minerva_math", "humaneval", "gpqa")) -> Path:
-    """<root>/eval laid out as eval/prepare_eval_data.py does, with a few self-written items per benchmark."""
+CAPITALS = {"France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Japan": "Tokyo",
+            "Russia": "Moscow", "Egypt": "Cairo", "England": "London", "Greece": "Athens", "Portugal": "Lisbon",
+            "Austria": "Vienna", "Ireland": "Dublin", "Norway": "Oslo", "Sweden": "Stockholm", "Finland": "Helsinki",
+            "Denmark": "Copenhagen", "Poland": "Warsaw", "Hungary": "Budapest", "China": "Beijing", "Kenya": "Nairobi",
+            "Peru": "Lima", "Argentina": "Buenos Aires", "Thailand": "Bangkok", "Turkey": "Ankara", "Canada": "Ottawa",
+            "Cuba": "Havana", "Iran": "Tehran", "Belgium": "Brussels", "the Netherlands": "Amsterdam",
+            "Switzerland": "Bern"}
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+
+
+def easy_mmlu(seed: int = 0) -> dict[str, list[dict]]:
+    """100 self-written 4-choice items in MMLU's layout, easy enough that a 135M model scores well above chance (25%)
+    0-shot: capitals (30), the next number (40), the next day (7) and month (12), the previous day (7) and 4 more
+    months; {MMLU subject: rows} (subjects lm-eval's MMLU tasks know)."""
+    import random
+
+    rng = random.Random(seed)
+
+    def item(question, subject, answer, pool):
+        choices = [answer, *rng.sample([c for c in pool if c != answer], 3)]
+        rng.shuffle(choices)
+        return dict(question=question, subject=subject, choices=choices, answer=choices.index(answer))
+
+    capitals = [item(f"What is the capital of {country}?", "global_facts", city, list(CAPITALS.values()))
+                for country, city in CAPITALS.items()]
+    numbers = [item(f"Which number comes after {n}?", "elementary_mathematics", str(n + 1),
+                    [str(n + d) for d in (-2, -1, 2, 3, 10)] + [str(n + 1)]) for n in range(3, 43)]
+    after = [item(f"Which day comes after {DAYS[i]}?", "miscellaneous", DAYS[(i + 1) % 7], DAYS) for i in range(7)]
+    after += [item(f"Which month comes after {MONTHS[i]}?", "miscellaneous", MONTHS[(i + 1) % 12], MONTHS)
+              for i in range(12)]
+    after += [item(f"Which day comes before {DAYS[i]}?", "miscellaneous", DAYS[i - 1], DAYS) for i in range(7)]
+    after += [item(f"Which month comes before {MONTHS[i]}?", "miscellaneous", MONTHS[i - 1], MONTHS)
+              for i in range(1, 5)]
+    return {"global_facts": capitals, "elementary_mathematics": numbers, "miscellaneous": after}
+
+
+def fixture_eval_data(root: Path, benchmarks=("mmlu", "triviaqa", "minerva_math", "humaneval", "gpqa"),
+                      mmlu_subjects: dict[str, list[dict]] | None = None) -> Path:
+    """<root>/eval laid out as eval/prepare_eval_data.py does, with a few self-written items per benchmark
+    (`mmlu_subjects`: {subject: rows} in place of the default MMLU items)."""
     out = root / "eval"
     mmlu = [dict(question=f"Which number comes after {i}?", subject="x", choices=[str(i + 1), str(i), str(i + 2), "0"],
                  answer=0) for i in range(3)]
+    mmlu_subjects = mmlu_subjects or {subject: mmlu for subject in MMLU_SUBJECTS}
     math_rows = [dict(problem=f"What is ${i}+{i}$?", level="Level 1", type="Algebra",
                       solution=f"We add: ${i}+{i}=\\boxed{{{2 * i}}}$.") for i in range(1, 3)]
     humaneval = [dict(task_id="Fixture/0", prompt='def add(a, b):\n    """Return a + b."""\n',
@@ -72,11 +113,12 @@ def fixture_eval_data(root: Path, benchmarks=("mmlu", "triviaqa", "minerva_math"
                    answer=dict(value="Blue", aliases=["Blue", "blue"], normalized_aliases=["blue"])) for i in range(3)]
     status = {}
     if "mmlu" in benchmarks:
-        for subject in MMLU_SUBJECTS:
-            write_jsonl(out / "mmlu" / subject / "test.jsonl", mmlu)
-            write_jsonl(out / "mmlu" / subject / "dev.jsonl", mmlu)
-        write_jsonl(out / "mmlu" / "all_test.jsonl", mmlu * len(MMLU_SUBJECTS))
-        status["mmlu"] = dict(rows={"test": 6, "dev": 6})
+        for subject, rows in mmlu_subjects.items():
+            write_jsonl(out / "mmlu" / subject / "test.jsonl", rows)
+            write_jsonl(out / "mmlu" / subject / "dev.jsonl", rows)
+        every = [row for rows in mmlu_subjects.values() for row in rows]
+        write_jsonl(out / "mmlu" / "all_test.jsonl", every)
+        status["mmlu"] = dict(rows={"test": len(every), "dev": len(every)})
     if "minerva_math" in benchmarks:
         for subject in MATH_SUBJECTS:
             write_jsonl(out / "minerva_math" / subject / "test.jsonl", math_rows)

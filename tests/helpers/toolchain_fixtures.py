@@ -11,8 +11,8 @@ import torch
 
 import attnres  # noqa: F401  registers the Auto classes and writes the code files with save_pretrained
 from attnres import KimiLinearAttnResForCausalLM
-from attnres.utils.tiny import tiny_config
 from attnres.training.corpora import train_bpe
+from attnres.utils.tiny import tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 TEXTS = ["the river runs under the stone bridge", "a queen sees the light of the house",
@@ -35,6 +35,24 @@ def tiny_folder(path: Path, mode: str = "block", num_layers: int = 3, seed: int 
                          eos_token_id=tokenizer.eos_token_id)
     model = KimiLinearAttnResForCausalLM(config)
     with torch.no_grad():  # move the pseudo-queries off zero: a uniform mix hides wiring bugs
+        for name, param in model.named_parameters():
+            if name.endswith("_res_proj.weight"):
+                param.normal_(0, 0.5)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def tiny_family_folder(path: Path, family: str) -> Path:
+    """A tiny random model of a family (Llama, Mistral, ...: tests/families/tiny.py) upcycled to Block AttnRes, its
+    pseudo-queries moved off zero, saved with tiny_folder's tokenizer."""
+    from attnres import upcycle
+    from tests.families.tiny import source_model
+
+    tokenizer = tiny_tokenizer()
+    model = upcycle(source_model(family, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                 bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id), "block", 2)
+    with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("_res_proj.weight"):
                 param.normal_(0, 0.5)

@@ -1,4 +1,5 @@
-"""Bad input of Kimi K3-format folders (attnres/families/kimi_linear/k3/) to scripts/convert_checkpoint.py (exit code and message) and
+"""Bad input of Kimi K3-format folders (attnres/families/kimi_linear/k3/) to
+scripts/convert_checkpoint.py (exit code and message) and
 from_pretrained: the file-level damage every model folder gets (config, safetensors, index), and K3-only damage not in
 tests/test_k3_model.py (its wrapper config, MXFP4 tensors of the wrong dtype, an unknown quantization format).
 Every case: one message naming the file or field, the folder untouched, no output written."""

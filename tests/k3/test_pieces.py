@@ -1,4 +1,5 @@
-"""Kimi K3's pieces, each against a plain PyTorch reference written from its formula (attnres/families/kimi_linear/k3)."""
+"""Kimi K3's pieces, each against a plain PyTorch reference written from its formula
+(attnres/families/kimi_linear/k3)."""
 from __future__ import annotations
 
 import pytest

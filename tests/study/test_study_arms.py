@@ -16,8 +16,8 @@ from attnres.study.arms_report import lr_panels, multiplier_text
 from attnres.study.grid import best_lrs, grid_from_dict, load_grid, model_config
 from attnres.study.report import write_report
 from attnres.study.runner import RESULT_FILE, run_grid, run_spec, train_command
-from attnres.utils.tiny import tiny_config
 from attnres.training.loop import param_groups
+from attnres.utils.tiny import tiny_config
 from tests.helpers.train_fixtures import REPO
 
 GRID = {

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResForCausalLM
-from attnres.utils.tiny import tiny_config
 from attnres.training import loop
 from attnres.training.data import DATASET_DIR, META_FILE, load_prepared
 from attnres.training.models import build_config, data_token_ids, reinit_zero_embedding_rows
+from attnres.utils.tiny import tiny_config
 from tests.helpers.train_fixtures import train_args, train_losses
 
 

@@ -3,8 +3,8 @@
 `check_mode_flags`). The CLI-level combinations are in tests/cli/test_flag_combinations.py."""
 import pytest
 
-from attnres.utils.tiny import tiny_config
 from attnres.training.args import SetupError
+from attnres.utils.tiny import tiny_config
 from tests.helpers.train_fixtures import train_args
 
 

@@ -14,8 +14,8 @@ from transformers.models.llama.modeling_llama import (
 
 from attnres.core.decoder_layer import AttnResDecoderLayerMixin
 from attnres.core.decoder_model import AttnResDecoderForCausalLM, AttnResDecoderModel
-from attnres.core.model import AttnResPreTrainedMixin
 from attnres.core.mix_point import register_fusable_norm
+from attnres.core.model import AttnResPreTrainedMixin
 
 from .configuration_llama_attnres import LlamaAttnResConfig
 

@@ -31,10 +31,12 @@ class SiTUMLP(KimiLinearMLP):
 
 class SiTUPlaceholder(nn.Module):
     """`ACT2FN["situ"]`, registered so Kimi Linear's constructors accept `hidden_act: "situ"` (their modules are then
-    replaced by the ones above, attnres.families.kimi_linear.k3.install). SiTU-GLU reads gate and up, so a one-input call is an error."""
+    replaced by the ones above, attnres.families.kimi_linear.k3.install). SiTU-GLU reads gate and up, so a one-input
+    call is an error."""
 
     def forward(self, x):
-        raise RuntimeError("SiTU-GLU reads both the gate and the up projection: use attnres.families.kimi_linear.k3.activation.situ_glu")
+        raise RuntimeError("SiTU-GLU reads both the gate and the up projection: use "
+                           "attnres.families.kimi_linear.k3.activation.situ_glu")
 
 
 ACT2FN.setdefault("situ", SiTUPlaceholder)
