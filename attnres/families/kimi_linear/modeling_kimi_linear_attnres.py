@@ -44,9 +44,9 @@ from attnres.core.model_size import check_buildable
 
 # Imports of this package are absolute here and rewritten to flat relative ones in saved folders (remote_code.py)
 from attnres.families.kimi_linear.conversion_mapping import register_moonshot_mapping  # noqa: F401  (registers: Moonshot names load)
-from attnres.families.kimi_linear.k3 import install as install_k3
+from attnres.families.kimi_linear.k3 import install_k3
 from attnres.families.kimi_linear.k3 import uses_k3
-from attnres.families.kimi_linear.kda_device_guard import install as install_kda_device_guard
+from attnres.families.kimi_linear.kda_device_guard import install_kda_device_guard
 
 from .configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 
