@@ -6,8 +6,6 @@ Kimi K3's tensors, on the module that owns the point: `{point}_res_norm` (the ke
 (`attnres.kernels.mix.variants`); with every switch at its default the model, its tensor names and its fast paths are
 untouched.
 """
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch
@@ -33,7 +31,7 @@ class MixSettings:
     recompute: bool
 
     @classmethod
-    def of(cls, config) -> MixSettings:
+    def of(cls, config) -> "MixSettings":
         return cls(config.attn_res_mode, config.attn_res_ablation, config.attn_res_fuse_norm,
                    config.resolved_backend(), config.attn_res_recompute)
 

@@ -8,7 +8,7 @@ import torch
 from transformers import initialization as init
 from transformers.utils.output_capturing import selected_hidden_states
 
-# Imports of this package are absolute here and rewritten to flat relative ones in saved folders (remote_code.py)
+# Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from attnres.core.inference import two_phase_schedule
 from attnres.core.input_checks import check_backend, check_dtypes, check_values
 from attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery

@@ -51,9 +51,12 @@ class Source:
 
     @classmethod
     def read(cls, name: str, text: str | None = None) -> Source:
-        spec = importlib.util.find_spec(name)
-        text = Path(spec.origin).read_text(encoding="utf-8") if text is None else text
-        package = name if spec is None or spec.submodule_search_locations is not None else name.rpartition(".")[0]
+        """The installed module `name`, or a module (not a package) of that name with `text` as its source."""
+        package = name.rpartition(".")[0]
+        if text is None:
+            spec = importlib.util.find_spec(name)
+            text = Path(spec.origin).read_text(encoding="utf-8")
+            package = name if spec.submodule_search_locations is not None else package
         source = cls(name, text, ast.parse(text))
         for node, in_function in _imports(source.tree):
             target = _our_target(node, package, name)
@@ -115,20 +118,19 @@ def closure(root: str, sources: dict) -> list[str]:
 
 
 def dependency_order(modules: list[str], sources: dict) -> list[str]:
-    """`modules` so that each comes after the modules it imports outside functions (they run at import)."""
-    ordered, seen = [], set()
+    """`modules` so that each comes after the modules it imports outside functions (they run at import) and, where
+    that allows, after those it imports inside functions too (a function may run at import: a registration)."""
+    def needs(module, kind):
+        return {t for _, t in getattr(sources[module], kind) if t in modules and t != module}
 
-    def visit(module):
-        if module in seen:
-            return
-        seen.add(module)
-        for _, target in sources[module].eager:
-            if target in modules:
-                visit(target)
-        ordered.append(module)
-
-    for module in sorted(modules):
-        visit(module)
+    ordered, left = [], sorted(modules)
+    while left:
+        ready = [m for m in left if needs(m, "eager") <= set(ordered)]
+        if not ready:
+            raise GenerationError(f"import cycle among {left}")
+        best = [m for m in ready if needs(m, "lazy") <= set(ordered)]
+        ordered.append((best or ready)[0])
+        left.remove(ordered[-1])
     return ordered
 
 
@@ -160,20 +162,18 @@ class FlatFile:
     optional: dict  # module -> the optional package it needs (optional_modules)
 
     def render(self) -> str:
-        hoisted, body, cross = [], [], {}
-        future = False
-        plain = [m for m in self.modules if m not in self.optional]
-        optional = [m for m in self.modules if m in self.optional]
-        for module in plain + optional:
+        hoisted, body, cross, future = [], [], {}, True
+        guarded = {}  # optional package -> the texts of the modules needing it
+        for module in self.modules:
             text, imports, uses_future = self._module_text(module, cross)
-            future |= uses_future
+            future &= uses_future  # only where every module has it: transformers reads some annotations at runtime
             hoisted += imports
-            if module in optional:
-                package = self.optional[module]
-                hoisted.append(ast.parse("import importlib.util").body[0])
-                text = (f"# needs {package}: defined only where it is installed (reached only where {package} is used)\n"
-                        f"if importlib.util.find_spec({package!r}) is not None:\n{_indent(text)}")
-            body.append(text)
+            if module in self.optional:
+                guarded.setdefault(self.optional[module], []).append(text)
+            else:
+                body.append(text)
+        for package, texts in guarded.items():
+            body.append(_guarded(package, "\n\n".join(texts)))
         self._check_collisions()
         lines = [self._header(), *(["from __future__ import annotations", ""] if future else [])]
         lines += _import_lines(hoisted)
@@ -182,7 +182,7 @@ class FlatFile:
         for file_name, names in sorted(cross.items()):
             lines.append(_from_line(f".{file_name}", {(n, None) for n in names}))
         generated = "\n".join(lines) + "\n\n" + "\n\n".join(body).rstrip() + "\n"
-        self._check_no_package_import(generated)
+        check_no_package_import(self.name, generated)
         return generated
 
     def _header(self) -> str:
@@ -254,11 +254,12 @@ class FlatFile:
                         raise GenerationError(f"{self.name}.py: top-level name {name!r} is defined differently by "
                                               f"{first[0]} and {module}; rename one (the code is generated flat)")
 
-    def _check_no_package_import(self, generated: str) -> None:
-        for node, _ in _imports(ast.parse(generated)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            if not getattr(node, "level", 0) and any(n.split(".")[0] == PACKAGE for n in names):
-                raise GenerationError(f"{self.name}.py line {node.lineno}: an import of {PACKAGE} is left over")
+def check_no_package_import(file_name: str, generated: str) -> None:
+    """A generated file must import nothing of this package: a user of the folder does not have it."""
+    for node, _ in _imports(ast.parse(generated)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        if not getattr(node, "level", 0) and any(n.split(".")[0] == PACKAGE for n in names):
+            raise GenerationError(f"{file_name}.py line {node.lineno}: an import of {PACKAGE} is left over")
 
 
 def _import_lines(statements) -> list[str]:
@@ -304,6 +305,13 @@ def _from_line(module: str, names) -> str:
     if len(line) <= LINE_LENGTH:
         return line
     return f"from {module} import (\n" + "".join(f"    {p},\n" for p in parts) + ")"
+
+
+def _guarded(package: str, text: str) -> str:
+    """`text` run only where `package` imports: in a `try` (so transformers' loader does not demand it) and an `if`."""
+    return (f"# The modules below need {package}: defined only where it imports (the others use them only then)\n"
+            f"try:\n    import {package}\nexcept ImportError:\n    {package} = None\n\n"
+            f"if {package} is not None:\n{_indent(text)}")
 
 
 def _indent(text: str) -> str:
