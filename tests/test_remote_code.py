@@ -15,6 +15,7 @@ from attnres.core.remote_code import (
     FlatFile,
     GenerationError,
     Source,
+    auto_map,
     check_no_package_import,
     dependency_order,
     generate,
@@ -22,7 +23,8 @@ from attnres.core.remote_code import (
 )
 from attnres.families.registry import SUPPORTED, family_classes
 from tests.helpers.model_factory import random_ids, tiny_model
-from tests.helpers.remote_loading import auto_map, fake_hub_repo, load_in_clean_process
+from tests.helpers.remote_loading import auto_map as folder_auto_map
+from tests.helpers.remote_loading import fake_hub_repo, load_in_clean_process
 
 MODELING = {family: family_classes(family)[1].__module__ for family in SUPPORTED}
 
@@ -131,7 +133,7 @@ def test_an_import_of_the_package_left_over_is_refused():
 def test_folder_loads_without_the_package(tmp_path):
     model = tiny_model("block", block_size=2, num_layers=3)  # KDA, KDA, MLA; MoE after the first layer
     model.save_pretrained(tmp_path / "model")
-    assert (auto_map(tmp_path / "model")["AutoModelForCausalLM"]
+    assert (folder_auto_map(tmp_path / "model")["AutoModelForCausalLM"]
             == "modeling_kimi_linear_attnres.KimiLinearAttnResForCausalLM")
     assert sorted(p.name for p in (tmp_path / "model").glob("*.py")) == [
         "configuration_kimi_linear_attnres.py", f"{KERNELS_FILE}.py", "modeling_kimi_linear_attnres.py"]
@@ -172,3 +174,10 @@ def test_remote_copy_runs_its_triton_kernels_beside_the_package(tmp_path, monkey
         copies = [m for name, m in sys.modules.items() if name.endswith(f".{KERNELS_FILE}")]
         assert copies and all(m.OPS.startswith("attnres_") for m in copies)  # its kernels ran, under its own ops
         assert torch.ops.attnres.mix_fwd.default is not getattr(torch.ops, copies[0].OPS).mix_fwd.default
+
+
+def test_auto_map_points_every_family_at_its_generated_files(generated):
+    for family, module in MODELING.items():
+        entries = auto_map(module)
+        assert set(entries) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}
+        assert {f"{entry.rpartition('.')[0]}.py" for entry in entries.values()} <= set(generated[family]), family

@@ -415,7 +415,8 @@ def auto_map(modeling_module: str = ROOT_MODULE) -> dict[str, str]:
 
 def _attn_res_config_class(module):
     for value in vars(module).values():
-        if isinstance(value, type) and value.__module__ == module.__name__ and hasattr(value, "attn_res_family"):
+        if (isinstance(value, type) and value.__module__ == module.__name__
+                and str(getattr(value, "model_type", "")).endswith("_attnres")):
             return value
     raise GenerationError(f"{module.__name__} defines no AttnRes config class")
 
