@@ -8,6 +8,7 @@ import torch
 import attnres  # noqa: F401  (registers the Auto classes)
 from attnres.core.remote_code import KERNELS_FILE
 from attnres.families.registry import family_classes
+from attnres.utils.trust import folder_code
 from tests.families.tiny import FAMILIES, attn_res_model, random_ids
 from tests.helpers.model_factory import perturb_attn_res
 from tests.helpers.remote_loading import fake_hub_repo, load_all_in_clean_process
@@ -36,6 +37,7 @@ def test_every_family_folder_loads_without_the_package(tmp_path):
         assert {p.name for p in folder.iterdir()} == DATA_FILES | want["files"], family
         auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
         assert auto_map == {key: want[key] for key in ("AutoConfig", "AutoModelForCausalLM")}, family
+        assert folder_code(folder) == [], family  # here the registered classes replace the folder's code: no flag
         with torch.no_grad():
             expected.append((model(ids).logits, model.generate(ids, max_new_tokens=4, do_sample=False)))
         folders.append(folder)
