@@ -168,6 +168,8 @@ class FlatFile:
             text, imports, uses_future = self._module_text(module, cross)
             future &= uses_future  # only where every module has it: transformers reads some annotations at runtime
             hoisted += imports
+            if not text:
+                continue
             if module in self.optional:
                 guarded.setdefault(self.optional[module], []).append(text)
             else:
@@ -223,7 +225,8 @@ class FlatFile:
                 out += replacement
                 continue
             out.append(line)
-        return "\n".join(out).strip("\n") + "\n", imports, future
+        text = "\n".join(out).strip("\n") + "\n" if any(line.strip() for line in out[1:]) else ""
+        return text, imports, future  # "": a package's `__init__` that only re-exports
 
     def _replace_import(self, node: ast.ImportFrom, target: str, top: bool, cross: dict) -> list[str]:
         """What replaces an import of the package: nothing (the name is a global of this file), `alias = name`, or
