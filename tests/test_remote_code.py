@@ -24,7 +24,7 @@ from attnres.core.remote_code import (
 from attnres.families.registry import SUPPORTED, family_classes
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.remote_loading import auto_map as folder_auto_map
-from tests.helpers.remote_loading import fake_hub_repo, load_in_clean_process
+from tests.helpers.remote_loading import fake_hub_repo, load_all_in_clean_process
 
 MODELING = {family: family_classes(family)[1].__module__ for family in SUPPORTED}
 
@@ -140,10 +140,9 @@ def test_folder_loads_without_the_package(tmp_path):
     ids = random_ids()
     with torch.no_grad():
         expected = model(ids).logits
-    local = load_in_clean_process(tmp_path / "model", ids, tmp_path / "local", tmp_path / "hf")
-    torch.testing.assert_close(local["logits"], expected)
     repo = fake_hub_repo(tmp_path / "model", tmp_path / "hf" / "hub")
-    hub = load_in_clean_process(repo, ids, tmp_path / "hub", tmp_path / "hf")
+    local, hub = load_all_in_clean_process([tmp_path / "model", repo], ids, tmp_path / "run", tmp_path / "hf")
+    torch.testing.assert_close(local["logits"], expected)
     torch.testing.assert_close(hub["logits"], expected)
 
 
