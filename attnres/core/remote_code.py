@@ -257,8 +257,10 @@ class FlatFile:
                         raise GenerationError(f"{self.name}.py: top-level name {name!r} is defined differently by "
                                               f"{first[0]} and {module}; rename one (the code is generated flat)")
 
+
 def check_no_package_import(file_name: str, generated: str) -> None:
-    """A generated file must import nothing of this package: a user of the folder does not have it."""
+    """A generated file must import nothing of this package: a user of the folder does not have it. (It must parse,
+    too: a SyntaxError here is a generation bug, raised before anything is written.)"""
     for node, _ in _imports(ast.parse(generated)):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
         if not getattr(node, "level", 0) and any(n.split(".")[0] == PACKAGE for n in names):
