@@ -1,14 +1,15 @@
 """attnres: Attention Residuals (Kimi Team, 2026) for Hugging Face Transformers' PreNorm decoders.
 
-`import attnres` registers the configs and models with the Auto classes: Kimi Linear (`kimi_linear_attnres`, marked
-for `save_pretrained` to write `auto_map` plus the code files, so a saved folder also loads with
-`trust_remote_code=True`) and the families of `attnres.families` (`llama_attnres`, `mistral_attnres`,
-`qwen2_attnres`, `qwen3_attnres`, `gemma3_text_attnres`). `attnres.upcycle(model)` turns a loaded standard model of
-any of them into Block or Full AttnRes.
+`import attnres` registers the configs and models with the Auto classes: Kimi Linear (`kimi_linear_attnres`) and the
+families of `attnres.families` (`llama_attnres`, `mistral_attnres`, `qwen2_attnres`, `qwen3_attnres`,
+`gemma3_text_attnres`), each marked for `save_pretrained` to write `auto_map` plus the generated code files
+(attnres.core.remote_code), so a saved folder also loads with `trust_remote_code=True` without this package.
+`attnres.upcycle(model)` turns a loaded standard model of any of them into Block or Full AttnRes.
 """
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
+from .core import remote_code  # noqa: F401  (the package's models write their folder's code on save)
 from .families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from .families.kimi_linear.k3.config import K3_WRAPPER_TYPE
 from .families.kimi_linear.modeling_kimi_linear_attnres import (

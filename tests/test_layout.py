@@ -7,13 +7,15 @@ import sys
 from pathlib import Path
 
 import attnres
-from attnres.core.remote_code import code_modules
+from attnres.core.remote_code import generate
+from attnres.families.registry import SUPPORTED, family_classes
 
 PACKAGE_DIR = Path(attnres.__file__).parent
 
 KIMI = "attnres.families.kimi_linear"
-# The model core: what `import attnres` loads. Kimi Linear's part of it is what its saved folder ships as remote code:
-# the family-independent core it needs and the family's own modules (`attnres/families/kimi_linear/`)
+# The model core: what `import attnres` loads. Kimi Linear's part of it is what its saved folder's generated code is
+# made of (the family-independent core it needs and the family's own modules, `attnres/families/kimi_linear/`), and
+# the generator itself (`attnres.core.remote_code`, which ships in no folder)
 KIMI_CORE = {
     "attnres", "attnres.core.mix_point", "attnres.core.depth_layout", "attnres.core.inference",
     "attnres.core.input_checks", "attnres.core.saved_model", "attnres.core.checkpoint_files", "attnres.core.atomic_io",
@@ -125,9 +127,19 @@ def test_the_core_imports_no_tool_and_is_exactly_what_a_saved_folder_ships():
     loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                            check=True, timeout=300).stdout))
     assert loaded <= CORE, f"import attnres loads tool modules: {sorted(loaded - CORE)}"
-    shipped = set(code_modules())
-    assert shipped | {"attnres"} == KIMI_CORE, (f"remote code ships {sorted(shipped - KIMI_CORE)} beyond the core and "
-                                                f"misses {sorted(KIMI_CORE - shipped - {'attnres'})}")
+    shipped = shipped_modules(family_classes("kimi_linear")[1].__module__)
+    assert shipped | {"attnres", "attnres.core.remote_code"} == KIMI_CORE, (
+        f"remote code ships {sorted(shipped - KIMI_CORE)} beyond the core and misses "
+        f"{sorted(KIMI_CORE - shipped - {'attnres', 'attnres.core.remote_code'})}")
+    for family in SUPPORTED:  # every family's folder: core modules only, never the generator
+        shipped = shipped_modules(family_classes(family)[1].__module__)
+        assert shipped <= CORE - {"attnres.core.remote_code"}, (family, sorted(shipped - CORE))
+
+
+def shipped_modules(modeling_module: str) -> set[str]:
+    """The package modules a family's generated code files say they were generated from (their headers)."""
+    return {line.removeprefix("#   ") for text in generate(modeling_module).values()
+            for line in text.split("\n\n")[0].splitlines() if line.startswith("#   ")}
 
 
 def test_the_checks_see_lazy_relative_and_upward_imports(tmp_path):

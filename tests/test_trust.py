@@ -89,9 +89,9 @@ def test_tokenizer_auto_map_runs_with_the_flag(planted_tokenizer):
 
 
 def test_our_saved_folder_loads_without_the_flag_and_never_imports_its_copy(ours, tmp_path):
-    """Our folders carry auto_map -> our flat modules (for machines without attnres); here the registered classes
-    load instead, so a planted modeling_kimi_linear_attnres.py beside the weights never
-    runs, with or without the flag."""
+    """Our folders carry auto_map -> their generated code files (for machines without attnres); here the registered
+    classes load instead, so a planted modeling_kimi_linear_attnres.py beside the weights never runs, with or without
+    the flag."""
     assert json.loads((ours / "config.json").read_text())["auto_map"]  # the case under test
     assert folder_code(ours) == []
     folder, marker = shutil.copytree(ours, tmp_path / "ours_planted"), tmp_path / "model_marker"

@@ -8,7 +8,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..core.checkpoint_files import INDEX_NAME
-from ..core.remote_code import AUTO_MAP, write_code_files
+from ..core.remote_code import auto_map, write_code_files
 from ..core.saved_model import RECORD_FILE, write_weights_record
 from ..families.kimi_linear.conversion_mapping import convert_tensors
 from .atomic import check_output, move_into_place, output_folder
@@ -52,7 +52,7 @@ def convert_checkpoint(
         writer.finish()
         config_dict = hf_config_dict(plan.target_config) if to == "hf" else moonshot_config_dict(plan.target_config)
         if to == "hf":  # as a save_pretrained folder: loads with the Auto classes and trust_remote_code
-            config_dict["auto_map"] = dict(AUTO_MAP)
+            config_dict["auto_map"] = auto_map()
         write_config(config_dict, folder)
         _copy_side_files(input, folder, code_too=plan.source_layout == to)
         write_weights_record(folder, plan.target_config)  # what these weights are, checked by from_pretrained

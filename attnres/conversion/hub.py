@@ -24,8 +24,9 @@ from .config import drop_moonshot_fields
 from .errors import ConversionError
 
 INSTALL_NOTE = (
-    "The model code ships in this repository (`modeling_kimi_linear_attnres.py` and the modules beside it, loaded with "
-    "`trust_remote_code=True`) and needs only `torch` and `transformers>=5.23.0,<5.24`. With `triton` installed, "
+    "The model code ships in this repository as three files generated from the attnres package (the configuration, "
+    "`modeling_*_attnres.py` and `kernels_attnres.py`, loaded with `trust_remote_code=True`) and needs only `torch` "
+    "and `transformers>=5.23.0,<5.24`. With `triton` installed, "
     "the fused AttnRes kernels run on CUDA tensors; elsewhere their PyTorch reference does."
 )
 

@@ -26,7 +26,7 @@ from transformers.utils.output_capturing import capture_outputs
 from attnres.core.inference import chunked_causal_lm_forward
 from attnres.core.input_checks import check_labels
 
-# Imports of this package are absolute here and rewritten to flat relative ones in saved folders (remote_code.py)
+# Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from attnres.core.model import AttnResModelMixin
 
 MASKS = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask}

@@ -14,8 +14,6 @@ Mix points: before each layer's attention ("self_attention") and MLP ("mlp"), an
 ("output_attn", index = num_layers). `DepthLayout` is pure arithmetic on three numbers; `DepthBank` holds the
 completed sources of a block-mode no-grad forward (the PyTorch Phase 1 of the two-phase schedule).
 """
-from __future__ import annotations
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,7 +30,7 @@ class DepthLayout:
     block_size: int = 0  # layers per block (block mode)
 
     @classmethod
-    def of(cls, config) -> DepthLayout:
+    def of(cls, config) -> "DepthLayout":
         """The layout of a `KimiLinearAttnResConfig` (or anything with its three fields)."""
         return cls(config.attn_res_mode, config.num_hidden_layers, config.attn_res_block_size)
 

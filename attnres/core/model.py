@@ -8,11 +8,10 @@ import torch
 from transformers import initialization as init
 from transformers.utils.output_capturing import selected_hidden_states
 
-# Imports of this package are absolute here and rewritten to flat relative ones in saved folders (remote_code.py)
+# Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from attnres.core.inference import two_phase_schedule
 from attnres.core.input_checks import check_backend, check_dtypes, check_values
 from attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
-from attnres.core.remote_code import write_code_files
 from attnres.core.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
 
 
@@ -119,10 +118,14 @@ class AttnResPreTrainedMixin:
         model intact."""
         save_folder(self._save_with_code, save_directory, self.config, *args, **kwargs)
 
+    # the package's generator of a folder's code files (set by attnres.core.remote_code, which the package always
+    # imports); a folder's own copy, loaded as remote code, has none: transformers copies the files it came from
+    code_writer = None
+
     def _save_with_code(self, save_directory, *args, **kwargs):
         super().save_pretrained(save_directory, *args, **kwargs)
-        if self.is_remote_code() and kwargs.get("is_main_process", True):
-            write_code_files(save_directory, type(self).__module__)
+        if self.is_remote_code() and kwargs.get("is_main_process", True) and self.code_writer is not None:
+            self.code_writer(save_directory, type(self).__module__)
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -98,7 +98,8 @@ def family_of_model_type(model_type: str | None) -> str:
 
 def register_auto_classes() -> None:
     """AutoConfig / AutoModel / AutoModelForCausalLM for every family's `<model_type>_attnres` (Kimi Linear registers
-    itself in `attnres/__init__.py`)."""
+    itself in `attnres/__init__.py`), each marked for remote code as Kimi Linear is: `save_pretrained` writes `auto_map`
+    and the generated code files (attnres.core.remote_code)."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
     for model_type, (module, config_name, model_name) in SUPPORTED.items():
@@ -110,6 +111,9 @@ def register_auto_classes() -> None:
         AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
         AutoModel.register(config_class, causal_lm.model_class, exist_ok=True)
         AutoModelForCausalLM.register(config_class, causal_lm, exist_ok=True)
+        config_class.register_for_auto_class()
+        causal_lm.model_class.register_for_auto_class("AutoModel")
+        causal_lm.register_for_auto_class("AutoModelForCausalLM")
 
 
 __all__ = ["SUPPORTED", "REFUSED", "family_classes", "family_of_model_type", "source_family", "source_family_of",

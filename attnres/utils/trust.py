@@ -1,13 +1,14 @@
 """One rule for what a loaded folder may run: our own classes by default, a folder's own code only when asked.
 
-By default only classes installed here load: this package's (model types `kimi_linear_attnres` and `kimi_k3`, which
-`import attnres` registers with the Auto classes), transformers' own (`kimi_linear` and the rest) and transformers'
-own tokenizers. A folder's own code - an `auto_map` in config.json, tokenizer_config.json or a processor config, naming
-a module (`modeling_evil.py` beside the weights) or a Hub repository - runs only with an explicit
-`--trust-remote-code`. Folders this package saves carry an `auto_map` to our flat modules (remote_code.AUTO_MAP) for
-machines without attnres; here those entries name a class the Auto classes already hold, and with
-`trust_remote_code=False` transformers loads the registered class and never imports the folder's copy, so they load
-without the flag (as does a Moonshot Kimi Linear folder's auto_map for its config and model).
+By default only classes installed here load: this package's (model types `kimi_linear_attnres`, `kimi_k3` and
+every family's `<model_type>_attnres`, which `import attnres` registers with the Auto classes), transformers' own
+(`kimi_linear` and the rest) and transformers' own tokenizers. A folder's own code - an `auto_map` in config.json,
+tokenizer_config.json or a processor config, naming a module (`modeling_evil.py` beside the weights) or a Hub
+repository - runs only with an explicit `--trust-remote-code`. Folders this package saves carry an `auto_map` to their
+generated code files (attnres.core.remote_code) for machines without attnres; here those entries name a class the
+Auto classes already hold, and with `trust_remote_code=False` transformers loads the registered class and never
+imports the folder's copy, so they load without the flag (as does a Moonshot Kimi Linear folder's auto_map for its
+config and model).
 
 API for every command that loads a folder (compare, train --init-from, convert, push-to-hub, export, plan-memory):
 
@@ -27,13 +28,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..families.registry import ATTN_RES_SUFFIX, SUPPORTED
+
 TRUST_FLAG = "--trust-remote-code"
 # Files whose `auto_map` transformers' Auto classes follow
 CODE_CONFIGS = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json",
                 "feature_extractor_config.json", "image_processor_config.json", "video_preprocessor_config.json")
 # Model types whose config and model classes are installed (ours registered by `import attnres`, or transformers'):
 # their config.json auto_map entries for these Auto classes are replaced by the installed classes
-INSTALLED_TYPES = ("kimi_linear_attnres", "kimi_k3", "kimi_linear")
+INSTALLED_TYPES = ("kimi_k3", "kimi_linear", *(f"{family}{ATTN_RES_SUFFIX}" for family in SUPPORTED))
 INSTALLED_AUTO_CLASSES = ("AutoConfig", "AutoModel", "AutoModelForCausalLM")
 
 

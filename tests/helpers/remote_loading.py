@@ -15,16 +15,21 @@ CHILD = textwrap.dedent(
     import json, sys, torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source, ids_path, out_path, want_tokenizer = sys.argv[1:]
-    model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=True).eval()
-    assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
-    assert not [m for m in sys.modules if m.split(".")[0] in ("attnres", "triton")], "attnres/triton got imported"
-    with torch.no_grad():
-        logits = model(torch.load(ids_path)).logits
-    result = {"logits": logits}
-    if want_tokenizer == "1":  # no trust_remote_code: a plain tokenizer must load without any prompt
-        result["tokens"] = AutoTokenizer.from_pretrained(source)("w5 w7 w9")["input_ids"]
-    torch.save(result, out_path)
+    spec = json.loads(sys.argv[1])
+    ids = torch.load(spec["ids"])
+    results = []
+    for source in spec["sources"]:
+        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+        assert not [m for m in sys.modules if m.split(".")[0] in ("attnres", "triton")], "attnres/triton got imported"
+        with torch.no_grad():
+            result = {"logits": model(ids).logits}
+            if spec["generate"]:
+                result["generated"] = model.generate(ids, max_new_tokens=spec["generate"], do_sample=False)
+        if spec["tokenizer"]:  # no trust_remote_code: a plain tokenizer must load without any prompt
+            result["tokens"] = AutoTokenizer.from_pretrained(source)("w5 w7 w9")["input_ids"]
+        results.append(result)
+    torch.save(results, spec["out"])
     """
 )
 
@@ -50,15 +55,23 @@ def fake_hub_repo(folder: Path, hub_cache: Path, repo_id: str = "someone/tiny-at
 
 def load_in_clean_process(source, ids: torch.Tensor, work: Path, hf_home: Path, tokenizer: bool = False) -> dict:
     """Run the child in a fresh interpreter: no project on the path, attnres and triton blocked, offline."""
+    return load_all_in_clean_process([source], ids, work, hf_home, tokenizer)[0]
+
+
+def load_all_in_clean_process(sources, ids: torch.Tensor, work: Path, hf_home: Path, tokenizer: bool = False,
+                              generate: int = 0) -> list[dict]:
+    """`load_in_clean_process` for several folders in one fresh interpreter (one start-up of torch and transformers);
+    `generate`: also greedy-decode that many new tokens."""
     work.mkdir(parents=True, exist_ok=True)
     torch.save(ids, work / "ids.pt")
     (work / "child.py").write_text(CHILD)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HF_", "TRANSFORMERS_"))}
     env.update(PYTHONPATH=str(block_packages(work / "blocked")), HF_HOME=str(hf_home), HF_HUB_OFFLINE="1",
                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    cmd = [sys.executable, str(work / "child.py"), str(source), str(work / "ids.pt"), str(work / "out.pt"),
-           "1" if tokenizer else "0"]
-    result = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600,
+    spec = dict(sources=[str(s) for s in sources], ids=str(work / "ids.pt"), out=str(work / "out.pt"),
+                tokenizer=tokenizer, generate=generate)
+    result = subprocess.run([sys.executable, str(work / "child.py"), json.dumps(spec)], cwd=work, env=env,
+                            capture_output=True, text=True, timeout=600,
                             stdin=subprocess.DEVNULL)  # an interactive prompt fails instead of hanging
     assert result.returncode == 0, result.stderr[-4000:]
     return torch.load(work / "out.pt")

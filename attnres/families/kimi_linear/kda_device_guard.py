@@ -44,7 +44,7 @@ def route_by_device(bound, reference):
     return routed
 
 
-def install(module=modeling_kimi_linear) -> list[str]:
+def install_kda_device_guard(module=modeling_kimi_linear) -> list[str]:
     """Route transformers' KimiLinear kernel functions by device when a fast package is installed. Idempotent."""
     if not any(importlib.util.find_spec(package) for package in FAST_PACKAGES):
         return []

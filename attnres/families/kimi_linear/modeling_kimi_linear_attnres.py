@@ -35,18 +35,16 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+# Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from attnres.core.decoder_layer import AttnResDecoderLayerMixin
 from attnres.core.inference import chunked_causal_lm_forward
 from attnres.core.input_checks import check_labels
 from attnres.core.mix_point import AttnResMixing, PseudoQuery  # noqa: F401  (AttnResMixing: imported from here by pipeline)
 from attnres.core.model import AttnResModelMixin, AttnResPreTrainedMixin
 from attnres.core.model_size import check_buildable
-
-# Imports of this package are absolute here and rewritten to flat relative ones in saved folders (remote_code.py)
 from attnres.families.kimi_linear.conversion_mapping import register_moonshot_mapping  # noqa: F401  (registers: Moonshot names load)
-from attnres.families.kimi_linear.k3 import install as install_k3
-from attnres.families.kimi_linear.k3 import uses_k3
-from attnres.families.kimi_linear.kda_device_guard import install as install_kda_device_guard
+from attnres.families.kimi_linear.k3 import install_k3, uses_k3
+from attnres.families.kimi_linear.kda_device_guard import install_kda_device_guard
 
 from .configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 

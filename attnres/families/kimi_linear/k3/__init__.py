@@ -1,7 +1,7 @@
 """Kimi K3's text backbone on top of transformers' Kimi Linear: SiTU-GLU, latent MoE, MLA output gate, KDA full-rank
 output gate and forget-gate lower bound, MXFP4 experts dequantized on load, the `language_model.` layout.
 
-`install(layer, config)` swaps a built Kimi Linear decoder layer's modules for the K3 ones its config asks for; with
+`install_k3(layer, config)` swaps a built Kimi Linear decoder layer's modules for the K3 ones its config asks for; with
 no K3 field set nothing changes (`uses_k3`).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from .config import uses_k3
 from .moe import LatentMoE
 
 
-def install(layer, config, layer_idx: int) -> None:
+def install_k3(layer, config, layer_idx: int) -> None:
     if layer.block_type == "linear_attention":
         if (
             config.hidden_act == "situ"
@@ -29,4 +29,4 @@ def install(layer, config, layer_idx: int) -> None:
         layer.mlp = SiTUMLP(config)
 
 
-__all__ = ["install", "uses_k3"]
+__all__ = ["install_k3", "uses_k3"]

@@ -31,7 +31,7 @@ class SiTUMLP(KimiLinearMLP):
 
 class SiTUPlaceholder(nn.Module):
     """`ACT2FN["situ"]`, registered so Kimi Linear's constructors accept `hidden_act: "situ"` (their modules are then
-    replaced by the ones above, attnres.families.kimi_linear.k3.install). SiTU-GLU reads gate and up, so a one-input
+    replaced by the ones above, attnres.families.kimi_linear.k3.install_k3). SiTU-GLU reads gate and up, so a one-input
     call is an error."""
 
     def forward(self, x):

@@ -105,9 +105,9 @@ def unwrap(config_dict: dict) -> dict:
         check_quantization_config(text.pop("quantization_config"))
     linear = text.get("linear_attn_config")
     if linear:
-        for key, field in LINEAR_ATTN_K3_KEYS.items():
+        for key, our_key in LINEAR_ATTN_K3_KEYS.items():
             if key in linear:
-                text.setdefault(field, linear[key])
+                text.setdefault(our_key, linear[key])
     return text
 
 

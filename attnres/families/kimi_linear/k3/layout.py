@@ -115,8 +115,8 @@ def k3_load_transforms(moonshot: list[WeightTransform]) -> list[WeightTransform]
 
 def k3_linear_attn_config(config_dict: dict) -> dict:
     """Our K3 KDA gate fields written back inside Moonshot's `linear_attn_config`, as K3's config.json has them."""
-    for key, field in LINEAR_ATTN_K3_KEYS.items():
-        value = config_dict.pop(field, None)
+    for key, our_key in LINEAR_ATTN_K3_KEYS.items():
+        value = config_dict.pop(our_key, None)
         if value not in (None, False):
             config_dict["linear_attn_config"][key] = value
     return config_dict

@@ -1,0 +1,50 @@
+"""Every family's saved folder, as a Hub user gets it: the config, the weights, the generation config, the weights
+record and three generated code files; in a fresh process where attnres and triton cannot be imported it loads with
+`trust_remote_code=True` and gives the package model's logits, and greedy generation from it gives the same tokens."""
+import json
+
+import torch
+
+import attnres  # noqa: F401  (registers the Auto classes)
+from attnres.core.remote_code import KERNELS_FILE
+from attnres.families.registry import family_classes
+from attnres.utils.trust import folder_code
+from tests.families.tiny import FAMILIES, attn_res_model, random_ids
+from tests.helpers.model_factory import perturb_attn_res
+from tests.helpers.remote_loading import fake_hub_repo, load_all_in_clean_process
+
+DATA_FILES = {"config.json", "model.safetensors", "generation_config.json", "attnres_weights.json"}
+
+
+def code_files(family: str) -> dict:
+    """The folder's code file of each auto_map entry, by the package's module names."""
+    config_class, model_class = family_classes(family)
+    modeling = model_class.__module__.rpartition(".")[2]
+    configuration = config_class.__module__.rpartition(".")[2]
+    return {"AutoConfig": f"{configuration}.{config_class.__name__}",
+            "AutoModelForCausalLM": f"{modeling}.{model_class.__name__}",
+            "files": {f"{configuration}.py", f"{modeling}.py", f"{KERNELS_FILE}.py"}}
+
+
+def test_every_family_folder_loads_without_the_package(tmp_path):
+    ids = random_ids()
+    folders, expected = [], []
+    for family in sorted(FAMILIES):
+        model = perturb_attn_res(attn_res_model(family, "block", 2))  # queries off zero: the mix is not an average
+        folder = tmp_path / family
+        model.save_pretrained(folder)
+        want = code_files(family)
+        assert {p.name for p in folder.iterdir()} == DATA_FILES | want["files"], family
+        auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
+        assert auto_map == {key: want[key] for key in ("AutoConfig", "AutoModelForCausalLM")}, family
+        assert folder_code(folder) == [], family  # here the registered classes replace the folder's code: no flag
+        with torch.no_grad():
+            expected.append((model(ids).logits, model.generate(ids, max_new_tokens=4, do_sample=False)))
+        folders.append(folder)
+    # one Hub-style repository too: files fetched one by one, each one's imports checked by transformers
+    folders.append(fake_hub_repo(folders[0], tmp_path / "hf" / "hub"))
+    expected.append(expected[0])
+    results = load_all_in_clean_process(folders, ids, tmp_path / "run", tmp_path / "hf", generate=4)
+    for folder, result, (logits, generated) in zip(folders, results, expected):
+        torch.testing.assert_close(result["logits"], logits, rtol=0, atol=1e-6, msg=lambda m, f=folder: f"{f}: {m}")
+        assert torch.equal(result["generated"], generated), folder
