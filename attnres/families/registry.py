@@ -90,6 +90,8 @@ def family_of_model_type(model_type: str | None) -> str:
     naming the reason for a refused or unknown family."""
     if model_type in (None, "", "kimi_k3"):
         return "kimi_linear"
+    if not isinstance(model_type, str):
+        raise ValueError(f"model_type must be a string, got {model_type!r}")
     family = model_type.removesuffix(ATTN_RES_SUFFIX)
     if family in SUPPORTED:
         return family

@@ -79,5 +79,9 @@ def test_family_flag_conflicts_are_named(train, data, tmp_path):
     config.write_text('{"model_type": "gpt_neox"}')
     with pytest.raises(SetupError, match="gpt_neox.*parallel residual"):
         train(train_args(data, tmp_path / "d", model_size=None, config=config, **QUICK))
-    for name in "abcd":
+    plain, _ = plain_folder("llama", data, tmp_path / "plain")
+    (plain / "config.json").write_text('{"model_type": 5}')
+    with pytest.raises(SetupError, match="--init-from .*plain: model_type must be a string, got 5"):
+        train(finetune_args(data, plain, tmp_path / "e", **QUICK))
+    for name in "abcde":
         assert not (tmp_path / name).exists()
