@@ -1,12 +1,11 @@
 """Package an AttnRes checkpoint of any family for the Hugging Face Hub and upload it.
 
-The folder it builds holds: the weights (HF-native safetensors), config.json, for Kimi Linear its `auto_map` and
-the remote-code files (`configuration_kimi_linear_attnres.py`, `modeling_kimi_linear_attnres.py`) so
-`AutoModelForCausalLM.from_pretrained(repo, trust_remote_code=True)` works (the other families, e.g. an upcycled
-Llama, load where `import attnres` registered them, as their card says), the tokenizer when --tokenizer is given, and
-a generated model card (README.md: architecture, AttnRes mode and block count, parameter count, training data,
-evaluation table when --eval-results is given). Then it creates the repository and uploads the folder with
-huggingface_hub (log in first: `hf auth login`).
+The folder it builds holds: the weights (HF-native safetensors), config.json with its `auto_map`, the family's three
+generated code files (e.g. `configuration_llama_attnres.py`, `modeling_llama_attnres.py`, `kernels_attnres.py`) so
+`AutoModelForCausalLM.from_pretrained(repo, trust_remote_code=True)` works with only torch and transformers, for every
+family alike, the tokenizer when --tokenizer is given, and a generated model card (README.md: architecture, AttnRes
+mode and block count, parameter count, training data, evaluation table when --eval-results is given, how to load it).
+Then it creates the repository and uploads the folder with huggingface_hub (log in first: `hf auth login`).
 
 Examples:
   attnres push-to-hub --model runs/attnres-block --repo-id me/kimi-attnres --tokenizer runs/tokenizer \\

@@ -1,11 +1,11 @@
 """Build the folder that goes to the Hugging Face Hub (weights, config with auto_map, remote code, tokenizer, model
 card) and upload it with huggingface_hub.
 
-Every family: a Kimi Linear checkpoint (HF-native or Moonshot's layout) ships its remote code, so the Hub copy loads
-with `trust_remote_code=True` alone; the other families' AttnRes checkpoints (Llama, Mistral, Qwen2, Qwen3, Gemma 3
-text; `model_type` `<family>_attnres`) ship weights and config, and load where `attnres` is installed and imported
-(their card says so). A family's own standard checkpoint has no AttnRes to publish: refused, naming the upcycle
-command.
+Every family alike: a Kimi Linear checkpoint (HF-native or Moonshot's layout) and the other families' AttnRes
+checkpoints (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text; `model_type` `<family>_attnres`) are saved with their
+generated code files and `auto_map` (attnres.core.remote_code), so the Hub copy loads with `trust_remote_code=True`
+alone, and the card says so in one text for all. A family's own standard checkpoint has no AttnRes to publish:
+refused, naming the upcycle command.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
 from ..core.checkpoint_files import CheckpointFileError, check_model_folder
+from ..core.remote_code import KERNELS_FILE
 from ..families.registry import family_classes, family_of_model_type
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
@@ -22,13 +23,6 @@ from ..utils.trust import load_kwargs
 from .atomic import check_output, move_into_place, output_folder
 from .config import drop_moonshot_fields
 from .errors import ConversionError
-
-INSTALL_NOTE = (
-    "The model code ships in this repository as three files generated from the attnres package (the configuration, "
-    "`modeling_*_attnres.py` and `kernels_attnres.py`, loaded with `trust_remote_code=True`) and needs only `torch` "
-    "and `transformers>=5.23.0,<5.24`. With `triton` installed, "
-    "the fused AttnRes kernels run on CUDA tensors; elsewhere their PyTorch reference does."
-)
 
 
 def build_hub_folder(
@@ -89,7 +83,7 @@ def load_model(model_path):
 
 
 def is_kimi(model) -> bool:
-    """Kimi Linear ships its remote code; the other families load through `import attnres` (module docstring)."""
+    """Kimi Linear's card describes KDA/MLA layers and MoE; the other families' a plain decoder."""
     return family_of_model_type(model.config.model_type) == "kimi_linear"
 
 
@@ -110,8 +104,7 @@ def model_card(model, title, training_data, datasets, evaluation, license) -> Mo
         library_name="transformers",
         pipeline_tag="text-generation",
         license=license,
-        tags=["attnres", "attention-residuals", family_of_model_type(model.config.model_type)]
-        + (["custom_code"] if is_kimi(model) else []),
+        tags=["attnres", "attention-residuals", family_of_model_type(model.config.model_type), "custom_code"],
         datasets=datasets or None,
     )
     architecture = ("Kimi Linear (KDA + MLA hybrid, MoE)" if is_kimi(model)
@@ -125,7 +118,7 @@ def model_card(model, title, training_data, datasets, evaluation, license) -> Mo
     ]
     if evaluation:
         sections.append("## Evaluation\n\n" + markdown_table(("Task", "Metric", "Value"), evaluation))
-    sections.append(usage(title) if is_kimi(model) else family_usage(title, type(model).__name__))
+    sections.append(usage(title, model))
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
 
 
@@ -187,32 +180,23 @@ def markdown_table(header: tuple, rows: list[tuple]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows])
 
 
-def usage(repo_id: str) -> str:
+def usage(repo_id: str, model) -> str:
+    """How the folder loads, the same text for every family: by its own code, or by the installed package's."""
+    model_class = type(model).__name__
+    files = [module.rpartition(".")[2] for module in (type(model.config).__module__, type(model).__module__)]
+    files = ", ".join(f"`{name}.py`" for name in [*files, KERNELS_FILE])
     return (
         "## Usage\n\n"
-        f"{INSTALL_NOTE}\n\n"
+        f"The model code ships in this repository as three files generated from the attnres package ({files}, "
+        "loaded with `trust_remote_code=True`) and needs only `torch` and `transformers>=5.23.0,<5.24`. With `triton` "
+        "installed, the fused AttnRes kernels run on CUDA tensors; elsewhere their PyTorch reference does.\n\n"
         "```python\n"
         "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-        f'model = AutoModelForCausalLM.from_pretrained("{repo_id}", trust_remote_code=True)\n'
+        f'model = AutoModelForCausalLM.from_pretrained("{repo_id}", trust_remote_code=True)  # {model_class}\n'
         f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)\n'
         "```\n\n"
-        "With `import attnres` the model also loads without `trust_remote_code` "
-        "(`attnres.KimiLinearAttnResForCausalLM.from_pretrained`)."
-    )
-
-
-def family_usage(repo_id: str, model_class: str) -> str:
-    """How a family's AttnRes checkpoint (no remote code: module docstring) loads."""
-    return (
-        "## Usage\n\n"
-        "The model class is in the `attnres` package (`pip install attnres`), which registers it with the Auto "
-        "classes; it needs `torch` and `transformers>=5.23.0,<5.24`.\n\n"
-        "```python\n"
-        "import attnres  # registers the AttnRes families with the Auto classes\n"
-        "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-        f'model = AutoModelForCausalLM.from_pretrained("{repo_id}")  # {model_class}\n'
-        f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n'
-        "```"
+        "Where the attnres package is installed, the model also loads without `trust_remote_code` after `import "
+        f"attnres`, which registers `{model_class}` with the Auto classes: the package's code, not the repository's."
     )
 
 

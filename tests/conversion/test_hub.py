@@ -1,5 +1,6 @@
 """Hub packaging: the built folder holds everything, its card says what the model is, and it loads with
-`trust_remote_code=True` in a fresh process where attnres is not installed, with identical logits."""
+`trust_remote_code=True` in a fresh process where attnres is not installed, with identical logits - a Kimi Linear
+folder and an upcycled Llama's alike (every family ships its generated code)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,8 @@ from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from attnres.conversion.hub import build_hub_folder, read_eval_results
 from attnres.utils.tiny import tiny_config
 from tests.families.tiny import FAMILIES, random_ids, source_model
-from tests.helpers.remote_loading import fake_hub_repo, load_in_clean_process, write_tokenizer
+from tests.helpers.model_factory import perturb_attn_res
+from tests.helpers.remote_loading import auto_map, code_files, fake_hub_repo, load_all_in_clean_process, write_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +32,19 @@ def hub_folder(tmp_path_factory):
                               training_data="FineWeb-Edu sample, 2M tokens", datasets=["HuggingFaceFW/fineweb-edu"],
                               eval_results=root / "eval.json")
     return model, folder
+
+
+@pytest.fixture(scope="module")
+def llama_hub_folder(tmp_path_factory):
+    """(model, folder): an upcycled tiny Llama (pseudo-queries off zero: the mix is no average), packaged with a
+    tokenizer."""
+    from attnres import upcycle
+
+    root = tmp_path_factory.mktemp("llama-hub")
+    model = perturb_attn_res(upcycle(source_model("llama"), "block", block_size=2))
+    model.save_pretrained(root / "model")
+    return model, build_hub_folder(root / "model", root / "hub", tokenizer=write_tokenizer(root / "tok"),
+                                   repo_id="me/tiny-llama-attnres")
 
 
 def test_folder_has_weights_config_code_tokenizer_card(hub_folder):
@@ -62,21 +77,25 @@ def test_model_card_describes_the_model(hub_folder):
     assert "trust_remote_code=True" in text
 
 
-def test_loads_with_remote_code_where_attnres_is_not_installed(hub_folder, tmp_path):
-    """As a Hub user: a fresh process without attnres (or triton), model and tokenizer through the Auto classes."""
-    model, folder = hub_folder
-    ids = torch.randint(3, 256, (2, 8), generator=torch.Generator().manual_seed(0))
-    repo = fake_hub_repo(folder, tmp_path / "hf" / "hub")
-    result = load_in_clean_process(repo, ids, tmp_path / "run", tmp_path / "hf", tokenizer=True)
+def test_loads_with_remote_code_where_attnres_is_not_installed(hub_folder, llama_hub_folder, tmp_path):
+    """As a Hub user: a fresh process without attnres (or triton), model and tokenizer through the Auto classes, for
+    the Kimi Linear folder and a family's (one interpreter start-up for both)."""
+    models, repos = [], []
+    for (model, folder), repo_id in zip((hub_folder, llama_hub_folder), ("someone/kimi", "someone/llama")):
+        models.append(model)
+        repos.append(fake_hub_repo(folder, tmp_path / "hf" / "hub", repo_id))
+    ids = random_ids()  # below both vocabularies
+    results = load_all_in_clean_process(repos, ids, tmp_path / "run", tmp_path / "hf", tokenizer=True)
     with torch.no_grad():  # the clean process runs one thread: the same reduction order only at one thread here too
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            expected = model(ids).logits
+            expected = [model(ids).logits for model in models]
         finally:
             torch.set_num_threads(threads)
-    assert torch.equal(result["logits"], expected)
-    assert result["tokens"] == [5, 7, 9]
+    for repo, result, logits in zip(repos, results, expected):
+        assert torch.equal(result["logits"], logits), repo
+        assert result["tokens"] == [5, 7, 9], repo
 
 
 def test_eval_results_formats_and_errors(tmp_path):
@@ -104,9 +123,10 @@ def test_script_dry_run_and_refusals(hub_folder, tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_family_builds_a_folder_that_loads_with_attnres(family, tmp_path, capsys):
-    """An upcycled model of each other family: weights, config, tokenizer and a card saying how it loads (these
-    families ship no remote code: `import attnres` registers them), the same logits back; by the command, dry run."""
+def test_every_family_builds_a_folder_with_its_code(family, tmp_path, capsys):
+    """An upcycled model of each other family, by the command (dry run): weights, config with auto_map, the family's
+    three code files, tokenizer, and the card Kimi Linear's has (trust_remote_code=True, or `import attnres`); with
+    attnres imported it loads without the flag, the same logits back (the clean process: test above, Llama)."""
     from transformers import AutoModelForCausalLM
 
     from attnres import upcycle
@@ -118,13 +138,20 @@ def test_every_family_builds_a_folder_that_loads_with_attnres(family, tmp_path, 
     assert script.main(["--model", str(tmp_path / "model"), "--output", str(out), "--dry-run",
                         "--tokenizer", str(write_tokenizer(tmp_path / "tok"))]) == 0
     assert "dry run" in capsys.readouterr().out
-    assert {"model.safetensors", "config.json", "README.md", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    want = code_files(family)
+    names = {p.name for p in out.iterdir()}
+    assert {"model.safetensors", "config.json", "README.md", "tokenizer.json"} <= names
+    assert {name for name in names if name.endswith(".py")} == want["files"]
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == f"{family}_attnres" and "auto_map" not in config
+    assert config["model_type"] == f"{family}_attnres"
+    assert {key: auto_map(out)[key] for key in ("AutoConfig", "AutoModelForCausalLM")} == {
+        key: want[key] for key in ("AutoConfig", "AutoModelForCausalLM")}
     card = ModelCard.load(out / "README.md")
-    assert family in card.data.tags and "custom_code" not in card.data.tags
+    assert family in card.data.tags and "custom_code" in card.data.tags
     assert "| AttnRes mode | `full` |" in card.text and f"{model.num_parameters():,}" in card.text
-    assert "import attnres" in card.text and "trust_remote_code" not in card.text
+    assert all(f"`{name}`" in card.text for name in want["files"])
+    assert 'from_pretrained("hub", trust_remote_code=True)' in card.text and "after `import attnres`" in card.text
+    assert "pip install attnres" not in card.text
     ids = random_ids()
     with torch.no_grad():
         torch.testing.assert_close(AutoModelForCausalLM.from_pretrained(out)(ids).logits, model(ids).logits,

@@ -6,24 +6,12 @@ import json
 import torch
 
 import attnres  # noqa: F401  (registers the Auto classes)
-from attnres.core.remote_code import KERNELS_FILE
-from attnres.families.registry import family_classes
 from attnres.utils.trust import folder_code
 from tests.families.tiny import FAMILIES, attn_res_model, random_ids
 from tests.helpers.model_factory import perturb_attn_res
-from tests.helpers.remote_loading import fake_hub_repo, load_all_in_clean_process
+from tests.helpers.remote_loading import code_files, fake_hub_repo, load_all_in_clean_process
 
 DATA_FILES = {"config.json", "model.safetensors", "generation_config.json", "attnres_weights.json"}
-
-
-def code_files(family: str) -> dict:
-    """The folder's code file of each auto_map entry, by the package's module names."""
-    config_class, model_class = family_classes(family)
-    modeling = model_class.__module__.rpartition(".")[2]
-    configuration = config_class.__module__.rpartition(".")[2]
-    return {"AutoConfig": f"{configuration}.{config_class.__name__}",
-            "AutoModelForCausalLM": f"{modeling}.{model_class.__name__}",
-            "files": {f"{configuration}.py", f"{modeling}.py", f"{KERNELS_FILE}.py"}}
 
 
 def test_every_family_folder_loads_without_the_package(tmp_path):
