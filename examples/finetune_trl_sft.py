@@ -10,7 +10,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
-import attnres  # noqa: F401  registers every family's Auto classes (a Kimi Linear folder also loads without it)
+import attnres  # noqa: F401  registers every family's Auto classes: a folder loads without trust_remote_code
 from attnres.training.chat import ensure_chat_template
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
