@@ -57,9 +57,9 @@ COVERED = {
     "python scripts/convert_checkpoint.py moonshot_ckpt/": ("tests/conversion/test_convert.py", "verify"),
     "python scripts/convert_checkpoint.py kimi_linear_ckpt/": ("tests/conversion/test_convert.py", "upcycle"),
     "python scripts/push_to_hub.py": ("tests/conversion/test_hub.py", "dry"),
-    "python scripts/plan_memory.py": ("tests/test_memory_plan.py", "test_script_prints_every_section"),
-    "python scripts/convert_checkpoint.py Kimi-K3/": "a real Kimi K3 checkpoint (hundreds of GB); tests/k3/ convert a "
-                                                     "K3-format fixture",
+    "python scripts/plan_memory.py": ("tests/training/test_memory_plan.py", "test_script_prints_every_section"),
+    "python scripts/convert_checkpoint.py Kimi-K3/": (
+        "a real Kimi K3 checkpoint (hundreds of GB); tests/families/kimi_linear/k3/ convert a K3-format fixture"),
     'python -c "from attnres import KimiLinearAttnResForCausalLM as M; import torch; M.from_pretrained(\'Kimi-K3/\'':
         "a real Kimi K3 checkpoint and GPUs",
     "attnres export": ("tests/conversion/test_export.py", "--to"),

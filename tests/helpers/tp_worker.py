@@ -1,6 +1,6 @@
-"""Run under `torchrun --nproc_per_node 2` by tests/test_tensor_parallel.py: for each saved tiny model folder in
-WORK (block/, full/), `from_pretrained(folder, tp_plan="auto")` (transformers' tensor parallelism, gloo on CPU) and
-its logits; rank 0 writes them, and which parameters were sharded, to WORK/<mode>-tp.pt."""
+"""Run under `torchrun --nproc_per_node 2` by tests/families/kimi_linear/test_tensor_parallel.py: for each saved tiny
+model folder in WORK (block/, full/), `from_pretrained(folder, tp_plan="auto")` (transformers' tensor parallelism,
+gloo on CPU) and its logits; rank 0 writes them, and which parameters were sharded, to WORK/<mode>-tp.pt."""
 import sys
 from pathlib import Path
 

@@ -75,7 +75,7 @@ def test_generated_files_pass_ruff(generated, tmp_path):
         for name, text in files.items():
             (tmp_path / family).mkdir(exist_ok=True)
             (tmp_path / family / name).write_text(text)
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     result = subprocess.run([sys.executable, "-m", "ruff", "check", "--config", str(pyproject), str(tmp_path)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

@@ -62,7 +62,7 @@ class _AttnResCommonTests(common.ModelTesterMixin):
 
     def test_generation_tester_mixin_inheritance(self):
         self.skipTest("tests/generation/ (GenerationTesterMixin) is not in transformers' sdist: generate() is "
-                      "tested by tests/test_modeling_generation.py")
+                      "tested by tests/families/kimi_linear/test_modeling_generation.py")
 
     def test_attention_outputs(self):
         self.skipTest("Kimi Linear's KDA layers have no attention map, so there are fewer maps than layers (as in "
