@@ -7,6 +7,7 @@ and the depth diagnostics of the AttnRes arms (the paper's Figure 5 view).
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -20,6 +21,7 @@ from ..runner import grid_runs
 from .config import ContinuedGrid
 
 SUMMARY = "summary.md"
+LM_EVAL_REPORT = Path("lm_eval") / "report" / "report.json"
 PLOT = "continued.png"
 
 
@@ -211,7 +213,7 @@ def lm_eval(cg: ContinuedGrid, out: Path, at_best: dict, progress: bool = True) 
                 os.replace(partial, folder)
             dirs.append(folder)
             labels.append(f"{arm}-s{seed}")
-    return compare(dirs, e["tasks"], out / "lm_eval" / "report", labels=labels, eval_data=Path(e["eval_data"]),
+    return compare(dirs, e["tasks"], out / LM_EVAL_REPORT.parent, labels=labels, eval_data=Path(e["eval_data"]),
                    limit=e["limit"], batch_size=e["batch_size"], device=cg.continued["device"], progress=progress)
 
 
@@ -226,6 +228,8 @@ def write_report(cg: ContinuedGrid, out: Path, report_dir: Path, zero: dict, *, 
     complete = all(k.id in records for k in keys) and not cg.grid.waiting(best)
     if cg.lm_eval["tasks"] and complete and evaluate:
         lm_report = lm_eval(cg, out, at_best)
+    elif (out / LM_EVAL_REPORT).is_file():  # --report-only: the last lm-eval comparison made, as it stands
+        lm_report = json.loads((out / LM_EVAL_REPORT).read_text())
     found = diagnostics(cg, out, at_best)
     png = plot(found, report_dir / PLOT)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
