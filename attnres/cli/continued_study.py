@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", type=Path, default=None, help="run records (default runs/study-<grid name>)")
     p.add_argument("--report-dir", type=Path, default=None, help="summary.md, .json, PNG (default: --output-dir)")
     p.add_argument("--threads", type=int, default=1, help="torch threads of the runs (default 1)")
-    p.add_argument("--report-only", action="store_true", help="train nothing: report the finished runs (lm-eval: the last comparison made)")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: report the finished runs (lm-eval: the last comparison made)")
     p.add_argument("--dry-run", action="store_true", help="list the runs (done / to train) and exit")
     p.add_argument("--note", default="", help="a line for the report's header (e.g. the machine's load)")
     g = p.add_argument_group("one run: one arm at one learning rate and seed")
