@@ -27,6 +27,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..flags import seed as seed_flag
 from ..study.runner import StudyError
 from . import command_main
 from .study import check_single
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("one run: one arm at one learning rate and seed")
     g.add_argument("--only", metavar="ARM", default=None, help="train only this arm (standard, block, full, frozen)")
     g.add_argument("--lr", type=float, default=None, help="its peak learning rate (with --only)")
-    g.add_argument("--seed", type=int, default=None, help="its seed: data order (with --only)")
+    g.add_argument("--seed", type=seed_flag, default=None, help="its seed: data order (with --only)")
     p.set_defaults(jobs=1, hidden=None)  # what the study command's one-run check reads
     return p
 
