@@ -27,6 +27,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..flags import seed as seed_flag
 from ..study.runner import StudyError
 from . import command_main
 from .study import check_single
@@ -42,13 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", type=Path, default=None, help="run records (default runs/study-<grid name>)")
     p.add_argument("--report-dir", type=Path, default=None, help="summary.md, .json, PNG (default: --output-dir)")
     p.add_argument("--threads", type=int, default=1, help="torch threads of the runs (default 1)")
-    p.add_argument("--report-only", action="store_true", help="train nothing: report the finished runs (no lm-eval)")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: report the finished runs (lm-eval: the last comparison made)")
     p.add_argument("--dry-run", action="store_true", help="list the runs (done / to train) and exit")
     p.add_argument("--note", default="", help="a line for the report's header (e.g. the machine's load)")
     g = p.add_argument_group("one run: one arm at one learning rate and seed")
     g.add_argument("--only", metavar="ARM", default=None, help="train only this arm (standard, block, full, frozen)")
     g.add_argument("--lr", type=float, default=None, help="its peak learning rate (with --only)")
-    g.add_argument("--seed", type=int, default=None, help="its seed: data order (with --only)")
+    g.add_argument("--seed", type=seed_flag, default=None, help="its seed: data order (with --only)")
     p.set_defaults(jobs=1, hidden=None)  # what the study command's one-run check reads
     return p
 

@@ -19,6 +19,7 @@ SEED_COMMANDS = {
     "demo": [],
     "train-pipeline": [],
     "train-interleaved": [],
+    "continued-study": ["--only", "block", "--lr", "1e-4"],
 }
 
 

@@ -7,6 +7,7 @@ and the depth diagnostics of the AttnRes arms (the paper's Figure 5 view).
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -20,6 +21,7 @@ from ..runner import grid_runs
 from .config import ContinuedGrid
 
 SUMMARY = "summary.md"
+LM_EVAL_REPORT = Path("lm_eval") / "report" / "report.json"
 PLOT = "continued.png"
 
 
@@ -44,7 +46,7 @@ def zero_section(cg: ContinuedGrid, zero: dict) -> str:
                      f"{check['max_abs_diff']:.2e} / {check['tolerance']:.2e}, top-1 {check['top1_agreement']:.3f}"
                      if check else "(the pretrained model)", z["sequences"], z["tokens"]])
     return ("### Zero line: held-out split before training (whole split)\n\n" + table(
-        ["model at step 0", "held-out loss", "bpb", "loss - pretrained", "upcycle check: max |logit diff| / "
+        ["model at step 0", "held-out loss", "bpb", "loss - pretrained", "upcycle check: max abs logit diff / "
          "tolerance", "sequences", "tokens"], rows))
 
 
@@ -119,14 +121,14 @@ def lm_eval_section(report: dict | None) -> str:
 
 def depth_summary(record: dict) -> dict:
     """Entropy of each mix point's mean depth softmax over its sources, relative to uniform (log n), and its top
-    weight; per-layer output RMS and gradient norms (the last training step)."""
+    weight (the mix points with two or more sources); per-layer output RMS and gradient norms (the last step)."""
     entropy, top = [], []
     for weights in record["depth_weights"]:
+        if len(weights) < 2:
+            continue  # a mix point with one source (the first layer's attention reads the embedding only): no choice
         total = sum(weights)
         probs = [w / total for w in weights]
-        n = len(probs)
-        h = -sum(p * math.log(p) for p in probs if p > 0)
-        entropy.append(h / math.log(n) if n > 1 else 1.0)
+        entropy.append(-sum(p * math.log(p) for p in probs if p > 0) / math.log(len(probs)))
         top.append(max(probs))
     return dict(entropy_ratio=entropy, top_weight=top, layer_rms=record["layer_rms"],
                 layer_grad_norm=record["layer_grad_norm"])
@@ -159,7 +161,8 @@ def diagnostics_section(found: dict) -> str:
     return ("### Depth diagnostics at the last step (best LR, first seed; the paper's Figure 5 view)\n\n" + table(
         ["arm", "depth-softmax entropy / uniform: min / mean over mix points", "top weight: mean / max",
          "layer output RMS: first .. last", "layer grad norm: first .. last"], rows)
-        + "\nEntropy 1.0 and top weight 1/n are the uniform mix the upcycled model starts from.\n")
+        + "\nEntropy 1.0 and top weight 1/n are the uniform mix the upcycled model starts from (mix points with one "
+        "source left out).\n")
 
 
 def plot(found: dict, path: Path) -> Path | None:
@@ -211,7 +214,7 @@ def lm_eval(cg: ContinuedGrid, out: Path, at_best: dict, progress: bool = True) 
                 os.replace(partial, folder)
             dirs.append(folder)
             labels.append(f"{arm}-s{seed}")
-    return compare(dirs, e["tasks"], out / "lm_eval" / "report", labels=labels, eval_data=Path(e["eval_data"]),
+    return compare(dirs, e["tasks"], out / LM_EVAL_REPORT.parent, labels=labels, eval_data=Path(e["eval_data"]),
                    limit=e["limit"], batch_size=e["batch_size"], device=cg.continued["device"], progress=progress)
 
 
@@ -226,6 +229,8 @@ def write_report(cg: ContinuedGrid, out: Path, report_dir: Path, zero: dict, *, 
     complete = all(k.id in records for k in keys) and not cg.grid.waiting(best)
     if cg.lm_eval["tasks"] and complete and evaluate:
         lm_report = lm_eval(cg, out, at_best)
+    elif (out / LM_EVAL_REPORT).is_file():  # --report-only: the last lm-eval comparison made, as it stands
+        lm_report = json.loads((out / LM_EVAL_REPORT).read_text())
     found = diagnostics(cg, out, at_best)
     png = plot(found, report_dir / PLOT)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
