@@ -27,8 +27,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..flags import seed as seed_flag
 from ..study.runner import StudyError
+from ..utils.flags import seed as seed_flag
 from . import command_main
 from .study import check_single
 
