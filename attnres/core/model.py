@@ -4,6 +4,8 @@ layers and mixes them before the final norm, the input checks, and saving / load
 A family's model is `class XAttnResModel(AttnResModelMixin, XAttnResPreTrainedModel)`: it prepares what its layers
 need (masks, rotary embeddings) the family's own way and hands the layers' keyword arguments to `run_depth`.
 """
+import functools
+
 import torch
 from torch import nn
 from transformers import PreTrainedModel
@@ -23,12 +25,31 @@ from attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, Mix
 from attnres.core.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
 
 
+def annotated_forward(cls) -> None:
+    """Where a class names its `output_class`, its forward is the mixin's, annotated with that class: transformers reads
+    a forward's return annotation for the outputs a model declares (Kimi Linear's `router_logits`)."""
+    if "output_class" not in cls.__dict__ or "forward" in cls.__dict__:
+        return
+    forward = next(base.__dict__["forward"] for base in cls.__mro__ if "forward" in base.__dict__)
+
+    @functools.wraps(forward)  # the signature stays the mixin's (`inspect.signature` follows `__wrapped__`)
+    def annotated(*args, **kwargs):
+        return forward(*args, **kwargs)
+
+    annotated.__annotations__ = {**forward.__annotations__, "return": cls.output_class}
+    cls.forward = annotated
+
+
 class AttnResModelMixin(AttnResMixing):
     """The base model's forward and depth machinery; `self.layers` are `AttnResDecoderLayerMixin`s, `self.norm` the
     final norm. A family names its output class (`output_class`, with `attn_res_weights`) and prepares what its
     layers need (masks, rotary embeddings) in `layer_kwargs`."""
 
     output_class = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        annotated_forward(cls)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -170,6 +191,10 @@ class AttnResForCausalLMMixin:
 
     model_class = output_class = None
     model_outputs = ("past_key_values", "hidden_states", "attentions", "attn_res_weights")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        annotated_forward(cls)
 
     def __init__(self, config):
         PreTrainedModel.__init__(self, config)  # not the family's ForCausalLM.__init__, which builds its own model
