@@ -2,10 +2,12 @@
 
 - `config`: the AttnRes fields of a config and their checks (`AttnResConfigMixin`).
 - `decoder_layer`: a decoder layer that mixes the depth sources before its two sub-layers (`AttnResDecoderLayerMixin`).
-- `model`: the loop over the layers carrying the sources, the output mix before the final norm, the input checks,
-  save / load with the weights record (`AttnResModelMixin`, `AttnResPreTrainedMixin`).
+- `model`: every family's base-model forward (input checks, embeddings, cache, positions; the loop over the layers
+  carrying the sources, the output mix before the final norm), its causal LM head, save / load with the weights record
+  (`AttnResModelMixin`, `AttnResForCausalLMMixin`, `AttnResPreTrainedMixin`).
 - `decoder_model`: a rotary PreNorm decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 3) built from its family's own
-  modules, and its causal LM head (`AttnResDecoderModel`, `AttnResDecoderForCausalLM`).
+  modules (masks, rotary embeddings), and its causal LM head with Gemma's soft-capping (`AttnResDecoderModel`,
+  `AttnResDecoderForCausalLM`).
 
 Beside them: the mix point (`mix_point`), the depth rule (`depth_layout`), the two-phase schedule (`inference`), the
 config validator, the folder reader and weights record, atomic saves and the code files of a saved folder; the kernels

@@ -17,11 +17,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
 from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast
-from transformers.modeling_utils import slice_logits_to_keep
 from transformers.models.kimi_linear.modeling_kimi_linear import (
     KimiLinearAttention,
     KimiLinearDecoderLayer,
@@ -30,17 +28,12 @@ from transformers.models.kimi_linear.modeling_kimi_linear import (
     KimiLinearRMSNorm,
     KimiLinearTopkRouter,
 )
-from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple
-from transformers.utils.generic import merge_with_config_defaults
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+from transformers.utils.output_capturing import OutputRecorder
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from attnres.core.decoder_layer import AttnResDecoderLayerMixin
-from attnres.core.inference import chunked_causal_lm_forward
-from attnres.core.input_checks import check_labels
 from attnres.core.mix_point import AttnResMixing, PseudoQuery  # noqa: F401  (AttnResMixing: imported from here by pipeline)
-from attnres.core.model import AttnResModelMixin, AttnResPreTrainedMixin
+from attnres.core.model import AttnResForCausalLMMixin, AttnResModelMixin, AttnResPreTrainedMixin
 from attnres.core.model_size import check_buildable
 from attnres.families.kimi_linear.conversion_mapping import register_moonshot_mapping  # noqa: F401  (registers: Moonshot names load)
 from attnres.families.kimi_linear.k3 import install_k3, uses_k3
@@ -53,8 +46,8 @@ install_kda_device_guard()
 
 @dataclass
 class AttnResModelOutputWithPast(MoeModelOutputWithPast):
-    """`attn_res_weights`: with `output_attn_res_weights=True`, one fp32 tensor [batch, seq, n_sources] per mix point,
-    in order: layer 0 attention, layer 0 MLP, ..., the final (output) mix. A point with one source has weight 1."""
+    """Kimi Linear's MoE output (router logits) with the mix weights, as `AttnResDecoderOutputWithPast` describes them
+    (attnres.core.decoder_model)."""
 
     attn_res_weights: tuple[torch.Tensor, ...] | None = None
 
@@ -80,15 +73,7 @@ class KimiLinearAttnResDecoderLayer(AttnResDecoderLayerMixin, KimiLinearDecoderL
             return self.self_attn(
                 hidden_states=hidden_states, cache_params=past_key_values, attention_mask=attention_mask, **kwargs
             )
-        hidden_states, _ = self.self_attn(
-            hidden_states=hidden_states,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        return hidden_states
+        return super().attention(hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
 
 
 class KimiLinearAttnResPreTrainedModel(AttnResPreTrainedMixin, KimiLinearPreTrainedModel):
@@ -109,6 +94,8 @@ class KimiLinearAttnResPreTrainedModel(AttnResPreTrainedMixin, KimiLinearPreTrai
 
 
 class KimiLinearAttnResModel(AttnResModelMixin, KimiLinearAttnResPreTrainedModel):
+    output_class = AttnResModelOutputWithPast
+
     def __init__(self, config: KimiLinearAttnResConfig):
         check_buildable(config)  # a config too large for this machine is refused with the number, before allocation
         super().__init__(config)
@@ -126,35 +113,8 @@ class KimiLinearAttnResModel(AttnResModelMixin, KimiLinearAttnResPreTrainedModel
         self.gradient_checkpointing = False
         self.post_init()
 
-    @merge_with_config_defaults
-    @capture_outputs
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        use_cache: bool | None = None,
-        output_hidden_states: bool | int | list[int] | None = None,
-        output_attn_res_weights: bool = False,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> AttnResModelOutputWithPast:
-        self.check_inputs(input_ids, inputs_embeds, attention_mask)
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
-
-        if position_ids is None:
-            past_seen_tokens = past_key_values.get_seq_length() if past_key_values is not None else 0
-            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
-            position_ids = (position_ids + past_seen_tokens).unsqueeze(0)
-
-        if not isinstance(causal_mask_mapping := attention_mask, dict):
+    def layer_kwargs(self, inputs_embeds, attention_mask, past_key_values, position_ids, use_cache):
+        if not isinstance(causal_mask_mapping := attention_mask, dict):  # already prepared, e.g. by `generate`
             mask_kwargs = {
                 "config": self.config,
                 "inputs_embeds": inputs_embeds,
@@ -166,79 +126,19 @@ class KimiLinearAttnResModel(AttnResModelMixin, KimiLinearAttnResPreTrainedModel
                 "full_attention": create_causal_mask(**mask_kwargs),
                 "linear_attention": create_recurrent_attention_mask(**mask_kwargs),
             }
-
         layer_types = self.config.layer_types
-        hidden_states, all_hidden_states, all_weights = self.run_depth(
-            inputs_embeds,
-            lambda i: dict(attention_mask=causal_mask_mapping[layer_types[i]], position_ids=position_ids,
-                           past_key_values=past_key_values, use_cache=use_cache),
-            output_hidden_states,
-            output_attn_res_weights,
-            **kwargs,
-        )
-        return AttnResModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            past_key_values=past_key_values,
-            hidden_states=all_hidden_states,
-            attn_res_weights=all_weights,
-        )
+        return lambda i: dict(attention_mask=causal_mask_mapping[layer_types[i]], position_ids=position_ids,
+                              past_key_values=past_key_values, use_cache=use_cache)
 
 
-class KimiLinearAttnResForCausalLM(KimiLinearAttnResPreTrainedModel, KimiLinearForCausalLM, GenerationMixin):
-    def __init__(self, config: KimiLinearAttnResConfig):
-        KimiLinearAttnResPreTrainedModel.__init__(self, config)
-        self.model = KimiLinearAttnResModel(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
+class KimiLinearAttnResForCausalLM(
+    AttnResForCausalLMMixin, KimiLinearAttnResPreTrainedModel, KimiLinearForCausalLM, GenerationMixin
+):
+    """The causal LM head (`attnres.core.model.AttnResForCausalLMMixin`); its output carries the MoE router logits."""
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        prefill_chunk_size: int | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> AttnResCausalLMOutputWithPast:
-        """`prefill_chunk_size`: run a longer prompt in chunks of this many tokens, carrying the cache (long-context
-        prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs."""
-        reference = input_ids if input_ids is not None else inputs_embeds
-        check_labels(labels, reference, self.config.vocab_size)
-        if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
-            logits, cache = chunked_causal_lm_forward(
-                self, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                past_key_values=past_key_values, chunk_size=prefill_chunk_size, logits_to_keep=logits_to_keep,
-                labels=labels, **kwargs,
-            )
-            return AttnResCausalLMOutputWithPast(logits=logits, past_key_values=cache)
-        outputs: AttnResModelOutputWithPast = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return AttnResCausalLMOutputWithPast(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-            router_logits=outputs.router_logits,
-            attn_res_weights=outputs.attn_res_weights,
-        )
+    model_class = KimiLinearAttnResModel
+    output_class = AttnResCausalLMOutputWithPast
+    model_outputs = (*AttnResForCausalLMMixin.model_outputs, "router_logits")
 
 
 __all__ = [
