@@ -54,6 +54,9 @@ COVERED = {
     "python eval/compare.py A B --tasks attnres_humaneval": ("tests/evaluation/test_compare.py",
                                                              "--allow-code-execution"),
     "python scripts/study.py": ("tests/study/test_study.py", "grid"),  # a 2-run grid; the real grids take hours
+    "attnres continued-study --output-dir results/continued-cpu --only": ("tests/study/test_continued_study.py",
+                                                                          "--only"),
+    "attnres continued-study": ("tests/study/test_continued_study.py", "test_grid_runs_resumes_and_reports"),
     "python scripts/convert_checkpoint.py moonshot_ckpt/": ("tests/conversion/test_convert.py", "verify"),
     "python scripts/convert_checkpoint.py kimi_linear_ckpt/": ("tests/conversion/test_convert.py", "upcycle"),
     "python scripts/push_to_hub.py": ("tests/conversion/test_hub.py", "dry"),
