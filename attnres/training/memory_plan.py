@@ -10,10 +10,10 @@ are sorted into the same parts by name.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from ..core.checkpoint_files import read_json_file
 from ..core.depth_layout import DepthLayout
 from ..core.model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
 from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
@@ -122,15 +122,7 @@ def read_config_dict(spec: str) -> tuple[dict, Path]:
     path = path / "config.json" if path.is_dir() else path
     if not path.is_file():
         raise ValueError(f"{spec}: neither a config.json, a folder holding one, nor a preset {PRESETS}")
-    try:
-        config_dict = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from error
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 text ({error})") from error
-    if not isinstance(config_dict, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return config_dict, path
+    return read_json_file(path, "config.json"), path  # CheckpointFileError (a ValueError) names the file
 
 
 def size_text(n: float) -> str:

@@ -90,7 +90,7 @@ def test_script_reads_a_config_file_and_folder(tmp_path, capsys):
 
 @pytest.mark.parametrize("content, message", [
     (None, "neither a config.json"),
-    ("{not json", "not valid JSON"),
+    ("{not json", "invalid JSON"),
     ("[1, 2]", "expected a JSON object"),
     (json.dumps({"model_type": "kimi_k3", "text_config": {"num_hidden_layers": 2, "hidden_act": "situ",
                                                            "activation_situ_beta": 4.0, "mystery": 1}}),
