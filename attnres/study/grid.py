@@ -205,18 +205,22 @@ class Grid:
                        for a in g["arms"] if (a, h) in best_lrs]
 
 
-def load_grid(path: Path) -> Grid:
-    """Read and check a grid file; ValueError naming the file and the field when something is wrong."""
+def read_grid_json(path: Path):
+    """A grid file's JSON value (unchecked); ValueError naming the file when it is missing or not JSON."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"--grid {path}: file not found")
     try:
-        raw = loads_limited(path.read_text())
+        return loads_limited(path.read_text())
     except JSONDepthError as error:  # json.loads would recurse once per level into RecursionError
         raise ValueError(f"--grid {path}: {error}; a grid is a few levels deep") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"--grid {path}: not valid JSON ({error})") from error
-    return grid_from_dict(raw, str(path))
+
+
+def load_grid(path: Path) -> Grid:
+    """Read and check a grid file; ValueError naming the file and the field when something is wrong."""
+    return grid_from_dict(read_grid_json(path), str(path))
 
 
 def grid_from_dict(raw: dict, source: str = "<dict>") -> Grid:

@@ -19,12 +19,11 @@ width, heads: the run ids), so a grid file gives none.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...core.json_limits import JSONDepthError, loads_limited
-from ..grid import Grid, _merged, grid_from_dict
+from ...core.checkpoint_files import read_json_file
+from ..grid import Grid, _merged, grid_from_dict, read_grid_json
 
 CONTINUED_DEFAULTS = dict(device="cpu", dtype="float32", block_size=None, frozen_arms=[], weight_decay=0.0,
                           min_lr_ratio=0.1, grad_clip=1.0, eval_batch_size=8)
@@ -42,24 +41,12 @@ class ContinuedGrid:
     lm_eval: dict
 
 
-def read_json(path: Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"--grid {path}: file not found")
-    try:
-        return loads_limited(path.read_text())
-    except JSONDepthError as error:
-        raise ValueError(f"--grid {path}: {error}; a grid is a few levels deep") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"--grid {path}: not valid JSON ({error})") from None
-
-
 def load_continued(path: Path, resolve_source=None) -> ContinuedGrid:
     """Read and check a continued grid; ValueError naming the file and field. `resolve_source(source)` -> the model
     folder (default: source.source_folder, which makes the SmolLM2 cache on first use)."""
     from .source import source_folder
 
-    raw = read_json(path)
+    raw = read_grid_json(path)
     source_name = str(path)
     if not isinstance(raw, dict):
         raise ValueError(f"{source_name}: the grid must be a JSON object")
@@ -78,7 +65,7 @@ def load_continued(path: Path, resolve_source=None) -> ContinuedGrid:
     check_continued(continued, raw.get("arms", {}), fail)
     check_lm_eval(lm_eval, fail)
     folder = (resolve_source or source_folder)(source)
-    config = json.loads((Path(folder) / "config.json").read_text())
+    config = read_json_file(Path(folder) / "config.json", "config.json")
     layers, hidden, heads = (config.get(k) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
     from ...families.upcycle import default_block_size
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 from pathlib import Path
+
+from ...core.atomic_io import move_into_place, temporary_folder
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2 = "smollm2"  # a grid's "source" naming this checkpoint; anything else is a model folder
@@ -39,8 +40,9 @@ def dequantized(model) -> None:
 
 
 def smollm2_folder() -> Path:
-    """The cached model folder (model and tokenizer), made from the GGUF file on first use: written beside and
-    renamed, so an interrupted first run leaves no half folder. ValueError when the package is missing."""
+    """The cached model folder (model and tokenizer), made from the GGUF file on first use: built in a hidden sibling
+    and renamed (attnres.core.atomic_io), so an interrupted first run leaves no half folder. ValueError when the
+    package is missing."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = cache_dir()
@@ -54,12 +56,11 @@ def smollm2_folder() -> Path:
     # dequantized on load: plain float32 weights, but still marked as GGUF-quantized, which save_pretrained refuses
     dequantized(model)
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    partial = folder.with_name(folder.name + f".partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(partial, folder)
+    with temporary_folder(folder) as partial:
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        move_into_place(partial, folder, replace=False)
     return folder
 
 

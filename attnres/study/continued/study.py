@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ...core.atomic_io import write_json_atomic
 from ..runner import RESULT_FILE, StudyError, exit_code, run_grid, single_key
+from ..runner import ensure_data as runner_ensure_data
 from .config import ContinuedGrid, load_continued
 from .train import arm_model, heldout, train_run
 
@@ -25,16 +27,9 @@ def load(grid_file: Path, resolve_source=None) -> ContinuedGrid:
 
 
 def ensure_data(cg: ContinuedGrid) -> dict:
-    """The corpus prepared with the source's tokenizer (`attnres prepare-data --tokenizer <source>`), once."""
-    from ...training.args import build_prepare_parser
-    from ...training.data import prepare_dataset
-
-    data_dir = Path(cg.grid.data["dir"])
-    if not (data_dir / "meta.json").is_file():
-        argv = ["--tokenizer", str(cg.folder), *cg.grid.data.get("prepare", []), "--output-dir", str(data_dir)]
-        print("preparing data: attnres prepare-data", " ".join(argv), flush=True)
-        prepare_dataset(build_prepare_parser("prepare-data").parse_args(argv))
-    return json.loads((data_dir / "meta.json").read_text())
+    """The corpus prepared with the source's tokenizer (the study's `ensure_data`, `--tokenizer <source>`), once."""
+    prepare = ["--tokenizer", str(cg.folder), *cg.grid.data.get("prepare", [])]
+    return runner_ensure_data(replace(cg.grid, data=dict(cg.grid.data, prepare=prepare)))
 
 
 def zero_modes(cg: ContinuedGrid) -> dict:
@@ -58,8 +53,9 @@ def zero_lines(cg: ContinuedGrid, out: Path, threads: int = 1) -> dict:
     for name, (mode, size) in zero_modes(cg).items():
         path = out / ZERO_DIR / f"{name}.json"
         spec = dict(source=cg.source, data=cg.grid.data["dir"], block_size=size, continued=cg.grid.train["continued"])
-        if path.is_file() and json.loads(path.read_text()).get("spec") == spec:
-            lines[name] = json.loads(path.read_text())
+        cached = json.loads(path.read_text()) if path.is_file() else None
+        if cached is not None and cached.get("spec") == spec:
+            lines[name] = cached
             continue
         model = arm_model(cg, mode, size).eval()
         record = dict(spec=spec, mode=mode, block_size=size, **heldout(cg, model, Path(cg.grid.data["dir"]), name))

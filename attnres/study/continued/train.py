@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ...core.atomic_io import write_json_atomic
+from ...core.atomic_io import atomic_write, write_json_atomic
 from ...families.upcycle import is_attn_res_tensor, upcycle
 from ..grid import RunKey
 from ..runner import RESULT_FILE, run_spec
@@ -148,6 +148,4 @@ def save_trainable(model, path: Path) -> None:
     from safetensors.torch import save_file
 
     tensors = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
-    partial = path.with_name(path.name + ".partial")
-    save_file(tensors, str(partial))
-    partial.replace(path)
+    atomic_write(path, lambda tmp: save_file(tensors, str(tmp)))
