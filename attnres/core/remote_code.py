@@ -16,6 +16,7 @@ ones included, so those stay inside their `try`.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import io
@@ -391,6 +392,13 @@ def generate(modeling_module: str = ROOT_MODULE, sources: dict | None = None) ->
     return {f"{name}.py": FlatFile(name, modules, owner, sources, optional).render() for name, modules in plan.items()}
 
 
+@functools.cache
+def _generated(model_module: str) -> dict[str, str]:
+    """`generate`, once per family and process: the package's sources do not change under a running process, and a
+    training run saves a folder at every checkpoint (parsing the modules takes most of a second)."""
+    return generate(model_module)
+
+
 def write_code_files(folder, model_module: str = ROOT_MODULE) -> list[Path]:
     """Write the generated code files of the model's family into `folder`; return the written paths.
     `model_module`: the module of the class being saved; a class already loaded as remote code is flat, and
@@ -398,7 +406,7 @@ def write_code_files(folder, model_module: str = ROOT_MODULE) -> list[Path]:
     if not model_module.startswith(PACKAGE + "."):
         return []
     written = []
-    for file_name, text in generate(model_module).items():
+    for file_name, text in _generated(model_module).items():
         write_text_atomic(Path(folder) / file_name, text)
         written.append(Path(folder) / file_name)
     return written
