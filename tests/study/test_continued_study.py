@@ -113,6 +113,21 @@ def test_bad_grid_refused_by_name(tmp_path, source, change, message):
     assert not (tmp_path / "out").exists() and not (tmp_path / "data").exists()  # refused before any work
 
 
+@pytest.mark.parametrize("text, message", [
+    (None, "file not found"), ("{not json", "not valid JSON"), ("[1, 2]", "the grid must be a JSON object"),
+    ("[" * 5000, "nested"),
+])
+def test_bad_grid_file_refused_by_name(tmp_path, text, message):
+    path = tmp_path / "grid.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit, match=f"error: .*grid.json.*{message}"):
+        continued_study.main(["--grid", str(path), "--output-dir", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match="--threads must be >= 1"):
+        continued_study.main(["--grid", str(path), "--threads", "0", "--output-dir", str(tmp_path / "out")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["grid.json"] if text is not None else [])
+
+
 def test_one_run_flags_checked(tmp_path, source):
     with pytest.raises(SystemExit, match="needs --seed"):
         continued_study.main(["--grid", str(grid(tmp_path, source)), "--only", "block", "--lr", "1e-3"])
