@@ -16,7 +16,7 @@ from huggingface_hub import HfApi, ModelCard, ModelCardData
 
 from ..core.checkpoint_files import CheckpointFileError, check_model_folder
 from ..core.remote_code import KERNELS_FILE
-from ..families.registry import family_classes, family_of_model_type
+from ..families.registry import family_classes, family_of_folder, family_of_model_type
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.trust import load_kwargs
@@ -67,10 +67,8 @@ def load_model(model_path):
     """The checkpoint as its family's AttnRes model (Kimi Linear's Moonshot fields dropped); ConversionError naming a
     family's own standard checkpoint or an unsupported one."""
     try:
-        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
-        model_type = config.get("model_type") if isinstance(config, dict) else None
-        family = family_of_model_type(model_type)
-    except (OSError, ValueError) as error:  # check_model_folder has named a missing or damaged config.json already
+        family, model_type = family_of_folder(model_path)
+    except ValueError as error:  # check_model_folder has named a missing or damaged config.json already
         raise ConversionError(f"--model {model_path}: {error}") from None
     if family != "kimi_linear" and model_type == family:
         raise ConversionError(f"--model {model_path} is the family's own {family} checkpoint, without AttnRes: upcycle "

@@ -8,6 +8,7 @@ reason. README "Model families" has the table.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 # the family's own model_type -> (module, AttnRes config class, AttnRes causal LM class)
 SUPPORTED = {
@@ -98,6 +99,15 @@ def family_of_model_type(model_type: str | None) -> str:
     return source_family_of(family)  # raises, naming why (refused with its reason, or unknown)
 
 
+def family_of_folder(folder) -> tuple[str, str | None]:
+    """(family, the config.json's own model_type) of a model folder; ValueError (CheckpointFileError for a missing
+    or damaged config.json) naming the file or the reason."""
+    from ..core.checkpoint_files import read_json_file
+
+    model_type = read_json_file(Path(folder) / "config.json", "config.json").get("model_type")
+    return family_of_model_type(model_type), model_type
+
+
 def register_auto_classes() -> None:
     """AutoConfig / AutoModel / AutoModelForCausalLM for every family's `<model_type>_attnres` (Kimi Linear registers
     itself in `attnres/__init__.py`), each marked for remote code as Kimi Linear is: `save_pretrained` writes `auto_map`
@@ -118,5 +128,5 @@ def register_auto_classes() -> None:
         causal_lm.register_for_auto_class("AutoModelForCausalLM")
 
 
-__all__ = ["SUPPORTED", "REFUSED", "family_classes", "family_of_model_type", "source_family", "source_family_of",
-           "register_auto_classes"]
+__all__ = ["SUPPORTED", "REFUSED", "family_classes", "family_of_model_type", "family_of_folder", "source_family",
+           "source_family_of", "register_auto_classes"]

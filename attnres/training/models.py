@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from ..families.registry import SUPPORTED, family_classes, family_of_model_type
+from ..families.registry import SUPPORTED, family_classes, family_of_folder, family_of_model_type
 from ..utils.tiny import K3_SMALL_PRESET, tiny_config
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -189,9 +189,8 @@ def init_config(init_from: Path, attn_res: str | None, block_size: int | None, t
 
 def folder_family(init_from: Path) -> str:
     """The family of DIR's config.json (its model_type: `llama` or `llama_attnres` is Llama; none is Kimi Linear)."""
-    config = json.loads((Path(init_from) / "config.json").read_text(encoding="utf-8"))
     try:
-        return family_of_model_type(config.get("model_type"))
+        return family_of_folder(init_from)[0]
     except ValueError as error:
         raise ValueError(f"--init-from {init_from}: {error}") from None
 
