@@ -7,20 +7,20 @@ import sys
 from pathlib import Path
 
 import attnres
-from attnres.core.remote_code import generate
 from attnres.families.registry import SUPPORTED, family_classes
+from attnres.folders.remote_code import generate
 
 PACKAGE_DIR = Path(attnres.__file__).parent
 
 KIMI = "attnres.families.kimi_linear"
 # The model core: what `import attnres` loads. Kimi Linear's part of it is what its saved folder's generated code is
 # made of (the family-independent core it needs and the family's own modules, `attnres/families/kimi_linear/`), and
-# the generator itself (`attnres.core.remote_code`, which ships in no folder)
+# the generator itself (`attnres.folders.remote_code`, which ships in no folder)
 KIMI_CORE = {
     "attnres", "attnres.core.mix_point", "attnres.core.depth_layout", "attnres.core.inference",
-    "attnres.core.input_checks", "attnres.core.saved_model", "attnres.core.checkpoint_files", "attnres.core.atomic_io",
-    "attnres.core.offload", "attnres.core.remote_code", "attnres.core.config_checks", "attnres.core.model_size",
-    "attnres.core.json_limits", "attnres.core.config", "attnres.core.decoder_layer", "attnres.core.model",
+    "attnres.core.input_checks", "attnres.folders.saved_model", "attnres.folders.checkpoint_files", "attnres.folders.atomic_io",
+    "attnres.core.offload", "attnres.folders.remote_code", "attnres.core.config_checks", "attnres.core.model_size",
+    "attnres.folders.json_limits", "attnres.core.config", "attnres.core.decoder_layer", "attnres.core.model",
     "attnres.kernels", "attnres.kernels.mix", "attnres.kernels.mix.naive", "attnres.kernels.mix.lean",
     "attnres.kernels.mix.cpu_fused", "attnres.kernels.mix.variants", "attnres.kernels.mix.triton",
     "attnres.kernels.mix.kernels", "attnres.kernels.mix.extension_cache",
@@ -128,12 +128,12 @@ def test_the_core_imports_no_tool_and_is_exactly_what_a_saved_folder_ships():
                                            check=True, timeout=300).stdout))
     assert loaded <= CORE, f"import attnres loads tool modules: {sorted(loaded - CORE)}"
     shipped = shipped_modules(family_classes("kimi_linear")[1].__module__)
-    assert shipped | {"attnres", "attnres.core.remote_code"} == KIMI_CORE, (
+    assert shipped | {"attnres", "attnres.folders.remote_code"} == KIMI_CORE, (
         f"remote code ships {sorted(shipped - KIMI_CORE)} beyond the core and misses "
-        f"{sorted(KIMI_CORE - shipped - {'attnres', 'attnres.core.remote_code'})}")
+        f"{sorted(KIMI_CORE - shipped - {'attnres', 'attnres.folders.remote_code'})}")
     for family in SUPPORTED:  # every family's folder: core modules only, never the generator
         shipped = shipped_modules(family_classes(family)[1].__module__)
-        assert shipped <= CORE - {"attnres.core.remote_code"}, (family, sorted(shipped - CORE))
+        assert shipped <= CORE - {"attnres.folders.remote_code"}, (family, sorted(shipped - CORE))
 
 
 def shipped_modules(modeling_module: str) -> set[str]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
-from attnres.core.saved_model import RECORD_FILE
+from attnres.folders.saved_model import RECORD_FILE
 from tests.helpers.bad_input_fixtures import INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, damaged_copy, expect_refused, snapshot
 from tests.helpers.model_factory import random_ids, tiny_model
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from attnres.cli.convert import main as convert_main
-from attnres.core.atomic_io import recover_interrupted, write_json_atomic
+from attnres.folders.atomic_io import recover_interrupted, write_json_atomic
 from attnres.training.state import OutputLockedError, output_lock
 from tests.helpers.bad_input_fixtures import snapshot
 from tests.helpers.processes import aside_pause_line, kill_when_paused, leftovers, pause_line
@@ -113,7 +113,7 @@ def _only_pid(folder) -> str:
 def test_kill_atomic_write(tmp_path):
     target = tmp_path / "results.json"
     target.write_text('{"old": 1}')
-    code = f"from attnres.core.atomic_io import write_json_atomic; write_json_atomic({str(target)!r}, {{'new': 2}})"
+    code = f"from attnres.folders.atomic_io import write_json_atomic; write_json_atomic({str(target)!r}, {{'new': 2}})"
     kill_when_paused([sys.executable, "-c", code])
     assert target.read_text() == '{"old": 1}' and leftovers(tmp_path, ".tmp-")
     write_json_atomic(target, {"next": 3})  # the next write cleans the dead writer's temporary file

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnres.core.remote_code import (
+from attnres.families.registry import SUPPORTED, family_classes
+from attnres.folders.remote_code import (
     KERNELS_FILE,
     FlatFile,
     GenerationError,
@@ -21,7 +22,6 @@ from attnres.core.remote_code import (
     generate,
     write_code_files,
 )
-from attnres.families.registry import SUPPORTED, family_classes
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.remote_loading import auto_map as folder_auto_map
 from tests.helpers.remote_loading import fake_hub_repo, load_all_in_clean_process
@@ -67,7 +67,7 @@ def test_kimi_linear_files_hold_the_kernels_and_their_references(generated):
         assert f"#   {module}\n" in header + "\n", module
     assert "attnres.families.kimi_linear.conversion_mapping" in files["modeling_kimi_linear_attnres.py"][:2000]
     headers = "".join(text.split("\n\n")[0] for text in files.values())
-    assert "#   attnres.core.remote_code\n" not in headers  # the generator itself ships nowhere
+    assert "#   attnres.folders.remote_code\n" not in headers  # the generator itself ships nowhere
 
 
 def test_generated_files_pass_ruff(generated, tmp_path):
