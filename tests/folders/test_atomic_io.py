@@ -1,5 +1,5 @@
-"""One writer per output (`attnres.folders.atomic_io.claim_output`, `move_into_place(replace=...)`): a second writer of the
-same output, in another process, stops with one error naming the output and writes nothing; an output that appeared
+"""One writer per output (`attnres.folders.atomic_io.claim_output`, `move_into_place(replace=...)`): a second writer of
+the same output, in another process, stops with one error naming the output and writes nothing; an output that appeared
 while a command was writing it is never silently replaced without --force. Every command that writes an output
 folder goes through it."""
 from __future__ import annotations

@@ -147,9 +147,9 @@ def test_folder_loads_without_the_package(tmp_path):
 
 
 def test_write_code_files_writes_the_generated_files(tmp_path):
-    written = write_code_files(tmp_path)
+    written = write_code_files(tmp_path, MODELING["kimi_linear"])
     assert sorted(p.name for p in written) == sorted(p.name for p in tmp_path.iterdir())
-    assert {p.name: p.read_text() for p in written} == generate()
+    assert {p.name: p.read_text() for p in written} == generate(MODELING["kimi_linear"])
     assert write_code_files(tmp_path / "none", "transformers_modules.x.modeling_kimi_linear_attnres") == []
 
 
