@@ -180,3 +180,33 @@ def test_auto_map_points_every_family_at_its_generated_files(generated):
         entries = auto_map(module)
         assert set(entries) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}
         assert {f"{entry.rpartition('.')[0]}.py" for entry in entries.values()} <= set(generated[family]), family
+
+
+def tool_names() -> set[str]:
+    """Every top-level function and class of the tools' folder modules (attnres/folders): none may ship."""
+    folder = Path(__file__).resolve().parents[2] / "attnres" / "folders"
+    return {node.name for path in folder.glob("*.py") for node in ast.parse(path.read_text()).body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+
+
+@pytest.mark.parametrize("family", sorted(SUPPORTED))
+def test_a_saved_folder_ships_no_tool_code(family, tmp_path):
+    """No atomic writes, output claims, process checks, exclusive creates or safetensors header parsing in any shipped
+    file; the one file lock is the C++ kernel's build cache (`build_lock`: builders of one kernel wait for each other,
+    and the kernel releases the lock of a builder that dies)."""
+    from tests.data.unchanged.record import build, config_fields
+
+    build(family, config_fields(family, "block")).save_pretrained(tmp_path)
+    shipped = {p.name: p.read_text() for p in tmp_path.glob("*.py")}
+    assert len(shipped) == 3, sorted(shipped)
+    forbidden = tool_names()
+    assert {"claim_output", "pid_alive", "check_safetensors", "save_folder", "write_code_files"} <= forbidden
+    for name, text in shipped.items():
+        tree = ast.parse(text)
+        defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+        assert not defined & forbidden, (name, sorted(defined & forbidden))
+        for word in ("pid_alive", "O_EXCL", "struct.unpack", "attnres_weights.json"):
+            assert word not in text, (name, word)
+        locking = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                   and "flock" in ast.get_source_segment(text, node)}
+        assert locking <= ({"build_lock"} if name == f"{KERNELS_FILE}.py" else set()), (name, locking)
