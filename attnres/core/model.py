@@ -20,7 +20,7 @@ from transformers.utils.output_capturing import capture_outputs, selected_hidden
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from attnres.core.inference import chunked_causal_lm_forward, two_phase_schedule
-from attnres.core.input_checks import check_backend, check_dtypes, check_labels, check_values
+from attnres.core.input_checks import check_backend, check_dtypes, check_labels, check_values, widened
 from attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
 
 
@@ -129,7 +129,7 @@ class AttnResModelMixin(AttnResMixing):
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
+            inputs_embeds = self.embed_tokens(widened(input_ids))
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
         if position_ids is None:
@@ -220,6 +220,7 @@ class AttnResForCausalLMMixin:
         prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs."""
         reference = input_ids if input_ids is not None else inputs_embeds
         check_labels(labels, reference, self.config.vocab_size)
+        labels = widened(labels, keep=(torch.int64,))  # the loss takes torch.long targets
         if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
             logits, cache = chunked_causal_lm_forward(
                 self, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
