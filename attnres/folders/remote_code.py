@@ -62,6 +62,14 @@ class Source:
                 (source.lazy if in_function else source.eager).append((node, target))
         return source
 
+    def data(self, file_name: str) -> str:
+        """The text of a data file beside the module (package data, e.g. a C++ kernel's source)."""
+        spec = importlib.util.find_spec(self.name)
+        path = Path(spec.origin).with_name(file_name) if spec is not None and spec.origin else None
+        if path is None or not path.is_file():
+            raise GenerationError(f"{self.name} reads {file_name}, which is not beside it")
+        return path.read_text(encoding="utf-8")
+
     @property
     def optional(self) -> str | None:
         """The optional package this module imports in a top-level `try` and needs (re-raising), e.g. triton."""
@@ -71,6 +79,28 @@ class Source:
                     if isinstance(node, ast.Import):
                         return node.names[0].name.split(".")[0]
         return None
+
+
+def _data_reads(tree: ast.Module):
+    """(return statement, file name) for every `return Path(__file__).with_name("<file>").read_text(...)`: a module
+    reading a data file of its package (the C++ kernel's source). The generated file returns the file's text itself:
+    transformers copies a folder's Python files only."""
+    for node in ast.walk(tree):
+        call = node.value if isinstance(node, ast.Return) else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "read_text"):
+            continue
+        opened = call.func.value
+        if (isinstance(opened, ast.Call) and isinstance(opened.func, ast.Attribute) and opened.func.attr == "with_name"
+                and ast.unparse(opened.func.value) == "Path(__file__)" and len(opened.args) == 1
+                and isinstance(opened.args[0], ast.Constant) and isinstance(opened.args[0].value, str)):
+            yield node, opened.args[0].value
+
+
+def _raw_string(text: str) -> str:
+    """`text` as a raw triple-quoted literal, its lines unchanged (so the generated file shows the C++ as written)."""
+    if '"""' in text or text.endswith("\\"):
+        raise GenerationError('a data file embedded in the generated code may not hold \'"""\' or end with a backslash')
+    return f'r"""{text}"""'
 
 
 def _imports(tree: ast.Module):
@@ -214,6 +244,9 @@ class FlatFile:
         for node, target in source.eager + source.lazy:
             top = node in source.tree.body
             edits[node.lineno] = (node.end_lineno, self._replace_import(node, target, top, cross))
+        for node, file_name in _data_reads(source.tree):
+            indent = " " * node.col_offset
+            edits[node.lineno] = (node.end_lineno, [f"{indent}return {_raw_string(source.data(file_name))}"])
         out, skip_to = [f"# ---- {module} ----"], 0
         for number, line in enumerate(lines, start=1):
             if number <= skip_to:

@@ -210,3 +210,17 @@ def test_a_saved_folder_ships_no_tool_code(family, tmp_path):
         locking = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
                    and "flock" in ast.get_source_segment(text, node)}
         assert locking <= ({"build_lock"} if name == f"{KERNELS_FILE}.py" else set()), (name, locking)
+
+
+def test_the_kernels_file_embeds_the_cpp_source_it_compiles(generated):
+    """The C++ kernel is package data (cpu_fused.cpp); a folder's kernels file returns its text, which the folder's
+    copy compiles with the same build key as the package's."""
+    from attnres.kernels.mix import cpu_fused
+
+    text = generated["llama"][f"{KERNELS_FILE}.py"]
+    assert "Path(__file__).with_name(" not in text
+    namespace = {}
+    exec(compile(text, f"{KERNELS_FILE}.py", "exec"), namespace)  # noqa: S102  (our own generated file)
+    assert namespace["cpp_source"]() == cpu_fused.cpp_source() == (
+        Path(cpu_fused.__file__).with_name("cpu_fused.cpp").read_text())
+    assert namespace["build_key"]()["source"] == cpu_fused.build_key()["source"]
