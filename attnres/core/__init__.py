@@ -12,6 +12,5 @@
 Beside them: the mix point (`mix_point`), the depth rule (`depth_layout`), the two-phase schedule (`inference`), the
 input checks (`input_checks`). The core reads and writes no file: the folder reader, the weights record, atomic saves
 and the code files of a saved folder are the tools' (`attnres.folders`); the kernels are `attnres.kernels`.
-Families live in `attnres.families`; Kimi Linear
-(`attnres.families.kimi_linear`) is one.
+Families live in `attnres.families`; Kimi Linear (`attnres.families.kimi_linear`) is one.
 """
