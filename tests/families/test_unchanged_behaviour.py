@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import attnres  # noqa: F401  (registers the Auto classes, as a user's script does)
+import attnres  # registers the Auto classes, as a user's script does
 from attnres.families.registry import SUPPORTED, family_classes
 from tests.helpers.remote_loading import load_all_in_clean_process
 
@@ -45,8 +45,11 @@ def test_a_recorded_folder_loads_with_the_package(family):
     _, model_class = family_classes(family)
     model = model_class.from_pretrained(DATA / "folders" / family).eval()
     assert type(model) is model_class
+    through_tools = attnres.load(DATA / "folders" / family).eval()  # the Auto class, the record checked
+    assert type(through_tools) is model_class
     with torch.no_grad():
         assert torch.equal(model(LOGITS["ids"]).logits, LOGITS[f"{family}.block"]), family
+        assert torch.equal(through_tools(LOGITS["ids"]).logits, LOGITS[f"{family}.block"]), family
 
 
 def test_recorded_and_new_folders_load_without_the_package(tmp_path):
