@@ -61,6 +61,8 @@ class KimiLinearAttnResDecoderLayer(AttnResDecoderLayerMixin, KimiLinearDecoderL
     """Kimi Linear's decoder layer, reading its input from the depth sources instead of one residual stream
     (the mixes around its two sub-layers: `attnres.core.decoder_layer`)."""
 
+    fusable_norm = KimiLinearRMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
+
     def __init__(self, config: KimiLinearAttnResConfig, layer_idx: int):
         KimiLinearDecoderLayer.__init__(self, config, layer_idx)
         if uses_k3(config):  # Kimi K3's modules where its config asks for them (attnres/families/kimi_linear/k3)
@@ -95,6 +97,7 @@ class KimiLinearAttnResPreTrainedModel(AttnResPreTrainedMixin, KimiLinearPreTrai
 
 class KimiLinearAttnResModel(AttnResModelMixin, KimiLinearAttnResPreTrainedModel):
     output_class = AttnResModelOutputWithPast
+    fusable_norm = KimiLinearRMSNorm
 
     def __init__(self, config: KimiLinearAttnResConfig):
         check_buildable(config)  # a config too large for this machine is refused with the number, before allocation

@@ -1,4 +1,7 @@
-"""Llama with Attention Residuals: `LlamaConfig` plus the AttnRes fields (`attnres.core.config`)."""
+"""Llama with Attention Residuals: `LlamaConfig` plus the AttnRes fields (`attnres.core.config`).
+
+Generated from `modular_llama_attnres.py` by `python -m attnres.utils.modular`: edit that file, not this one.
+"""
 from huggingface_hub.dataclasses import strict
 from transformers import LlamaConfig
 
