@@ -1,7 +1,8 @@
 """A rotary PreNorm decoder with AttnRes, built from its family's own modules, and its causal LM head.
 
-Llama, Mistral, Qwen2, Qwen3 and Gemma 3 share one model body in transformers: embeddings, a rotary embedding, one
-causal (or sliding-window) mask per layer type, the decoder layers, the final RMSNorm. A family names its modules as
+The rotary PreNorm families (those generated from a declaration, `attnres.families.declaration`) share one model
+body in transformers: embeddings, a rotary embedding, one causal (or sliding-window) mask per layer type, the decoder
+layers, the final RMSNorm. A family names its modules as
 class attributes and this body runs them the family's way, except the residual (`attnres.core.model.run_depth`):
 
     class LlamaAttnResModel(AttnResDecoderModel, LlamaAttnResPreTrainedModel):

@@ -34,7 +34,10 @@ class Family:
     attention: type | None = None
     fusable_norm: bool = False
     generated: bool = True
-    label: str = ""  # the family's name in prose ("Gemma 3 (text)"); `name` where empty
+    label: str = ""  # the family's name in prose ("Gemma 3"); `name` where empty
+    # model_types of wrapper configs that read as this family's AttnRes config (Kimi K3's `kimi_k3` unwraps its
+    # `text_config`), registered where transformers has none of its own
+    wrapper_model_types: tuple[str, ...] = ()
 
     @property
     def title(self) -> str:

@@ -13,23 +13,21 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib
 import sys
 import textwrap
 from pathlib import Path
 
 from attnres.core.atomic_io import write_text_atomic
 from attnres.families.declaration import Family
+from attnres.families.registry import DECLARATIONS, FAMILIES_DIR
 
 LINE_LENGTH = 120  # the package's (pyproject [tool.ruff])
-FAMILIES_DIR = Path(__file__).resolve().parent.parent / "families"
 COMMAND = "python -m attnres.utils.modular"
 
 
-def modular_modules() -> dict[str, str]:
-    """folder -> module name of every family folder's declaration."""
-    return {path.parent.name: f"attnres.families.{path.parent.name}.{path.stem}"
-            for path in sorted(FAMILIES_DIR.glob("*/modular_*_attnres.py"))}
+def declared_families() -> dict[str, Family]:
+    """folder -> declaration of every family folder (`attnres.families.registry`, which finds them)."""
+    return {package.rpartition(".")[2]: family for package, family in DECLARATIONS.values()}
 
 
 def class_bodies(path: Path) -> dict[str, tuple[str | None, str]]:
@@ -173,11 +171,10 @@ def modeling_text(family: Family, folder: str, bodies: dict, extras: list[str]) 
 
 def generate(folder: str) -> dict[str, str]:
     """{file name: text} of a generated family's configuration and modeling files ({} for a hand-written family)."""
-    module = importlib.import_module(modular_modules()[folder])
-    family = module.FAMILY
+    family = declared_families()[folder]
     if not family.generated:
         return {}
-    path = Path(module.__file__)
+    path = FAMILIES_DIR / folder / f"modular_{folder}_attnres.py"
     bodies = class_bodies(path)
     declared = {cls.__name__ for cls in (family.decoder_layer, family.pretrained_model, family.causal_lm, family.norm,
                                          family.rotary, family.attention) if cls is not None}
@@ -189,7 +186,7 @@ def generate(folder: str) -> dict[str, str]:
 def stale_files() -> list[Path]:
     """The generated files whose text differs from what their declaration generates now."""
     stale = []
-    for folder in modular_modules():
+    for folder in declared_families():
         for name, text in generate(folder).items():
             path = FAMILIES_DIR / folder / name
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
@@ -206,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in stale:
             print(f"{path}: stale, regenerate with `{COMMAND}`", file=sys.stderr)
         return 1 if stale else 0
-    for folder in modular_modules():
+    for folder in declared_families():
         for name, text in generate(folder).items():
             if FAMILIES_DIR / folder / name in stale:
                 write_text_atomic(FAMILIES_DIR / folder / name, text)
