@@ -2,7 +2,7 @@
 
 A family's folder `attnres/families/<folder>/` holds `modular_<folder>_attnres.py`, which binds `FAMILY` to a
 `Family`. For a rotary PreNorm family that declaration is the whole port: its `configuration_<folder>_attnres.py` and
-`modeling_<folder>_attnres.py` are generated from it (`python -m attnres.utils.modular`), as transformers' modular
+`modeling_<folder>_attnres.py` are generated from it (`python attnres/utils/modular.py`), as transformers' modular
 converter generates `modeling_*.py` from `modular_*.py`. Where a family differs, its modular file defines a class
 under the generated class's name (`class Gemma3TextAttnResDecoderLayer:` with the methods that differ); the generator
 puts that class's body into the generated class (its docstring replaces the default one). The registry

@@ -1,33 +1,74 @@
 """Generate a family's configuration and modeling files from its declaration (`modular_<folder>_attnres.py`), as
 transformers' modular converter generates `modeling_*.py` from `modular_*.py`.
 
-    python -m attnres.utils.modular            # rewrite every generated family's two files
-    python -m attnres.utils.modular --check    # exit 1 naming each stale file, write nothing
+    python attnres/utils/modular.py            # rewrite every generated family's stale files
+    python attnres/utils/modular.py --check    # exit 1 naming each stale file, write nothing
 
-The text is a function of the declaration alone (`generate`), so a test regenerates it in memory and compares.
-A class of the modular file named as a generated class gives its body to that class: its docstring replaces the
-default one, its other statements follow the default attributes. Names the modular file imports from the family's
-transformers modeling module, beyond the declared classes, are imported by the modeling file.
+The generator reads the modular files as text (their syntax trees) and imports nothing of this package, so it runs
+before a new family's files exist (`import attnres` registers every declared family, and would need them). The text
+is a function of the modular file alone (`generate`), so a test regenerates it in memory and compares.
+
+The declaration is `FAMILY = Family(...)` (`attnres.families.declaration`), its classes named as imported. A class
+of the modular file named as a generated class gives its body to that class: its docstring replaces the default one,
+its other statements follow the default attributes. Names the modular file imports from the family's transformers
+modeling module, beyond the declared classes, are imported by the modeling file.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import os
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
-
-from attnres.core.atomic_io import write_text_atomic
-from attnres.families.declaration import Family
-from attnres.families.registry import DECLARATIONS, FAMILIES_DIR
+from types import SimpleNamespace
 
 LINE_LENGTH = 120  # the package's (pyproject [tool.ruff])
-COMMAND = "python -m attnres.utils.modular"
+FAMILIES_DIR = Path(__file__).resolve().parent.parent / "families"
+COMMAND = "python attnres/utils/modular.py"
+CLASS_FIELDS = ("config", "decoder_layer", "pretrained_model", "causal_lm", "norm", "rotary", "attention")
 
 
-def declared_families() -> dict[str, Family]:
-    """folder -> declaration of every family folder (`attnres.families.registry`, which finds them)."""
-    return {package.rpartition(".")[2]: family for package, family in DECLARATIONS.values()}
+class DeclarationError(ValueError):
+    """A modular file without a readable `FAMILY = Family(...)`; the message names the file."""
+
+
+def modular_files() -> dict[str, Path]:
+    """folder -> its modular file, for every family folder that has one."""
+    return {path.parent.name: path for path in sorted(FAMILIES_DIR.glob("*/modular_*_attnres.py"))}
+
+
+def _value(node: ast.expr):
+    """A keyword's value: a name as its text (a class), a literal as its value, anything else as its source."""
+    if isinstance(node, ast.Name):
+        return node.id
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return ast.unparse(node)
+
+
+def read_declaration(path: Path) -> SimpleNamespace:
+    """The keywords of the modular file's `FAMILY = Family(...)`: literals as written, classes by name; `module`: the
+    transformers module the decoder layer is imported from."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    call = next((node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and [getattr(t, "id", None) for t in node.targets] == ["FAMILY"]
+                 and isinstance(node.value, ast.Call)), None)
+    if call is None:
+        raise DeclarationError(f"{path}: no `FAMILY = Family(...)` declaration")
+    fields = dict.fromkeys(CLASS_FIELDS) | {"label": "", "fusable_norm": False, "generated": True}
+    for keyword in call.keywords:
+        fields[keyword.arg] = _value(keyword.value)
+    imports = {alias.name: node.module for node in tree.body if isinstance(node, ast.ImportFrom)
+               for alias in node.names}
+    family = SimpleNamespace(**fields)
+    family.module = imports.get(family.decoder_layer)
+    family.title = family.label or family.name
+    family.config_name, family.causal_lm_name = f"{family.name}AttnResConfig", f"{family.name}AttnResForCausalLM"
+    family.attn_res_model_type = f"{family.model_type}_attnres"
+    return family
 
 
 def class_bodies(path: Path) -> dict[str, tuple[str | None, str]]:
@@ -80,8 +121,8 @@ def generated_note(folder: str) -> str:
     return f"Generated from `modular_{folder}_attnres.py` by `{COMMAND}`: edit that file, not this one."
 
 
-def configuration_text(family: Family, folder: str, bodies: dict) -> str:
-    name, config = family.config_name, family.config.__name__
+def configuration_text(family: SimpleNamespace, folder: str, bodies: dict) -> str:
+    name, config = family.config_name, family.config
     doc = (f"r\"\"\"`{config}` ({family.about})\n    plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, "
            "`attn_res_backend`, ...,\n    documented on `KimiLinearAttnResConfig` and validated the same way. "
            f"`attn_res_mode=\"standard\"` is {family.title} itself.")
@@ -109,33 +150,33 @@ def configuration_text(family: Family, folder: str, bodies: dict) -> str:
     ])
 
 
-def modeling_text(family: Family, folder: str, bodies: dict, extras: list[str]) -> str:
+def modeling_text(family: SimpleNamespace, folder: str, bodies: dict, extras: list[str]) -> str:
     n, title = family.name, family.title
     layer, pretrained, model = f"{n}AttnResDecoderLayer", f"{n}AttnResPreTrainedModel", f"{n}AttnResModel"
     causal_lm, config = family.causal_lm_name, family.config_name
     declared = [family.decoder_layer, family.pretrained_model, family.causal_lm, family.norm, family.rotary,
                 family.attention]
-    module = family.decoder_layer.__module__
-    imported = sorted({cls.__name__ for cls in declared if cls is not None} | set(extras))
-    norm = family.norm.__name__
+    module = family.module
+    imported = sorted({cls for cls in declared if cls is not None} | set(extras))
+    norm = family.norm
     policy = [f"    fusable_norm = {norm}  # Llama's RMSNorm formula: the mix kernels may apply it fused"] \
         if family.fusable_norm else []
     record = []
     if family.attention is not None:
         record = ['    # hidden states are collected by the model itself: what a layer "outputs" depends on the '
-                  'AttnRes mode', f'    _can_record_outputs = {{"attentions": {family.attention.__name__}}}']
+                  'AttnRes mode', f'    _can_record_outputs = {{"attentions": {family.attention}}}']
     classes = [
-        class_text(f"class {layer}(AttnResDecoderLayerMixin, {family.decoder_layer.__name__}):",
+        class_text(f"class {layer}(AttnResDecoderLayerMixin, {family.decoder_layer}):",
                    f"{title}'s decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`).",
                    policy, bodies.get(layer)),
-        class_text(f"class {pretrained}(AttnResPreTrainedMixin, {family.pretrained_model.__name__}):", "",
+        class_text(f"class {pretrained}(AttnResPreTrainedMixin, {family.pretrained_model}):", "",
                    [f"    config: {config}", f"    config_class = {config}", f'    _no_split_modules = ["{layer}"]',
                     *record], bodies.get(pretrained)),
         class_text(f"class {model}(AttnResDecoderModel, {pretrained}):", "",
                    [fit(f"    decoder_layer_class, norm_class, rotary_class = {layer}, {norm}, "
-                        f"{family.rotary.__name__}"), *([f"    fusable_norm = {norm}"] if family.fusable_norm else [])],
+                        f"{family.rotary}"), *([f"    fusable_norm = {norm}"] if family.fusable_norm else [])],
                    bodies.get(model)),
-        class_text(f"class {causal_lm}(AttnResDecoderForCausalLM, {pretrained}, {family.causal_lm.__name__}):", "",
+        class_text(f"class {causal_lm}(AttnResDecoderForCausalLM, {pretrained}, {family.causal_lm}):", "",
                    [f"    model_class = {model}"], bodies.get(causal_lm)),
     ]
     names = ", ".join(f'"{c}"' for c in (layer, pretrained, model, causal_lm))
@@ -171,22 +212,35 @@ def modeling_text(family: Family, folder: str, bodies: dict, extras: list[str]) 
 
 def generate(folder: str) -> dict[str, str]:
     """{file name: text} of a generated family's configuration and modeling files ({} for a hand-written family)."""
-    family = declared_families()[folder]
+    path = modular_files()[folder]
+    family = read_declaration(path)
     if not family.generated:
         return {}
-    path = FAMILIES_DIR / folder / f"modular_{folder}_attnres.py"
+    if family.module is None:
+        raise DeclarationError(f"{path}: the decoder layer {family.decoder_layer!r} is not imported by name")
     bodies = class_bodies(path)
-    declared = {cls.__name__ for cls in (family.decoder_layer, family.pretrained_model, family.causal_lm, family.norm,
-                                         family.rotary, family.attention) if cls is not None}
-    extras = extra_imports(path, family.decoder_layer.__module__, declared)
+    declared = {getattr(family, name) for name in CLASS_FIELDS}
+    extras = extra_imports(path, family.module, declared)
     return {f"configuration_{folder}_attnres.py": configuration_text(family, folder, bodies),
             f"modeling_{folder}_attnres.py": modeling_text(family, folder, bodies, extras)}
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` whole or not at all: a temporary file beside `path`, then a rename over it."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def stale_files() -> list[Path]:
     """The generated files whose text differs from what their declaration generates now."""
     stale = []
-    for folder in declared_families():
+    for folder in modular_files():
         for name, text in generate(folder).items():
             path = FAMILIES_DIR / folder / name
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
@@ -203,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in stale:
             print(f"{path}: stale, regenerate with `{COMMAND}`", file=sys.stderr)
         return 1 if stale else 0
-    for folder in declared_families():
+    for folder in modular_files():
         for name, text in generate(folder).items():
             if FAMILIES_DIR / folder / name in stale:
                 write_text_atomic(FAMILIES_DIR / folder / name, text)

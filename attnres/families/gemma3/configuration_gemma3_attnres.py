@@ -1,6 +1,6 @@
 """Gemma 3 with Attention Residuals: `Gemma3TextConfig` plus the AttnRes fields (`attnres.core.config`).
 
-Generated from `modular_gemma3_attnres.py` by `python -m attnres.utils.modular`: edit that file, not this one.
+Generated from `modular_gemma3_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
 """
 from huggingface_hub.dataclasses import strict
 from transformers import Gemma3TextConfig

@@ -1,5 +1,5 @@
 """Gemma 3 (text) with Attention Residuals (model_type `gemma3_text_attnres`), declared: its configuration and
-modeling files are generated from this file (`python -m attnres.utils.modular`)."""
+modeling files are generated from this file (`python attnres/utils/modular.py`)."""
 from transformers import Gemma3TextConfig
 from transformers.models.gemma3.modeling_gemma3 import (
     Gemma3Attention,

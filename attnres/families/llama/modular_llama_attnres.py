@@ -1,5 +1,5 @@
 """Llama with Attention Residuals (model_type `llama_attnres`), declared: its configuration and modeling files
-are generated from this file (`python -m attnres.utils.modular`)."""
+are generated from this file (`python attnres/utils/modular.py`)."""
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,

@@ -2,7 +2,7 @@
 
 Every module (Mistral's attention, MLP, RMSNorm, rotary embedding, cache, masks) is transformers' own; the decoder layer
 mixes the depth sources before its two sub-layers and the model mixes them before the final norm (`attnres.core`).
-Generated from `modular_mistral_attnres.py` by `python -m attnres.utils.modular`: edit that file, not this one.
+Generated from `modular_mistral_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
 """
 from transformers.models.mistral.modeling_mistral import (
     MistralAttention,

@@ -1,5 +1,5 @@
 """Mistral with Attention Residuals (model_type `mistral_attnres`), declared: its configuration and modeling files
-are generated from this file (`python -m attnres.utils.modular`)."""
+are generated from this file (`python attnres/utils/modular.py`)."""
 from transformers import MistralConfig
 from transformers.models.mistral.modeling_mistral import (
     MistralAttention,

@@ -2,7 +2,7 @@
 
 Every module (Qwen2's attention, MLP, RMSNorm, rotary embedding, cache, masks) is transformers' own; the decoder layer
 mixes the depth sources before its two sub-layers and the model mixes them before the final norm (`attnres.core`).
-Generated from `modular_qwen2_attnres.py` by `python -m attnres.utils.modular`: edit that file, not this one.
+Generated from `modular_qwen2_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
 """
 from transformers.models.qwen2.modeling_qwen2 import (
     Qwen2Attention,

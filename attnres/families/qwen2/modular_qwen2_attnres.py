@@ -1,5 +1,5 @@
 """Qwen2 with Attention Residuals (model_type `qwen2_attnres`), declared: its configuration and modeling files
-are generated from this file (`python -m attnres.utils.modular`)."""
+are generated from this file (`python attnres/utils/modular.py`)."""
 from transformers import Qwen2Config
 from transformers.models.qwen2.modeling_qwen2 import (
     Qwen2Attention,

@@ -1,5 +1,5 @@
 """Qwen3 with Attention Residuals (model_type `qwen3_attnres`), declared: its configuration and modeling files
-are generated from this file (`python -m attnres.utils.modular`)."""
+are generated from this file (`python attnres/utils/modular.py`)."""
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3Attention,
