@@ -19,7 +19,7 @@ KIMI = "attnres.families.kimi_linear"
 KIMI_CORE = {
     "attnres", "attnres.core.mix_point", "attnres.core.depth_layout", "attnres.core.inference",
     "attnres.core.input_checks", "attnres.core.saved_model", "attnres.core.checkpoint_files", "attnres.core.atomic_io",
-    "attnres.core.offload", "attnres.core.remote_code", "attnres.core.config_checks", "attnres.core.model_size",
+    "attnres.core.offload", "attnres.core.remote_code",
     "attnres.core.json_limits", "attnres.core.config", "attnres.core.decoder_layer", "attnres.core.model",
     "attnres.kernels", "attnres.kernels.mix", "attnres.kernels.mix.naive", "attnres.kernels.mix.lean",
     "attnres.kernels.mix.cpu_fused", "attnres.kernels.mix.variants", "attnres.kernels.mix.triton",
@@ -27,6 +27,7 @@ KIMI_CORE = {
     "attnres.kernels.two_phase", "attnres.kernels.two_phase.naive", "attnres.kernels.two_phase.lean",
     "attnres.kernels.two_phase.triton",
 } | {f"{KIMI}.{m}" for m in ("configuration_kimi_linear_attnres", "modeling_kimi_linear_attnres", "conversion_mapping",
+                             "config_checks", "model_size",
                              "kda_device_guard", "k3", "k3.activation", "k3.attention", "k3.config", "k3.layout",
                              "k3.moe", "k3.mxfp4")}
 
@@ -39,7 +40,8 @@ def _modules_under(folder: Path) -> set[str]:
 # Also core, loaded by `import attnres`, but not in a Kimi Linear folder's code: the packages themselves, the other
 # families (issue 34), their registry and upcycling, and the rotary decoder body they share
 OTHER_CORE = {"attnres.core", "attnres.core.decoder_model"} | (
-    _modules_under(PACKAGE_DIR / "families") - _modules_under(PACKAGE_DIR / "families" / "kimi_linear")) | {KIMI}
+    _modules_under(PACKAGE_DIR / "families") - _modules_under(PACKAGE_DIR / "families" / "kimi_linear")) | {
+    KIMI, f"{KIMI}.modular_kimi_linear_attnres"}
 CORE = KIMI_CORE | OTHER_CORE
 # Tools, lowest layer first: a module may import the core, its own layer and the layers before it, never after.
 LAYERS = [

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ..core.checkpoint_files import read_json_file
 from ..core.depth_layout import DepthLayout
-from ..core.model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
 from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
+from ..families.kimi_linear.model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
 from ..families.registry import family_classes, family_of_model_type
 
 GiB = 2**30

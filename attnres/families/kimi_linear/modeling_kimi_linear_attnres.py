@@ -34,10 +34,10 @@ from transformers.utils.output_capturing import OutputRecorder
 from attnres.core.decoder_layer import AttnResDecoderLayerMixin
 from attnres.core.mix_point import AttnResMixing, PseudoQuery  # noqa: F401  (AttnResMixing: imported from here by pipeline)
 from attnres.core.model import AttnResForCausalLMMixin, AttnResModelMixin, AttnResPreTrainedMixin
-from attnres.core.model_size import check_buildable
 from attnres.families.kimi_linear.conversion_mapping import register_moonshot_mapping  # noqa: F401  (registers: Moonshot names load)
 from attnres.families.kimi_linear.k3 import install_k3, uses_k3
 from attnres.families.kimi_linear.kda_device_guard import install_kda_device_guard
+from attnres.families.kimi_linear.model_size import check_buildable
 
 from .configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 
