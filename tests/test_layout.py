@@ -19,7 +19,7 @@ KIMI = "attnres.families.kimi_linear"
 KIMI_CORE = {
     "attnres", "attnres.core.mix_point", "attnres.core.depth_layout", "attnres.core.inference",
     "attnres.core.input_checks", "attnres.core.saved_model", "attnres.core.checkpoint_files", "attnres.core.atomic_io",
-    "attnres.core.offload", "attnres.core.remote_code",
+    "attnres.core.offload", "attnres.core.remote_code", "attnres.core.buildable",
     "attnres.core.json_limits", "attnres.core.config", "attnres.core.decoder_layer", "attnres.core.model",
     "attnres.kernels", "attnres.kernels.mix", "attnres.kernels.mix.naive", "attnres.kernels.mix.lean",
     "attnres.kernels.mix.cpu_fused", "attnres.kernels.mix.variants", "attnres.kernels.mix.triton",

@@ -7,6 +7,7 @@ sizes, signs, finite values, activation and dtype name at construction (one Valu
 anything compares or allocates) and resolves `attn_res_mode`. A family with more fields to check (Kimi Linear's MoE
 and KDA sizes) names them in its own tables (`count_fields`, `float_fields`).
 """
+import functools
 import math
 import os
 
@@ -122,6 +123,8 @@ class AttnResConfigMixin(AttnResConfigChecks):
         for name in added:
             setattr(cls, name, ATTN_RES_FIELDS[name][1])
         super().__init_subclass__(**kwargs)
+        cls.__init__ = _field_errors_as_value_errors(cls.__init__)
+
 
     def __post_init__(self, **kwargs):
         self.check_field_types()
@@ -137,7 +140,8 @@ class AttnResConfigMixin(AttnResConfigChecks):
         check_attn_res_types(self)
         check_counts(self, self.count_fields, self.optional_counts)
         check_floats(self, self.float_fields)
-        check_activation(getattr(self, "hidden_act", None), self.extra_activations)
+        for field in ("hidden_act", "hidden_activation"):  # Gemma's name for it is the second
+            check_activation(getattr(self, field, None), self.extra_activations, field)
         check_dtype(getattr(self, "dtype", None))
 
     def check_init_kwargs(self, kwargs: dict) -> None:
@@ -155,6 +159,33 @@ class AttnResConfigMixin(AttnResConfigChecks):
             raise OSError(f"{pretrained_model_name_or_path}: no config.json there, so the model's size and AttnRes "
                           "layout are unknown (a saved model folder holds config.json beside its weights)")
         return config_dict, kwargs
+
+
+def _field_errors_as_value_errors(init):
+    """The dataclass `__init__`, with `@strict`'s type error on a field ("4" or 2.5 as a layer count, NaN as a
+    vocabulary size), which is no ValueError, raised as one line naming the field."""
+    from huggingface_hub.errors import StrictDataclassFieldValidationError
+
+    if getattr(init, "_attn_res_wrapped", False):
+        return init
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except StrictDataclassFieldValidationError as error:
+            field = getattr(error, "field", None) or str(error).split("'")[1]
+            value = kwargs.get(field, "?")
+            raise ValueError(f"{field} must be of the type its config declares ({_declared(type(self), field)}), "
+                             f"got {value!r} ({type(value).__name__})") from None
+
+    __init__._attn_res_wrapped = True
+    return __init__
+
+
+def _declared(cls, field: str) -> str:
+    annotation = cls.__dataclass_fields__[field].type if field in getattr(cls, "__dataclass_fields__", {}) else "?"
+    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
 
 
 def check_counts(config, fields: dict, optional=()) -> None:
@@ -189,15 +220,16 @@ def check_floats(config, fields: dict) -> None:
         raise ValueError(f"attention_dropout must be < 1, got {config.attention_dropout}")
 
 
-def check_activation(value, extra=()) -> None:
-    """`hidden_act`: a name transformers' `ACT2FN` knows (or one the family adds), not a typo found at the forward."""
+def check_activation(value, extra=(), field: str = "hidden_act") -> None:
+    """`hidden_act` (or `field`): a name transformers' `ACT2FN` knows (or one the family adds), not a typo found only
+    at the first forward."""
     if value is None:
         return
     from transformers.activations import ACT2FN
 
     if not isinstance(value, str) or (value not in ACT2FN and value not in extra):
         known = sorted([*ACT2FN, *extra])
-        raise ValueError(f"hidden_act must be one of {known}, got {value!r}")
+        raise ValueError(f"{field} must be one of {known}, got {value!r}")
 
 
 def check_dtype(value, field: str = "dtype") -> None:
