@@ -100,7 +100,7 @@ def source_family_of(model_type: str | None, mode: str | None = None, family: st
     if model_type in REFUSED:
         raise ValueError(f"model_type {model_type!r} is not supported by AttnRes: {REFUSED[model_type]}")
     raise ValueError(f"model_type {model_type!r} is not a supported family (supported: {sorted(SUPPORTED)}; "
-                     "README 'Model families' lists the refused ones and why)")
+                     "docs/FAMILIES.md lists the refused ones and why)")
 
 
 def family_of_model_type(model_type: str | None) -> str:

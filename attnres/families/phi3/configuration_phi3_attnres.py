@@ -10,7 +10,7 @@ from attnres.core.config import AttnResConfigMixin
 
 @strict
 class Phi3AttnResConfig(AttnResConfigMixin, Phi3Config):
-    r"""`Phi3Config` (Phi-3 and Phi-3.5 mini / medium, Phi-4 mini)
+    r"""`Phi3Config` (Phi-3 and Phi-3.5 mini / medium (`Phi3ForCausalLM` checkpoints))
     plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, `attn_res_backend`, ...,
     documented on `KimiLinearAttnResConfig` and validated the same way. `attn_res_mode="standard"` is Phi-3 itself."""
 

@@ -14,7 +14,8 @@ from transformers.models.phi3.modeling_phi3 import (
 from attnres.families.declaration import Family
 
 FAMILY = Family(
-    model_type="phi3", name="Phi3", label="Phi-3", about="Phi-3 and Phi-3.5 mini / medium, Phi-4 mini",
+    model_type="phi3", name="Phi3", label="Phi-3",
+    about="Phi-3 and Phi-3.5 mini / medium (`Phi3ForCausalLM` checkpoints)",
     config=Phi3Config, decoder_layer=Phi3DecoderLayer, pretrained_model=Phi3PreTrainedModel,
     causal_lm=Phi3ForCausalLM, norm=Phi3RMSNorm, rotary=Phi3RotaryEmbedding, attention=Phi3Attention,
     fusable_norm=True,  # Llama's RMSNorm formula
