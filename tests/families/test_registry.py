@@ -46,3 +46,11 @@ def test_phi3_is_supported_and_a_refused_family_names_its_reason():
     assert family_of_model_type("phi3_attnres") == "phi3" and source_family_of("phi3") == "phi3"
     with pytest.raises(ValueError, match="parallel residual"):
         source_family_of("phi")
+
+
+def test_the_k3_wrapper_reads_as_kimi_linears_config():
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from attnres import KimiLinearAttnResConfig
+
+    assert CONFIG_MAPPING["kimi_k3"] is KimiLinearAttnResConfig  # transformers 5.23 ships no kimi_k3 of its own
