@@ -54,3 +54,30 @@ def test_the_k3_wrapper_reads_as_kimi_linears_config():
     from attnres import KimiLinearAttnResConfig
 
     assert CONFIG_MAPPING["kimi_k3"] is KimiLinearAttnResConfig  # transformers 5.23 ships no kimi_k3 of its own
+
+
+@pytest.mark.parametrize("family", sorted(SUPPORTED))
+@pytest.mark.parametrize("fuse", [True, False])
+def test_the_mix_fuses_the_norm_exactly_where_the_declaration_allows(family, fuse, monkeypatch):
+    import torch
+
+    from attnres.core import mix_point
+    from attnres.utils.tiny import tiny_config
+    from tests.families.tiny import attn_res_model, random_ids
+
+    seen = []
+    real = mix_point.attn_res
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("out_norm_weight") is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mix_point, "attn_res", recording)
+    if family == "kimi_linear":
+        _, causal_lm = family_classes(family)
+        model = causal_lm(tiny_config("block", attn_res_fuse_norm=fuse, attn_res_two_phase=False)).eval()
+    else:
+        model = attn_res_model(family, "block", attn_res_fuse_norm=fuse, attn_res_two_phase=False)
+    with torch.no_grad():
+        model(random_ids(), use_cache=False)
+    assert seen and set(seen) == {fuse and declaration(family).fusable_norm}
