@@ -10,7 +10,7 @@ SHAPE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_
              num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 # each family with what distinguishes it switched on: sliding windows shorter than the test sequences (Mistral,
 # Qwen2's upper layers, Gemma 3's local layers), q/k norms (Qwen3), Gemma's scaled embedding, post-norms, soft-capping,
-# Phi-3's partial rotary embedding and residual dropouts (fused qkv / gate_up are its modules)
+# Phi-3's partial rotary embedding (fused qkv / gate_up are its modules; its residual dropouts: test_family_models)
 DISTINCT = {
     "mistral": dict(sliding_window=4),
     "qwen2": dict(use_sliding_window=True, sliding_window=4, max_window_layers=2),
@@ -18,7 +18,7 @@ DISTINCT = {
     "gemma3_text": dict(head_dim=8, sliding_window=4, final_logit_softcapping=30.0),
     # rms_norm_eps: the other families' default (Phi-3's is 1e-5), so the upcycling checks compare like with like
     "phi3": dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
-                 resid_pdrop=0.1, rms_norm_eps=1e-6),
+                 rms_norm_eps=1e-6),
 }
 # every family of the registry but Kimi Linear (its MoE / KDA layout has its own tiny configs, attnres.utils.tiny)
 FAMILIES = {family: (declaration(family).config, declaration(family).causal_lm, DISTINCT.get(family, {}))
