@@ -56,7 +56,7 @@ def test_peft_lora_example_trains_every_target_and_merges(folder, tmp_path, monk
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def family_folder(request, tmp_path_factory):
-    """An upcycled tiny model of each other family (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text)."""
+    """An upcycled tiny model of each other family of the registry (tests/families/tiny.py)."""
     return tiny_family_folder(tmp_path_factory.mktemp(request.param) / "model", request.param)
 
 
