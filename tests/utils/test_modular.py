@@ -75,3 +75,18 @@ def test_a_modular_file_without_a_declaration_is_named(families_copy, text):
     (folder / "modular_broken_attnres.py").write_text(text)
     with pytest.raises(modular.DeclarationError, match="modular_broken_attnres.py: no `FAMILY = Family"):
         modular.generate("broken")
+
+
+def test_a_decoder_layer_not_imported_by_name_is_named(families_copy):
+    folder = families_copy / "unnamed"
+    folder.mkdir()
+    (folder / "modular_unnamed_attnres.py").write_text(
+        "import transformers\nFAMILY = Family(model_type='x', name='X', decoder_layer=XDecoderLayer)\n")
+    with pytest.raises(modular.DeclarationError, match="modular_unnamed_attnres.py: the decoder layer 'XDecoderLayer'"):
+        modular.generate("unnamed")
+
+
+def test_an_unknown_flag_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        modular.main(["--chek"])
+    assert exit_info.value.code == 2 and "--chek" in capsys.readouterr().err
