@@ -1,4 +1,4 @@
-"""An independent reference for the model, written line by line from Kimi K3's pseudo-code (issue 2).
+"""An independent reference for the model, written line by line from Kimi K3's pseudo-code.
 
 It drives transformers' own sub-modules of a built model (attention, MLP/MoE, norms) but none of attnres' mixing or
 bookkeeping code, so a parity test against it checks the AttnRes wiring itself.
