@@ -70,7 +70,7 @@ HUGE_CASES = {
 def test_model_larger_than_the_machine_refused_before_allocation(fields, monkeypatch):
     import time
 
-    from attnres.core.model_size import ALLOW_LARGE_ENV
+    from attnres.families.kimi_linear.model_size import ALLOW_LARGE_ENV
     from attnres.utils.tiny import tiny_config
 
     monkeypatch.delenv(ALLOW_LARGE_ENV, raising=False)
