@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -183,9 +184,26 @@ def quiet_hub_retries():
         hub_logger.setLevel(level)
 
 
+OFFLINE_FLAGS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+def offline_flag() -> str | None:
+    """The environment variable that puts the Hub libraries offline, if one is set (their truthy spellings)."""
+    return next((name for name in OFFLINE_FLAGS
+                 if os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")), None)
+
+
 def gpqa_from_hub() -> list[dict]:
+    """The gated Hub copy: refused at once when the Hub libraries are offline (their retries take ~25 s to fail),
+    and said before the attempt otherwise (a download or a login check can take as long)."""
+    flag = offline_flag()
+    if flag:
+        raise DataError(f"gpqa: no --gpqa-csv given and {flag} is set, so the Hub copy is not tried: pass --gpqa-csv "
+                        "gpqa_main.csv (official column layout; GPQA is gated and never bundled)")
     from datasets import load_dataset
 
+    print("gpqa: no --gpqa-csv: trying the gated Hub copy Idavidrein/gpqa (needs `hf auth login` and accepted terms; "
+          "unreachable, it fails in about 30 s)", file=sys.stderr, flush=True)
     try:
         with quiet_hub_retries():
             rows = load_dataset("Idavidrein/gpqa", "gpqa_main", split="train").to_list()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -76,16 +78,39 @@ def run_lm_eval_task(lm, task: str, include_paths: tuple[str, ...], settings: di
     from lm_eval import simple_evaluate
 
     seed = settings["seed"]
-    out = simple_evaluate(
-        model=lm, tasks=[task], num_fewshot=settings["num_fewshot"], limit=settings["limit"], log_samples=True,
-        task_manager=task_manager(tuple(include_paths)), bootstrap_iters=0,
-        random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-        confirm_run_unsafe_code=allow_code_execution, gen_kwargs=settings.get("gen_kwargs"),
-    )
+    with quiet_git_probe():
+        out = simple_evaluate(
+            model=lm, tasks=[task], num_fewshot=settings["num_fewshot"], limit=settings["limit"], log_samples=True,
+            task_manager=task_manager(tuple(include_paths)), bootstrap_iters=0,
+            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+            confirm_run_unsafe_code=allow_code_execution, gen_kwargs=settings.get("gen_kwargs"),
+        )
     if out is None:
         return None
     return dict(items=items_from_samples(out["samples"]), lm_eval_results=out["results"],
                 n_samples=out.get("n-samples"), versions=out.get("versions"))
+
+
+@contextmanager
+def quiet_git_probe():
+    """lm-eval records the git commit of the working folder (`git describe`) with git's stderr open, so outside a
+    repository every task prints "fatal: not a git repository". Within: the same probe with git's stderr discarded
+    (the recorded value is unchanged: the commit, or lm-eval's own fallback)."""
+    import lm_eval.evaluator as evaluator
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    def git_commit_hash():
+        try:
+            return subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL).strip().decode()
+        except (subprocess.CalledProcessError, OSError):
+            return get_commit_from_path(os.getcwd())
+
+    saved = evaluator.get_git_commit_hash
+    evaluator.get_git_commit_hash = git_commit_hash
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = saved
 
 
 def run_heldout(model_dir: Path, data_dir: Path, settings: dict, model=None, progress: bool = True) -> dict:

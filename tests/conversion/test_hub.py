@@ -68,7 +68,7 @@ def test_model_card_describes_the_model(hub_folder):
     assert card.data.library_name == "transformers" and card.data.datasets == ["HuggingFaceFW/fineweb-edu"]
     text = card.text
     assert ("model_type `kimi_linear_attnres`" in text and "| AttnRes mode | `block` |" in text
-            and "3 blocks of 2 layers" in text)
+            and "3 blocks: 2 of 2 layers and 1 of 1" in text)  # 5 layers
     assert f"{model.num_parameters():,}" in text
     assert "FineWeb-Edu sample, 2M tokens" in text
     assert "| arc_easy | acc | 0.4321 |" in text and "| hellaswag | acc_norm | 0.2875 |" in text
