@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import attnres
 from attnres.core.remote_code import generate
 from attnres.families.registry import SUPPORTED, family_classes
@@ -120,6 +122,7 @@ def test_no_import_cycles():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
+@pytest.mark.slow  # fresh Python processes: over 10 s (docs/TESTING.md)
 def test_the_core_imports_no_tool_and_is_exactly_what_a_saved_folder_ships():
     # a fresh process: the modules loaded by `import attnres` (and the model module) are core modules only
     code = ("import json, sys, attnres, attnres.families.kimi_linear.modeling_kimi_linear_attnres; "

@@ -48,6 +48,7 @@ def test_an_undeclared_alias_still_warns(tmp_path, caplog):
     assert "Removed shared tensor" in caplog.text
 
 
+@pytest.mark.slow  # fresh Python processes: over 10 s (docs/TESTING.md)
 @pytest.mark.parametrize("quiet", [True, False])
 def test_deepspeed_cpu_notice(quiet):
     """A fresh process imports DeepSpeed (as accelerate does on every save): the notice is printed without the filter
