@@ -226,9 +226,10 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
     check_device(device)
     parse_arg_string("--model-args", model_args, RESERVED_MODEL_ARGS)
     parse_arg_string("--gen-kwargs", gen_kwargs)
-    check_output_dir(Path(out_dir), [*model_dirs, *([Path(data_dir)] if data_dir else []), Path(eval_data)])
-    tasks = list(tasks) if tasks else default_tasks(Path(eval_data), data_dir)
     include_path = check_include_path(include_path)
+    check_output_dir(Path(out_dir), [*model_dirs, *([Path(data_dir)] if data_dir else []), Path(eval_data),
+                                     *([include_path] if include_path else [])])
+    tasks = list(tasks) if tasks else default_tasks(Path(eval_data), data_dir)
     include = check_tasks(tasks, Path(eval_data), data_dir, allow_code_execution, include_path)
     check_tokenizers(model_dirs, tasks, data_dir)
     if allow_code_execution and any(t in CODE_TASKS for t in tasks):
@@ -241,8 +242,7 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
     with _one_writer(out_dir), disk_errors_named(f"--output-dir {out_dir}", "the report was not replaced; finished "
                                                  "results are kept and a rerun continues", CompareError):
         return _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, include_path, data_dir, eval_data,
-                                    limit,
-                                    num_fewshot, seed, batch_size, device, max_length, model_args, gen_kwargs,
+                                    limit, num_fewshot, seed, batch_size, device, max_length, model_args, gen_kwargs,
                                     allow_code_execution, trust_remote_code, progress)
 
 
@@ -263,9 +263,8 @@ def _one_writer(out_dir: Path):
 
 
 def _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, include_path, data_dir, eval_data, limit,
-                         num_fewshot, seed,
-                         batch_size, device, max_length, model_args, gen_kwargs, allow_code_execution,
-                         trust_remote_code, progress):
+                         num_fewshot, seed, batch_size, device, max_length, model_args, gen_kwargs,
+                         allow_code_execution, trust_remote_code, progress):
     import os
 
     from .report import build_report, write_report

@@ -30,6 +30,8 @@ def env(tmp_path_factory, offline):
     a, b = tiny_folder(root / "a", num_layers=2), tiny_folder(root / "b", num_layers=2, seed=1)
     (root / "a_file").write_text("not a folder")
     (root / "empty").mkdir()
+    (root / "my_tasks").mkdir()  # a user's --include-path folder
+    (root / "my_tasks" / "my_task.yaml").write_text("task: my_task\n")
     configs = {"bad_json": "{not json", "not_model": "{}", "no_weights": '{"model_type": "kimi_linear"}'}
     for name, text in configs.items():
         (root / name).mkdir()
@@ -96,6 +98,8 @@ COMPARE_CASES = {
     "include_path_missing": (["{a}", "{b}", "--include-path", "{root}/missing"], ["--include-path", "missing"]),
     "include_path_is_a_file": (["{a}", "{b}", "--include-path", "{root}/a_file"], ["--include-path", "not a folder"]),
     "include_path_without_yaml": (["{a}", "{b}", "--include-path", "{root}/empty"], ["--include-path", "*.yaml"]),
+    "output_dir_inside_include_path": (["{a}", "{b}", "--include-path", "{root}/my_tasks", "--output-dir",
+                                        "{root}/my_tasks/report"], ["--output-dir", "inside", "my_tasks"]),
     "own_task_without_include_path": (["{a}", "{b}", "--tasks", "my_own_task"], ["my_own_task", "--include-path"]),
 }
 
