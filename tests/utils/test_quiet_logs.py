@@ -61,3 +61,16 @@ def test_deepspeed_cpu_notice(quiet):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert ("Setting accelerator to CPU" in result.stdout + result.stderr) is not quiet
+
+
+@pytest.mark.slow  # a fresh process that saves a model: over 10 s
+def test_a_command_that_saves_prints_no_deepspeed_notice(tmp_path):
+    """`attnres push-to-hub` (no arguments: it saves a tiny demo model, which imports DeepSpeed through accelerate):
+    neither output stream carries the notice."""
+    pytest.importorskip("deepspeed")
+    if torch.cuda.is_available():
+        pytest.skip("DeepSpeed finds an accelerator here: it prints no CPU notice")
+    result = subprocess.run([sys.executable, "-m", "attnres", "push-to-hub"], capture_output=True, text=True,
+                            timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "dry run" in result.stdout and "Setting accelerator" not in result.stdout + result.stderr
