@@ -15,7 +15,7 @@ Tasks (default: every prepared task that needs no text generation, plus heldout 
   tasks of --include-path DIR   your own lm-eval task YAMLs (lm-eval's --include_path): they may run !function code
 
 --limit N: the first N items of each task and of each subtask (lm-eval's rule): attnres_mmlu, _cloze and _bpb alike
-give 57 subjects x N items; attnres_minerva_math 7 subjects x N, its _bpb N of the pooled set; heldout N validation
+give 57 subjects x N items, attnres_minerva_math and its _bpb 7 subjects x N, the other tasks N, heldout N validation
 sequences. The report prints each row's n and the share of its split it covers.
 
 --quick: heldout (when --data is given) and attnres_mmlu_bpb at --limit QUICK_LIMIT (QUICK_ITEMS per model):

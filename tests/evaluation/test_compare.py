@@ -53,6 +53,8 @@ def test_every_benchmark_loads_from_local_files_and_scores(full_run):
     assert report["tasks"]["attnres_mmlu_bpb"]["bpb,none"]["models"]["block"]["n"] == 4
     assert report["tasks"]["attnres_mmlu_bpb"]["bpb,none"]["coverage"]["text"] == "2 subtasks x first 2: 4 of 6 items"
     assert report["tasks"]["heldout"]["bpb,none"]["coverage"]["text"] == "first 2 of 50 validation sequences"
+    math_n = report["tasks"]["attnres_minerva_math"]["exact_match,none"]["models"]["block"]["n"]
+    assert math_n == 14 and report["tasks"]["attnres_minerva_math_bpb"]["bpb,none"]["models"]["block"]["n"] == math_n
     assert report["tasks"]["attnres_humaneval"]["pass_at_1,none"]["models"]["block"]["n"] == 1
 
 

@@ -121,7 +121,6 @@ def fixture_eval_data(root: Path, benchmarks=("mmlu", "triviaqa", "minerva_math"
     if "minerva_math" in benchmarks:
         for subject in MATH_SUBJECTS:
             write_jsonl(out / "minerva_math" / subject / "test.jsonl", math_rows)
-        write_jsonl(out / "minerva_math" / "all_test.jsonl", math_rows * len(MATH_SUBJECTS))
         status["minerva_math"] = dict(rows={"test": 14})
     if "humaneval" in benchmarks:
         write_jsonl(out / "humaneval" / "test.jsonl", humaneval)
