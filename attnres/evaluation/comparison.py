@@ -30,9 +30,10 @@ from .runner import HELDOUT, evaluate_task, file_stamp, is_main_process, model_s
 from .tasks import CODE_TASKS, TASKS, private_tasks, rendered_benchmarks
 
 QUICK_LIMIT = 4  # --quick: heldout sequences, and MMLU gold answers per subject (57 x 4 = 228)
-QUICK_TIMING = ("Measured on this project's shared 2-core CPU (BENCHMARKS.md, 'compare --quick'): two tiny test\n"
-                "models 40-94 s wall. Two 135M models: not yet measured on an idle machine; the work is 4 held-out\n"
-                "sequences and 228 short MMLU answers per model (about 460 forwards in all).")
+QUICK_TIMING = ("Measured on this project's shared 2-core CPU (BENCHMARKS.md, 'compare --quick'): two SmolLM2-135M\n"
+                "models (plain and its Block AttnRes upcycle) 6.5 min wall with OMP_NUM_THREADS=1; two tiny test\n"
+                "models 40-94 s. On a CPU shared with other jobs, set OMP_NUM_THREADS=1: two threads made a forward\n"
+                "10-100x slower there.")
 DEFAULT_MAX_LENGTH = 2048  # KimiLinear's config reports 1,048,576 positions; lm-eval would use that as the window
 # lm-eval model options that compare's own flags set (a second value would silently win or crash the model's init)
 RESERVED_MODEL_ARGS = {"pretrained": "the model folders", "trust_remote_code": TRUST_FLAG, "max_length": "--max-length",
