@@ -1,16 +1,19 @@
-"""Flags that another flag makes meaningless are refused by name, before any work (issue 32): a flag that silently
+"""Flags that another flag makes meaningless are refused by name, before any work: a flag that silently
 does nothing (`train-interleaved --model DIR --layers 4`: the folder's config wins) makes a user believe they ran
 what they did not. Each rule names both flags in one argparse-style line (`parser.error`: usage, then the line,
 exit code 2).
 
 A flag counts as given when it is on the command line, whatever its value (its default included), so no default
-changes meaning.
+changes meaning. A command whose flags are a dataclass declares its rules beside its fields (`conflicts(given)`,
+refused by `refuse_conflicts`); the rules of the other commands are here.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import sys
+
+from ..utils.refusals import combined, needs
 
 
 def given_flags(parser: argparse.ArgumentParser, argv=None) -> set[str]:
@@ -22,22 +25,26 @@ def given_flags(parser: argparse.ArgumentParser, argv=None) -> set[str]:
     return set(vars(namespace))
 
 
-def flag(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
-
-
 def refuse_with(parser, given: set[str], dests, other: str, why: str) -> None:
     """parser.error for the first of `dests` given: '--X cannot be combined with OTHER: WHY'."""
-    for dest in dests:
-        if dest in given:
-            parser.error(f"{flag(dest)} cannot be combined with {other}: {why}")
+    refuse_first(parser, [combined(given, dests, other, why)])
 
 
 def refuse_without(parser, given: set[str], dests, needed: str, why: str) -> None:
     """parser.error for the first of `dests` given: '--X needs NEEDED: WHY'."""
-    for dest in dests:
-        if dest in given:
-            parser.error(f"{flag(dest)} needs {needed}: {why}")
+    refuse_first(parser, [needs(given, dests, needed, why)])
+
+
+def refuse_first(parser, lines) -> None:
+    """parser.error with the first refusal line of `lines` that is not None."""
+    for line in lines:
+        if line is not None:
+            parser.error(line)
+
+
+def refuse_conflicts(parser, argv, args) -> None:
+    """The rules a command's argument dataclass declares beside its fields (`conflicts(given)`)."""
+    refuse_first(parser, args.conflicts(given_flags(parser, argv)))
 
 
 def check_pipeline_flags(parser, argv, args) -> None:
@@ -59,14 +66,6 @@ def check_demo_flags(parser, argv, args) -> None:
     if args.mode != "block":
         refuse_with(parser, given_flags(parser, argv), ("block_size",), f"--mode {args.mode}",
                     "blocks exist in block mode only")
-
-
-def check_train_flags(parser, argv, args) -> None:
-    """`attnres train`'s CLI-level rules; the ones that need the resolved model (--block-size, --res-proj-* against
-    the model's mode, from --config or --init-from too) are in attnres/training/loop.py."""
-    if args.init_from is None:
-        refuse_without(parser, given_flags(parser, argv), ("trust_remote_code",), "--init-from",
-                       "it allows the --init-from folder's code")
 
 
 def check_bench_model_flags(parser, argv, args) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 from . import command_main
-from .combos import check_train_flags
+from .combos import refuse_conflicts
 
 
 def build_parser():
@@ -29,8 +29,10 @@ def build_parser():
 def main(argv=None) -> dict:
     """Train; returns the run's summary. `argv` given (a caller, a test): errors raise; else one line and exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    check_train_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
+    from ..training.args import TrainArgs
+
+    args = TrainArgs(**vars(parser.parse_args(argv)))
+    refuse_conflicts(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..utils.extras import require
 
     require("datasets", why="the prepared dataset")

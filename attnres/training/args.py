@@ -3,13 +3,16 @@ load, download, launch)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..families.kimi_linear.configuration_kimi_linear_attnres import ATTN_RES_MODES
 from ..utils.flags import seed as seed_flag
+from ..utils.refusals import needs
 from ..utils.trust import add_trust_flag
 from . import SetupError  # noqa: F401  (defined once for the package; importers take it from here too)
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
@@ -44,6 +47,103 @@ def fill_settings(args, recorded: dict | None = None) -> None:
         if getattr(args, name) is None:
             value = (recorded or {}).get(name, default)
             setattr(args, name, Path(value) if name in PATH_SETTINGS and value is not None else value)
+
+
+@dataclass
+class TrainArgs:
+    """`attnres train`'s flags, one field per flag (`build_parser` parses them; a test holds the two equal). The run
+    settings (RUN_SETTINGS) are None until `fill_settings` gives them the recorded or default value, so a resume can
+    tell a flag given from one left out. Mutable: the resume and the default output folder fill fields in."""
+
+    trust_remote_code: bool = False
+    data: Path | None = None
+    attn_res: str | None = None
+    block_size: int | None = None
+    model_size: str | None = None
+    family: str | None = None
+    config: Path | None = None
+    init_from: Path | None = None
+    seq_len: int | None = None
+    max_steps: int | None = None
+    micro_batch_size: int | None = None
+    grad_accum: int | None = None
+    lr: float | None = None
+    res_proj_lr: float | None = None
+    res_proj_weight_decay: float | None = None
+    min_lr_ratio: float | None = None
+    warmup_steps: int | None = None
+    weight_decay: float | None = None
+    grad_clip: float | None = None
+    mixed_precision: str | None = None
+    gradient_checkpointing: bool = False
+    seed: int | None = None
+    max_nonfinite_steps: int = 3
+    deepspeed: Path | None = None
+    local_rank: int | None = None
+    output_dir: Path | None = None
+    save_every: int = 500
+    keep_checkpoints: int = 2
+    resume: str = "auto"
+    log_every: int = 10
+    eval_every: int = 200
+    eval_batches: int = 10
+    diagnostics_every: int = 100
+    no_tensorboard: bool = False
+    no_final_model: bool = False
+
+    def conflicts(self, given: set[str]) -> list[str | None]:
+        """Flags another flag makes meaningless, refused by name before any work (`given`: the flags on the command
+        line). The rules that need the resolved model (--block-size, --res-proj-* against the model's mode, from
+        --config or --init-from too) are `check_mode_flags` in attnres/training/loop.py."""
+        return [needs(given, ("trust_remote_code",), "--init-from", "it allows the --init-from folder's code")
+                if self.init_from is None else None]
+
+    def copy(self) -> TrainArgs:
+        return dataclasses.replace(self)
+
+    def validate(self, meta: dict, world: int) -> None:
+        """Raise ValueError naming the flag for settings that cannot work; `meta` is the prepared dataset's
+        meta.json, `world` the processes of the launch."""
+        check_finite_flags(self)
+        if self.output_dir is not None and self.output_dir.exists() and not self.output_dir.is_dir():
+            raise ValueError(f"--output-dir {self.output_dir} is a file, not a folder")
+        positive = ("max_steps", "micro_batch_size", "grad_accum", "log_every", "keep_checkpoints", "eval_batches",
+                    "max_nonfinite_steps")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("save_every", "eval_every", "diagnostics_every", "warmup_steps", "weight_decay",
+                     "res_proj_weight_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        if self.warmup_steps > self.max_steps:
+            raise ValueError(f"--warmup-steps {self.warmup_steps} exceeds --max-steps {self.max_steps}")
+        for name in ("lr", "res_proj_lr"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"--block-size must be >= 1, got {self.block_size}")
+        check_init_from(self)
+        if self.config is not None and not self.config.is_file():
+            raise ValueError(f"--config {self.config}: file not found")
+        if self.seq_len is not None and not 2 <= self.seq_len <= meta["seq_len"]:
+            raise ValueError(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), "
+                             f"got {self.seq_len}")
+        global_batch = self.micro_batch_size * self.grad_accum * world
+        n_train, n_val = meta["num_sequences"]["train"], meta["num_sequences"]["validation"]
+        if global_batch > n_train:
+            raise ValueError(
+                f"global batch {global_batch} (--micro-batch-size {self.micro_batch_size} x --grad-accum "
+                f"{self.grad_accum} x {world} processes) exceeds the {n_train} training sequences in {self.data}"
+            )
+        if self.eval_every and global_batch > n_val:
+            raise ValueError(f"validation has {n_val} sequences, fewer than one global batch ({global_batch}); "
+                             f"lower --micro-batch-size / --grad-accum or set --eval-every 0")
+        check_fsdp_launch(self.deepspeed)
+        if self.deepspeed is not None:
+            check_deepspeed(load_deepspeed_config(self.deepspeed), self, world)
 
 
 def build_parser(description: str = "") -> argparse.ArgumentParser:
@@ -140,50 +240,6 @@ def check_finite_flags(args) -> None:
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-
-
-def check_args(args, meta: dict, world: int) -> None:
-    """Raise ValueError naming the flag for settings that cannot work; `meta` is the prepared dataset's meta.json."""
-    check_finite_flags(args)
-    if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
-        raise ValueError(f"--output-dir {args.output_dir} is a file, not a folder")
-    positive = ("max_steps", "micro_batch_size", "grad_accum", "log_every", "keep_checkpoints", "eval_batches",
-                "max_nonfinite_steps")
-    for name in positive:
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name in ("save_every", "eval_every", "diagnostics_every", "warmup_steps", "weight_decay",
-                 "res_proj_weight_decay", "grad_clip"):
-        if getattr(args, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    if args.warmup_steps > args.max_steps:
-        raise ValueError(f"--warmup-steps {args.warmup_steps} exceeds --max-steps {args.max_steps}")
-    for name in ("lr", "res_proj_lr"):
-        if getattr(args, name) is not None and getattr(args, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
-    if not 0 <= args.min_lr_ratio <= 1:
-        raise ValueError(f"--min-lr-ratio must be in [0, 1], got {args.min_lr_ratio}")
-    if args.block_size is not None and args.block_size < 1:
-        raise ValueError(f"--block-size must be >= 1, got {args.block_size}")
-    check_init_from(args)
-    if args.config is not None and not args.config.is_file():
-        raise ValueError(f"--config {args.config}: file not found")
-    if args.seq_len is not None and not 2 <= args.seq_len <= meta["seq_len"]:
-        raise ValueError(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), "
-                         f"got {args.seq_len}")
-    global_batch = args.micro_batch_size * args.grad_accum * world
-    n_train, n_val = meta["num_sequences"]["train"], meta["num_sequences"]["validation"]
-    if global_batch > n_train:
-        raise ValueError(
-            f"global batch {global_batch} (--micro-batch-size {args.micro_batch_size} x --grad-accum {args.grad_accum} "
-            f"x {world} processes) exceeds the {n_train} training sequences in {args.data}"
-        )
-    if args.eval_every and global_batch > n_val:
-        raise ValueError(f"validation has {n_val} sequences, fewer than one global batch ({global_batch}); "
-                         f"lower --micro-batch-size / --grad-accum or set --eval-every 0")
-    check_fsdp_launch(args.deepspeed)
-    if args.deepspeed is not None:
-        check_deepspeed(load_deepspeed_config(args.deepspeed), args, world)
 
 
 def check_deepspeed(config: dict, args, world: int) -> None:

@@ -6,7 +6,6 @@ run's settings.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import shutil
 import sys
@@ -17,7 +16,7 @@ import torch
 
 from ..folders.atomic_io import move_into_place, recover_interrupted
 from ..utils import finite_weights
-from .args import SetupError, check_args, fill_settings, given_settings, world_size
+from .args import SetupError, TrainArgs, fill_settings, given_settings, world_size
 from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
 from .fsdp2 import fsdp_launch, shard_for_accelerate
 from .guard import NonFiniteError, NonFiniteGuard, is_finite, step_is_finite
@@ -78,7 +77,7 @@ def build_scheduler(optimizer, args):
 # --- the loop ---------------------------------------------------------------------------------------------------
 
 
-def prepare(args):
+def prepare(args: TrainArgs):
     """Every check that can fail on user input, before a model is built or a process group started."""
     try:
         return _prepare(args)
@@ -86,12 +85,12 @@ def prepare(args):
         raise SetupError(str(error)) from error
 
 
-def _prepare(args):
+def _prepare(args: TrainArgs):
     """(world size, config, splits, tokenizer, the checkpoint to resume or None, its trainer state or None, the run
     record). The flags a resume leaves out are filled from the recorded run first (`resume.py`), then checked."""
     world, given = world_size(), set(given_settings(args))  # the run flags on the command line (before a resume)
     if args.output_dir is None:  # named after the model: found with the flags as given (or defaulted), before a resume
-        args.output_dir = _default_output_dir(argparse.Namespace(**vars(args)))
+        args.output_dir = _default_output_dir(args.copy())
     folder = resume_folder(args)
     check_not_foreign(args.output_dir)  # a run writes only into a new or empty folder, or a run's own
     state = read_recorded(folder) if folder is not None else None
@@ -100,7 +99,7 @@ def _prepare(args):
         checked_step(folder, state)
     check_run_state(args.output_dir, folder)  # never over a newer state: another run's, or a later checkpoint
     meta = check_prepared(args.data)
-    check_args(args, meta, world)
+    args.validate(meta, world)
     if args.init_from is not None:
         finite_weights.check_folder(args.init_from)  # a NaN weight is named, never trained from
     train_set, val_set, tokenizer = load_prepared(args.data)
@@ -114,7 +113,7 @@ def _prepare(args):
     return world, config, train_set, val_set, tokenizer, folder, state, record
 
 
-def check_mode_flags(config, given: set[str], args) -> None:
+def check_mode_flags(config, given: set[str], args: TrainArgs) -> None:
     """Flags the model's residual mode makes meaningless (the mode from --attn-res, --config or --init-from)."""
     mode = config.attn_res_mode
     origin = "--attn-res" if args.attn_res is not None else "--config" if args.config else \
@@ -128,7 +127,7 @@ def check_mode_flags(config, given: set[str], args) -> None:
                              f"{getattr(args, origin[2:].replace('-', '_'))}): it has no pseudo-queries")
 
 
-def _model_config(args, tokenizer):
+def _model_config(args: TrainArgs, tokenizer):
     """(config, tokenizer) of the run: fine-tuning takes both from --init-from (attnres/training/models.py)."""
     if args.init_from is not None:
         tokenizer = init_tokenizer(args.init_from, tokenizer, args.data, args.trust_remote_code)
@@ -137,7 +136,7 @@ def _model_config(args, tokenizer):
                         args.family), tokenizer
 
 
-def _default_output_dir(args) -> Path:
+def _default_output_dir(args: TrainArgs) -> Path:
     """runs/<model name>-<residual>, from a copy of the flags (a resume then fills the real ones)."""
     fill_settings(args)
     check_init_from(args)
@@ -235,7 +234,7 @@ def clean_run_folder(output_dir: Path) -> None:
     recover_interrupted(output_dir / "final")
 
 
-def train_step(step, engine, train_set, plan, diagnostics, args) -> tuple[float, float | None, dict, bool]:
+def train_step(step, engine, train_set, plan, diagnostics, args: TrainArgs) -> tuple[float, float | None, dict, bool]:
     """One optimizer step (1-based `step`) over grad_accum micro-batches: (mean loss, grad norm or None where not
     measured, learning rates, whether the update was made: not when the loss or gradient norm is non-finite)."""
     diagnose = diagnostics.due(step)
@@ -277,7 +276,7 @@ def check_finite(guard, step, loss, grad_norm, applied, logger, progress) -> boo
     return finite
 
 
-def train(args, argv: list[str] | None = None) -> dict:
+def train(args: TrainArgs, argv: list[str] | None = None) -> dict:
     """Run training; returns a summary (start and final step, last losses, output dir). `argv`: the command line,
     for the provenance (None: sys.argv)."""
     prepared = prepare(args)
@@ -291,7 +290,7 @@ def train(args, argv: list[str] | None = None) -> dict:
             raise failure from None
 
 
-def run(args, world, config, train_set, val_set, tokenizer, folder, state, record, argv) -> dict:
+def run(args: TrainArgs, world, config, train_set, val_set, tokenizer, folder, state, record, argv) -> dict:
     """The training itself, once `prepare` has checked everything and the output folder is locked."""
     from tqdm.auto import tqdm
 
