@@ -47,21 +47,6 @@ def refuse_conflicts(parser, argv, args) -> None:
     refuse_first(parser, args.conflicts(given_flags(parser, argv)))
 
 
-def check_pipeline_flags(parser, argv, args) -> None:
-    """train-pipeline and train-interleaved: the tiny model's flags against --model, --seq-len against --data."""
-    given = given_flags(parser, argv)
-    if args.model is not None:
-        refuse_with(parser, given, ("mode", "block_size", "layers"), f"--model {args.model}",
-                    "the folder's config decides the model (these flags shape the tiny random model only)")
-    elif args.mode != "block":
-        refuse_with(parser, given, ("block_size",), f"--mode {args.mode}", "blocks exist in block mode only")
-    if args.data is not None:
-        refuse_with(parser, given, ("seq_len",), f"--data {args.data}", "the prepared data's own sequence length "
-                    "is used")
-    if args.model is None:
-        refuse_without(parser, given, ("trust_remote_code",), "--model", "it allows the --model folder's code")
-
-
 def check_demo_flags(parser, argv, args) -> None:
     if args.mode != "block":
         refuse_with(parser, given_flags(parser, argv), ("block_size",), f"--mode {args.mode}",

@@ -25,10 +25,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..pipeline.args import InterleavedArgs
 from ..training.recipe import add_recipe_args
 from ..utils.flags import seed as seed_flag
 from . import command_main
-from .combos import check_pipeline_flags
+from .combos import refuse_conflicts
 from .train_pipeline import add_model_and_data_args
 
 
@@ -59,8 +60,8 @@ def main(argv=None):
     """Parse the flags and run this process's stage (`attnres.pipeline.interleaved_train`): the run's summary, or
     exit code 3 when the non-finite guard stopped it."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    check_pipeline_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
+    args = InterleavedArgs(**vars(parser.parse_args(argv)))
+    refuse_conflicts(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..pipeline.interleaved_train import train_interleaved
     from ..training.args import SetupError
 

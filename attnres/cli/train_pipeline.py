@@ -28,11 +28,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..pipeline.args import PipelineArgs
 from ..training.recipe import add_recipe_args
 from ..utils.flags import seed as seed_flag
 from ..utils.trust import add_trust_flag
 from . import command_main
-from .combos import check_pipeline_flags
+from .combos import refuse_conflicts
 
 
 def add_model_and_data_args(parser: argparse.ArgumentParser, block_size: int, layers: int) -> None:
@@ -84,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> None:
     """Parse the flags and run this process's part of the pipeline training (`attnres.pipeline.train`)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    check_pipeline_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
+    args = PipelineArgs(**vars(parser.parse_args(argv)))
+    refuse_conflicts(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..pipeline.train import train_pipeline  # DeepSpeed (the `train` extra): imported only to train
 
     train_pipeline(args)

@@ -23,13 +23,14 @@ import torch.distributed as dist
 from ..core.depth_layout import DepthLayout
 from ..folders.atomic_io import write_json_atomic
 from ..training.recipe import Recipe, check_recipe_args
+from .args import InterleavedArgs
 from .caching import simulate_interleaved
 from .interleaved import build_interleaved, expected_traffic
 
 CHECKPOINT_FILE = "pipeline_rank{rank}.pt"
 
 
-def check_model_family(args) -> None:
+def check_model_family(args: InterleavedArgs) -> None:
     """The interleaved stages are Kimi Linear AttnRes layers: --model must be a Kimi Linear folder. Another family's
     is refused by name (read from its config.json), never loaded as Kimi Linear."""
     if args.model is None:
@@ -47,7 +48,7 @@ def check_model_family(args) -> None:
                          f"--init-from {args.model}`")
 
 
-def check_args(args, world: int) -> None:
+def check_args(args: InterleavedArgs, world: int) -> None:
     if world < 2:
         raise SystemExit("error: an interleaved pipeline needs >= 2 processes (torchrun --nproc_per_node 2 ...)")
     for name in ("micro_batch_size", "grad_accum", "steps", "seq_len", "virtual_stages", "max_nonfinite_steps"):
@@ -60,7 +61,7 @@ def check_args(args, world: int) -> None:
                          f"round of {world} stages)")
 
 
-def run_signature(args, config, world: int) -> dict:
+def run_signature(args: InterleavedArgs, config, world: int) -> dict:
     """What a checkpoint records of its run (a resume must match it): the model, data, layout and the recipe."""
     return dict(attn_res=config.attn_res_mode, block_size=config.attn_res_block_size, layers=config.num_hidden_layers,
                 model=str(args.model), data=str(args.data), stages=world, virtual_stages=args.virtual_stages,
@@ -68,16 +69,12 @@ def run_signature(args, config, world: int) -> dict:
                 seed=args.seed, recipe=Recipe.from_args(args, max_steps=args.steps).record())
 
 
-def resume_folder(args, config, world: int) -> Path | None:
+def matching_checkpoint(args: InterleavedArgs, config, world: int) -> Path | None:
     """The checkpoint to resume from (None: start fresh); refused when it was made with other settings."""
-    from ..training.resume import check_run_state
-    from ..training.state import latest_checkpoint, read_state, resolve_checkpoint
+    from ..training.resume import check_run_state, resume_folder
+    from ..training.state import read_state
 
-    folder = None
-    if args.resume == "auto":
-        folder = latest_checkpoint(args.output_dir / "checkpoints")
-    elif args.resume != "never":
-        folder = resolve_checkpoint(args.resume)
+    folder = resume_folder(args.resume, args.output_dir)
     try:  # train's rule: never prune or replace a newer state that the folder's own run holds
         check_run_state(args.output_dir, folder)
     except ValueError as error:
@@ -116,7 +113,7 @@ def load_checkpoint(folder: Path, pipe, optimizer, scheduler) -> int:
     return read_state(folder)["step"]
 
 
-def save_checkpoint(args, step: int, state: dict, pipe, optimizer, scheduler) -> None:
+def save_checkpoint(args: InterleavedArgs, step: int, state: dict, pipe, optimizer, scheduler) -> None:
     from ..training.state import save_checkpoint as save_atomic
 
     def write(tmp: Path) -> None:
@@ -153,7 +150,7 @@ def train_step(pipe, optimizer, scheduler, ids: torch.Tensor, grad_clip: float) 
     return loss, norm, finite
 
 
-def traffic_report(args, config, pipe, micro_batches: int) -> dict:
+def traffic_report(args: InterleavedArgs, config, pipe, micro_batches: int) -> dict:
     """Measured sends per transition (all ranks' counters) next to the plan and, in block mode with equal chunks,
     the caching simulator's block counts."""
     gathered = [None] * dist.get_world_size()
@@ -173,7 +170,7 @@ def traffic_report(args, config, pipe, micro_batches: int) -> dict:
     return report
 
 
-def model_and_data(args):
+def model_and_data(args: InterleavedArgs):
     """(model, fetch(step, micro) -> input_ids, tokenizer to save): the DeepSpeed pipeline trainer's data and model
     choices (`attnres.pipeline.train`), the same on every rank."""
     from .train import batch_source, load_config, load_data, output_tokenizer
@@ -193,7 +190,7 @@ def model_and_data(args):
     return model.train(), (lambda step, micro: fetch(step, micro, 0)), tokenizer
 
 
-def train_interleaved(args) -> dict:
+def train_interleaved(args: InterleavedArgs) -> dict:
     """One run; call on every process of a torchrun launch (each process is one physical stage)."""
     from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard
     from ..training.state import is_rank_zero, output_lock, remove_partial
@@ -219,7 +216,7 @@ def train_interleaved(args) -> dict:
         optimizer = recipe.build_optimizer(pipe.named_parameters().items())
         scheduler = recipe.build_scheduler(optimizer)
         state = {"signature": run_signature(args, config, world)}
-        folder = resume_folder(args, config, world)
+        folder = matching_checkpoint(args, config, world)
         start = load_checkpoint(folder, pipe, optimizer, scheduler) if folder is not None else 0
         if rank == 0:
             remove_partial(args.output_dir / "checkpoints")

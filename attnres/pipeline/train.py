@@ -29,6 +29,7 @@ from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_non
 from ..training.recipe import Recipe, check_recipe_args
 from ..training.state import is_rank_zero, output_lock
 from ..utils.tiny import tiny_config
+from .args import PipelineArgs
 from .comms import P2PTraffic, boundary_report, format_report, report_rows
 from .data import micro_batches, synthetic_micro_batch
 from .export import save_pipeline_checkpoint
@@ -36,7 +37,7 @@ from .stages import build_pipeline
 from .weights import StateDictWeights
 
 
-def check_args(args, world_size: int) -> int:
+def check_args(args: PipelineArgs, world_size: int) -> int:
     """Clear errors before any work; returns the number of stages."""
     stages = args.num_stages or world_size
     if world_size % stages:
@@ -60,7 +61,7 @@ def check_args(args, world_size: int) -> int:
     return stages
 
 
-def load_data(args):
+def load_data(args: PipelineArgs):
     """(train split, tokenizer) of a prepared dataset, or (None, None) for synthetic tokens. Sets args.seq_len from
     the data."""
     if args.data is None:
@@ -76,7 +77,7 @@ def load_data(args):
     return train, tokenizer
 
 
-def output_tokenizer(args, data_tokenizer):
+def output_tokenizer(args: PipelineArgs, data_tokenizer):
     """The tokenizer saved with the trained model: the dataset's, else the --model folder's, else none (synthetic
     tokens: no text)."""
     if data_tokenizer is not None or args.model is None or not (args.model / "tokenizer_config.json").is_file():
@@ -88,7 +89,7 @@ def output_tokenizer(args, data_tokenizer):
     return AutoTokenizer.from_pretrained(args.model, **load_kwargs(args.model, args.trust_remote_code))
 
 
-def load_config(args, data_vocab: int | None):
+def load_config(args: PipelineArgs, data_vocab: int | None):
     """The checkpoint's config, or a tiny one (vocabulary sized to the dataset's tokenizer when there is one)."""
     if args.model is not None:
         config = KimiLinearAttnResConfig.from_pretrained(args.model)
@@ -101,7 +102,7 @@ def load_config(args, data_vocab: int | None):
     return config
 
 
-def initial_weights(args, config):
+def initial_weights(args: PipelineArgs, config):
     """The checkpoint's tensors, or a seeded random model's (every rank builds the same model, then keeps its stage)."""
     if args.model is not None:
         return StateDictWeights.from_pretrained(args.model)
@@ -109,7 +110,7 @@ def initial_weights(args, config):
     return StateDictWeights(KimiLinearAttnResForCausalLM(config).state_dict())
 
 
-def batch_source(args, config, train, dp_world: int):
+def batch_source(args: PipelineArgs, config, train, dp_world: int):
     """fetch(step, micro_step, dp_rank) -> input_ids [micro_batch, seq_len], identical on every stage of a replica."""
     if train is None:
         return lambda step, micro, rank: synthetic_micro_batch(
@@ -120,7 +121,7 @@ def batch_source(args, config, train, dp_world: int):
     return lambda step, micro, rank: train[plan.indices(step, micro, rank)]["input_ids"]
 
 
-def ds_config(args) -> dict:
+def ds_config(args: PipelineArgs) -> dict:
     return {
         "train_micro_batch_size_per_gpu": args.micro_batch_size,
         "gradient_accumulation_steps": args.grad_accum,
@@ -132,12 +133,12 @@ def ds_config(args) -> dict:
     }
 
 
-def recipe_of(args) -> Recipe:
+def recipe_of(args: PipelineArgs) -> Recipe:
     """The run's training recipe (`attnres.training.recipe`: the one `attnres train` uses) over `--steps` steps."""
     return Recipe.from_args(args, max_steps=args.steps)
 
 
-def write_run_record(args, recipe: Recipe, world: int) -> None:
+def write_run_record(args: PipelineArgs, recipe: Recipe, world: int) -> None:
     """<output-dir>/run.json (rank 0): the recipe and the flags, the run's provenance."""
     settings = {name: str(value) if isinstance(value, os.PathLike) else value for name, value in vars(args).items()}
     write_json_atomic(args.output_dir / "run.json", dict(recipe=recipe.record(), settings=settings, world_size=world))
@@ -150,7 +151,7 @@ def skip_cpu_shm_build() -> None:
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
-def train_steps(args, engine, data, traffic: P2PTraffic, is_rank0: bool) -> None:
+def train_steps(args: PipelineArgs, engine, data, traffic: P2PTraffic, is_rank0: bool) -> None:
     """`args.steps` pipeline steps, each logged to log.jsonl (rank 0); too many non-finite steps in a row end the run
     with exit code 3, before any model is saved."""
     log = open(args.output_dir / "log.jsonl", "w") if is_rank0 else None
@@ -176,7 +177,7 @@ def train_steps(args, engine, data, traffic: P2PTraffic, is_rank0: bool) -> None
             log.close()
 
 
-def report_comms(args, config, pipe, traffic: P2PTraffic, dp_rank: int, is_rank0: bool) -> None:
+def report_comms(args: PipelineArgs, config, pipe, traffic: P2PTraffic, dp_rank: int, is_rank0: bool) -> None:
     """Bytes sent per stage boundary (replica 0's, gathered) against the minimum -> comms.json, printed."""
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, traffic.sent if dp_rank == 0 else {})
@@ -189,7 +190,7 @@ def report_comms(args, config, pipe, traffic: P2PTraffic, dp_rank: int, is_rank0
         print(format_report(rows))
 
 
-def train_pipeline(args) -> None:
+def train_pipeline(args: PipelineArgs) -> None:
     """One pipeline training run; call on every process of a torchrun / deepspeed launch."""
     if "WORLD_SIZE" not in os.environ:
         raise SystemExit("error: launch with torchrun or deepspeed, e.g. `torchrun --nproc_per_node 2 "

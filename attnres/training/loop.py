@@ -91,7 +91,7 @@ def _prepare(args: TrainArgs):
     world, given = world_size(), set(given_settings(args))  # the run flags on the command line (before a resume)
     if args.output_dir is None:  # named after the model: found with the flags as given (or defaulted), before a resume
         args.output_dir = _default_output_dir(args.copy())
-    folder = resume_folder(args)
+    folder = resume_folder(args.resume, args.output_dir)
     check_not_foreign(args.output_dir)  # a run writes only into a new or empty folder, or a run's own
     state = read_recorded(folder) if folder is not None else None
     apply_recorded(args, state, folder)

@@ -41,13 +41,15 @@ from .state import (
 )
 
 
-def resume_folder(args) -> Path | None:
-    """The checkpoint `--resume` names (None: start fresh); ValueError naming the path when there is none."""
-    if args.resume == "never":
+def resume_folder(resume: str, output_dir: Path) -> Path | None:
+    """The checkpoint `--resume` names, for every trainer (None: start fresh): 'never', 'auto' (the latest complete
+    checkpoint in `output_dir`/checkpoints, if any) or a checkpoint folder; ValueError naming the path when there is
+    none."""
+    if resume == "never":
         return None
-    if args.resume == "auto":
-        return latest_checkpoint(Path(args.output_dir) / "checkpoints")
-    return resolve_checkpoint(args.resume)  # also accepts checkpoints/step-100 for step-00000100
+    if resume == "auto":
+        return latest_checkpoint(Path(output_dir) / "checkpoints")
+    return resolve_checkpoint(resume)  # also accepts checkpoints/step-100 for step-00000100
 
 
 def check_run_state(output_dir: Path, folder: Path | None) -> None:

@@ -1,10 +1,15 @@
 """Nothing below attnres/cli takes an argparse Namespace: the commands parse their flags into a dataclass in
 attnres/cli and pass that (or the few fields needed) down. Checked on the source (ast): no module outside attnres/cli
-names `Namespace` from argparse (import, `argparse.Namespace`, an annotation)."""
+names `Namespace` from argparse (import, `argparse.Namespace`, an annotation). Each typed command's parser and
+dataclass hold the same flags with the same defaults, so a flag added to one alone fails here."""
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
 from pathlib import Path
+
+import pytest
 
 import attnres
 
@@ -36,3 +41,19 @@ def test_no_namespace_below_cli():
 def test_the_check_sees_a_namespace():
     assert namespace_uses(ast.parse("import argparse\ndef f(a: argparse.Namespace): pass")) == [2]
     assert namespace_uses(ast.parse("from argparse import Namespace")) == [1]
+
+
+TYPED = {  # command module (attnres/cli) -> its dataclass
+    "train": "attnres.training.args:TrainArgs",
+    "train_pipeline": "attnres.pipeline.args:PipelineArgs",
+    "train_interleaved": "attnres.pipeline.args:InterleavedArgs",
+}
+
+
+@pytest.mark.parametrize("command", TYPED)
+def test_every_flag_is_a_field_with_its_default(command):
+    module, name = TYPED[command].split(":")
+    fields = {field.name: field.default for field in dataclasses.fields(getattr(importlib.import_module(module), name))}
+    parser = importlib.import_module(f"attnres.cli.{command}").build_parser()
+    flags = {action.dest: action.default for action in parser._actions if action.dest != "help"}
+    assert flags == fields

@@ -94,7 +94,7 @@ def test_a_new_or_older_start_never_prunes_the_folders_newer_run(tmp_path, resum
     would prune that run's checkpoints: refused by name, as `attnres train` refuses it, before any state changes."""
     import argparse
 
-    from attnres.pipeline.interleaved_train import resume_folder
+    from attnres.pipeline.interleaved_train import matching_checkpoint
 
     for step in (2, 4):
         folder = tmp_path / "checkpoints" / f"step-{step:08d}"
@@ -104,7 +104,7 @@ def test_a_new_or_older_start_never_prunes_the_folders_newer_run(tmp_path, resum
     args = argparse.Namespace(output_dir=tmp_path, resume="never" if resume == "never" else older)
     expected = "holds another run" if resume == "never" else "holds the newer checkpoint step-00000004"
     with pytest.raises(SystemExit, match=expected):
-        resume_folder(args, config=None, world=2)
+        matching_checkpoint(args, config=None, world=2)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]
 
 

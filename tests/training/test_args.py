@@ -1,19 +1,10 @@
-"""`attnres train`'s flags are one dataclass: every flag the parser takes is a field of TrainArgs with the same
-default, so a flag added to the parser without its field (or the reverse) fails here, not mid-run."""
+"""`attnres train`'s flags are one dataclass, TrainArgs (tests/cli/test_typed_args.py holds its fields equal to the
+parser's flags): the parsed flags build it, its conflict rules and validation name the flag."""
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 
 from attnres.training.args import TrainArgs, build_parser
-
-
-def test_every_flag_is_a_field_with_its_default():
-    parser = build_parser()
-    flags = {action.dest: action.default for action in parser._actions if action.dest != "help"}
-    fields = {field.name: field.default for field in dataclasses.fields(TrainArgs)}
-    assert flags == fields
 
 
 def test_parsed_flags_build_the_dataclass():

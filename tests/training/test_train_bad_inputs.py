@@ -162,11 +162,12 @@ PIPELINE_CASES = {
 @pytest.mark.parametrize("argv, named", PIPELINE_CASES.values(), ids=PIPELINE_CASES.keys())
 def test_pipeline_flags_refused(tmp_path, argv, named):
     from attnres.cli.train_pipeline import build_parser
+    from attnres.pipeline.args import PipelineArgs
     from attnres.pipeline.train import check_args
 
     (tmp_path / "empty").mkdir()
     argv = [a.format(empty=tmp_path / "empty", missing=tmp_path / "missing") for a in argv]
-    args = build_parser().parse_args(argv)
+    args = PipelineArgs(**vars(build_parser().parse_args(argv)))
     expect_refused(lambda: check_args(args, 2), named, errors=SystemExit)
 
 
