@@ -71,22 +71,6 @@ def check_bench_kernels_flags(parser, argv, args) -> None:
                     "--clock picks the clock of CPU runs")
 
 
-def check_prepare_data_flags(parser, argv, args) -> None:
-    given = given_flags(parser, argv)
-    if args.hub is None:
-        refuse_without(parser, given, ("hub_config", "hub_split"), "--hub", "they pick the Hub dataset's config "
-                       "and split")
-    if args.tokenizer != "bpe":
-        refuse_with(parser, given, ("vocab_size",), f"--tokenizer {args.tokenizer}",
-                    "only a BPE trained here (--tokenizer bpe) takes a vocabulary size")
-    source = "--files" if args.files else "--hub" if args.hub else "--chat" if args.chat else None
-    if source is not None:
-        refuse_with(parser, given, ("corpora",), source, "the offline corpora are read only when no other source "
-                    "is given")
-    else:
-        refuse_without(parser, given, ("text_column",), "--files or --hub", "the offline corpora have no columns")
-
-
 def check_prepare_eval_data_flags(parser, argv, args) -> None:
     if "gpqa" not in args.benchmarks:
         refuse_with(parser, given_flags(parser, argv), ("gpqa_csv",), f"--benchmarks {' '.join(args.benchmarks)}",
@@ -108,12 +92,6 @@ def check_study_flags(parser, argv, args) -> None:
                     "a dry run lists the runs and trains or reports nothing")
     if args.report_only:
         refuse_with(parser, given, ("jobs", "threads"), "--report-only", "nothing is trained")
-
-
-def check_main_job_flags(parser, argv, args) -> None:
-    if args.no_tasks:
-        refuse_with(parser, given_flags(parser, argv), ("tasks", "task_limit"), "--no-tasks",
-                    "no benchmark task runs")
 
 
 def check_compare_flags(parser, argv, args) -> None:

@@ -35,11 +35,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..study.job_args import DEFAULT_TASKS, MainJobArgs
 from ..utils.flags import seed as seed_flag
 from . import command_main
-from .combos import check_main_job_flags
-
-DEFAULT_TASKS = ("attnres_mmlu_bpb", "attnres_triviaqa_bpb")
+from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> dict:
     """The main job; returns its summary. `argv` given (a caller, a test): errors raise; else one line, exit 1."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    check_main_job_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
+    args = MainJobArgs(**vars(parser.parse_args(argv)))
+    refuse_conflicts(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..utils.extras import require
 
     require("datasets", why="the training corpus")

