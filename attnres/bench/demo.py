@@ -13,6 +13,7 @@ from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnRe
 from ..folders.model_folder import load as load_model_folder
 from ..folders.model_folder import save as save_model_folder
 from ..utils.tiny import tiny_config
+from .args import DemoArgs
 
 
 def toy_batch(vocab: int, batch: int = 4, length: int = 32) -> torch.Tensor:
@@ -88,7 +89,7 @@ def plot_weights(weights, config, path: str) -> None:
     print(f"wrote {path}")
 
 
-def demo(args) -> None:
+def demo(args: DemoArgs) -> None:
     """Build, fit, save and reload, generate, then print (and with args.plot draw) the depth weights."""
     torch.manual_seed(args.seed)
     config = tiny_config(args.mode, args.block_size, args.layers)

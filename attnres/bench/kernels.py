@@ -22,6 +22,7 @@ from tqdm import tqdm
 from ..folders.atomic_io import write_json_atomic
 from ..kernels.mix.lean import attn_res_lean
 from ..kernels.mix.naive import attn_res_naive
+from .args import BenchKernelsArgs
 from .peers import OUTPUT_DTYPE, PEER_IMPLS, peer_implementations
 
 EPS = 1e-6
@@ -103,7 +104,7 @@ def cpp_mix_or_reason():
     return attn_res_cpu
 
 
-def implementations(names, args, dtype) -> tuple[dict, dict]:
+def implementations(names, args: BenchKernelsArgs, dtype) -> tuple[dict, dict]:
     """({name: mix or the reason it is unavailable}, notes on the peers for the results' meta)."""
     unknown = [name for name in names if name not in OURS and name not in PEER_IMPLS]
     if unknown:
@@ -197,7 +198,7 @@ def peer_of(name) -> str:
     return PEER_IMPLS[name][0] if name in PEER_IMPLS else "ours"
 
 
-def case_rows(impls, shape, inputs, measure, args, dtype, copy_gbps) -> list[dict]:
+def case_rows(impls, shape, inputs, measure, args: BenchKernelsArgs, dtype, copy_gbps) -> list[dict]:
     """The rows of one shape: check each implementation, time it, one row per pass (or one row saying why not)."""
     n, tokens, hidden = shape
     base = dict(sources=n, tokens=tokens, hidden=hidden)
@@ -271,7 +272,7 @@ def print_table(meta, rows, means):
         print(f"  {m['ours']:16} / {m['peer_impl']:16} {m['pass_']:17} {m['geomean']:>6.2f}  ({m['shapes']} shapes)")
 
 
-def run_meta(args, started, copy_gbps, notes) -> dict:
+def run_meta(args: BenchKernelsArgs, started, copy_gbps, notes) -> dict:
     cpu = f"CPU: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
     return dict(
         date=started, finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=" ".join(sys.argv),
@@ -283,7 +284,7 @@ def run_meta(args, started, copy_gbps, notes) -> dict:
     )
 
 
-def bench_kernels(args) -> dict:
+def bench_kernels(args: BenchKernelsArgs) -> dict:
     """Check and time every implementation on every shape of `args` (the flags of `attnres.cli.bench_kernels`),
     write the JSON results file, print the table; returns the results. Exits non-zero after writing when any
     implementation mismatched the reference."""

@@ -24,6 +24,7 @@ from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnRe
 from ..folders.atomic_io import write_json_atomic
 from ..kernels.mix.cpu_fused import load_extension
 from ..utils.tiny import tiny_config
+from .args import BenchModelArgs
 
 MODES = ("standard", "block", "full")
 # extra modes for side-by-side comparisons within one run, (mode, two-phase schedule, backend): block mode with the
@@ -32,7 +33,7 @@ VARIANTS = {"block_two_phase": ("block", True, None), "block_eager": ("block", N
             "full_eager": ("full", None, "torch")}
 
 
-def build_model(args, mode):
+def build_model(args: BenchModelArgs, mode):
     mode, two_phase, backend = VARIANTS.get(mode, (mode, None, None))
     heads = max(2, args.hidden // 64)
     config = tiny_config(
@@ -57,7 +58,7 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
-def ids(args, batch, seq, seed=0):
+def ids(args: BenchModelArgs, batch, seq, seed=0):
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(3, 1024, (batch, seq), generator=generator).to(args.device)
 
@@ -65,7 +66,7 @@ def ids(args, batch, seq, seed=0):
 # A workload: (args) -> (tokens, setup, run). `setup()` prepares untimed state, `run(state)` is the timed part.
 
 
-def train_workload(args):
+def train_workload(args: BenchModelArgs):
     batch = ids(args, args.batch, args.seq)
 
     def run(model):
@@ -76,7 +77,7 @@ def train_workload(args):
     return args.batch * args.seq, lambda model: model, run
 
 
-def prefill_workload(args, batch_size=None, seq=None, chunk=None):
+def prefill_workload(args: BenchModelArgs, batch_size=None, seq=None, chunk=None):
     batch_size, seq = batch_size or args.batch, seq or args.seq
     prompt = ids(args, batch_size, seq)
 
@@ -88,7 +89,7 @@ def prefill_workload(args, batch_size=None, seq=None, chunk=None):
     return batch_size * seq, lambda model: model, run
 
 
-def decode_workload(args):
+def decode_workload(args: BenchModelArgs):
     prompt = ids(args, args.batch, 16)
 
     def setup(model):  # the prompt is not timed: only the one-token steps
@@ -106,7 +107,7 @@ def decode_workload(args):
     return args.batch * args.decode_steps, setup, run
 
 
-def mix_call_workload(args, calls=2000):
+def mix_call_workload(args: BenchModelArgs, calls=2000):
     """One decode step's mix at the last layer's MLP point, alone, `calls` times: AttnRes mixes that point's sources
     (decode-shaped, [batch, 1, hidden]) and applies the RMSNorm that follows; standard residuals run that RMSNorm
     (their one-source "mix"). The overhead vs standard is then the mix call against the RMSNorm it replaces."""
@@ -141,7 +142,7 @@ PHASES = {"train": ["train"], "prefill": ["prefill"], "decode": ["decode"], "mix
           "long_prefill": ["long_prefill", "long_prefill_chunked"]}
 
 
-def time_side_by_side(args, models, name):
+def time_side_by_side(args: BenchModelArgs, models, name):
     """Median seconds per mode, wall clock and this process's CPU time, the modes interleaved round by round so they
     share the machine's load, and each run's minor page faults (`minor_faults`). On a shared CPU the CPU time
     (single-threaded: the work done) is the steadier figure: wall time also counts the time other jobs held the cores.
@@ -199,7 +200,7 @@ def retain_freed_memory() -> None:
         raise SystemExit("--allocator retain: glibc refused mallopt; run with the system allocator")
 
 
-def peak_memory(args, mode, name):
+def peak_memory(args: BenchModelArgs, mode, name):
     """Peak memory (MiB) of one run of a workload above the loaded model (and its untimed setup)."""
     model = build_model(args, mode)
     _, setup, run = WORKLOADS[name](args)
@@ -247,7 +248,7 @@ def rss_growth_during(fn) -> int:
     return max(peak, rss()) - base
 
 
-def measure_memory(args, jobs):
+def measure_memory(args: BenchModelArgs, jobs):
     """CPU: each run in a fresh process, whose peak RSS is its own; CUDA: in this process, peak stats reset."""
     if args.device == "cuda":
         return {job: peak_memory(args, *job) for job in tqdm(jobs, desc="peak memory", file=sys.stderr)}
@@ -280,7 +281,7 @@ def overheads(results):
     return table
 
 
-def bench_model(args) -> dict:
+def bench_model(args: BenchModelArgs) -> dict:
     """Time (and measure) every mode on every phase of `args` (the flags of `attnres.cli.bench_model`), write the
     JSON results file, print the table; returns the results."""
     if args.device == "cuda" and not torch.cuda.is_available():

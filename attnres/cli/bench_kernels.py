@@ -50,9 +50,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..bench.args import BenchKernelsArgs
 from ..utils.flags import check_output_file
 from . import command_main
-from .combos import check_bench_kernels_flags
+from .combos import refuse_conflicts
 
 GPU_IMPLS = ("torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_naive,far_triton,far_torch,far_torch_eager,"
              "far_phase1")
@@ -90,7 +91,7 @@ def int_list(parser, flag, text) -> list[int]:
     return values
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None) -> BenchKernelsArgs:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_output_file(parser, "--output", args.output)
@@ -107,7 +108,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.repeats = args.repeats or (50 if gpu else 5)
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be positive")
-    check_bench_kernels_flags(parser, argv, args)  # a flag another makes meaningless is refused
+    args = BenchKernelsArgs(**vars(args))
+    refuse_conflicts(parser, argv, args)  # a flag another makes meaningless is refused
     return args
 
 

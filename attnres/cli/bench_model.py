@@ -24,10 +24,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..bench.args import BenchModelArgs
 from ..bench.model import MODES, PHASES, VARIANTS
 from ..utils.flags import check_output_file, multiple_of
 from . import command_main
-from .combos import check_bench_model_flags
+from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None) -> BenchModelArgs:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.modes = args.modes.split(",")
@@ -84,7 +85,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         import torch
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    check_bench_model_flags(parser, argv, args)  # a flag another makes meaningless is refused
+    args = BenchModelArgs(**vars(args))
+    refuse_conflicts(parser, argv, args)  # a flag another makes meaningless is refused
     return args
 
 

@@ -47,30 +47,6 @@ def refuse_conflicts(parser, argv, args) -> None:
     refuse_first(parser, args.conflicts(given_flags(parser, argv)))
 
 
-def check_demo_flags(parser, argv, args) -> None:
-    if args.mode != "block":
-        refuse_with(parser, given_flags(parser, argv), ("block_size",), f"--mode {args.mode}",
-                    "blocks exist in block mode only")
-
-
-def check_bench_model_flags(parser, argv, args) -> None:
-    given = given_flags(parser, argv)
-    if not any("block" in mode for mode in args.modes):
-        refuse_with(parser, given, ("block_size",), f"--modes {','.join(args.modes)}", "no block mode is benchmarked")
-    if "decode" not in args.phases:
-        refuse_with(parser, given, ("decode_steps",), f"--phases {','.join(args.phases)}",
-                    "the decode phase is not run")
-    if "long_prefill" not in args.phases:
-        refuse_with(parser, given, ("long_prompt", "chunk"), f"--phases {','.join(args.phases)}",
-                    "the long_prefill phase is not run")
-
-
-def check_bench_kernels_flags(parser, argv, args) -> None:
-    if args.device == "cuda":
-        refuse_with(parser, given_flags(parser, argv), ("clock",), "a GPU run (--device cuda, or auto on a GPU)",
-                    "--clock picks the clock of CPU runs")
-
-
 def check_prepare_eval_data_flags(parser, argv, args) -> None:
     if "gpqa" not in args.benchmarks:
         refuse_with(parser, given_flags(parser, argv), ("gpqa_csv",), f"--benchmarks {' '.join(args.benchmarks)}",

@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..bench.args import DemoArgs
 from ..utils.flags import seed as seed_flag
 from . import command_main
-from .combos import check_demo_flags
+from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    check_demo_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
+    args = DemoArgs(**vars(parser.parse_args(argv)))
+    refuse_conflicts(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..bench.demo import demo
 
     demo(args)

@@ -74,7 +74,7 @@ def main(argv=None) -> int:
         args.context, note = default_context(args.config)
         if note:
             print(note, file=sys.stderr)
-    return plan_memory(args)
+    return plan_memory(args.config, args.batch, args.context, args.stages, args.micro_batch, args.activation_dtype)
 
 
 def run():

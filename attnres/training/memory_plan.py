@@ -161,12 +161,13 @@ def format_plan(config, name: str, batch: int, context: int, stages: int, micro_
     return "\n".join(lines)
 
 
-def plan_memory(args) -> int:
-    """`attnres plan-memory`: print the plan of `args.config`; a config that cannot be read is one line, exit 1."""
+def plan_memory(spec: str, batch: int, context: int, stages: int, micro_batch: int, activation_dtype: str) -> int:
+    """`attnres plan-memory`: print the plan of the config `spec` (a file, a folder or a preset); a config that
+    cannot be read is one line, exit 1."""
     try:
-        config, name = load_plan_config(args.config)
+        config, name = load_plan_config(spec)
     except ValueError as error:  # ConversionError is one
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(format_plan(config, name, args.batch, args.context, args.stages, args.micro_batch, args.activation_dtype))
+    print(format_plan(config, name, batch, context, stages, micro_batch, activation_dtype))
     return 0

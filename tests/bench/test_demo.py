@@ -1,9 +1,10 @@
 """`attnres demo`: each mix point's sources under their own names (issue 32: a point's running partial sum was
 printed as `blk0` / `blk1`, the output mix's names), in the printout and the plot."""
-import argparse
+
 
 import pytest
 
+from attnres.bench.args import DemoArgs
 from attnres.bench.demo import demo, point_source_names
 from attnres.utils.tiny import tiny_config
 
@@ -21,7 +22,7 @@ def test_each_point_names_its_own_sources():
 @pytest.mark.parametrize("mode", ["block", "full"])
 def test_demo_prints_and_plots_the_points_own_names(tmp_path, capsys, mode):
     plot = tmp_path / "weights.png"
-    demo(argparse.Namespace(mode=mode, block_size=2, layers=4, steps=1, new_tokens=2, plot=str(plot), seed=0))
+    demo(DemoArgs(mode=mode, block_size=2, layers=4, steps=1, new_tokens=2, plot=str(plot), seed=0))
     lines = {line.split(":")[0].strip(): line for line in capsys.readouterr().out.splitlines() if ": " in line}
     if mode == "block":
         assert "emb=" in lines["layer 0 mlp"] and "partial=" in lines["layer 0 mlp"]
