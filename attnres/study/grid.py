@@ -61,7 +61,7 @@ SCALING_ARMS = ("arms", "hidden", "seeds", "lr")  # the scaling group's other fo
 SCALING_SWEPT = (*SCALING_ARMS, "lrs")  # ... with "lr": "swept": each arm's LR found anew at every size
 # What an arm may change besides the residual: model initialization (never the architecture K3 reads) and training
 ARM_CONFIG_FIELDS = ("attn_res_query_init_std", "attn_res_key_norm_init")
-ARM_TRAIN_FIELDS = ("res_proj_lr_scale", "res_proj_weight_decay", "warmup_steps")
+ARM_TRAIN_FIELDS = ("res_proj_lr_scale", "res_proj_weight_decay", "warmup_steps", "attn_res_lr_multiplier")
 BUILTIN_ARMS = ("standard", "block", "full")
 MODEL_DEFAULTS = dict(layers=8, hidden=64, block_size=2, attention="mla", mlp="dense", heads=4)
 TRAIN_DEFAULTS = dict(max_steps=300, micro_batch_size=16, grad_accum=1, seq_len=None, lr=3e-3, warmup_steps=30,
@@ -325,7 +325,9 @@ def _positive(value, field: str, fail) -> None:
         fail(f"{field} must be an integer >= 1, got {value!r}")
 
 
-def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
+def _check_group(name: str, group, model: dict, fail, arms: dict, one_lr: bool = False) -> None:
+    """`one_lr`: an arm of the per-arm form, which may have a single LR (its best of an earlier sweep, held
+    fixed)."""
     if name not in GROUPS:
         fail(f"unknown group {name!r} (known: {', '.join(GROUPS)})")
     axes = GROUPS[name]
@@ -349,7 +351,7 @@ def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
             if set(values) != set(group["arms"]):
                 fail(f"groups.{name}.lrs: one list per arm of groups.{name}.arms, got {sorted(values)}")
             for arm, lrs in values.items():
-                _check_group(name, dict(group, arms=[arm], lrs=lrs), model, fail, arms)
+                _check_group(name, dict(group, arms=[arm], lrs=lrs), model, fail, arms, one_lr=True)
             continue
         if axis == "base":
             if values not in ("block", "full"):
@@ -375,7 +377,7 @@ def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
                     fail(f"groups.{name}.hidden: {value} is not a multiple of 2 * model.heads ({model['heads']})")
     if name == "scaling" and len(group["hidden"]) < 3:
         fail(f"groups.scaling.hidden needs at least three model sizes for the fit, got {group['hidden']}")
-    if isinstance(group.get("lrs"), list) and len(group["lrs"]) < 2:
+    if isinstance(group.get("lrs"), list) and len(group["lrs"]) < 2 and not one_lr:
         fail(f"groups.{name}.lrs needs at least two learning rates to pick a best one, got {group['lrs']}")
 
 

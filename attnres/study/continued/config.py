@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.checkpoint_files import read_json_file
+from ...training.recipe import CLIP_GROUPS
 from ..grid import Grid, _merged, grid_from_dict, read_grid_json
 
 CONTINUED_DEFAULTS = dict(device="cpu", dtype="float32", block_size=None, frozen_arms=[], weight_decay=0.0,
-                          min_lr_ratio=0.1, grad_clip=1.0, eval_batch_size=8)
+                          min_lr_ratio=0.1, grad_clip=1.0, grad_clip_groups="global", eval_batch_size=8)
 LM_EVAL_DEFAULTS = dict(tasks=[], limit=None, eval_data="data/eval", batch_size=8)
 DTYPES = ("float32", "bfloat16")
 DEVICES = ("cpu", "cuda")
@@ -92,6 +93,8 @@ def check_continued(c: dict, arms: dict, fail) -> None:
     for name in ("weight_decay", "min_lr_ratio", "grad_clip"):
         if isinstance(c[name], bool) or not isinstance(c[name], (int, float)) or c[name] < 0:
             fail(f"continued.{name} must be a number >= 0, got {c[name]!r}")
+    if c["grad_clip_groups"] not in CLIP_GROUPS:
+        fail(f"continued.grad_clip_groups must be one of {list(CLIP_GROUPS)}, got {c['grad_clip_groups']!r}")
     if isinstance(c["eval_batch_size"], bool) or not isinstance(c["eval_batch_size"], int) or c["eval_batch_size"] < 1:
         fail(f"continued.eval_batch_size must be an integer >= 1, got {c['eval_batch_size']!r}")
 
