@@ -39,12 +39,13 @@ def depth_group(name: str) -> str:
     return "key_norms" if name.endswith(RES_NORM_SUFFIX) else "backbone"
 
 
-def group_grad_norms(named_parameters) -> dict[str, torch.Tensor]:
-    """{depth group: L2 norm of its gradients} for the groups with a gradient (no entry for a group without one)."""
+def group_grad_norms(named_parameters, full=lambda tensor: tensor) -> dict[str, torch.Tensor]:
+    """{depth group: L2 norm of its gradients} for the groups with a gradient (no entry for a group without one).
+    `full`: a sharded square sum made whole (FSDP2's DTensors: a collective every process makes)."""
     squares: dict[str, list] = {}
     for name, param in named_parameters:
         if param.grad is not None:
-            squares.setdefault(depth_group(name), []).append(param.grad.detach().float().pow(2).sum())
+            squares.setdefault(depth_group(name), []).append(full(param.grad.detach().float().pow(2).sum()))
     return {group: torch.stack(values).sum().sqrt() for group, values in squares.items()}
 
 
@@ -99,8 +100,9 @@ class Recipe:
         """Three groups: decayed matrices, undecayed vectors (norm gains incl. `*_res_norm`, biases) and embeddings,
         AttnRes pseudo-queries; a fourth, the keys' norm gains `*_res_norm`, where `attn_res_lr_multiplier` gives the
         depth parameters a peak LR of their own (at 1 they stay among the vectors: the groups, and so the optimizer
-        state a checkpoint holds, of a run without a multiplier are unchanged). `named_parameters`: (name, parameter) pairs under the full model's names or an
-        engine's local ones (the rules read only the name's end and 'embed').
+        state a checkpoint holds, of a run without a multiplier are unchanged). `named_parameters`: (name, parameter)
+        pairs under the full model's names or an engine's local ones (the rules read only the name's end and
+        'embed').
 
         Pseudo-queries are [1, hidden] matrices but act like gains of the depth softmax: no weight decay (it would
         pull them to the uniform mix; `res_proj_weight_decay` sets one for a study arm), and their own learning rate
