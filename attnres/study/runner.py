@@ -42,7 +42,10 @@ def ensure_data(grid: Grid) -> dict:
     if not (data_dir / "meta.json").is_file():
         command = [sys.executable, "-m", PREPARE_MODULE, *grid.data.get("prepare", []), "--output-dir", str(data_dir)]
         print("preparing data:", " ".join(command), flush=True)
-        subprocess.run(command, check=True, env=child_env())
+        code = subprocess.run(command, env=child_env()).returncode
+        if code != 0 or not (data_dir / "meta.json").is_file():
+            raise StudyError(f"data.prepare failed (prepare-data exited with {code}; its message is above): "
+                             f"{data_dir} was not written; fix data.prepare in the grid or prepare the data yourself")
     return json.loads((data_dir / "meta.json").read_text())
 
 
@@ -64,7 +67,17 @@ def read_result(run_dir: Path, spec: dict) -> dict | None:
         record = loads_limited(path.read_text())
     except (ValueError, UnicodeDecodeError):  # damaged (or nested 100,000 deep): not a result of this spec, redo it
         return None
-    return record if isinstance(record, dict) and record.get("spec") == spec else None
+    if not isinstance(record, dict) or record.get("spec") != spec:
+        return None
+    for field in RESULT_NUMBERS:  # a record of this spec is trusted by every report: its numbers must be numbers
+        value = record.get(field)
+        if field in record and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                or not math.isfinite(value)):
+            raise StudyError(f"{path}: {field} is {value!r}, not a finite number (delete the file to redo the run)")
+    return record
+
+
+RESULT_NUMBERS = ("val_loss", "heldout_loss", "heldout_bpb", "train_loss")
 
 
 def count_params(config) -> tuple[int, int]:

@@ -67,15 +67,41 @@ def load_continued(path: Path, resolve_source=None) -> ContinuedGrid:
     check_lm_eval(lm_eval, fail)
     folder = (resolve_source or source_folder)(source)
     config = read_json_file(Path(folder) / "config.json", "config.json")
+    check_source(config, source, raw.get("train", {}), fail)
     layers, hidden, heads = (config.get(k) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
     from ...families.upcycle import default_block_size
 
     block_size = continued["block_size"] or default_block_size(layers)
     raw["model"] = dict(layers=layers, hidden=hidden, heads=heads, block_size=block_size)
     grid = grid_from_dict(raw, source_name)
+    for arm, a in grid.arms.items():
+        warmup = a["train"].get("warmup_steps", grid.train["warmup_steps"])
+        if warmup > grid.train["max_steps"]:
+            where = f"arms.{arm}.train.warmup_steps" if "warmup_steps" in a["train"] else "train.warmup_steps"
+            fail(f"{where} ({warmup}) exceeds train.max_steps ({grid.train['max_steps']})")
     # a run's record matches its settings (runner.run_spec reads grid.train): the continued ones and the source too
     grid.train["continued"] = dict(continued, source=source)
     return ContinuedGrid(grid, source, Path(folder), continued, lm_eval)
+
+
+def check_source(config: dict, source: str, train: dict, fail) -> None:
+    """The source must be a family's own standard checkpoint, and the runs' sequences within its positions."""
+    if "attn_res_mode" in config or str(config.get("model_type", "")).endswith("_attnres"):
+        fail(f"source {source!r} is already an AttnRes model ({config.get('model_type')}, attn_res_mode "
+             f"{config.get('attn_res_mode')!r}): the study upcycles a family's own standard checkpoint")
+    positions, seq_len = config.get("max_position_embeddings"), train.get("seq_len") if isinstance(train, dict) \
+        else None
+    if isinstance(positions, int) and isinstance(seq_len, int) and seq_len > positions:
+        fail(f"train.seq_len {seq_len} exceeds the source's max_position_embeddings ({positions})")
+
+
+def check_device(c: dict, fail) -> None:
+    """A CUDA grid needs a visible CUDA device (checked where runs train, not where a grid is only listed)."""
+    import torch
+
+    if c["device"] == "cuda" and not torch.cuda.is_available():
+        fail("continued.device is 'cuda' but no CUDA device is visible here (use a CPU grid such as "
+             "configs/study/continued-cpu.json, or run it on a GPU machine)")
 
 
 def check_continued(c: dict, arms: dict, fail) -> None:

@@ -77,7 +77,16 @@ def heldout(cg: ContinuedGrid, model, data_dir: Path, name: str) -> dict:
 
 
 def train_run(cg: ContinuedGrid, key: RunKey, out: Path, meta: dict, threads: int = 1) -> dict:
-    """Train one run and write its record; the study's runner calls it (run_grid's `runner`)."""
+    """Train one run and write its record; the study's runner calls it (run_grid's `runner`). A write that fails (a
+    full disk) is one message naming the run and the file."""
+    try:
+        return _train_run(cg, key, out, meta, threads)
+    except OSError as error:
+        raise RuntimeError(f"{key.id}: {error.strerror or error} writing {error.filename or out / 'runs' / key.id} "
+                           "(free space and rerun: finished runs are kept)") from None
+
+
+def _train_run(cg: ContinuedGrid, key: RunKey, out: Path, meta: dict, threads: int = 1) -> dict:
     from ...training.data import BatchPlan, load_prepared
     from ...training.logs import DepthDiagnostics
     from ...training.recipe import Recipe, clip_by_group
