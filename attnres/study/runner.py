@@ -18,7 +18,7 @@ from pathlib import Path
 from ..core.atomic_io import write_json_atomic
 from ..core.json_limits import loads_limited
 from .analysis import training_flops
-from .grid import Grid, RunKey, best_lrs, load_grid, model_config
+from .grid import MAX_LR, Grid, RunKey, best_lrs, load_grid, model_config
 
 # The children run these command modules (`-m`, which python, torchrun and accelerate launch all take)
 TRAIN_MODULE = "attnres.cli.train"
@@ -231,8 +231,9 @@ def single_key(grid: Grid, arm: str, lr: float, seed: int, hidden: int | None) -
     as the grid's run when the grid lists it, and a rerun of the grid skips it. StudyError naming a bad value."""
     if arm not in grid.arms:
         raise StudyError(f"--only {arm}: not an arm of {grid.source} (known: {', '.join(sorted(grid.arms))})")
-    if not lr > 0 or not math.isfinite(lr):
-        raise StudyError(f"--lr must be a finite number > 0, got {lr}")
+    if not 0 < lr <= MAX_LR:
+        raise StudyError(f"--lr must be a number in (0, {MAX_LR:g}] (AdamW at a larger learning rate diverges on the "
+                         f"first step), got {lr:g}")
     if seed < 0:
         raise StudyError(f"--seed must be >= 0, got {seed}")
     if hidden is not None and (hidden < 1 or hidden % (2 * grid.model["heads"])):

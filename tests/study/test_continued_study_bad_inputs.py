@@ -52,6 +52,16 @@ def test_bad_grid_one_line_before_any_work(tmp_path, source, change, message):  
     assert not (tmp_path / "out").exists() and not (tmp_path / "data").exists()
 
 
+def test_one_run_values_named(tmp_path, source, capsys):  # noqa: F811
+    path, out = grid(tmp_path, source), tmp_path / "out"
+    with pytest.raises(SystemExit, match=r"--lr must be a number in \(0, 1\].*got 1e\+300"):
+        main(path, out, "--only", "block", "--lr", "1e300", "--seed", "0")
+    with pytest.raises(SystemExit):
+        main(path, out, "--only", "block", "--lr", "1e-3", "--seed", str(2**70))
+    assert f"--seed: must be from 0 to 4294967295 (2**32 - 1), got {2**70}" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_binary_grid_file(tmp_path):
     path = tmp_path / "grid.json"
     path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
