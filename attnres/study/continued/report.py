@@ -67,8 +67,8 @@ def sweep_section(cg: ContinuedGrid, records: dict, best: dict) -> str:
                          f4(mean_std([r["heldout_bpb"] for r in done]).mean) if done else "-",
                          f4(done[-1]["train_loss"]) if done else "-",
                          f"{done[-1]['tokens_per_s']:.0f}" if done else "-"])
-        edge = best.get(arm) in (lrs[0], lrs[-1])
-        note = " (best at an edge of the sweep: extend it)" if edge else ""
+        edge = len(lrs) > 1 and best.get(arm) in (lrs[0], lrs[-1])  # one LR: fixed from an earlier sweep
+        note = " (best at an edge of the sweep: extend it)" if edge else " (LR fixed)" if len(lrs) == 1 else ""
         parts.append(f"\n{arm_label(cg, arm)}{note}\n\n" + table(
             ["LR", "held-out loss", "bpb", "last train loss", "train tokens/s"], rows))
     return "\n".join(parts)
