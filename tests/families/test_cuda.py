@@ -78,12 +78,17 @@ def test_generate_with_the_cache_equals_recomputation(family):
     assert torch.equal(cached, recomputed)
 
 
-@pytest.mark.parametrize("family", REGISTRY)
-def test_compiles_in_one_graph_on_cuda(family):
+# every family captured whole (aot_eager: the graph and its autograd, no code generation); inductor's Triton code
+# generation, minutes for six models, once on Llama and once on Kimi Linear
+COMPILE_CASES = [(f, "aot_eager") for f in REGISTRY] + [("llama", "inductor"), ("kimi_linear", "inductor")]
+
+
+@pytest.mark.parametrize("family, backend", COMPILE_CASES)
+def test_compiles_in_one_graph_on_cuda(family, backend):
     model = family_model(family, "triton").eval()
     ids = ids_for(model)
     torch._dynamo.reset()
-    compiled = torch.compile(model, fullgraph=True)  # inductor on the GPU; any graph break fails
+    compiled = torch.compile(model, fullgraph=True, backend=backend)  # any graph break fails
     with torch.no_grad():
         torch.testing.assert_close(compiled(ids, use_cache=False).logits, model(ids, use_cache=False).logits,
                                    rtol=1e-3, atol=1e-3)
