@@ -53,8 +53,9 @@ def test_a_cap_kills_the_steps_children_too(tmp_path):
             f"c = subprocess.Popen([{PY!r}, '-c', 'import time; time.sleep(60)']); "
             f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(60)")
     started = time.time()
-    status = run_steps(tmp_path, [Step("parent", 2, script(code))], log=quiet)["parent"]
-    assert status["status"] == "capped" and time.time() - started < 20
+    # a cap long enough for a loaded machine to start both interpreters, far below their 60 s sleeps
+    status = run_steps(tmp_path, [Step("parent", 12, script(code))], log=quiet)["parent"]
+    assert status["status"] == "capped" and time.time() - started < 40
     child = int(pid_file.read_text())
     time.sleep(0.5)
     alive = subprocess.run(["ps", "-o", "stat=", "-p", str(child)], capture_output=True, text=True).stdout.strip()
