@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.atomic_io import write_json_atomic
+from ..folders.atomic_io import write_json_atomic
 
 STATUS_FILE = "status.json"
 REPO = Path(__file__).resolve().parents[2]

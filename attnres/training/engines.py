@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ..folders.model_folder import save as save_model_folder
 from .args import SetupError
 from .guard import is_finite, skip_nonfinite_steps
 from .recipe import clip_by_group, group_grad_norms
@@ -130,7 +131,10 @@ class AccelerateEngine:
         self.accelerator.wait_for_everyone()
 
     def save(self, folder: Path) -> None:
-        self.accelerator.save_state(str(folder))
+        from ..utils.quiet_logs import tied_save_quiet
+
+        with tied_save_quiet(self.module):  # a declared tie is re-created on load: no "Removed shared tensor"
+            self.accelerator.save_state(str(folder))
         if self.is_main:
             torch.save(self.scheduler.state_dict(), Path(folder) / SCHEDULER_FILE)
 
@@ -146,7 +150,7 @@ class AccelerateEngine:
     def save_model(self, folder: Path) -> None:
         state = self.accelerator.get_state_dict(self.model)
         if self.is_main:
-            self.module.save_pretrained(str(folder), state_dict=state)
+            save_model_folder(self.module, folder, state_dict=state)
 
 
 class DeepSpeedEngine:
@@ -260,7 +264,7 @@ class DeepSpeedEngine:
         gather = deepspeed.zero.GatheredParameters(params) if self.zero_stage == 3 else contextlib.nullcontext()
         with gather:
             if self.is_main:
-                self.module.save_pretrained(str(folder))
+                save_model_folder(self.module, folder)
 
 
 def resolve_deepspeed_config(config: dict, args, world: int) -> dict:

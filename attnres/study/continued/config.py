@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...core.checkpoint_files import read_json_file
+from ...folders.checkpoint_files import read_json_file
 from ...training.recipe import CLIP_GROUPS
 from ..grid import Grid, _merged, grid_from_dict, read_grid_json
 
