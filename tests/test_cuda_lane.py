@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from tests.helpers.cuda_lane import LANE_FILES
@@ -17,6 +18,7 @@ def test_every_lane_file_is_marked():
         assert "pytestmark = CUDA_LANE" in (REPO / name).read_text(), name
 
 
+@pytest.mark.slow  # a pytest subprocess over the lane: about a minute
 def test_the_lane_collects_and_without_cuda_skips_with_the_reason():
     """One pytest run: on a GPU machine it only collects (the lane itself is `pytest -m cuda`); without CUDA it runs
     the lane, which must skip every case, naming why."""

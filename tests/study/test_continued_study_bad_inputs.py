@@ -139,6 +139,7 @@ def test_multiplier_moves_the_queries_further(tmp_path, source):  # noqa: F811
     assert mean["q100"] > 20 * mean["block"] > 0
 
 
+@pytest.mark.slow  # a study in a subprocess until its first run finishes
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_interrupt_one_line_and_finished_runs_survive(tmp_path, source, signum, code):  # noqa: F811
     path, out = grid(tmp_path, source), tmp_path / "out"
