@@ -1,5 +1,5 @@
 """`attnres train`'s flags are one dataclass, TrainArgs (tests/cli/test_typed_args.py holds its fields equal to the
-parser's flags): the parsed flags build it, its conflict rules and validation name the flag."""
+parser's flags): the parsed flags build it, its conflict rules and checks name the flag."""
 from __future__ import annotations
 
 import pytest
@@ -27,10 +27,9 @@ def test_copy_is_independent():
 
 
 @pytest.mark.parametrize("name", ["max_steps", "eval_batches"])
-def test_validate_names_the_flag(name):
+def test_problems_name_the_flag(name):
     args = TrainArgs(max_steps=10, micro_batch_size=1, grad_accum=1, lr=1e-3, min_lr_ratio=0.1, warmup_steps=0,
                      weight_decay=0.1, res_proj_weight_decay=0.0, grad_clip=1.0)
     setattr(args, name, 0)
     meta = {"seq_len": 8, "num_sequences": {"train": 4, "validation": 4}}
-    with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} must be >= 1"):
-        args.validate(meta, 1)
+    assert args.problems(meta, 1) == [f"--{name.replace('_', '-')} must be >= 1, got 0"]
