@@ -73,3 +73,60 @@ def test_every_flag_is_a_field_with_its_default(command):
         assert set(flags) == set(fields)
     else:
         assert flags == fields
+
+
+def outside_cli_names(tree: ast.AST) -> set[str]:
+    """The names a cli module imports from attnres modules outside attnres/cli (`from ..x import f`)."""
+    return {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            and (node.level >= 2 or (node.level == 0 and (node.module or "").startswith("attnres.")
+                                     and not (node.module or "").startswith("attnres.cli")))
+            for alias in node.names}
+
+
+def namespaces_passed_down(tree: ast.AST) -> list[str]:
+    """Calls, in a cli function, of a function from outside cli with a raw `parser.parse_args(...)` result (or
+    that of a local parser function annotated to return the Namespace)."""
+    outside, found = outside_cli_names(tree), []
+    parsers = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.returns is not None
+               and ast.unparse(n.returns).endswith("Namespace")}  # a local parse_args returning the Namespace
+
+    def parses(call: ast.AST) -> bool:
+        return isinstance(call, ast.Call) and (
+            isinstance(call.func, ast.Attribute) and call.func.attr == "parse_args"
+            or isinstance(call.func, ast.Name) and call.func.id in parsers)
+
+    for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        raw = {target.id for node in ast.walk(function) if isinstance(node, ast.Assign) and parses(node.value)
+               for target in node.targets if isinstance(target, ast.Name)}
+        for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
+            if isinstance(call.func, ast.Name) and call.func.id in outside and \
+                    any(isinstance(arg, ast.Name) and arg.id in raw for arg in call.args):
+                found.append(f"{function.name} -> {call.func.id}")
+    return found
+
+
+# What still hands an argparse Namespace below cli: the conversion commands (attnres/conversion, moving in the
+# convert work) take the parsed flags whole.
+LEFT = ["cli/convert.py: main -> convert", "cli/push_to_hub.py: main -> push_to_hub"]
+
+
+@pytest.mark.xfail(reason=f"left: {LEFT}", strict=True)
+def test_no_cli_command_passes_its_namespace_down():
+    found = []
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        found += [f"cli/{path.name}: {call}" for call in namespaces_passed_down(ast.parse(path.read_text()))]
+    assert found == []
+
+
+def test_the_left_list_is_what_is_left():
+    found = []
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        found += [f"cli/{path.name}: {call}" for call in namespaces_passed_down(ast.parse(path.read_text()))]
+    assert found == LEFT
+
+
+def test_the_pass_down_check_sees_a_namespace():
+    source = "from ..x import run\ndef main(argv):\n    args = parser.parse_args(argv)\n    run(args)\n"
+    assert namespaces_passed_down(ast.parse(source)) == ["main -> run"]
+    typed = "from ..x import run, T\ndef main(argv):\n    args = T(**vars(parser.parse_args(argv)))\n    run(args)\n"
+    assert namespaces_passed_down(ast.parse(typed)) == []
