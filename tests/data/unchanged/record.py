@@ -32,6 +32,8 @@ FAMILIES = {
     "qwen2": dict(use_sliding_window=True, sliding_window=4, max_window_layers=1),
     "qwen3": {},
     "gemma3_text": dict(sliding_window=4, final_logit_softcapping=30.0),
+    "phi3": dict(head_dim=None, rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                     partial_rotary_factor=0.5)),
     "kimi_linear": dict(head_dim=None, num_key_value_heads=2, moe_intermediate_size=8, kv_lora_rank=8,
                         qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8, num_local_experts=2,
                         num_experts_per_tok=1, linear_num_heads=2, linear_head_dim=8,
