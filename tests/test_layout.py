@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import attnres
 from attnres.families.registry import SUPPORTED, family_classes
 from attnres.folders.remote_code import generate
@@ -154,6 +156,7 @@ def shipped_modules(modeling_module: str) -> set[str]:
             for line in text.split("\n\n")[0].splitlines() if line.startswith("#   ")}
 
 
+@pytest.mark.slow  # a fresh Python process: over 10 s (docs/TESTING.md)
 def test_import_attnres_loads_the_model_side_only_and_folders_ship_model_modules_only():
     code = ("import json, sys, attnres; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'attnres')))")
