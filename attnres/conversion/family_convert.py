@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ..families.upcycle import UpcycleError, is_attn_res_tensor, plain_family_model, resolve_block_size, upcycle
-from .atomic import check_output, move_into_place, output_folder
+from .atomic import check_max_shard_size, check_output, move_into_place, output_folder
 from .errors import ConversionError
 from .family_source import FamilySource, open_source
 
@@ -44,8 +44,6 @@ def convert_family(input, output, upcycle_mode: str | None, block_size: int | No
                    progress: bool = True) -> FamilyConversion:
     """Convert the checkpoint at `input` (folder or .gguf) into the model folder `output`: the family's own plain
     folder, or upcycled with `upcycle_mode`. ConversionError naming the problem, with nothing written."""
-    from .convert import check_max_shard_size
-
     input = Path(input).resolve()
     if to != "hf":
         raise ConversionError("--to moonshot is Kimi Linear's layout; other families are written as model folders")

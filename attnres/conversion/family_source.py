@@ -54,8 +54,11 @@ class FamilySource:
             raise ConversionError.from_problems(sorted(problems), f"{self.path} does not match its config")
         try:
             check_not_quantized(model)
-            for name, tensor in model.state_dict().items():  # a NaN weight is named, never written
-                finite_weights.check_tensor(name, tensor, self.path)
+            if self.gguf_file:  # a NaN weight is named, never written: by its file where there are files
+                for name, tensor in model.state_dict().items():
+                    finite_weights.check_tensor(name, tensor, self.path)
+            else:
+                finite_weights.check_folder(self.folder)
         except (ValueError, finite_weights.NonFiniteWeightsError) as error:
             raise ConversionError(f"{self.path}: {error}") from None
         if self.gguf_file:
