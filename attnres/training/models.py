@@ -147,6 +147,9 @@ def check_init_from(args) -> None:
         raise ValueError(f"--init-from {args.init_from} takes the model (size and config) from that folder: "
                          f"drop {flag}")
     folder = Path(args.init_from)
+    if folder.suffix == ".gguf":
+        raise ValueError(f"--init-from {args.init_from}: a GGUF file, not a model folder; write its plain folder first "
+                         f"with `attnres convert {args.init_from} OUT` and pass --init-from OUT")
     if not (folder / "config.json").is_file():
         raise ValueError(f"--init-from {args.init_from}: no config.json there (a folder written by save_pretrained, "
                          f"train.py's final/, or scripts/convert_checkpoint.py)")

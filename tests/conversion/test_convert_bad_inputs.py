@@ -187,10 +187,16 @@ def drop_json_field(path, field):
     path.write_text(json.dumps(fields))
 
 
+# a tied family (Gemma 3 here) has no lm_head tensor to damage
+TIED = ("gemma3_text",)
+FAMILY_DAMAGE = [pytest.param(family, case, id=f"{case}-{family}") for case in FAMILY_FOLDER_CASES
+                 for family in FAMILY_NAMES if not (case == "lm_head_int32" and family in TIED)]
+
+
 @pytest.mark.parametrize("upcycle", [[], ["--upcycle", "block"]], ids=["plain", "upcycle"])
-@pytest.mark.parametrize("family", FAMILY_NAMES)
-@pytest.mark.parametrize("damage, named", FAMILY_FOLDER_CASES.values(), ids=FAMILY_FOLDER_CASES.keys())
-def test_damaged_family_input_refused(convert, capsys, family_folders, tmp_path, family, upcycle, damage, named):
+@pytest.mark.parametrize("family, case", FAMILY_DAMAGE)
+def test_damaged_family_input_refused(convert, capsys, family_folders, tmp_path, family, case, upcycle):
+    damage, named = FAMILY_FOLDER_CASES[case]
     src = damaged_copy(family_folders / family, tmp_path, damage)
     out = tmp_path / "out"
     run_refused(convert, capsys, [src, out, *upcycle], named, untouched=[src], absent=[out])
