@@ -55,7 +55,7 @@ def convert_family(input, output, upcycle_mode: str | None, block_size: int | No
     say = _progress(progress)
     try:
         if upcycle_mode is not None:  # flags checked before the weights are read
-            block_size = resolve_block_size(upcycle_mode, block_size, source.config.num_hidden_layers)
+            resolve_block_size(upcycle_mode, block_size, source.config.num_hidden_layers)
         model = source.load(progress)
         say(f"upcycling to {upcycle_mode} AttnRes" if upcycle_mode else "building the family's own model")
         target = upcycle(model, upcycle_mode, block_size) if upcycle_mode else plain_family_model(model)
