@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: about 8 blocks, as in the paper and Kimi K3)")
     parser.add_argument("--verify", action="store_true", help="re-read every written tensor and compare it bit "
                         "for bit with the converted input before the output is put in place (other families: also "
-                        "the reloaded folder's logits on fixed ids)")
+                        "the reloaded folder's logits on fixed ids, against the source within the tolerance)")
     parser.add_argument("--check", action="store_true", help="other families: print the max |logit difference| of "
                         "the written model against the source on fixed ids, the stated tolerance (0 without "
                         "--upcycle) and the top-1 agreement; outside the tolerance exit 1 with nothing written")

@@ -7,9 +7,10 @@ is the Block or Full AttnRes model of the Python call `attnres.upcycle(model)`. 
 before a model is built; the output is built in a hidden sibling and appears all at once, by rename.
 
 `--verify` reloads the written folder and checks its function: its logits on fixed ids equal the converted model's,
-bit for bit, and every tensor written equals the model's. `--check` states how close the written model is to the
-source: the max |logit difference|, the tolerance (0 for a plain folder; the epsilon argument's bound for an
-upcycled one, `upcycle_check`) and the top-1 agreement, refusing (nothing written) outside it.
+bit for bit, every tensor written equals the model's, and its logits are within the tolerance of the source's (0 for
+a plain folder; the epsilon argument's bound for an upcycled one, `upcycle_check`). `--check` prints that comparison:
+the max |logit difference|, the tolerance and the top-1 agreement. Outside the tolerance either refuses, with
+nothing written.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class FamilyConversion:
     block_size: int
     tensors: int
     bytes: int
-    check: dict | None = None
+    check: dict | None = None  # the comparison with the source (--verify, --check)
 
 
 def convert_family(input, output, upcycle_mode: str | None, block_size: int | None = None, to: str = "hf",
@@ -72,11 +73,12 @@ def convert_family(input, output, upcycle_mode: str | None, block_size: int | No
             written = _reload(building)
             if verify:
                 verify_saved(target, written, building)
+            report = check_against_source(model, written, upcycle_mode is not None)
             if check:
-                report = check_against_source(model, written, upcycle_mode is not None)
                 print(check_line(report), flush=True)
-                if not report["within"]:
-                    raise ConversionError(f"--check: {output} is outside the tolerance against {input}")
+            if not report["within"]:
+                flag = "--check" if check else "--verify"
+                raise ConversionError(f"{flag}: {output} computes another function than {input}: {check_line(report)}")
         move_into_place(building, output, replace=force)
     state = target.state_dict()
     return FamilyConversion(

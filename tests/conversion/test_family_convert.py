@@ -88,7 +88,8 @@ def test_a_config_claiming_tied_weights_keeps_the_file_own_lm_head(tmp_path, upc
     assert torch.equal(logits(written, ids), logits(expected, ids))
 
 
-def test_check_outside_the_tolerance_exits_1_and_writes_nothing(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("flag", ["--check", "--verify"])
+def test_a_function_outside_the_tolerance_exits_1_and_writes_nothing(tmp_path, capsys, monkeypatch, flag):
     import attnres.conversion.family_convert as family_convert
 
     def upcycle_and_damage(model, mode, block_size):
@@ -99,10 +100,10 @@ def test_check_outside_the_tolerance_exits_1_and_writes_nothing(tmp_path, capsys
 
     source_model("llama").save_pretrained(tmp_path / "in")
     monkeypatch.setattr(family_convert, "upcycle", upcycle_and_damage)
-    assert convert_main([str(tmp_path / "in"), str(tmp_path / "out"), "--upcycle", "full", "--check",
+    assert convert_main([str(tmp_path / "in"), str(tmp_path / "out"), "--upcycle", "full", flag,
                          "--no-progress"]) == 1
-    captured = capsys.readouterr()
-    assert "OUTSIDE the tolerance" in captured.out and "--check" in captured.err
+    err = capsys.readouterr().err
+    assert f"error: {flag}:" in err and "computes another function" in err and "OUTSIDE the tolerance" in err, err
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 
 
