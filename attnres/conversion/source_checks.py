@@ -24,6 +24,15 @@ ROPE_FIELDS = ("rope_parameters", "rope_scaling")
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 
 
+def check_layer_count(fields: dict) -> None:
+    """The layer count alone, for configs whose other fields their own class validates (Kimi Linear's): before any
+    per-layer list is built from it."""
+    value = fields.get("num_hidden_layers")
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_LAYERS:
+        raise ValueError(f"field num_hidden_layers={value} is beyond any decoder's depth (at most {MAX_LAYERS:,} "
+                         "accepted)")
+
+
 def check_source_fields(fields: dict) -> None:
     """ValueError naming the first field a family build cannot use (`field ...: ...`)."""
     for field in REQUIRED_COUNTS + OPTIONAL_COUNTS:
@@ -36,9 +45,7 @@ def check_source_fields(fields: dict) -> None:
             raise ValueError(f"field {field} must be an integer, got {value!r} ({type(value).__name__})")
         if value < 1:
             raise ValueError(f"field {field} must be >= 1, got {value}")
-    if fields["num_hidden_layers"] > MAX_LAYERS:
-        raise ValueError(f"field num_hidden_layers={fields['num_hidden_layers']} is beyond any decoder's depth "
-                         f"(at most {MAX_LAYERS:,} accepted)")
+    check_layer_count(fields)
     heads, kv_heads = fields["num_attention_heads"], fields.get("num_key_value_heads") or fields["num_attention_heads"]
     if fields.get("head_dim") is None and fields["hidden_size"] % heads:
         raise ValueError(f"field hidden_size={fields['hidden_size']} is not a multiple of num_attention_heads={heads} "
@@ -132,4 +139,4 @@ def check_fits_in_memory(fields: dict, bytes_per_parameter: int, copies: int, av
             f"{fields['num_hidden_layers']}); check the config, or set {ALLOW_LARGE_ENV}=1 to try anyway")
 
 
-__all__ = ["check_source_fields", "parameter_count", "check_fits_in_memory", "MAX_LAYERS"]
+__all__ = ["check_layer_count", "check_source_fields", "parameter_count", "check_fits_in_memory", "MAX_LAYERS"]

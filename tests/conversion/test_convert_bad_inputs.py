@@ -71,7 +71,11 @@ def test_bad_flags_refused(convert, capsys, moonshot_checkpoint, tmp_path, flags
                 absent=[out])
 
 
-INPUT_CASES = {**MODEL_FOLDER_DAMAGE, **INDEX_DAMAGE, **CONFIG_DTYPE_DAMAGE, **NONFINITE_DAMAGE}
+KIMI_CONFIG_CASES = {
+    "layers_1e9": (lambda f: overwrite_json(f / "config.json", num_hidden_layers=10**9),
+                   ["config.json", "num_hidden_layers=1000000000"]),
+}
+INPUT_CASES = {**MODEL_FOLDER_DAMAGE, **INDEX_DAMAGE, **CONFIG_DTYPE_DAMAGE, **NONFINITE_DAMAGE, **KIMI_CONFIG_CASES}
 
 
 @pytest.mark.parametrize("damage, named", INPUT_CASES.values(), ids=INPUT_CASES.keys())
