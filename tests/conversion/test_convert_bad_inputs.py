@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from attnres.cli import convert as convert_cli
 from attnres.core.atomic_io import recover_interrupted
@@ -126,6 +127,16 @@ def family_folders(tmp_path_factory):
     return root
 
 
+def int8_tensor(folder, name):
+    """One weight stored as int8, as a quantized export writes it: refused by name, never cast to float."""
+    from safetensors.torch import load_file, save_file
+
+    path = first_shard(folder)
+    tensors = load_file(path)
+    tensors[name] = tensors[name].to(torch.int8)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
 def drop_tensor(folder, name):
     from safetensors.torch import load_file, save_file
 
@@ -173,6 +184,8 @@ FAMILY_CONFIG_CASES = {
         "quant_method": "bitsandbytes", "load_in_8bit": True}), ["quantization_config", "bitsandbytes"]),
     "gptq_folder": (lambda f: overwrite_json(f / "config.json", quantization_config={"quant_method": "gptq"}),
                     ["quantization_config", "gptq"]),
+    "int8_decoder_weight": (lambda f: int8_tensor(f, "model.layers.1.mlp.up_proj.weight"),
+                            ["model.layers.1.mlp.up_proj.weight", "dtype I8"]),
     "missing_decoder_weight": (lambda f: drop_tensor(f, "model.layers.1.mlp.up_proj.weight"),
                                ["model.layers.1.mlp.up_proj.weight", "missing"]),
     "attn_res_mode_wrong_case": (lambda f: overwrite_json(f / "config.json", model_type=json.loads(
