@@ -137,6 +137,15 @@ def int8_tensor(folder, name):
     save_file(tensors, path, metadata={"format": "pt"})
 
 
+def add_tensor(folder, name):
+    from safetensors.torch import load_file, save_file
+
+    path = first_shard(folder)
+    tensors = load_file(path)
+    tensors[name] = torch.zeros(4)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
 def drop_tensor(folder, name):
     from safetensors.torch import load_file, save_file
 
@@ -188,6 +197,8 @@ FAMILY_CONFIG_CASES = {
                             ["model.layers.1.mlp.up_proj.weight", "dtype I8"]),
     "missing_decoder_weight": (lambda f: drop_tensor(f, "model.layers.1.mlp.up_proj.weight"),
                                ["model.layers.1.mlp.up_proj.weight", "missing"]),
+    "unexpected_tensor": (lambda f: add_tensor(f, "model.layers.0.mlp.extra.weight"),
+                          ["model.layers.0.mlp.extra.weight", "unexpected"]),
     "attn_res_mode_wrong_case": (lambda f: overwrite_json(f / "config.json", model_type=json.loads(
         (f / "config.json").read_text())["model_type"] + "_attnres", attn_res_mode="Block"),
         ["attn_res_mode='Block'", "not a mode"]),
