@@ -24,6 +24,9 @@ from .errors import ConversionError
 from .source_checks import check_fits_in_memory, check_source_fields
 
 GGUF_SUFFIX = ".gguf"
+# GGUF metadata sizes (`<architecture>.<key>`)
+GGUF_SIZE_KEYS = (".block_count", ".context_length", ".embedding_length", ".feed_forward_length",
+                  ".attention.head_count", ".attention.head_count_kv", ".vocab_size")
 # the source and the converted model are in memory together
 COPIES_IN_MEMORY = 2
 logger = logging.getLogger(__name__)
@@ -137,9 +140,15 @@ def _open_gguf(path: Path) -> FamilySource:
     from gguf import GGUFReader
 
     try:
-        GGUFReader(path)  # header, metadata and every tensor's extent, from a memory map: no tensor is read
+        reader = GGUFReader(path)  # header, metadata and every tensor's extent, from a memory map: no tensor is read
     except Exception as error:  # noqa: BLE001  struct.error, ValueError, ...: any malformed file is one line
         raise ValueError(f"{path}: not a readable GGUF file ({type(error).__name__}: {error})") from None
+    for key, field in reader.fields.items():  # sizes transformers divides by or builds from, before it reads them
+        if key.endswith(GGUF_SIZE_KEYS) and len(field.data) == 1:
+            value = field.parts[field.data[0]].tolist()
+            value = value[0] if isinstance(value, list) and len(value) == 1 else value
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{path}: field {key}={value!r} must be an integer >= 1")
     config = _transformers_config(path.parent, path.name, path)
     try:
         family = source_family_of(config.model_type, "standard")

@@ -22,8 +22,10 @@ from tests.helpers.bad_input_fixtures import (
     expect_script_refused,
     first_shard,
     overwrite_json,
+    truncate,
 )
 from tests.helpers.processes import dead_pid
+from tests.helpers.tiny_gguf import write_llama_gguf
 
 
 @pytest.fixture(scope="module")
@@ -252,9 +254,26 @@ def test_non_utf8_paths_refused(convert, capsys, family_folders, tmp_path, flag)
     run_refused(convert, capsys, argv, [flag, "not valid UTF-8"], absent=[bad, tmp_path / "out"])
 
 
-def test_truncated_gguf_refused(convert, capsys, tmp_path):
+@pytest.mark.parametrize("cut", ["header", "tensor_data"])
+def test_truncated_gguf_refused(convert, capsys, tmp_path, cut):
     gguf = tmp_path / "model.gguf"
-    gguf.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (10).to_bytes(8, "little"))  # header cut off
+    if cut == "header":
+        gguf.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (10).to_bytes(8, "little"))
+    else:
+        write_llama_gguf(source_model("llama"), gguf)
+        truncate(gguf, 0.6)
     err = run_refused(convert, capsys, [gguf, tmp_path / "out"], [str(gguf), "not a readable GGUF file"],
                       absent=[tmp_path / "out"])
     assert err.count("\n") <= 2, err
+
+
+@pytest.mark.parametrize(("metadata", "named"), [
+    (dict(block_count=0), ["llama.block_count=0", ">= 1"]),
+    (dict(head_count=0), ["llama.attention.head_count=0", ">= 1"]),
+    (dict(rms_eps=-1.0), ["rms_norm_eps", "> 0"]),
+], ids=["layers_zero", "heads_zero", "eps_negative"])
+def test_a_gguf_file_stating_bad_sizes_is_refused(convert, capsys, tmp_path, metadata, named):
+    gguf = write_llama_gguf(source_model("llama"), tmp_path / "model.gguf", **metadata)
+    run_refused(convert, capsys, [gguf, tmp_path / "out"], [str(gguf), *named], untouched=[gguf],
+                absent=[tmp_path / "out"])
+

@@ -18,8 +18,9 @@ def llama_cpp_rotary(tensor, heads: int):
         .reshape(tensor.shape)
 
 
-def write_llama_gguf(model, path: Path) -> Path:
-    """`model` (a LlamaForCausalLM, untied) as a GGUF file at `path`."""
+def write_llama_gguf(model, path: Path, **metadata) -> Path:
+    """`model` (a LlamaForCausalLM, untied) as a GGUF file at `path`; `metadata` overrides a field the file states
+    (block_count, head_count, rms_eps), as a damaged or hostile file would."""
     import gguf
 
     c = model.config
@@ -27,11 +28,11 @@ def write_llama_gguf(model, path: Path) -> Path:
     writer.add_context_length(c.max_position_embeddings)
     writer.add_embedding_length(c.hidden_size)
     writer.add_feed_forward_length(c.intermediate_size)
-    writer.add_block_count(c.num_hidden_layers)
-    writer.add_head_count(c.num_attention_heads)
+    writer.add_block_count(metadata.get("block_count", c.num_hidden_layers))
+    writer.add_head_count(metadata.get("head_count", c.num_attention_heads))
     writer.add_head_count_kv(c.num_key_value_heads)
     writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(c.rms_norm_eps)
+    writer.add_layer_norm_rms_eps(metadata.get("rms_eps", c.rms_norm_eps))
     writer.add_vocab_size(c.vocab_size)
     writer.add_tokenizer_model("llama")
     writer.add_token_list([f"<t{i}>" for i in range(c.vocab_size)])
