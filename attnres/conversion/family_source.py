@@ -9,6 +9,7 @@ mis-shaped tensors is a refusal: nothing is ever randomly initialised on the way
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,8 @@ class FamilySource:
         from transformers import AutoModelForCausalLM
 
         if progress and self.gguf_file:
-            print(f"reading {self.path} (transformers dequantizes every tensor: this takes a while)", flush=True)
+            print(f"reading {self.path} (transformers dequantizes every tensor: this takes a while)", file=sys.stderr,
+                  flush=True)
         model, info = AutoModelForCausalLM.from_pretrained(
             self.folder, gguf_file=self.gguf_file, config=self.config, dtype="auto", output_loading_info=True)
         problems = [f"{name}: missing" for name in info.get("missing_keys", ())]
