@@ -75,6 +75,8 @@ def test_bad_flags_refused(convert, capsys, moonshot_checkpoint, tmp_path, flags
 
 
 KIMI_CONFIG_CASES = {
+    "attn_res_mode_wrong_case": (lambda f: overwrite_json(f / "config.json", attn_res_mode="Block"),
+                                 ["attn_res_mode", "'Block'"]),
     "layers_1e9": (lambda f: overwrite_json(f / "config.json", num_hidden_layers=10**9),
                    ["config.json", "num_hidden_layers=1000000000"]),
 }
