@@ -61,6 +61,18 @@ def test_plain_convert_of_a_gguf_file_equals_transformers_reading_it(tmp_path):
     assert torch.equal(logits(AutoModelForCausalLM.from_pretrained(tmp_path / "plain"), ids), logits(expected, ids))
 
 
+def test_upcycle_of_a_gguf_file_says_what_it_reads_and_checks(tmp_path, capsys):
+    source = source_model("llama")
+    gguf = write_llama_gguf(source, tmp_path / "tiny.gguf")
+    assert convert_main([str(gguf), str(tmp_path / "block"), "--upcycle", "block", "--block-size", "2",
+                         "--check"]) == 0
+    captured = capsys.readouterr()
+    assert f"reading {gguf} (transformers dequantizes" in captured.err and "within the tolerance" in captured.out
+    ids = random_ids()
+    assert torch.equal(logits(AutoModelForCausalLM.from_pretrained(tmp_path / "block"), ids),
+                       logits(attnres.upcycle(source, "block", 2), ids))
+
+
 def test_plain_convert_of_the_real_smollm2_gguf(tmp_path):
     gguf = gguf_file()
     if gguf is None:
