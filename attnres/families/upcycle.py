@@ -152,12 +152,18 @@ def upcycle(model, mode: str = "block", block_size: int | None = None):
 def plain_family_model(model):
     """The family's own transformers causal LM (plain `llama`, no remote code) computing what a standard-mode AttnRes
     model (or the family's own) computes: the same tensors in the family's own class."""
-    from transformers import AutoModelForCausalLM
-
     check_model(model)
     config = plain_family_config(model.config)
-    model_class = AutoModelForCausalLM._model_mapping[type(config)]
+    model_class = plain_family_class(config.model_type)
     return model if type(model) is model_class else rebuild(model, config, model_class)
+
+
+def plain_family_class(model_type: str):
+    """transformers' own causal LM class of a family (LlamaForCausalLM for `llama`)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
 
 
 def rebuild(model, config, model_class):
@@ -185,5 +191,5 @@ def rebuild(model, config, model_class):
 
 
 __all__ = ["upcycle", "UpcycleError", "UPCYCLE_MODES", "resolve_block_size", "upcycled_family_config",
-           "plain_family_config", "plain_family_model", "rebuild", "check_model", "check_mode",
+           "plain_family_config", "plain_family_model", "plain_family_class", "rebuild", "check_model", "check_mode",
            "is_attn_res_tensor", "new_attn_res_tensor", "default_block_size"]

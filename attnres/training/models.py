@@ -285,13 +285,11 @@ def write_plain_family_folder(folder: Path, config) -> None:
     """Turn a saved standard-mode AttnRes folder into the family's own: the standard model's tensors are exactly the
     family's (same names and shapes), so only the config changes, and the generated code and the AttnRes weights
     record go."""
-    from transformers import AutoModelForCausalLM
-
     from ..core.saved_model import RECORD_FILE
-    from ..families.upcycle import plain_family_config
+    from ..families.upcycle import plain_family_class, plain_family_config
 
     plain = plain_family_config(config)
-    plain.architectures = [AutoModelForCausalLM._model_mapping[type(plain)].__name__]
+    plain.architectures = [plain_family_class(plain.model_type).__name__]
     plain.save_pretrained(folder)
     for path in [*Path(folder).glob("*.py"), Path(folder) / RECORD_FILE]:
         path.unlink(missing_ok=True)
