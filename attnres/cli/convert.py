@@ -1,4 +1,5 @@
-"""Convert Kimi Linear checkpoints between Moonshot's layout and this project's HF-native layout.
+"""Convert a checkpoint: a family's model folder or GGUF file into the family's own plain folder or its Block / Full
+AttnRes model, and Kimi Linear checkpoints between Moonshot's layout and this project's HF-native layout.
 
 Moonshot's layout (the remote-code format of Kimi Linear / Kimi K3 on the Hub): per-expert
 `block_sparse_moe.experts.{e}.w1/w2/w3`, split `q/k/v_conv1d`, forget-gate tensors on `self_attn`, a 1-indexed
@@ -19,10 +20,11 @@ Examples:
   attnres convert SmolLM2-135M-Instruct.Q4_1.gguf smollm2-plain/                       # the plain baseline
   attnres convert SmolLM2-135M-Instruct.Q4_1.gguf smollm2-block/ --upcycle block --check
 
-Tensors stream one decoder layer at a time: peak memory follows --max-shard-size (about twice it, measured) plus a
-few decoder layers, not the checkpoint's size. The output is written to a hidden temporary folder next to OUTPUT and
-renamed at the end, so an interrupted run leaves no half-written model (a killed process may leave the hidden
-`.OUTPUT.partial-PID` folder, never OUTPUT; the next run removes it). Ctrl-C or SIGTERM stops it with one line and
+Kimi Linear's tensors stream one decoder layer at a time: peak memory follows --max-shard-size (about twice it,
+measured) plus a few decoder layers, not the checkpoint's size (another family's model is loaded whole, with its
+upcycled copy). The output is written to a hidden temporary folder next to OUTPUT and renamed at the end, so an
+interrupted run leaves no half-written model (a killed process may leave the hidden `.OUTPUT.partial-PID` folder,
+never OUTPUT; the next run removes it). Ctrl-C or SIGTERM stops it with one line and
 exit 130 / 143, nothing written; a full disk is one error naming ENOSPC. With --force an OUTPUT that is a symbolic
 link is replaced as a link (the folder it points to is kept). Any problem (missing or unexpected tensors, wrong
 shapes, malformed MXFP4 pairs, other quantized or unsupported dtypes) is reported, naming each tensor, before anything
