@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ..families.upcycle import UpcycleError, is_attn_res_tensor, plain_family_model, resolve_block_size, upcycle
+from ..folders.model_folder import load, save
 from .atomic import check_max_shard_size, check_output, move_into_place, output_folder
 from .errors import ConversionError
 from .family_source import FamilySource, open_source
@@ -66,7 +67,10 @@ def convert_family(input, output, upcycle_mode: str | None, block_size: int | No
     report = None
     with output_folder(output) as building:
         say(f"writing {output}")
-        target.save_pretrained(building, max_shard_size=max_shard_size)
+        if upcycle_mode:  # an AttnRes folder carries its weights record (the folder layer writes it)
+            save(target, building, max_shard_size=max_shard_size)
+        else:  # the family's own folder: transformers' save, nothing of ours
+            target.save_pretrained(building, max_shard_size=max_shard_size)
         if tokenizer is not None:
             tokenizer.save_pretrained(building)
         if verify or check:
@@ -96,9 +100,8 @@ def _progress(enabled: bool):
 
 
 def _reload(folder: Path):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(folder, dtype="auto").eval()
+    """The written folder as anyone loads it, through the folder layer's checks (files, weights record)."""
+    return load(folder, dtype="auto").eval()
 
 
 def check_ids(model) -> torch.Tensor:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import torch
 
-from ..core.checkpoint_files import CheckpointFileError, check_model_folder, weight_files
 from ..core.config import ATTN_RES_MODES
 from ..core.model_size import device_memory_bytes
 from ..families.registry import family_of_folder, source_family_of
 from ..families.upcycle import check_not_quantized
+from ..folders.checkpoint_files import CheckpointFileError, check_model_folder, weight_files
 from ..utils import finite_weights
 from .errors import ConversionError
 from .source_checks import check_fits_in_memory, check_source_fields

@@ -31,6 +31,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 
 from ..families.registry import SUPPORTED, family_classes, family_of_folder, family_of_model_type
+from ..folders.model_folder import load as load_model_folder
 from ..utils.tiny import K3_SMALL_PRESET, tiny_config
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -223,7 +224,7 @@ def init_tokenizer(init_from: Path, data_tokenizer, data_dir: Path, trust_remote
 
 def load_model(init_from: Path, config):
     # fp32 master weights, as a fresh model has: --mixed-precision decides the compute dtype
-    return model_class_of(config).from_pretrained(str(init_from), config=config, dtype=torch.float32)
+    return load_model_folder(str(init_from), model_class=model_class_of(config), config=config, dtype=torch.float32)
 
 
 # --- embedding repair ---------------------------------------------------------------------------------------------
@@ -285,8 +286,8 @@ def write_plain_family_folder(folder: Path, config) -> None:
     """Turn a saved standard-mode AttnRes folder into the family's own: the standard model's tensors are exactly the
     family's (same names and shapes), so only the config changes, and the generated code and the AttnRes weights
     record go."""
-    from ..core.saved_model import RECORD_FILE
     from ..families.upcycle import plain_family_class, plain_family_config
+    from ..folders.saved_model import RECORD_FILE
 
     plain = plain_family_config(config)
     plain.architectures = [plain_family_class(plain.model_type).__name__]

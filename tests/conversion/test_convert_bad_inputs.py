@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnres.cli import convert as convert_cli
-from attnres.core.atomic_io import recover_interrupted
+from attnres.folders.atomic_io import recover_interrupted
 from tests.families.tiny import FAMILIES, source_model
 from tests.helpers.bad_input_fixtures import (
     CONFIG_DTYPE_DAMAGE,

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from ...conversion.family_source import dequantized
-from ...core.atomic_io import move_into_place, temporary_folder
+from ...folders.atomic_io import move_into_place, temporary_folder
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2 = "smollm2"  # a grid's "source" naming this checkpoint; anything else is a model folder
@@ -35,7 +35,7 @@ def cache_dir() -> Path:
 
 def smollm2_folder() -> Path:
     """The cached model folder (model and tokenizer), made from the GGUF file on first use: built in a hidden sibling
-    and renamed (attnres.core.atomic_io), so an interrupted first run leaves no half folder. ValueError when the
+    and renamed (attnres.folders.atomic_io), so an interrupted first run leaves no half folder. ValueError when the
     package is missing."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
