@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
+from ..core.buildable import device_memory_bytes
 from ..core.config import ATTN_RES_MODES
-from ..core.model_size import device_memory_bytes
 from ..families.registry import family_of_folder, source_family_of
 from ..families.upcycle import check_not_quantized
 from ..folders.checkpoint_files import CheckpointFileError, check_model_folder, weight_files

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 
-from ..core.model_size import ALLOW_LARGE_ENV
+from ..core.buildable import ALLOW_LARGE_ENV
 
 # read by every family's build; a missing one would silently take the class default
 REQUIRED_COUNTS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size")

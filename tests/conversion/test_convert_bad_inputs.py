@@ -197,10 +197,11 @@ FAMILY_CONFIG_CASES = {
         "quant_method": "bitsandbytes", "load_in_8bit": True}), ["quantization_config", "bitsandbytes"]),
     "gptq_folder": (lambda f: overwrite_json(f / "config.json", quantization_config={"quant_method": "gptq"}),
                     ["quantization_config", "gptq"]),
-    "int8_decoder_weight": (lambda f: int8_tensor(f, "model.layers.1.mlp.up_proj.weight"),
-                            ["model.layers.1.mlp.up_proj.weight", "dtype I8"]),
-    "missing_decoder_weight": (lambda f: drop_tensor(f, "model.layers.1.mlp.up_proj.weight"),
-                               ["model.layers.1.mlp.up_proj.weight", "missing"]),
+    # o_proj: a tensor every family has under this name (Phi-3 fuses q/k/v and gate/up)
+    "int8_decoder_weight": (lambda f: int8_tensor(f, "model.layers.1.self_attn.o_proj.weight"),
+                            ["model.layers.1.self_attn.o_proj.weight", "dtype I8"]),
+    "missing_decoder_weight": (lambda f: drop_tensor(f, "model.layers.1.self_attn.o_proj.weight"),
+                               ["model.layers.1.self_attn.o_proj.weight", "missing"]),
     "unexpected_tensor": (lambda f: add_tensor(f, "model.layers.0.mlp.extra.weight"),
                           ["model.layers.0.mlp.extra.weight", "unexpected"]),
     "attn_res_mode_wrong_case": (lambda f: overwrite_json(f / "config.json", model_type=json.loads(
