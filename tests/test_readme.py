@@ -2,14 +2,17 @@
 function; docs/USAGE.md's model tour runs verbatim; every command line in the bash blocks of the README and of the
 docs pages that hold its long form is either run by a named test (as spelled, or smaller with the same flags) or
 listed here with the reason it cannot run in CI (a new command with neither fails
-`test_every_readme_command_is_covered`); the quickstart's CLI lines name only flags their command has, and the ones
-still being built are named in QUICKSTART_PENDING, whose tests switch themselves on when the flag appears.
+`test_every_readme_command_is_covered`). The quickstart's CLI lines name only flags their command has and run in
+order on a tiny Llama; the flags still being built are named in QUICKSTART_PENDING, and the tests of the lines that
+use them switch themselves on when the command's --help names the flag.
 """
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -257,6 +260,60 @@ def test_convert_check_prints_the_agreement(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = (result.stdout + result.stderr).lower()
     assert "tolerance" in report and "top-1" in report, report[-3000:]
+
+
+def attnres_cli(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attnres", *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=900, env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
+                                                HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"))
+
+
+# what each quickstart line gets appended in the tiny run below (argparse keeps a flag's last value): a small corpus,
+# tiny steps, the held-out task alone (the bpb subset needs prepared benchmark data) and no upload
+TINY = {
+    "prepare-data": ["--files", *(f"docs/doc{i}.txt" for i in range(6)), "--seq-len", "32",
+                     "--validation-fraction", "0.2"],
+    "train": ["--seq-len", "32", "--micro-batch-size", "2", "--max-steps", "2", "--warmup-steps", "1",
+              "--eval-every", "0", "--save-every", "0", "--diagnostics-every", "0", "--no-tensorboard"],
+    "compare": ["--tasks", "heldout"],
+    "push-to-hub": ["--dry-run", "--output", "hub"],
+}
+
+
+@pytest.mark.slow
+def test_the_quickstart_cli_path_on_a_tiny_llama(tmp_path):
+    """The quickstart's command lines, in order and as written, on a tiny random Llama folder with its tokenizer in
+    place of the GGUF file, each with TINY's flags appended. The lines of flags still being built
+    (QUICKSTART_PENDING, the plain convert) run without them until their command has them: the tiny folder stands in
+    for the plain baseline, and --check / --quick are left off."""
+    from attnres.training.data import load_prepared
+    from tests.families.tiny import source_model
+    from tests.helpers.train_fixtures import prepare_tiny_dataset, write_documents
+
+    _, _, tokenizer = load_prepared(prepare_tiny_dataset(tmp_path / "tok"))
+    source = source_model("llama", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    source.save_pretrained(tmp_path / "tiny-llama")
+    tokenizer.save_pretrained(tmp_path / "tiny-llama")
+    assert len(write_documents(tmp_path / "docs")) == 6  # the corpus TINY names
+
+    for line in quickstart_cli_lines():
+        argv = [str(tmp_path / "tiny-llama") if word == "$GGUF" else word for word in line[1:]]
+        command = argv[0]
+        argv = [word for word in argv if (command, word) not in QUICKSTART_PENDING
+                or re.search(rf"{re.escape(word)}(?![\w-])", help_text(command))]
+        if command == "compare" and "--quick" in argv:
+            argv.remove("--quick")  # its benchmark subset needs prepared data; test_quickstart_flags_exist checks it
+        result = attnres_cli(argv + TINY.get(command, []), tmp_path)
+        if command == "convert" and "--upcycle" not in argv and "only with --upcycle" in result.stderr:
+            shutil.copytree(tmp_path / "tiny-llama", tmp_path / argv[2])  # the plain baseline, until convert writes it
+            continue
+        assert result.returncode == 0, f"{' '.join(line)}:\n{result.stderr[-3000:]}"
+
+    report = json.loads((tmp_path / "outputs/eval/report.json").read_text())
+    assert len(report["models"]) == 2, report["models"]
+    hub = {path.name for path in (tmp_path / "hub").iterdir()}
+    assert {"config.json", "README.md", "model.safetensors"} <= hub, hub
 
 
 @pytest.mark.parametrize("command, expected", [
