@@ -332,6 +332,16 @@ def test_the_readme_stays_short_and_holds_both_commands():
     assert "bash scripts/main_job.sh" in commands and "bash scripts/run_tests.sh" in commands
 
 
+def test_the_families_table_lists_every_supported_family():
+    """The README's families table and the families `attnres train --family` takes are one set."""
+    families = re.search(r"--family \{([a-z0-9_,]+)\}", help_text("train")).group(1).split(",")
+    section = README[README.index("## Families"):README.index("\n## ", README.index("## Families") + 1)]
+    rows = re.findall(r"^\| `([a-z0-9_]+)`", section, flags=re.M)
+    assert sorted(rows) == sorted(families)
+    for family in families:
+        assert f"`{family}_attnres`" in section, family
+
+
 def test_the_main_job_time_agrees_everywhere():
     """Issue 32: README, main_job.sh and --help gave three different times; each now quotes the measured ones."""
     from attnres.cli.main_job import build_parser
