@@ -1,5 +1,6 @@
-"""Every relative link in README.md and docs/*.md leads to a file or folder of the checkout, and every docs/ page is
-listed in the docs index (docs/README.md). Links to other sites and in-page anchors are not followed."""
+"""Every relative link in README.md and docs/*.md leads to a file or folder of the checkout (and a link into a page's
+section to a heading of that page), and every docs/ page is listed in the docs index (docs/README.md). Links to other
+sites are not followed."""
 from __future__ import annotations
 
 import re
@@ -16,13 +17,22 @@ PENDING = {"docs/CONVERSION.md", "docs/FAMILIES.md", "docs/GPU.md", "docs/EVALUA
            "docs/TESTING.md"}
 
 
-def links(page: Path) -> list[str]:
-    """Relative link targets of a page, without their #anchor; fenced code blocks and inline code are not text."""
-    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
-    text = re.sub(r"`[^`\n]*`", "", text)
-    targets = [match.group(1) for match in LINK.finditer(text)]
-    return [target.split("#")[0] for target in targets
+def without_code(text: str) -> str:
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S))
+
+
+def links(page: Path, anchors: bool = False) -> list[str]:
+    """Relative link targets of a page (with their #anchor if `anchors`); code blocks and inline code are not text."""
+    targets = [match.group(1) for match in LINK.finditer(without_code(page.read_text()))]
+    return [target if anchors else target.split("#")[0] for target in targets
             if not re.match(r"[a-z][a-z0-9+.-]*:", target) and not target.startswith("#")]
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
 
 
 def test_the_link_finder_sees_relative_links_only(tmp_path):
@@ -30,6 +40,23 @@ def test_the_link_finder_sees_relative_links_only(tmp_path):
     page.write_text('[a](docs/A.md#part) [b](https://x.org/b.md) [c](#here) ![d](img/d.png "title")\n'
                     "`[e](in/code.md)`\n```\n[f](in/block.md)\n```\n[g](../up.md)\n")
     assert links(page) == ["docs/A.md", "img/d.png", "../up.md"]
+
+
+def test_the_anchors_are_github_s(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Top\n## A fair comparison: arms (`configs/study/cpu-lr.json`)\n```\n# not a heading\n```\n")
+    assert heading_anchors(page) == {"top", "a-fair-comparison-arms-configsstudycpu-lrjson"}
+
+
+def test_every_section_link_names_a_heading():
+    broken = []
+    for page in PAGES:
+        for target in links(page, anchors=True):
+            path, _, anchor = target.partition("#")
+            if anchor and path.endswith(".md") and (page.parent / path).is_file():
+                if anchor not in heading_anchors(page.parent / path):
+                    broken.append(f"{page.relative_to(REPO)} -> {target}")
+    assert broken == []
 
 
 def test_every_relative_link_resolves():
