@@ -73,6 +73,30 @@ def test_every_relative_link_resolves():
         pytest.skip("links to pages not written yet: " + ", ".join(sorted(set(pending))))
 
 
+# the pages whose text this project's docs own, and the paths they name inside transformers' sdist, not this checkout
+PATH_CHECKED = ["README.md", "docs/README.md", "docs/USAGE.md", "docs/SERVING.md", "docs/K3.md", "docs/PERFORMANCE.md",
+                "docs/SAFETY.md"]
+TRANSFORMERS_SDIST = {"tests/test_modeling_common.py", "tests/generation/", "tests/exporters/"}
+
+
+def named_paths(text: str) -> list[str]:
+    """Checkout paths a page names in inline code (`attnres/...`, `tests/...`, ...), placeholders and globs left out."""
+    found = re.findall(r"`((?:attnres|tests|scripts|configs|examples|eval|docs)/[^`\s]*)`", text)
+    return [path.split("::")[0] for path in found if not any(c in path for c in "<*{")]
+
+
+def test_named_paths_are_read_from_inline_code():
+    assert named_paths("`attnres/core/model.py` `tests/x.py::test_y` `attnres/families/<f>/` `ls attnres/`") == [
+        "attnres/core/model.py", "tests/x.py"]
+
+
+@pytest.mark.parametrize("page", PATH_CHECKED)
+def test_every_path_a_page_names_exists(page):
+    missing = [path for path in named_paths((REPO / page).read_text())
+               if path not in TRANSFORMERS_SDIST and not (REPO / path).exists()]
+    assert missing == []
+
+
 def test_every_docs_page_is_in_the_index():
     index = set(links(REPO / "docs" / "README.md"))
     unlisted = [page.name for page in PAGES[1:] if page.name != "README.md" and page.name not in index]
