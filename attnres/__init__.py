@@ -3,13 +3,15 @@
 `import attnres` registers the configs and models with the Auto classes: Kimi Linear (`kimi_linear_attnres`) and the
 families of `attnres.families` (`llama_attnres`, `mistral_attnres`, `qwen2_attnres`, `qwen3_attnres`,
 `gemma3_text_attnres`), each marked for `save_pretrained` to write `auto_map` plus the generated code files
-(attnres.core.remote_code), so a saved folder also loads with `trust_remote_code=True` without this package.
-`attnres.upcycle(model)` turns a loaded standard model of any of them into Block or Full AttnRes.
+(attnres.folders.remote_code, wired in below), so a saved folder also loads with `trust_remote_code=True` without
+this package. `attnres.upcycle(model)` turns a loaded standard model of any of them into Block or Full AttnRes;
+`attnres.save(model, folder)` / `attnres.load(folder)` add the tools' folder checks and weights record
+(attnres.folders.model_folder). `import attnres` loads the model only: the tools' modules load when first called.
 """
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
-from .core import remote_code  # noqa: F401  (the package's models write their folder's code on save)
+from .core.model import AttnResPreTrainedMixin
 from .families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from .families.kimi_linear.k3.config import K3_WRAPPER_TYPE
 from .families.kimi_linear.modeling_kimi_linear_attnres import (
@@ -37,8 +39,36 @@ if K3_WRAPPER_TYPE not in CONFIG_MAPPING_NAMES:
 
 register_auto_classes()
 
+
+def _write_code_files(folder, model_module: str) -> list:
+    from .folders.remote_code import write_code_files
+
+    return write_code_files(folder, model_module)
+
+
+# the package's classes write their folder's generated code on `save_pretrained`; a folder's own copy has no writer
+AttnResPreTrainedMixin.code_writer = staticmethod(_write_code_files)
+
+
+def save(model, folder, *args, **kwargs) -> None:
+    """`model.save_pretrained(folder, ...)` through a temporary folder, with the weights record
+    (`attnres.folders.model_folder.save`)."""
+    from .folders.model_folder import save
+
+    save(model, folder, *args, **kwargs)
+
+
+def load(folder, *args, **kwargs):
+    """`from_pretrained` with the folder checked first and the weights record after
+    (`attnres.folders.model_folder.load`; `model_class=` picks the class, default `AutoModelForCausalLM`)."""
+    from .folders.model_folder import load
+
+    return load(folder, *args, **kwargs)
+
 __all__ = [
     "upcycle",
+    "save",
+    "load",
     "KimiLinearAttnResConfig",
     "KimiLinearAttnResModel",
     "KimiLinearAttnResForCausalLM",

@@ -1,48 +1,25 @@
-"""The package's layout as a contract: a model core that imports no tool, tools in layers that import only downward,
-no import cycles. Read from the sources (every import, including those inside functions) and from a fresh process."""
+"""The package's layout as a contract, with its module sets read from the package itself: a model side (the core, the
+kernels, the families) that imports no tool, tools in layers that import only downward, no import cycles, and saved
+folders whose code is made of model modules only. Read from the sources (every import, including those inside
+functions) and from a fresh process."""
 import ast
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import attnres
-from attnres.core.remote_code import generate
 from attnres.families.registry import SUPPORTED, family_classes
+from attnres.folders.remote_code import generate
 
 PACKAGE_DIR = Path(attnres.__file__).parent
-
-KIMI = "attnres.families.kimi_linear"
-# The model core: what `import attnres` loads. Kimi Linear's part of it is what its saved folder's generated code is
-# made of (the family-independent core it needs and the family's own modules, `attnres/families/kimi_linear/`), and
-# the generator itself (`attnres.core.remote_code`, which ships in no folder)
-KIMI_CORE = {
-    "attnres", "attnres.core.mix_point", "attnres.core.depth_layout", "attnres.core.inference",
-    "attnres.core.input_checks", "attnres.core.saved_model", "attnres.core.checkpoint_files", "attnres.core.atomic_io",
-    "attnres.core.offload", "attnres.core.remote_code", "attnres.core.config_checks", "attnres.core.model_size",
-    "attnres.core.json_limits", "attnres.core.config", "attnres.core.decoder_layer", "attnres.core.model",
-    "attnres.kernels", "attnres.kernels.mix", "attnres.kernels.mix.naive", "attnres.kernels.mix.lean",
-    "attnres.kernels.mix.cpu_fused", "attnres.kernels.mix.variants", "attnres.kernels.mix.triton",
-    "attnres.kernels.mix.kernels", "attnres.kernels.mix.extension_cache",
-    "attnres.kernels.two_phase", "attnres.kernels.two_phase.naive", "attnres.kernels.two_phase.lean",
-    "attnres.kernels.two_phase.triton",
-} | {f"{KIMI}.{m}" for m in ("configuration_kimi_linear_attnres", "modeling_kimi_linear_attnres", "conversion_mapping",
-                             "kda_device_guard", "k3", "k3.activation", "k3.attention", "k3.config", "k3.layout",
-                             "k3.moe", "k3.mxfp4")}
-
-
-def _modules_under(folder: Path) -> set[str]:
-    return {".".join(p.relative_to(PACKAGE_DIR.parent).with_suffix("").parts).removesuffix(".__init__")
-            for p in folder.rglob("*.py")}
-
-
-# Also core, loaded by `import attnres`, but not in a Kimi Linear folder's code: the packages themselves, the other
-# families (issue 34), their registry and upcycling, and the rotary decoder body they share
-OTHER_CORE = {"attnres.core", "attnres.core.decoder_model"} | (
-    _modules_under(PACKAGE_DIR / "families") - _modules_under(PACKAGE_DIR / "families" / "kimi_linear")) | {KIMI}
-CORE = KIMI_CORE | OTHER_CORE
-# Tools, lowest layer first: a module may import the core, its own layer and the layers before it, never after.
+# The model side, lowest first: a module imports its own part and the parts before it. The kernels need nothing of the
+# package, the core only the kernels, a family the core and the kernels
+MODEL = ["attnres.kernels", "attnres.core", "attnres.families"]
+# Tools, lowest layer first: a module may import the model, its own layer and the layers before it, never after
 LAYERS = [
+    {"attnres.folders"},
     {"attnres.utils"},
     {"attnres.conversion"},
     {"attnres.training"},
@@ -51,6 +28,10 @@ LAYERS = [
     {"attnres.study", "attnres.bench"},
     {"attnres.cli", "attnres.__main__"},
 ]
+# Kimi Linear's config checks and size guard, kept in the core folder: modules of that family, so they may import it
+KIMI_MODULES_IN_CORE = {"attnres.core.config_checks", "attnres.core.model_size"}
+# A family's folder is read by the registry's `family_of_folder` with the tools' folder reader, imported when called
+READS_A_FOLDER = {("attnres.families.registry", "attnres.folders.checkpoint_files")}
 
 
 def all_modules() -> dict[str, Path]:
@@ -62,46 +43,97 @@ def all_modules() -> dict[str, Path]:
     return modules
 
 
-def imports_of(name: str, path: Path) -> set[str]:
-    """The package modules `name` imports anywhere in its source (a `from pkg import x` of a submodule counts x)."""
+def top_package(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def imports_of(name: str, path: Path, lazy: bool = True) -> set[str]:
+    """The package modules `name` imports in its source (a `from pkg import x` of a submodule counts x); `lazy`:
+    also those inside functions."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and (lazy or not in_function):
+                found.update(targets(child))
+            visit(child, inner)
+
+    def targets(node):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "attnres"}
-        elif isinstance(node, ast.ImportFrom):
-            base = ("." * node.level + (node.module or "")) if node.level else node.module
-            target = __import__("importlib.util").util.resolve_name(base, package) if node.level else base
-            if target.split(".")[0] != "attnres":
-                continue
-            found.add(target)
-            found |= {f"{target}.{a.name}" for a in node.names}
+            return {a.name for a in node.names if a.name.split(".")[0] == "attnres"}
+        base = ("." * node.level + (node.module or "")) if node.level else node.module
+        target = importlib.util.resolve_name(base, package) if node.level else base
+        if target.split(".")[0] != "attnres":
+            return set()
+        return {target} | {f"{target}.{a.name}" for a in node.names}
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False)
     modules = all_modules()
     return {t for t in found if t in modules and t != name}
 
 
-def layer_of(module: str) -> int:
-    if module in CORE:
-        return -1
+def rank_of(module: str) -> tuple[int, int]:
+    """(0, part) on the model side, (1, layer) for a tool: a module may import only what ranks at most its own."""
+    top = top_package(module)
+    if top in MODEL:
+        return 0, MODEL.index(top)
     for index, layer in enumerate(LAYERS):
-        if any(module == top or module.startswith(top + ".") for top in layer):
-            return index
-    raise AssertionError(f"{module} is in no layer of tests/test_layout.py: place it (core or a tool layer)")
+        if top in layer:
+            return 1, index
+    raise AssertionError(f"{module} is in no part of tests/test_layout.py: place it (MODEL or a tool layer)")
 
 
-def import_graph() -> dict[str, set[str]]:
-    return {name: imports_of(name, path) for name, path in all_modules().items()}
+def import_graph(lazy: bool = True) -> dict[str, set[str]]:
+    return {name: imports_of(name, path, lazy) for name, path in all_modules().items()}
 
 
-def test_every_module_has_a_place_and_imports_only_downward():
-    upward = [f"{name} -> {target}" for name, targets in import_graph().items() for target in targets
-              if layer_of(target) > layer_of(name) and not (name == "attnres" and target in CORE)]
-    assert not upward, "imports from a lower layer up:\n" + "\n".join(sorted(upward))
+def test_every_top_level_package_has_a_place():
+    tops = {top_package(name) for name in all_modules() if name != "attnres"}
+    placed = set(MODEL).union(*LAYERS)
+    assert tops == placed, f"unplaced: {sorted(tops - placed)}; listed but absent: {sorted(placed - tops)}"
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every edge to a higher part or layer, but the package root's (`attnres/__init__`: the user's entry points)."""
+    found = []
+    for name, targets in graph.items():
+        for target in targets:
+            if name == "attnres" or target == "attnres" or (name, target) in READS_A_FOLDER:
+                continue
+            if name in KIMI_MODULES_IN_CORE and top_package(target) == "attnres.families":
+                continue
+            if rank_of(target) > rank_of(name):
+                found.append(f"{name} -> {target}")
+    return sorted(found)
+
+
+def test_every_module_imports_only_downward():
+    upward = upward_imports(import_graph())
+    assert not upward, "imports from a lower layer up:\n" + "\n".join(upward)
+    for name, target in READS_A_FOLDER:  # the one tool the model side calls, only inside the function that reads
+        assert target in imports_of(name, all_modules()[name]), (name, target)
+        assert target not in imports_of(name, all_modules()[name], lazy=False), (name, target)
+
+
+def test_the_core_imports_only_the_core_and_the_kernels_and_the_kernels_only_themselves():
+    graph = import_graph()
+    for name, targets in graph.items():
+        if top_package(name) == "attnres.kernels":
+            assert {top_package(t) for t in targets} <= {"attnres.kernels"}, (name, sorted(targets))
+        elif top_package(name) == "attnres.core" and name not in KIMI_MODULES_IN_CORE:
+            assert {top_package(t) for t in targets} <= {"attnres.core", "attnres.kernels"}, (name, sorted(targets))
+
+
+def test_the_root_reaches_the_tools_only_inside_functions():
+    eager = imports_of("attnres", PACKAGE_DIR / "__init__.py", lazy=False)
+    assert {top_package(t) for t in eager} <= set(MODEL), sorted(eager)
 
 
 def test_no_import_cycles():
     graph = import_graph()
-    # `attnres/__init__` re-exports the core: edges into the package root itself are not dependencies
+    # `attnres/__init__` re-exports the model: edges into the package root itself are not dependencies
     graph = {name: {t for t in targets if t != "attnres"} for name, targets in graph.items()}
     state, cycles = {}, []
 
@@ -120,26 +152,21 @@ def test_no_import_cycles():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
-def test_the_core_imports_no_tool_and_is_exactly_what_a_saved_folder_ships():
-    # a fresh process: the modules loaded by `import attnres` (and the model module) are core modules only
-    code = ("import json, sys, attnres, attnres.families.kimi_linear.modeling_kimi_linear_attnres; "
-            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'attnres')))")
-    loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                           check=True, timeout=300).stdout))
-    assert loaded <= CORE, f"import attnres loads tool modules: {sorted(loaded - CORE)}"
-    shipped = shipped_modules(family_classes("kimi_linear")[1].__module__)
-    assert shipped | {"attnres", "attnres.core.remote_code"} == KIMI_CORE, (
-        f"remote code ships {sorted(shipped - KIMI_CORE)} beyond the core and misses "
-        f"{sorted(KIMI_CORE - shipped - {'attnres', 'attnres.core.remote_code'})}")
-    for family in SUPPORTED:  # every family's folder: core modules only, never the generator
-        shipped = shipped_modules(family_classes(family)[1].__module__)
-        assert shipped <= CORE - {"attnres.core.remote_code"}, (family, sorted(shipped - CORE))
-
-
 def shipped_modules(modeling_module: str) -> set[str]:
     """The package modules a family's generated code files say they were generated from (their headers)."""
     return {line.removeprefix("#   ") for text in generate(modeling_module).values()
             for line in text.split("\n\n")[0].splitlines() if line.startswith("#   ")}
+
+
+def test_import_attnres_loads_the_model_side_only_and_folders_ship_model_modules_only():
+    code = ("import json, sys, attnres; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'attnres')))")
+    loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                           check=True, timeout=300).stdout))
+    assert {top_package(m) for m in loaded - {"attnres"}} <= set(MODEL), sorted(loaded)
+    for family in SUPPORTED:
+        shipped = shipped_modules(family_classes(family)[1].__module__)
+        assert {top_package(m) for m in shipped} <= set(MODEL), (family, sorted(shipped))
 
 
 def test_the_checks_see_lazy_relative_and_upward_imports(tmp_path):
@@ -151,5 +178,11 @@ def test_the_checks_see_lazy_relative_and_upward_imports(tmp_path):
     found = imports_of("attnres.core.fake_core_module", source)
     assert {"attnres.core.depth_layout", "attnres.training", "attnres.training.loop",
             "attnres.evaluation.tasks"} <= found
-    assert layer_of("attnres.training.loop") > layer_of(f"{KIMI}.modeling_kimi_linear_attnres")
-    assert layer_of("attnres.cli.train") > layer_of("attnres.evaluation.comparison") > layer_of("attnres.conversion")
+    assert imports_of("attnres.core.fake_core_module", source, lazy=False) == {"attnres.core.depth_layout"}
+    assert upward_imports({"attnres.core.fake_core_module": found}) == [
+        "attnres.core.fake_core_module -> attnres.evaluation.tasks",
+        "attnres.core.fake_core_module -> attnres.training", "attnres.core.fake_core_module -> attnres.training.loop"]
+    assert upward_imports({"attnres.kernels.mix.fake": {"attnres.core.model"}}) == [
+        "attnres.kernels.mix.fake -> attnres.core.model"]
+    assert rank_of("attnres.cli.train") > rank_of("attnres.evaluation.report") > rank_of("attnres.folders.saved_model")
+    assert rank_of("attnres.folders.atomic_io") > rank_of("attnres.families.llama.modeling_llama_attnres")

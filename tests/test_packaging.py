@@ -41,7 +41,8 @@ def test_wheel_metadata_is_publish_ready(dist):
     assert meta.get_payload().startswith("# attnres")  # the README is the long description
     assert any(c.startswith("Programming Language :: Python :: 3") for c in meta.get_all("Classifier"))
     assert meta.get_all("Project-URL") and meta["Summary"] and meta["Requires-Python"]
-    assert {"attnres/kernels/mix/triton.py", "attnres/kernels/mix/naive.py", "attnres/core/remote_code.py",
+    assert {"attnres/kernels/mix/triton.py", "attnres/kernels/mix/naive.py", "attnres/folders/remote_code.py",
+            "attnres/kernels/mix/cpu_fused.cpp",
             "attnres/evaluation/task_templates/_bpb_template_yaml",
             "attnres/evaluation/task_templates/mmlu/attnres_mmlu_SUBJECT.yaml"} <= set(names)
     assert any(n.endswith("licenses/LICENSE") for n in names)

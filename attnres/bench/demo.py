@@ -10,6 +10,8 @@ from tqdm import trange
 
 from ..core.depth_layout import MIX_POINTS, OUTPUT_POINT, DepthLayout
 from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+from ..folders.model_folder import load as load_model_folder
+from ..folders.model_folder import save as save_model_folder
 from ..utils.tiny import tiny_config
 
 
@@ -98,8 +100,8 @@ def demo(args) -> None:
     fit(model, args.steps)
 
     with tempfile.TemporaryDirectory() as folder:  # the save/load round trip users do with the Hub
-        model.save_pretrained(folder)
-        model = KimiLinearAttnResForCausalLM.from_pretrained(folder).eval()
+        save_model_folder(model, folder)
+        model = load_model_folder(folder, model_class=KimiLinearAttnResForCausalLM).eval()
 
     prompt = toy_batch(config.vocab_size, batch=1, length=8)
     generated = model.generate(prompt, max_new_tokens=args.new_tokens, do_sample=False)

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 import torch
 from tqdm import tqdm
 
-from ..core.atomic_io import write_json_atomic
+from ..folders.atomic_io import write_json_atomic
 from ..kernels.mix.lean import attn_res_lean
 from ..kernels.mix.naive import attn_res_naive
 from .peers import OUTPUT_DTYPE, PEER_IMPLS, peer_implementations

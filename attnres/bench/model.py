@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 import torch
 from tqdm import tqdm
 
-from ..core.atomic_io import write_json_atomic
 from ..core.mix_point import MixSettings
 from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+from ..folders.atomic_io import write_json_atomic
 from ..kernels.mix.cpu_fused import load_extension
 from ..utils.tiny import tiny_config
 

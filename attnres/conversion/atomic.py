@@ -4,7 +4,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..core.atomic_io import OutputConflictError, move_into_place, temporary_folder  # noqa: F401  (re-exported)
+from ..folders.atomic_io import OutputConflictError, move_into_place, temporary_folder  # noqa: F401  (re-exported)
 from ..utils.safe_paths import UnsafeOutputError, check_output_folder, write_failure
 from .errors import ConversionError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..core.checkpoint_files import CheckpointFileError, check_model_folder
+from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
 from ..utils.safe_paths import interrupt_signal, settle_interrupted, signals_interrupt
 from ..utils.tiny import tiny_config
 from . import hub

@@ -7,10 +7,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..core.checkpoint_files import INDEX_NAME
-from ..core.remote_code import auto_map, write_code_files
-from ..core.saved_model import RECORD_FILE, write_weights_record
 from ..families.kimi_linear.conversion_mapping import convert_tensors
+from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+from ..folders.checkpoint_files import INDEX_NAME
+from ..folders.remote_code import auto_map, write_code_files
+from ..folders.saved_model import RECORD_FILE, write_weights_record
 from .atomic import check_output, move_into_place, output_folder
 from .config import hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
 from .errors import ConversionError
@@ -52,12 +53,12 @@ def convert_checkpoint(
         writer.finish()
         config_dict = hf_config_dict(plan.target_config) if to == "hf" else moonshot_config_dict(plan.target_config)
         if to == "hf":  # as a save_pretrained folder: loads with the Auto classes and trust_remote_code
-            config_dict["auto_map"] = auto_map()
+            config_dict["auto_map"] = auto_map(KimiLinearAttnResForCausalLM.__module__)
         write_config(config_dict, folder)
         _copy_side_files(input, folder, code_too=plan.source_layout == to)
         write_weights_record(folder, plan.target_config)  # what these weights are, checked by from_pretrained
         if to == "hf":
-            write_code_files(folder)  # ours, current: replaces any copied code
+            write_code_files(folder, KimiLinearAttnResForCausalLM.__module__)  # ours, current: replaces any copied code
         if verify:
             verify_conversion(plan, folder, progress)
         move_into_place(folder, output, replace=force)

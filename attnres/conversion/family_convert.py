@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from ..core.checkpoint_files import CheckpointFileError, read_json_file
-from ..core.saved_model import write_weights_record
 from ..families.registry import source_family, source_family_of
 from ..families.upcycle import UPCYCLE_MODES, UpcycleError, is_attn_res_tensor, resolve_block_size, upcycle
+from ..folders.checkpoint_files import CheckpointFileError, read_json_file
+from ..folders.saved_model import write_weights_record
 from ..utils import finite_weights
 from .atomic import check_output, move_into_place, output_folder
 from .errors import ConversionError
@@ -114,7 +114,7 @@ def convert_family(input, output, upcycle_mode: str | None, block_size: int | No
         logger.warning("no tokenizer saved: %s cannot be read as one (%s)", input, type(error).__name__)
         tokenizer = None
     with output_folder(output) as building:
-        target._save_with_code(building, max_shard_size=max_shard_size)
+        target.save_pretrained(building, max_shard_size=max_shard_size)
         write_weights_record(building, target.config)
         if tokenizer is not None:
             tokenizer.save_pretrained(building)

@@ -3,7 +3,7 @@ card) and upload it with huggingface_hub.
 
 Every family alike: a Kimi Linear checkpoint (HF-native or Moonshot's layout) and the other families' AttnRes
 checkpoints (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text; `model_type` `<family>_attnres`) are saved with their
-generated code files and `auto_map` (attnres.core.remote_code), so the Hub copy loads with `trust_remote_code=True`
+generated code files and `auto_map` (attnres.folders.remote_code), so the Hub copy loads with `trust_remote_code=True`
 alone, and the card says so in one text for all. A family's own standard checkpoint has no AttnRes to publish:
 refused, naming the upcycle command.
 """
@@ -14,9 +14,11 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
-from ..core.checkpoint_files import CheckpointFileError, check_model_folder
-from ..core.remote_code import KERNELS_FILE
 from ..families.registry import family_classes, family_of_folder, family_of_model_type
+from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
+from ..folders.model_folder import load as load_model_folder
+from ..folders.remote_code import KERNELS_FILE
+from ..folders.saved_model import write_weights_record
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.trust import load_kwargs
@@ -54,6 +56,7 @@ def build_hub_folder(
     with output_folder(output) as folder:
         # HF-native names (no reverse mapping): the Hub copy loads without any conversion
         model.save_pretrained(folder, save_original_format=False)
+        write_weights_record(folder, model.config)
         if tokenizer is not None:
             trust = load_kwargs(tokenizer, trust_remote_code)  # a tokenizer carrying code: refused unless asked
             AutoTokenizer.from_pretrained(tokenizer, **trust).save_pretrained(folder)
@@ -74,7 +77,7 @@ def load_model(model_path):
         raise ConversionError(f"--model {model_path} is the family's own {family} checkpoint, without AttnRes: upcycle "
                               f"it first (attnres convert {model_path} OUT --upcycle block), or publish it with "
                               "transformers")
-    model = family_classes(family)[1].from_pretrained(model_path)
+    model = load_model_folder(model_path, model_class=family_classes(family)[1])
     if family == "kimi_linear":
         drop_moonshot_fields(model.config)
     return model

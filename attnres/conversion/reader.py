@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..core.checkpoint_files import CheckpointFileError, weight_files
 from ..families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, canonical_name
+from ..folders.checkpoint_files import CheckpointFileError, weight_files
 from ..utils.finite_weights import NonFiniteWeightsError, check_tensor
 from .errors import ConversionError
 

@@ -1,8 +1,8 @@
-"""The depth layout of a Kimi Linear AttnRes model: which depth sources exist at each mix point. The one home of that
-rule: the model, the two-phase schedule, pipeline stages, the memory planner, diagnostics, the ablations and the demo
-all ask it, so it is spelled once.
+"""The depth layout of an AttnRes model of any family: which depth sources exist at each mix point. The one home of
+that rule: the model, the two-phase schedule, pipeline stages, the memory planner, diagnostics, the ablations and the
+demo all ask it, so it is spelled once.
 
-Sources, in order, as the model carries them (`KimiLinearAttnResModel.forward`):
+Sources, in order, as the model carries them (`AttnResModelMixin.run_depth`):
 - standard: one source, the residual stream (PreNorm).
 - block:    the embedding, one sum per completed block of `block_size` layers, then the running partial sum of the
             current block. A block's first attention output *opens* a new partial sum (the previous partial sum, or
@@ -11,13 +11,9 @@ Sources, in order, as the model carries them (`KimiLinearAttnResModel.forward`):
             and so does each MLP output).
 
 Mix points: before each layer's attention ("self_attention") and MLP ("mlp"), and before the final norm
-("output_attn", index = num_layers). `DepthLayout` is pure arithmetic on three numbers; `DepthBank` holds the
-completed sources of a block-mode no-grad forward (the PyTorch Phase 1 of the two-phase schedule).
+("output_attn", index = num_layers). `DepthLayout` is pure arithmetic on three numbers of the config.
 """
-from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
 
 MIX_POINTS = ("self_attention", "mlp")
 OUTPUT_POINT = "output_attn"
@@ -31,7 +27,7 @@ class DepthLayout:
 
     @classmethod
     def of(cls, config) -> "DepthLayout":
-        """The layout of a `KimiLinearAttnResConfig` (or anything with its three fields)."""
+        """The layout of an AttnRes config (anything with its three fields)."""
         return cls(config.attn_res_mode, config.num_hidden_layers, config.attn_res_block_size)
 
     # --- layers -----------------------------------------------------------------------------------------------------
@@ -122,40 +118,4 @@ class DepthLayout:
         return names if opening else [*names, "partial"]
 
 
-class DepthBank:
-    """Token-major fp32 copy of the completed depth sources, grown in place; `capacity`: the most sources it holds."""
-
-    def __init__(self, capacity: int, eps: float):
-        self.capacity, self.eps = capacity, eps
-        self.values = self.rstd = None
-        self.shape = None
-        self.size = 0
-
-    def extend(self, bank: Sequence[torch.Tensor]) -> None:
-        """Append the sources of `bank` beyond those already held (`bank` starts with what the bank already holds)."""
-        if self.values is None:
-            self.shape = bank[0].shape
-            tokens, hidden = bank[0].numel() // self.shape[-1], self.shape[-1]
-            self.values = bank[0].new_empty(tokens, self.capacity, hidden, dtype=torch.float32)
-            self.rstd = bank[0].new_empty(tokens, self.capacity, 1, dtype=torch.float32)
-        if len(bank) > self.capacity:
-            raise ValueError(f"depth bank holds {self.capacity} sources, got {len(bank)}")
-        for j in range(self.size, len(bank)):
-            slot = self.values[:, j]
-            slot.copy_(bank[j].reshape(slot.shape))
-            self.rstd[:, j] = torch.rsqrt(slot.pow(2).mean(-1, keepdim=True) + self.eps)
-        self.size = max(self.size, len(bank))
-
-    def phase1(self, queries: torch.Tensor, norm_weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Bank-only mixes of Q queries ([Q, d]): (out fp32 [Q, ..., d], lse fp32 [Q, ...]), as `phase1_naive`."""
-        values = self.values[:, : self.size]  # [T, n, d], a view of the buffer
-        w = (queries * norm_weights).float()  # [Q, d]
-        scores = self.rstd[:, : self.size] * (values @ w.T)  # [T, n, Q]
-        lse = scores.logsumexp(dim=1)  # [T, Q]
-        probs = torch.exp(scores - lse.unsqueeze(1))
-        out = probs.transpose(1, 2) @ values  # [T, Q, d]
-        queries_first = (queries.shape[0], *self.shape)
-        return out.transpose(0, 1).reshape(queries_first), lse.T.reshape(queries_first[:-1])
-
-
-__all__ = ["DepthLayout", "DepthBank", "MIX_POINTS", "OUTPUT_POINT"]
+__all__ = ["DepthLayout", "MIX_POINTS", "OUTPUT_POINT"]

@@ -1,5 +1,5 @@
-"""Inference schedules of Kimi Linear AttnRes, kept out of the model file (which stays "Kimi Linear, except the
-residual"):
+"""Inference schedules of an AttnRes model of any family, kept out of the model files (each stays "the family, except
+the residual"):
 
 - `TwoPhaseSchedule`: the mixes of a no-grad block-mode forward (prefill or decode) as Phase 1 once per block (all the
   block's pseudo-queries against the completed blocks, the bank read once) and Phase 2 per sub-layer (online-softmax
@@ -7,16 +7,17 @@ residual"):
   default with the Triton backend only: on the PyTorch path (bank grown in place, `kernels/two_phase/lean.py`) it
   measured slower than the plain lean mix on CPU (BENCHMARKS.md), and off keeps inference bit-identical to training.
   Full mode keeps the plain per-point path: its bank grows by two sources per layer, so there is no block to batch.
-- `chunked_causal_lm_forward`: a long prompt through the model in sequence chunks, carrying the KDA state and the MLA
-  cache, so the depth bank only ever holds chunk-sized tensors. Logits and cache equal the unchunked forward.
+- `chunked_causal_lm_forward`: a long prompt through the model in sequence chunks, carrying the family's cache (its
+  attention keys and values, and any recurrent state), so the depth bank only ever holds chunk-sized tensors. Logits
+  and cache equal the unchunked forward.
 """
 from __future__ import annotations
 
 import torch
 
 from ..kernels.mix import use_triton
-from ..kernels.two_phase import phase1, phase2
-from .depth_layout import DepthBank, DepthLayout
+from ..kernels.two_phase import DepthBank, phase1, phase2
+from .depth_layout import DepthLayout
 from .offload import onloaded
 
 
@@ -94,7 +95,7 @@ def two_phase_schedule(model, hidden_states: torch.Tensor, output_attn_res_weigh
 
 def chunked_causal_lm_forward(model, input_ids=None, inputs_embeds=None, attention_mask=None, past_key_values=None,
                               chunk_size: int = 4096, logits_to_keep: int | torch.Tensor = 0, **kwargs):
-    """`model(...)` (a `KimiLinearAttnResForCausalLM`) over the prompt in chunks of `chunk_size` tokens, cache carried.
+    """`model(...)` (an AttnRes causal LM) over the prompt in chunks of `chunk_size` tokens, cache carried.
 
     Only the hidden states the logits need are kept (`logits_to_keep`: 0 = all, k = the last k tokens).
     """

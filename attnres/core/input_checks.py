@@ -8,6 +8,14 @@ import warnings
 import torch
 
 IGNORE_INDEX = -100  # transformers' loss skips these label positions
+# the integer dtypes the embedding takes as they are; ids of any other integer dtype are widened to torch.long
+EMBEDDING_DTYPES = (torch.int32, torch.int64)
+
+
+def widened(ids: torch.Tensor | None, keep=EMBEDDING_DTYPES) -> torch.Tensor | None:
+    """Integer token ids as torch.long unless their dtype is in `keep`: int8 / uint8 / int16 / unsigned ids compare
+    with the vocabulary size without wrapping (a small dtype cannot hold it) and index the embedding."""
+    return ids if ids is None or ids.dtype in keep else ids.long()
 
 
 def check_dtypes(input_ids, inputs_embeds, parameter_dtype: torch.dtype) -> None:
@@ -34,6 +42,7 @@ def check_values(input_ids, attention_mask, vocab_size: int) -> None:
     """Token ids inside the vocabulary and a 2-D padding mask of 0/1 only (2, -1 or 0.5 would change the logits
     silently). One host sync for both; the details are computed only for the error message."""
     flags = []
+    input_ids = widened(input_ids)
     if input_ids is not None:
         flags.append(((input_ids < 0) | (input_ids >= vocab_size)).any())
     mask = attention_mask if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 else None
@@ -52,8 +61,9 @@ def check_labels(labels, reference, vocab_size: int) -> None:
     """Labels: integers of the input's [batch, seq_len] shape, each a token id or -100 (ignored)."""
     if labels is None or torch.compiler.is_compiling():
         return
-    if labels.is_floating_point() or labels.dtype == torch.bool:
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise ValueError(f"labels must hold integer token ids (torch.long), got dtype {labels.dtype}")
+    labels = widened(labels, keep=(torch.int64,))
     if reference is not None and tuple(labels.shape) != tuple(reference.shape[:2]):
         raise ValueError(f"labels must have the input's shape [batch, seq_len] = {tuple(reference.shape[:2])}, "
                          f"got {tuple(labels.shape)}")

@@ -1,5 +1,5 @@
 """The family-independent parts of an AttnRes model: the loop that carries the depth sources through the decoder
-layers and mixes them before the final norm, the input checks, and saving / loading with the weights record.
+layers and mixes them before the final norm, the input checks, and the AttnRes tensors' initialization.
 
 A family's model is `class XAttnResModel(AttnResModelMixin, XAttnResPreTrainedModel)`: it prepares what its layers
 need (masks, rotary embeddings) the family's own way and hands the layers' keyword arguments to `run_depth`.
@@ -20,9 +20,8 @@ from transformers.utils.output_capturing import capture_outputs, selected_hidden
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from attnres.core.inference import chunked_causal_lm_forward, two_phase_schedule
-from attnres.core.input_checks import check_backend, check_dtypes, check_labels, check_values
+from attnres.core.input_checks import check_backend, check_dtypes, check_labels, check_values, widened
 from attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
-from attnres.core.saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
 
 
 def annotated_forward(cls) -> None:
@@ -130,7 +129,7 @@ class AttnResModelMixin(AttnResMixing):
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
+            inputs_embeds = self.embed_tokens(widened(input_ids))
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
         if position_ids is None:
@@ -221,6 +220,7 @@ class AttnResForCausalLMMixin:
         prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs."""
         reference = input_ids if input_ids is not None else inputs_embeds
         check_labels(labels, reference, self.config.vocab_size)
+        labels = widened(labels, keep=(torch.int64,))  # the loss takes torch.long targets
         if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
             logits, cache = chunked_causal_lm_forward(
                 self, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
@@ -250,32 +250,21 @@ class AttnResForCausalLMMixin:
 
 
 class AttnResPreTrainedMixin:
-    """Loading with the folder checks, saving with the weights record, and the AttnRes tensors' initialization.
-    First base of a family's PreTrainedModel (`class XAttnResPreTrainedModel(AttnResPreTrainedMixin, ...)`)."""
+    """The AttnRes tensors' initialization, and a save that writes the code a folder needs to load without this
+    package. First base of a family's PreTrainedModel (`class XAttnResPreTrainedModel(AttnResPreTrainedMixin, ...)`).
 
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        # a local folder's files are checked first (damaged ones named), and its config against the weights record
-        check_folder_before_load(pretrained_model_name_or_path)
-        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        model = loaded[0] if kwargs.get("output_loading_info") else loaded  # (model, loading info) when asked
-        explicit = set(kwargs) | (set(RECORD_FIELDS) if "config" in kwargs else set())
-        check_weights_record(model.config, pretrained_model_name_or_path, explicit)
-        return loaded
+    The model reads and writes no file itself: the folder checks and the weights record belong to the tools
+    (`attnres.save` / `attnres.load`)."""
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """transformers' save, plus every module the model needs beside it when the class is marked for remote code
-        (see remote_code.py), through a temporary folder with the weights record: a failed save leaves the previous
-        model intact."""
-        save_folder(self._save_with_code, save_directory, self.config, *args, **kwargs)
-
-    # the package's generator of a folder's code files (set by attnres.core.remote_code, which the package always
-    # imports); a folder's own copy, loaded as remote code, has none: transformers copies the files it came from
+    # writes a saved folder's generated code files: `code_writer(folder, model module)`, set by the package's
+    # registration (attnres/__init__.py); None in a folder's own copy, loaded as remote code, where transformers copies
+    # the files the class came from
     code_writer = None
 
-    def _save_with_code(self, save_directory, *args, **kwargs):
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' save, plus the generated code files when the class is marked for remote code."""
         super().save_pretrained(save_directory, *args, **kwargs)
-        if self.is_remote_code() and kwargs.get("is_main_process", True) and self.code_writer is not None:
+        if self.code_writer is not None and self.is_remote_code() and kwargs.get("is_main_process", True):
             self.code_writer(save_directory, type(self).__module__)
 
     @torch.no_grad()

@@ -15,8 +15,8 @@ import re
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from ..core.atomic_io import OutputConflictError, claim_output
-from ..core.checkpoint_files import CheckpointFileError
+from ..folders.atomic_io import OutputConflictError, claim_output
+from ..folders.checkpoint_files import CheckpointFileError
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.safe_paths import disk_errors_named

@@ -10,7 +10,7 @@
 Every table is written as JSON Lines (what lm-eval's `json` loader reads), its row count checked against the official
 count. Layout: <out>/<benchmark>/..., <out>/prepared.json, <out>/tasks/ (the rendered lm-eval task folder, see
 tasks.py) and <out>/written.json (a content digest of each folder this command wrote). Each folder is built beside
-its place and renamed in (attnres.core.atomic_io). A rerun replaces a folder only when it is still exactly what a run
+its place and renamed in (attnres.folders.atomic_io). A rerun replaces a folder only when it is still exactly what a run
 wrote (its digest matches); anything else there - a folder this command did not write, a file a user added - is
 refused by name unless `force`.
 """
@@ -27,7 +27,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ..core.atomic_io import (
+from ..folders.atomic_io import (
     OutputConflictError,
     claim_output,
     move_into_place,

@@ -23,8 +23,10 @@ def load_model(model_dir: Path, device: str | None = None, dtype: torch.dtype = 
 
     import attnres  # noqa: F401  registers the AttnRes classes with the Auto classes
 
+    from ..folders.model_folder import load as load_model_folder
+
     kwargs = load_kwargs(model_dir, trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, **kwargs)
+    model = load_model_folder(str(model_dir), model_class=AutoModelForCausalLM, dtype=dtype, **kwargs)
     return model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
 
 

@@ -10,7 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..core.checkpoint_files import weight_files
+from ..folders.checkpoint_files import weight_files
 
 # Config fields that define the residual itself (or only how it is computed): allowed to differ in a matched pair
 RESIDUAL_FIELDS = ("attn_res_mode", "attn_res_block_size", "attn_res_backend", "attn_res_two_phase",

@@ -8,7 +8,7 @@ import math
 import os
 from pathlib import Path
 
-from ..core.atomic_io import atomic_write, remove_path, temporary_folder
+from ..folders.atomic_io import atomic_write, remove_path, temporary_folder
 from .provenance import matched_check
 from .stats import mean_stderr, paired_test
 

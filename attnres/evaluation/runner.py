@@ -12,8 +12,8 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from ..core.atomic_io import write_json_atomic
-from ..core.json_limits import JSONDepthError, loads_limited
+from ..folders.atomic_io import write_json_atomic
+from ..folders.json_limits import JSONDepthError, loads_limited
 
 HELDOUT = "heldout"
 

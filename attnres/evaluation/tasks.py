@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from string import Template
 
-from ..core.atomic_io import move_into_place, temporary_folder
+from ..folders.atomic_io import move_into_place, temporary_folder
 
 # Package data beside this module (pyproject.toml's package-data ships it in the wheel)
 TEMPLATES = Path(__file__).resolve().parent / "task_templates"

@@ -102,7 +102,7 @@ def family_of_model_type(model_type: str | None) -> str:
 def family_of_folder(folder) -> tuple[str, str | None]:
     """(family, the config.json's own model_type) of a model folder; ValueError (CheckpointFileError for a missing
     or damaged config.json) naming the file or the reason."""
-    from ..core.checkpoint_files import read_json_file
+    from ..folders.checkpoint_files import read_json_file
 
     model_type = read_json_file(Path(folder) / "config.json", "config.json").get("model_type")
     return family_of_model_type(model_type), model_type
@@ -111,7 +111,7 @@ def family_of_folder(folder) -> tuple[str, str | None]:
 def register_auto_classes() -> None:
     """AutoConfig / AutoModel / AutoModelForCausalLM for every family's `<model_type>_attnres` (Kimi Linear registers
     itself in `attnres/__init__.py`), each marked for remote code as Kimi Linear is: `save_pretrained` writes `auto_map`
-    and the generated code files (attnres.core.remote_code)."""
+    and the generated code files (attnres.folders.remote_code)."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
     for model_type, (module, config_name, model_name) in SUPPORTED.items():

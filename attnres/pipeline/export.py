@@ -19,10 +19,13 @@ from safetensors.torch import save_file
 from transformers.core_model_loading import revert_weight_conversion
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
-from ..core.atomic_io import atomic_write, write_json_atomic
-from ..core.remote_code import mark_remote_code, write_code_files
-from ..core.saved_model import write_weights_record
+from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+from ..folders.atomic_io import atomic_write, write_json_atomic
+from ..folders.remote_code import mark_remote_code, write_code_files
+from ..folders.saved_model import write_weights_record
 from .stages import local_model_state_dict, meta_model
+
+MODELING_MODULE = KimiLinearAttnResForCausalLM.__module__  # the pipeline trains Kimi Linear
 
 
 def shard_name(stage: int, num_stages: int) -> str:
@@ -58,10 +61,10 @@ def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_s
         index = {"metadata": {"total_size": sum(part["bytes"] for part in parts)},
                  "weight_map": dict(sorted(weight_map.items()))}
         write_json_atomic(folder / SAFE_WEIGHTS_INDEX_NAME, index)
-        write_code_files(folder)
+        write_code_files(folder, MODELING_MODULE)
         if tokenizer is not None:
             save_tokenizer(tokenizer, folder)
-        mark_remote_code(config)
+        mark_remote_code(config, MODELING_MODULE)
         atomic_write(folder / "config.json", lambda p: config.to_json_file(p))
     dist.barrier()
     if dist.get_rank() == 0:  # every shard is on disk now: record what the weights are (checked by from_pretrained)

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..core.atomic_io import write_json_atomic
 from ..core.depth_layout import DepthLayout
+from ..folders.atomic_io import write_json_atomic
 from ..training.recipe import Recipe, check_recipe_args
 from .caching import simulate_interleaved
 from .interleaved import build_interleaved, expected_traffic
@@ -164,9 +164,10 @@ def model_and_data(args):
     config = load_config(args, len(data_tokenizer) if data_tokenizer is not None else None)
     tokenizer = output_tokenizer(args, data_tokenizer)
     from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+    from ..folders.model_folder import load as load_model_folder
 
     if args.model is not None:
-        model = KimiLinearAttnResForCausalLM.from_pretrained(args.model)
+        model = load_model_folder(args.model, model_class=KimiLinearAttnResForCausalLM)
     else:
         torch.manual_seed(args.seed)
         model = KimiLinearAttnResForCausalLM(config)

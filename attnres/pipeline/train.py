@@ -20,10 +20,10 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from ..core.atomic_io import write_json_atomic
-from ..core.checkpoint_files import check_model_folder
 from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+from ..folders.atomic_io import write_json_atomic
+from ..folders.checkpoint_files import check_model_folder
 from ..training.args import check_finite_flags
 from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps, step_is_finite
 from ..training.recipe import Recipe, check_recipe_args

@@ -21,8 +21,9 @@ class StateDictWeights:
     @classmethod
     def from_pretrained(cls, folder: str | Path) -> StateDictWeights:
         from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+        from ..folders.model_folder import load as load_model_folder
 
-        return cls(KimiLinearAttnResForCausalLM.from_pretrained(folder).state_dict())
+        return cls(load_model_folder(folder, model_class=KimiLinearAttnResForCausalLM).state_dict())
 
     def get(self, names: list[str]) -> dict[str, torch.Tensor]:
         if self.state_dict is None:

@@ -39,8 +39,8 @@ from dataclasses import asdict, dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
 
-from ..core.json_limits import JSONDepthError, loads_limited
 from ..families.kimi_linear.configuration_kimi_linear_attnres import ATTN_RES_MODES
+from ..folders.json_limits import JSONDepthError, loads_limited
 
 # The paper's ablations (section 5.3) as KimiLinearAttnResConfig switches
 ABLATIONS = {

@@ -310,7 +310,7 @@ JOB_SETTINGS = ("data", "files", "vocab_size", "seq_len", "layers", "hidden_size
 def check_job_settings(args, out: Path) -> None:
     """Record the job's training settings with its first run; a rerun over trained runs with another value is
     refused naming every changed flag (the summary would report the new value for models trained with the old)."""
-    from ..core.atomic_io import write_json_atomic
+    from ..folders.atomic_io import write_json_atomic
 
     settings = {name: str(value) if isinstance(value, Path) else value
                 for name, value in ((name, getattr(args, name)) for name in JOB_SETTINGS)}
@@ -353,7 +353,7 @@ def prepare_data(args) -> None:
 
 
 def write_model_config(args, out: Path) -> Path:
-    from ..core.atomic_io import write_json_atomic
+    from ..folders.atomic_io import write_json_atomic
     from ..training.data import load_prepared
 
     _, _, tokenizer = load_prepared(args.data)
@@ -453,7 +453,7 @@ def collect_results(reports: dict, run_dirs: dict) -> dict:
 
 def main_job(args, argv=None) -> dict:
     """The whole job; `argv`: the command line, for the summary (None: sys.argv). Bad flags: ValueError."""
-    from ..core.atomic_io import claim_output
+    from ..folders.atomic_io import claim_output
 
     check_args(args)
     learning_rates = resolve_lrs(args)
@@ -464,7 +464,7 @@ def main_job(args, argv=None) -> dict:
 
 
 def _main_job(args, argv, learning_rates: dict) -> dict:
-    from ..core.atomic_io import write_json_atomic, write_text_atomic
+    from ..folders.atomic_io import write_json_atomic, write_text_atomic
     from ..training.logs import plot_loss_curves, plot_runs
 
     started = time.time()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.atomic_io import atomic_write
+from ..folders.atomic_io import atomic_write
 from .analysis import mean_std
 from .grid import Grid
 

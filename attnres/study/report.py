@@ -10,7 +10,7 @@ import platform
 import time
 from pathlib import Path
 
-from ..core.atomic_io import write_text_atomic
+from ..folders.atomic_io import write_text_atomic
 from .analysis import compute_multiplier, fit_power_law, mean_std, paired_deltas, paired_t
 from .grid import Grid, RunKey, best_lrs
 

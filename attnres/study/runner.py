@@ -15,8 +15,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from ..core.atomic_io import write_json_atomic
-from ..core.json_limits import loads_limited
+from ..folders.atomic_io import write_json_atomic
+from ..folders.json_limits import loads_limited
 from .analysis import training_flops
 from .grid import Grid, RunKey, best_lrs, load_grid, model_config
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..core.json_limits import JSONDepthError, loads_limited
+from ..folders.json_limits import JSONDepthError, loads_limited
 
 DEFAULT_CHAT_TEMPLATE = (
     "{%- for message in messages -%}"

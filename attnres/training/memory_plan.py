@@ -13,11 +13,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..core.checkpoint_files import read_json_file
 from ..core.depth_layout import DepthLayout
 from ..core.model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
 from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from ..families.registry import family_classes, family_of_model_type
+from ..folders.checkpoint_files import read_json_file
 
 GiB = 2**30
 PRESETS = ("k3", "tiny", "tiny-k3")

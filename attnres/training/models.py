@@ -31,6 +31,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 
 from ..families.registry import SUPPORTED, family_classes, family_of_folder, family_of_model_type
+from ..folders.model_folder import load as load_model_folder
 from ..utils.tiny import K3_SMALL_PRESET, tiny_config
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -220,7 +221,7 @@ def init_tokenizer(init_from: Path, data_tokenizer, data_dir: Path, trust_remote
 
 def load_model(init_from: Path, config):
     # fp32 master weights, as a fresh model has: --mixed-precision decides the compute dtype
-    return model_class_of(config).from_pretrained(str(init_from), config=config, dtype=torch.float32)
+    return load_model_folder(str(init_from), model_class=model_class_of(config), config=config, dtype=torch.float32)
 
 
 # --- embedding repair ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ class PreparedDataError(ValueError):
 
 def read_meta(data_dir: Path) -> dict:
     """meta.json, with the fields training relies on checked."""
-    from ..core.checkpoint_files import CheckpointFileError, read_json_file
+    from ..folders.checkpoint_files import CheckpointFileError, read_json_file
 
     try:
         meta = read_json_file(Path(data_dir) / META_FILE, "prepared-data description")

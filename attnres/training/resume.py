@@ -26,7 +26,7 @@ import json
 import os
 from pathlib import Path
 
-from ..core.checkpoint_files import read_json_file
+from ..folders.checkpoint_files import read_json_file
 from .args import PATH_SETTINGS, RUN_SETTINGS, fill_settings, given_settings
 from .fsdp2 import fsdp_launch
 from .recipe import Recipe

@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..core.atomic_io import move_into_place, recover_interrupted
-from ..core.checkpoint_files import CheckpointFileError, check_safetensors, read_json_file
+from ..folders.atomic_io import move_into_place, recover_interrupted
+from ..folders.checkpoint_files import CheckpointFileError, check_safetensors, read_json_file
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.safe_paths import settle_interrupted, write_failure

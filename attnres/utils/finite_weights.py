@@ -38,7 +38,7 @@ def check_file(path: str | Path) -> None:
 
 def check_folder(folder: str | Path) -> None:
     """Every tensor of a model folder's safetensors files (from its index when there is one)."""
-    from ..core.checkpoint_files import weight_files
+    from ..folders.checkpoint_files import weight_files
 
     for path in weight_files(folder):
         check_file(path)

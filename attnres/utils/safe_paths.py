@@ -5,7 +5,7 @@ prepare-data): never its input, a folder holding its input, the current folder o
 never a file. Names are literal: an output that is a symbolic link is, with `--force`, replaced as a link (the link
 goes, the folder it points to is left alone), and the containment rules look at the link's target as well, so a link
 to the input or to home is refused. Checked before any work starts; `--force` replaces the output itself and nothing
-else (the replacing itself is `attnres.core.atomic_io`'s)."""
+else (the replacing itself is `attnres.folders.atomic_io`'s)."""
 from __future__ import annotations
 
 import errno
@@ -16,7 +16,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..core.atomic_io import remove_path, sibling
+from ..folders.atomic_io import remove_path, sibling
 
 # A file name has at most NAME_MAX bytes (255 on Linux, macOS and Windows filesystems)
 _NAME_MAX = 255

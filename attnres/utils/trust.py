@@ -5,7 +5,7 @@ every family's `<model_type>_attnres`, which `import attnres` registers with the
 (`kimi_linear` and the rest) and transformers' own tokenizers. A folder's own code - an `auto_map` in config.json,
 tokenizer_config.json or a processor config, naming a module (`modeling_evil.py` beside the weights) or a Hub
 repository - runs only with an explicit `--trust-remote-code`. Folders this package saves carry an `auto_map` to their
-generated code files (attnres.core.remote_code) for machines without attnres; here those entries name a class the
+generated code files (attnres.folders.remote_code) for machines without attnres; here those entries name a class the
 Auto classes already hold, and with `trust_remote_code=False` transformers loads the registered class and never
 imports the folder's copy, so they load without the flag (as does a Moonshot Kimi Linear folder's auto_map for its
 config and model).

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from attnres.cli import convert as convert_cli
-from attnres.core.atomic_io import recover_interrupted
+from attnres.folders.atomic_io import recover_interrupted
 from tests.helpers.bad_input_fixtures import (
     CONFIG_DTYPE_DAMAGE,
     INDEX_DAMAGE,

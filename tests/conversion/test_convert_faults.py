@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from attnres.cli import convert as convert_cli
 from attnres.cli import push_to_hub as push_cli
 from attnres.conversion import writer
-from attnres.core.atomic_io import PAUSE_ENV
+from attnres.folders.atomic_io import PAUSE_ENV
 from attnres.utils.safe_paths import literal_path
 from tests.helpers.bad_input_fixtures import (
     expect_script_refused,

@@ -122,7 +122,7 @@ def test_compare_refuses_before_any_work(env, tmp_path, argv, named):
 
 
 def test_second_compare_into_one_output_dir_refused(env, tmp_path):
-    """Another process writes the same --output-dir (`attnres.core.atomic_io.claim_output`): refused at once,
+    """Another process writes the same --output-dir (`attnres.folders.atomic_io.claim_output`): refused at once,
     by name."""
     out = tmp_path / "out"
     argv = [str(env["a"]), str(env["b"]), "--tasks", TASK, "--eval-data", str(env["eval"]), "--limit", "1",

@@ -1,6 +1,7 @@
-"""Every family's saved folder, as a Hub user gets it: the config, the weights, the generation config, the weights
-record and three generated code files; in a fresh process where attnres and triton cannot be imported it loads with
-`trust_remote_code=True` and gives the package model's logits, and greedy generation from it gives the same tokens."""
+"""Every family's folder saved by a plain `save_pretrained`, as a Hub user gets it: the config, the weights, the
+generation config and three generated code files (the weights record is the tools' `attnres.save`); in a fresh
+process where attnres and triton cannot be imported it loads with `trust_remote_code=True` and gives the package
+model's logits, and greedy generation from it gives the same tokens."""
 import json
 
 import torch
@@ -11,7 +12,7 @@ from tests.families.tiny import FAMILIES, attn_res_model, random_ids
 from tests.helpers.model_factory import perturb_attn_res
 from tests.helpers.remote_loading import code_files, fake_hub_repo, load_all_in_clean_process
 
-DATA_FILES = {"config.json", "model.safetensors", "generation_config.json", "attnres_weights.json"}
+DATA_FILES = {"config.json", "model.safetensors", "generation_config.json"}
 
 
 def test_every_family_folder_loads_without_the_package(tmp_path):

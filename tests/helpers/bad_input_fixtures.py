@@ -151,21 +151,23 @@ def words(pattern: str) -> str:
 
 @pytest.fixture(scope="session")
 def saved_model(tmp_path_factory):
-    """A tiny block-AttnRes model saved with save_pretrained (weights record included); do not modify: copy it."""
+    """A tiny block-AttnRes model saved by `attnres.save` (weights record included); do not modify: copy it."""
+    import attnres
     from tests.helpers.model_factory import tiny_model
 
     folder = tmp_path_factory.mktemp("bad_inputs") / "model"
-    tiny_model("block", 2, num_layers=4).save_pretrained(folder)
+    attnres.save(tiny_model("block", 2, num_layers=4), folder)
     return folder
 
 
 @pytest.fixture(scope="session")
 def sharded_model(tmp_path_factory):
     """The same kind of model in several shards with an index."""
+    import attnres
     from tests.helpers.model_factory import tiny_model
 
     folder = tmp_path_factory.mktemp("bad_inputs") / "sharded"
-    tiny_model("block", 2, num_layers=4).save_pretrained(folder, max_shard_size="50KB")
+    attnres.save(tiny_model("block", 2, num_layers=4), folder, max_shard_size="50KB")
     assert (folder / "model.safetensors.index.json").is_file()
     return folder
 

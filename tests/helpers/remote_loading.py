@@ -79,8 +79,8 @@ def load_all_in_clean_process(sources, ids: torch.Tensor, work: Path, hf_home: P
 
 def code_files(family: str) -> dict:
     """A family's saved folder's code file of each auto_map entry, by the package's module names, and its files."""
-    from attnres.core.remote_code import KERNELS_FILE
     from attnres.families.registry import family_classes
+    from attnres.folders.remote_code import KERNELS_FILE
 
     config_class, model_class = family_classes(family)
     modeling = model_class.__module__.rpartition(".")[2]

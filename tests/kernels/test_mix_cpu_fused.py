@@ -214,7 +214,8 @@ def test_build_folder_is_keyed_and_movable(monkeypatch, tmp_path):
     assert name.startswith("attnres_mix_cpu_") and folder == tmp_path / "cache" / "attnres" / "torch_extensions" / name
     monkeypatch.setenv("ATTNRES_EXTENSIONS_DIR", str(tmp_path))
     assert cpu_fused.build_directory() == (name, tmp_path / name)
-    monkeypatch.setattr(cpu_fused, "CPP_SOURCE", cpu_fused.CPP_SOURCE + "// changed\n")
+    changed = cpu_fused.cpp_source() + "// changed\n"
+    monkeypatch.setattr(cpu_fused, "cpp_source", lambda: changed)
     assert cpu_fused.build_directory()[0] != name  # a changed kernel never loads a stale build
 
 

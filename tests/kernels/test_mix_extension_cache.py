@@ -85,7 +85,8 @@ def stand_in(monkeypatch, tmp_path):
     fake = StandIn(tmp_path)
     monkeypatch.setattr(torch.utils.cpp_extension, "load_inline", fake)
     monkeypatch.setenv("ATTNRES_EXTENSIONS_DIR", str(tmp_path / "ext"))
-    monkeypatch.setattr(cpu_fused, "CPP_SOURCE", cpu_fused.CPP_SOURCE + f"// stand-in {tmp_path}\n")
+    source = cpu_fused.cpp_source() + f"// stand-in {tmp_path}\n"
+    monkeypatch.setattr(cpu_fused, "cpp_source", lambda: source)
     monkeypatch.setitem(cpu_fused._state, "tried", False)
     monkeypatch.setitem(cpu_fused._state, "module", None)
     return fake
@@ -242,6 +243,7 @@ def test_the_build_key_covers_what_makes_the_build(monkeypatch):
     gets its own build: none loads another's module, none rewrites another's build."""
     name = cpu_fused.build_directory()[0]
     get_config_var = sysconfig.get_config_var
+    changed_source = cpu_fused.cpp_source() + "//\n"
     changes = {
         "torch installation": lambda patch: patch.setattr(torch, "__file__", "/venvs/other/torch/__init__.py"),
         "torch version": lambda patch: patch.setattr(torch, "__version__", "9.9.9"),
@@ -250,7 +252,7 @@ def test_the_build_key_covers_what_makes_the_build(monkeypatch):
             ".cpython-311d-x86_64-linux-gnu.so" if key == "EXT_SUFFIX" else get_config_var(key))),
         "flags": lambda patch: patch.setattr(cpu_fused, "build_flags", lambda: ["-O2"]),
         "cpu": lambda patch: patch.setattr(cpu_fused, "cpu_flags", lambda: "flags : fpu"),
-        "source": lambda patch: patch.setattr(cpu_fused, "CPP_SOURCE", cpu_fused.CPP_SOURCE + "//\n"),
+        "source": lambda patch: patch.setattr(cpu_fused, "cpp_source", lambda: changed_source),
     }
     for what, change in changes.items():
         with monkeypatch.context() as patch:  # each change undone before the next

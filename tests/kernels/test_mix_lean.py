@@ -14,9 +14,9 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 import attnres.kernels.mix as mix_ops
-from attnres.core.depth_layout import DepthBank
 from attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
 from attnres.kernels.two_phase import phase1, phase1_naive
+from attnres.kernels.two_phase.lean import DepthBank
 from tests.helpers.kernel_cases import make_inputs
 from tests.helpers.model_factory import random_ids, tiny_model
 

@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from attnres.core.atomic_io import recover_interrupted
-from attnres.core.checkpoint_files import check_safetensors
+from attnres.folders.atomic_io import recover_interrupted
+from attnres.folders.checkpoint_files import check_safetensors
 from attnres.training.logs import INFO_FILE, read_jsonl
 from attnres.training.state import latest_checkpoint, read_state
 from tests.helpers.processes import pause_line, signal_when_paused

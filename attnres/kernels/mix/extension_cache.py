@@ -30,8 +30,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-from ...core.atomic_io import atomic_write
-
 logger = logging.getLogger(__name__)
 
 ROOT_ENV = "ATTNRES_EXTENSIONS_DIR"
@@ -162,13 +160,17 @@ def import_library(library: Path) -> ModuleType:
 def write_manifest(folder: Path, key: str, library: Path) -> None:
     record = dict(format=FORMAT, key=key, library=library.name, sha256=sha256_of(library))
 
-    def write(tmp: Path) -> None:
+    # the manifest appears whole or not at all: written beside it (this process's name), synced, then renamed
+    tmp = folder / f".{MANIFEST}.{os.getpid()}.tmp"
+    try:
         with open(tmp, "w", encoding="utf-8") as file:
             json.dump(record, file)
             file.flush()
             os.fsync(file.fileno())
-
-    atomic_write(folder / MANIFEST, write)
+        os.replace(tmp, folder / MANIFEST)
+    finally:
+        if os.path.lexists(tmp):
+            tmp.unlink()
 
 
 def break_stale_lock(folder: Path) -> None:

@@ -14,7 +14,41 @@ from collections.abc import Sequence
 
 import torch
 
-from attnres.core.depth_layout import DepthBank
+
+class DepthBank:
+    """Token-major fp32 copy of the completed depth sources, grown in place; `capacity`: the most sources it holds."""
+
+    def __init__(self, capacity: int, eps: float):
+        self.capacity, self.eps = capacity, eps
+        self.values = self.rstd = None
+        self.shape = None
+        self.size = 0
+
+    def extend(self, bank: Sequence[torch.Tensor]) -> None:
+        """Append the sources of `bank` beyond those already held (`bank` starts with what the bank already holds)."""
+        if self.values is None:
+            self.shape = bank[0].shape
+            tokens, hidden = bank[0].numel() // self.shape[-1], self.shape[-1]
+            self.values = bank[0].new_empty(tokens, self.capacity, hidden, dtype=torch.float32)
+            self.rstd = bank[0].new_empty(tokens, self.capacity, 1, dtype=torch.float32)
+        if len(bank) > self.capacity:
+            raise ValueError(f"depth bank holds {self.capacity} sources, got {len(bank)}")
+        for j in range(self.size, len(bank)):
+            slot = self.values[:, j]
+            slot.copy_(bank[j].reshape(slot.shape))
+            self.rstd[:, j] = torch.rsqrt(slot.pow(2).mean(-1, keepdim=True) + self.eps)
+        self.size = max(self.size, len(bank))
+
+    def phase1(self, queries: torch.Tensor, norm_weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bank-only mixes of Q queries ([Q, d]): (out fp32 [Q, ..., d], lse fp32 [Q, ...]), as `phase1_naive`."""
+        values = self.values[:, : self.size]  # [T, n, d], a view of the buffer
+        w = (queries * norm_weights).float()  # [Q, d]
+        scores = self.rstd[:, : self.size] * (values @ w.T)  # [T, n, Q]
+        lse = scores.logsumexp(dim=1)  # [T, Q]
+        probs = torch.exp(scores - lse.unsqueeze(1))
+        out = probs.transpose(1, 2) @ values  # [T, Q, d]
+        queries_first = (queries.shape[0], *self.shape)
+        return out.transpose(0, 1).reshape(queries_first), lse.T.reshape(queries_first[:-1])
 
 
 def phase1_lean(

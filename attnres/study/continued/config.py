@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...core.checkpoint_files import read_json_file
+from ...folders.checkpoint_files import read_json_file
 from ..grid import Grid, _merged, grid_from_dict, read_grid_json
 
 CONTINUED_DEFAULTS = dict(device="cpu", dtype="float32", block_size=None, frozen_arms=[], weight_decay=0.0,

@@ -13,7 +13,8 @@ import os
 import time
 from pathlib import Path
 
-from ...core.atomic_io import write_json_atomic, write_text_atomic
+from ...folders.atomic_io import write_json_atomic, write_text_atomic
+from ...folders.model_folder import save as save_model_folder
 from ..analysis import mean_std
 from ..grid import arm_lrs, best_lrs
 from ..report import delta_cells, hardware, table
@@ -209,7 +210,7 @@ def lm_eval(cg: ContinuedGrid, out: Path, at_best: dict, progress: bool = True) 
                 key = cg.grid.arm_key(arm, record["lr"], seed)
                 model = restore_model(cg, key, out / "runs" / record["id"])
                 partial = folder.with_name(folder.name + ".partial")
-                model.save_pretrained(partial)
+                save_model_folder(model, partial)
                 AutoTokenizer.from_pretrained(cg.folder).save_pretrained(partial)
                 os.replace(partial, folder)
             dirs.append(folder)

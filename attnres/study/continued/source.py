@@ -9,7 +9,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from ...core.atomic_io import move_into_place, temporary_folder
+from ...folders.atomic_io import move_into_place, temporary_folder
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2 = "smollm2"  # a grid's "source" naming this checkpoint; anything else is a model folder
@@ -41,7 +41,7 @@ def dequantized(model) -> None:
 
 def smollm2_folder() -> Path:
     """The cached model folder (model and tokenizer), made from the GGUF file on first use: built in a hidden sibling
-    and renamed (attnres.core.atomic_io), so an interrupted first run leaves no half folder. ValueError when the
+    and renamed (attnres.folders.atomic_io), so an interrupted first run leaves no half folder. ValueError when the
     package is missing."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -10,7 +10,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ...core.atomic_io import write_json_atomic
+from ...folders.atomic_io import write_json_atomic
 from ..runner import RESULT_FILE, StudyError, exit_code, run_grid, single_key
 from ..runner import ensure_data as runner_ensure_data
 from .config import ContinuedGrid, load_continued

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from ...core.atomic_io import atomic_write, write_json_atomic
 from ...families.upcycle import is_attn_res_tensor, upcycle
+from ...folders.atomic_io import atomic_write, write_json_atomic
 from ..grid import RunKey
 from ..runner import RESULT_FILE, run_spec
 from .config import ContinuedGrid

@@ -1,15 +1,12 @@
-"""Bad input to the model API: configs, forward arguments, labels, saved folders (from_pretrained), the weights
-record and save_pretrained's atomic folder. Each row of a table is one case; see tests/bad_input_fixtures.py."""
+"""Bad input to the model API: configs, forward arguments, labels, a config.json's fields (the folders' own checks:
+tests/folders/test_model_folder.py). Each row of a table is one case; see tests/bad_input_fixtures.py."""
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
 
 from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
-from attnres.core.saved_model import RECORD_FILE
-from tests.helpers.bad_input_fixtures import INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, damaged_copy, expect_refused, snapshot
+from tests.helpers.bad_input_fixtures import damaged_copy, expect_refused
 from tests.helpers.model_factory import random_ids, tiny_model
 
 # --- configs: (fields, words the ValueError must contain) -------------------------------------------------------------
@@ -193,86 +190,3 @@ def test_triton_backend_on_cpu_is_one_message(model, monkeypatch):
     monkeypatch.setenv("ATTNRES_BACKEND", "triton")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     expect_refused(lambda: model(random_ids(batch=1, seq=4)), ["triton", "CUDA"], errors=ValueError)
-
-
-# --- saved folders: from_pretrained -------------------------------------------------------------------------------
-FOLDER_CASES = {**MODEL_FOLDER_DAMAGE}
-INDEX_CASES = {**INDEX_DAMAGE}
-
-
-@pytest.mark.parametrize("damage, named", FOLDER_CASES.values(), ids=FOLDER_CASES.keys())
-def test_from_pretrained_damaged_folder(saved_model, tmp_path, damage, named):
-    folder = damaged_copy(saved_model, tmp_path, damage)
-    expect_refused(lambda: KimiLinearAttnResForCausalLM.from_pretrained(folder), [str(folder), *named],
-                   untouched=[folder])
-
-
-@pytest.mark.parametrize("damage, named", INDEX_CASES.values(), ids=INDEX_CASES.keys())
-def test_from_pretrained_damaged_index(sharded_model, tmp_path, damage, named):
-    folder = damaged_copy(sharded_model, tmp_path, damage)
-    expect_refused(lambda: KimiLinearAttnResForCausalLM.from_pretrained(folder), named, untouched=[folder])
-
-
-def test_config_from_folder_without_config_json(saved_model, tmp_path):
-    folder = damaged_copy(saved_model, tmp_path, lambda f: (f / "config.json").unlink())
-    expect_refused(lambda: KimiLinearAttnResConfig.from_pretrained(folder), [str(folder), "config.json"])
-
-
-# --- the weights record: config.json edited after saving -----------------------------------------------------------
-RECORD_CASES = {
-    "block_size_2_to_3": (dict(attn_res_block_size=3), ["attn_res_block_size", "2", "3"]),
-    "block_to_full": (dict(attn_res_mode="full", attn_res_block_size=0), ["attn_res_mode", "'block'", "'full'"]),
-}
-
-
-@pytest.mark.parametrize("changes, named", RECORD_CASES.values(), ids=RECORD_CASES.keys())
-def test_config_disagreeing_with_weights_refused(saved_model, tmp_path, changes, named):
-    folder = damaged_copy(saved_model, tmp_path, lambda f: None)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **changes}))
-    expect_refused(lambda: KimiLinearAttnResForCausalLM.from_pretrained(folder), [RECORD_FILE, *named],
-                   untouched=[folder])
-    if "attn_res_mode" not in changes:  # asked for explicitly: loads (with a warning naming the field)
-        assert KimiLinearAttnResForCausalLM.from_pretrained(folder, **changes).config.attn_res_block_size == 3
-
-
-def test_record_written_and_matching_folder_loads(saved_model):
-    record = json.loads((saved_model / RECORD_FILE).read_text())
-    assert (record["attn_res_mode"], record["attn_res_block_size"], record["num_hidden_layers"]) == ("block", 2, 4)
-    KimiLinearAttnResForCausalLM.from_pretrained(saved_model)
-
-
-class _Boom(RuntimeError):
-    pass
-
-
-def test_failed_save_over_a_model_keeps_the_old_one(saved_model, tmp_path, monkeypatch):
-    """The save dies after writing the new config (the issue's 'new config + old weights' case): nothing changes."""
-    folder = damaged_copy(saved_model, tmp_path, lambda f: None)
-    (folder / "tokenizer.json").write_text("{}")
-    before = snapshot(folder)
-    other = tiny_model("block", 3, num_layers=4, seed=5)
-    # transformers' save, under our atomic one (the first class after the AttnRes classes in the model's MRO)
-    base = next(c for c in type(other).__mro__ if c.__module__.startswith("transformers."))
-    real_save = base.save_pretrained
-
-    def dying_save(self, directory, *args, **kwargs):
-        self.config.save_pretrained(directory)
-        raise _Boom("disk full")
-
-    monkeypatch.setattr(base, "save_pretrained", dying_save)
-    with pytest.raises(_Boom):
-        other.save_pretrained(folder)
-    monkeypatch.setattr(base, "save_pretrained", real_save)
-    assert snapshot(folder) == before
-    assert not list(tmp_path.glob(".*partial*"))
-    # a completed save replaces the model but keeps the unrelated file
-    other.save_pretrained(folder)
-    assert (folder / "tokenizer.json").read_text() == "{}"
-    assert KimiLinearAttnResForCausalLM.from_pretrained(folder).config.attn_res_block_size == 3
-
-
-def test_save_pretrained_onto_a_file_refused(tmp_path):
-    (tmp_path / "file").write_text("x")
-    expect_refused(lambda: tiny_model("block", 2, num_layers=2).save_pretrained(tmp_path / "file"), ["file"],
-                   untouched=[tmp_path / "file"])

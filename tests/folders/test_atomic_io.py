@@ -1,5 +1,5 @@
-"""One writer per output (`attnres.core.atomic_io.claim_output`, `move_into_place(replace=...)`): a second writer of the
-same output, in another process, stops with one error naming the output and writes nothing; an output that appeared
+"""One writer per output (`attnres.folders.atomic_io.claim_output`, `move_into_place(replace=...)`): a second writer of
+the same output, in another process, stops with one error naming the output and writes nothing; an output that appeared
 while a command was writing it is never silently replaced without --force. Every command that writes an output
 folder goes through it."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from attnres.core.atomic_io import (
+from attnres.folders.atomic_io import (
     OutputConflictError,
     lock_path,
     move_into_place,
@@ -114,7 +114,7 @@ def test_convert_never_replaces_an_output_that_appeared_meanwhile(moonshot_check
     """Another writer finished the same output between this command's check and its rename: it stays, this one
     reports it by name (no --force)."""
     from attnres.cli.convert import main as convert
-    from attnres.core import atomic_io
+    from attnres.folders import atomic_io
 
     out = tmp_path / "out"
 

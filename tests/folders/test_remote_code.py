@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnres.core.remote_code import (
+from attnres.families.registry import SUPPORTED, family_classes
+from attnres.folders.remote_code import (
     KERNELS_FILE,
     FlatFile,
     GenerationError,
@@ -21,7 +22,6 @@ from attnres.core.remote_code import (
     generate,
     write_code_files,
 )
-from attnres.families.registry import SUPPORTED, family_classes
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.remote_loading import auto_map as folder_auto_map
 from tests.helpers.remote_loading import fake_hub_repo, load_all_in_clean_process
@@ -67,7 +67,7 @@ def test_kimi_linear_files_hold_the_kernels_and_their_references(generated):
         assert f"#   {module}\n" in header + "\n", module
     assert "attnres.families.kimi_linear.conversion_mapping" in files["modeling_kimi_linear_attnres.py"][:2000]
     headers = "".join(text.split("\n\n")[0] for text in files.values())
-    assert "#   attnres.core.remote_code\n" not in headers  # the generator itself ships nowhere
+    assert "#   attnres.folders.remote_code\n" not in headers  # the generator itself ships nowhere
 
 
 def test_generated_files_pass_ruff(generated, tmp_path):
@@ -147,9 +147,9 @@ def test_folder_loads_without_the_package(tmp_path):
 
 
 def test_write_code_files_writes_the_generated_files(tmp_path):
-    written = write_code_files(tmp_path)
+    written = write_code_files(tmp_path, MODELING["kimi_linear"])
     assert sorted(p.name for p in written) == sorted(p.name for p in tmp_path.iterdir())
-    assert {p.name: p.read_text() for p in written} == generate()
+    assert {p.name: p.read_text() for p in written} == generate(MODELING["kimi_linear"])
     assert write_code_files(tmp_path / "none", "transformers_modules.x.modeling_kimi_linear_attnres") == []
 
 
@@ -180,3 +180,47 @@ def test_auto_map_points_every_family_at_its_generated_files(generated):
         entries = auto_map(module)
         assert set(entries) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}
         assert {f"{entry.rpartition('.')[0]}.py" for entry in entries.values()} <= set(generated[family]), family
+
+
+def tool_names() -> set[str]:
+    """Every top-level function and class of the tools' folder modules (attnres/folders): none may ship."""
+    folder = Path(__file__).resolve().parents[2] / "attnres" / "folders"
+    return {node.name for path in folder.glob("*.py") for node in ast.parse(path.read_text()).body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+
+
+@pytest.mark.parametrize("family", sorted(SUPPORTED))
+def test_a_saved_folder_ships_no_tool_code(family, tmp_path):
+    """No atomic writes, output claims, process checks, exclusive creates or safetensors header parsing in any shipped
+    file; the one file lock is the C++ kernel's build cache (`build_lock`: builders of one kernel wait for each other,
+    and the kernel releases the lock of a builder that dies)."""
+    from tests.data.unchanged.record import build, config_fields
+
+    build(family, config_fields(family, "block")).save_pretrained(tmp_path)
+    shipped = {p.name: p.read_text() for p in tmp_path.glob("*.py")}
+    assert len(shipped) == 3, sorted(shipped)
+    forbidden = tool_names()
+    assert {"claim_output", "pid_alive", "check_safetensors", "save_folder", "write_code_files"} <= forbidden
+    for name, text in shipped.items():
+        tree = ast.parse(text)
+        defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+        assert not defined & forbidden, (name, sorted(defined & forbidden))
+        for word in ("pid_alive", "O_EXCL", "struct.unpack", "attnres_weights.json"):
+            assert word not in text, (name, word)
+        locking = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                   and "flock" in ast.get_source_segment(text, node)}
+        assert locking <= ({"build_lock"} if name == f"{KERNELS_FILE}.py" else set()), (name, locking)
+
+
+def test_the_kernels_file_embeds_the_cpp_source_it_compiles(generated):
+    """The C++ kernel is package data (cpu_fused.cpp); a folder's kernels file returns its text, which the folder's
+    copy compiles with the same build key as the package's."""
+    from attnres.kernels.mix import cpu_fused
+
+    text = generated["llama"][f"{KERNELS_FILE}.py"]
+    assert "Path(__file__).with_name(" not in text
+    namespace = {}
+    exec(compile(text, f"{KERNELS_FILE}.py", "exec"), namespace)  # noqa: S102  (our own generated file)
+    assert namespace["cpp_source"]() == cpu_fused.cpp_source() == (
+        Path(cpu_fused.__file__).with_name("cpu_fused.cpp").read_text())
+    assert namespace["build_key"]()["source"] == cpu_fused.build_key()["source"]

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from attnres.cli.convert import main as convert_main
-from attnres.core.atomic_io import recover_interrupted, write_json_atomic
+from attnres.folders.atomic_io import recover_interrupted, write_json_atomic
 from attnres.training.state import OutputLockedError, output_lock
 from tests.helpers.bad_input_fixtures import snapshot
 from tests.helpers.processes import aside_pause_line, kill_when_paused, leftovers, pause_line
@@ -56,11 +56,11 @@ def test_kill_push_to_hub_build(saved_model, tmp_path):
     assert not leftovers(tmp_path)
 
 
-def test_kill_save_pretrained_over_a_model(saved_model, tmp_path):
+def test_kill_save_over_a_model(saved_model, tmp_path):
     folder = shutil.copytree(saved_model, tmp_path / "model")
     before = snapshot(folder)
-    code = ("from tests.helpers.model_factory import tiny_model; "
-            f"tiny_model('full', num_layers=4, seed=3).save_pretrained({str(folder)!r})")
+    code = ("import attnres; from tests.helpers.model_factory import tiny_model; "
+            f"attnres.save(tiny_model('full', num_layers=4, seed=3), {str(folder)!r})")
     kill_when_paused([sys.executable, "-c", code])
     assert snapshot(folder) == before and leftovers(tmp_path)
     recover_interrupted(folder)
@@ -68,13 +68,13 @@ def test_kill_save_pretrained_over_a_model(saved_model, tmp_path):
 
 
 def save_over(folder) -> list[str]:
-    """A process saving another model over the model folder `folder` with save_pretrained."""
-    code = ("from tests.helpers.model_factory import tiny_model; "
-            f"tiny_model('full', num_layers=4, seed=3).save_pretrained({str(folder)!r})")
+    """A process saving another model over the model folder `folder` with `attnres.save`."""
+    code = ("import attnres; from tests.helpers.model_factory import tiny_model; "
+            f"attnres.save(tiny_model('full', num_layers=4, seed=3), {str(folder)!r})")
     return [sys.executable, "-c", code]
 
 
-def test_kill_save_pretrained_before_the_old_model_steps_aside(saved_model, tmp_path):
+def test_kill_save_before_the_old_model_steps_aside(saved_model, tmp_path):
     folder = shutil.copytree(saved_model, tmp_path / "model")
     before = snapshot(folder)
     kill_when_paused(save_over(folder), pause_line(folder))  # move_into_place's first pause: the new copy is built
@@ -84,7 +84,7 @@ def test_kill_save_pretrained_before_the_old_model_steps_aside(saved_model, tmp_
 
 
 @pytest.mark.parametrize("recovery", ["recover_interrupted", "next_save"])
-def test_kill_save_pretrained_while_the_old_model_is_aside(saved_model, tmp_path, recovery):
+def test_kill_save_while_the_old_model_is_aside(saved_model, tmp_path, recovery):
     """Killed between the two renames of move_into_place: the old model is `.model.replaced-PID`, nothing at the name.
     Recovery puts the complete old model back (and the next save then replaces it as usual)."""
     folder = shutil.copytree(saved_model, tmp_path / "model")
@@ -96,9 +96,10 @@ def test_kill_save_pretrained_while_the_old_model_is_aside(saved_model, tmp_path
         recover_interrupted(folder)
         assert snapshot(folder) == before  # the old model, complete, at its name
     else:
+        import attnres
         from tests.helpers.model_factory import tiny_model
 
-        tiny_model("full", num_layers=4, seed=3).save_pretrained(folder)
+        attnres.save(tiny_model("full", num_layers=4, seed=3), folder)
         assert json.loads((folder / "config.json").read_text())["attn_res_mode"] == "full"
     assert not leftovers(tmp_path)
 
@@ -113,7 +114,7 @@ def _only_pid(folder) -> str:
 def test_kill_atomic_write(tmp_path):
     target = tmp_path / "results.json"
     target.write_text('{"old": 1}')
-    code = f"from attnres.core.atomic_io import write_json_atomic; write_json_atomic({str(target)!r}, {{'new': 2}})"
+    code = f"from attnres.folders.atomic_io import write_json_atomic; write_json_atomic({str(target)!r}, {{'new': 2}})"
     kill_when_paused([sys.executable, "-c", code])
     assert target.read_text() == '{"old": 1}' and leftovers(tmp_path, ".tmp-")
     write_json_atomic(target, {"next": 3})  # the next write cleans the dead writer's temporary file

@@ -1,0 +1,31 @@
+"""Saving and loading a model folder with the checks the model classes leave to the tools.
+
+`save`: the model's own `save_pretrained` (transformers' save, plus the generated code files of a package class) into
+a temporary sibling with the weights record (`attnres_weights.json`), then swapped into place: a failed save leaves the
+previous model intact. `load`: a local folder's config.json and weight files read first (damaged ones named), the
+model loaded, then its config compared with the weights record (a mismatch refused, naming the fields).
+"""
+from __future__ import annotations
+
+from .saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
+
+
+def save(model, folder, *args, **kwargs) -> None:
+    """`model.save_pretrained(folder, *args, **kwargs)`, crash-safe and with the weights record."""
+    save_folder(model.save_pretrained, folder, model.config, *args, **kwargs)
+
+
+def load(folder, *args, model_class=None, **kwargs):
+    """`model_class.from_pretrained(folder, *args, **kwargs)` (default: `AutoModelForCausalLM`), the folder checked
+    before and the weights record after. Returns what `from_pretrained` returns."""
+    if model_class is None:
+        from transformers import AutoModelForCausalLM as model_class
+    check_folder_before_load(folder)
+    loaded = model_class.from_pretrained(folder, *args, **kwargs)
+    model = loaded[0] if kwargs.get("output_loading_info") else loaded  # (model, loading info) when asked
+    explicit = set(kwargs) | (set(RECORD_FIELDS) if "config" in kwargs else set())
+    check_weights_record(model.config, folder, explicit)
+    return loaded
+
+
+__all__ = ["save", "load"]

@@ -1,0 +1,64 @@
+"""The model's behaviour against fixtures recorded before the package was reorganised (tests/data/unchanged, written
+by its record.py): every family's tiny model in block and full mode with random pseudo-queries gives the recorded
+logits bit for bit, and the folders saved then load, with the package and in a fresh process without it; a folder
+saved now loads without it too."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import attnres  # registers the Auto classes, as a user's script does
+from attnres.families.registry import SUPPORTED, family_classes
+from tests.helpers.remote_loading import load_all_in_clean_process
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "unchanged"
+CONFIGS = json.loads((DATA / "configs.json").read_text())
+LOGITS = load_file(DATA / "logits.safetensors")
+SEED = 0  # record.py's
+
+
+def build(family: str, mode: str):
+    config_class, model_class = family_classes(family)
+    torch.manual_seed(SEED)
+    return model_class(config_class(**CONFIGS[f"{family}.{mode}"])).eval()
+
+
+def test_the_fixtures_cover_every_family_in_both_modes():
+    assert set(CONFIGS) == {f"{family}.{mode}" for family in SUPPORTED for mode in ("block", "full")}
+    assert {p.name for p in (DATA / "folders").iterdir()} == set(SUPPORTED)
+
+
+@pytest.mark.parametrize("mode", ["block", "full"])
+@pytest.mark.parametrize("family", sorted(SUPPORTED))
+def test_logits_are_bit_identical_to_the_recorded_ones(family, mode):
+    model = build(family, mode)
+    assert model.config.attn_res_query_init_std > 0  # random queries: the mix is not an average
+    with torch.no_grad():
+        logits = model(LOGITS["ids"]).logits
+    assert torch.equal(logits, LOGITS[f"{family}.{mode}"]), (logits - LOGITS[f"{family}.{mode}"]).abs().max()
+
+
+@pytest.mark.parametrize("family", sorted(SUPPORTED))
+def test_a_recorded_folder_loads_with_the_package(family):
+    _, model_class = family_classes(family)
+    model = model_class.from_pretrained(DATA / "folders" / family).eval()
+    assert type(model) is model_class
+    through_tools = attnres.load(DATA / "folders" / family).eval()  # the Auto class, the record checked
+    assert type(through_tools) is model_class
+    with torch.no_grad():
+        assert torch.equal(model(LOGITS["ids"]).logits, LOGITS[f"{family}.block"]), family
+        assert torch.equal(through_tools(LOGITS["ids"]).logits, LOGITS[f"{family}.block"]), family
+
+
+def test_recorded_and_new_folders_load_without_the_package(tmp_path):
+    families = sorted(SUPPORTED)
+    new = []
+    for family in families:
+        build(family, "block").save_pretrained(tmp_path / "new" / family)
+        new.append(tmp_path / "new" / family)
+    old = [DATA / "folders" / family for family in families]
+    results = load_all_in_clean_process(old + new, LOGITS["ids"], tmp_path / "run", tmp_path / "hf")
+    for folder, family, result in zip(old + new, families + families, results):
+        assert torch.equal(result["logits"], LOGITS[f"{family}.block"]), folder
