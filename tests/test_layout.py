@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import attnres
 from attnres.families.registry import SUPPORTED, family_classes
 from attnres.folders.remote_code import generate
@@ -28,8 +30,6 @@ LAYERS = [
     {"attnres.study", "attnres.bench"},
     {"attnres.cli", "attnres.__main__"},
 ]
-# Kimi Linear's config checks and size guard, kept in the core folder: modules of that family, so they may import it
-KIMI_MODULES_IN_CORE = {"attnres.core.config_checks", "attnres.core.model_size"}
 # A family's folder is read by the registry's `family_of_folder` with the tools' folder reader, imported when called
 READS_A_FOLDER = {("attnres.families.registry", "attnres.folders.checkpoint_files")}
 
@@ -102,8 +102,6 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
         for target in targets:
             if name == "attnres" or target == "attnres" or (name, target) in READS_A_FOLDER:
                 continue
-            if name in KIMI_MODULES_IN_CORE and top_package(target) == "attnres.families":
-                continue
             if rank_of(target) > rank_of(name):
                 found.append(f"{name} -> {target}")
     return sorted(found)
@@ -122,7 +120,7 @@ def test_the_core_imports_only_the_core_and_the_kernels_and_the_kernels_only_the
     for name, targets in graph.items():
         if top_package(name) == "attnres.kernels":
             assert {top_package(t) for t in targets} <= {"attnres.kernels"}, (name, sorted(targets))
-        elif top_package(name) == "attnres.core" and name not in KIMI_MODULES_IN_CORE:
+        elif top_package(name) == "attnres.core":
             assert {top_package(t) for t in targets} <= {"attnres.core", "attnres.kernels"}, (name, sorted(targets))
 
 
@@ -158,6 +156,7 @@ def shipped_modules(modeling_module: str) -> set[str]:
             for line in text.split("\n\n")[0].splitlines() if line.startswith("#   ")}
 
 
+@pytest.mark.slow  # a fresh Python process: over 10 s (docs/TESTING.md)
 def test_import_attnres_loads_the_model_side_only_and_folders_ship_model_modules_only():
     code = ("import json, sys, attnres; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'attnres')))")

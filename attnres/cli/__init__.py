@@ -27,6 +27,9 @@ def command_main(name: str, argv=None) -> int:
     Commands read `sys.argv` when given no list (a list means a caller in Python, who gets exceptions instead of the
     one-line messages), so the arguments go there, under the name the user typed."""
     module, _ = COMMANDS[name]
+    from ..utils.quiet_logs import quiet_deepspeed_cpu_notice
+
+    quiet_deepspeed_cpu_notice()  # DeepSpeed's "Setting accelerator to CPU" on every save of a CPU run: no news
     if argv is not None:
         sys.argv = [f"attnres {name}", *argv]
     problem = environment_problem(sys.argv[1:])

@@ -21,12 +21,34 @@ import sys
 from ..training.memory_plan import PRESETS
 from . import command_main
 
+DEFAULT_CONTEXT = 32768
+
+
+def default_context(spec: str) -> tuple[int, str | None]:
+    """(context, note): 32,768 tokens, or the config's max_position_embeddings when it is smaller (a plan beyond the
+    positions the model has says nothing about that model), with a note saying so. An unreadable config gets the
+    default here: plan_memory names its problem."""
+    from ..training.memory_plan import read_config_dict
+
+    if spec in PRESETS:
+        return DEFAULT_CONTEXT, None
+    try:
+        positions = read_config_dict(spec)[0].get("max_position_embeddings")
+    except (ValueError, AttributeError):
+        return DEFAULT_CONTEXT, None
+    if isinstance(positions, int) and not isinstance(positions, bool) and 0 < positions < DEFAULT_CONTEXT:
+        return positions, (f"note: --context {positions:,}: the model's max_position_embeddings (the default "
+                           f"{DEFAULT_CONTEXT:,} is beyond it); pass --context to plan another length")
+    return DEFAULT_CONTEXT, None
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", nargs="?", default="k3", help=f"config.json, a folder, or a preset {PRESETS}")
     parser.add_argument("--batch", type=int, default=1, help="sequences in the forward (default 1)")
-    parser.add_argument("--context", type=int, default=32768, help="tokens per sequence (default 32768)")
+    parser.add_argument("--context", type=int, default=None,
+                        help=f"tokens per sequence (default {DEFAULT_CONTEXT:,}, or the model's "
+                             "max_position_embeddings when smaller, with a note)")
     parser.add_argument("--stages", type=int, default=8,
                         help="pipeline stages, decoder layers split evenly (default 8)")
     parser.add_argument("--micro-batch", type=int, default=1, help="sequences per pipeline micro-batch (default 1)")
@@ -39,7 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     for name in ("batch", "context", "stages", "micro_batch"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return args
 
@@ -47,7 +69,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     from ..training.memory_plan import plan_memory
 
-    return plan_memory(parse_args(argv))
+    args = parse_args(argv)
+    if args.context is None:
+        args.context, note = default_context(args.config)
+        if note:
+            print(note, file=sys.stderr)
+    return plan_memory(args)
 
 
 def run():

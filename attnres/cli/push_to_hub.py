@@ -3,9 +3,14 @@
 The folder it builds holds: the weights (HF-native safetensors), config.json with its `auto_map`, the family's three
 generated code files (e.g. `configuration_llama_attnres.py`, `modeling_llama_attnres.py`, `kernels_attnres.py`) so
 `AutoModelForCausalLM.from_pretrained(repo, trust_remote_code=True)` works with only torch and transformers, for every
-family alike, the tokenizer when --tokenizer is given, and a generated model card (README.md: architecture, AttnRes
-mode and block count, parameter count, training data, evaluation table when --eval-results is given, how to load it).
-Then it creates the repository and uploads the folder with huggingface_hub (log in first: `hf auth login`).
+family alike, the tokenizer (--tokenizer, else the one in --model's folder), and a generated model card (README.md:
+architecture, AttnRes mode and block layout, parameter count, base_model, training data from --training-data or the
+folder's training_info.json, evaluation table when --eval-results is given, how to load it). Then it creates the
+repository and uploads the folder with huggingface_hub (log in first: `hf auth login`).
+
+The folder a --dry-run built is reused by the upload that follows when nothing changed, and rebuilt in place when an
+input or card setting did (it carries a .attnres_hub_build.json record, never uploaded); any other existing --output
+needs --force.
 
 Examples:
   attnres push-to-hub --model runs/attnres-block --repo-id me/kimi-attnres --tokenizer runs/tokenizer \\
@@ -32,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", type=Path, help="checkpoint folder to package (default: a tiny demo model)")
     parser.add_argument("--repo-id", help="Hub repository, e.g. user/name (without it: dry run)")
     parser.add_argument("--output", type=Path, help="folder to build (default: outputs/hub-<repo or model name>)")
-    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id to include")
+    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id to include (default: --model's own, if any)")
+    parser.add_argument("--base-model", help="Hub id of the model this one was made from, for the card's base_model "
+                        "(default: training's --init-from when it is a Hub id)")
     add_trust_flag(parser)  # --tokenizer DIR's own code: off unless asked
     parser.add_argument("--training-data", help="what the model was trained on, for the model card")
     parser.add_argument("--dataset", action="append", default=[], help="Hub dataset id for the card metadata "

@@ -98,7 +98,7 @@ def push_to_hub(args) -> int:
             folder = build_hub_folder(
                 args.model, output, tokenizer=args.tokenizer, training_data=args.training_data, datasets=args.dataset,
                 eval_results=args.eval_results, repo_id=args.repo_id, license=args.license, force=args.force,
-                trust_remote_code=args.trust_remote_code,
+                trust_remote_code=args.trust_remote_code, base_model=args.base_model,
             )
     except (OSError, ValueError) as error:  # ConversionError, damaged files, a tokenizer that does not load
         return refused(error)

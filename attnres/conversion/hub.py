@@ -21,10 +21,46 @@ from ..folders.remote_code import KERNELS_FILE
 from ..folders.saved_model import write_weights_record
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
+from ..utils.tokenizer_files import has_tokenizer
 from ..utils.trust import load_kwargs
 from .atomic import check_output, move_into_place, output_folder
 from .config import drop_moonshot_fields
 from .errors import ConversionError
+
+# A folder push-to-hub built holds this record of what it was built from: a later run with the same inputs reuses it
+# (the upload after a --dry-run), other inputs rebuild it in place; a folder without it is not ours and is refused.
+BUILD_RECORD = ".attnres_hub_build.json"
+
+
+def model_tokenizer(model_path: str | Path) -> Path | None:
+    """The model folder itself when it holds a tokenizer (the card's `AutoTokenizer.from_pretrained(repo)` needs
+    one), else None."""
+    return Path(model_path) if has_tokenizer(model_path) else None
+
+
+def build_stamp(model_path, tokenizer, training_data, datasets, eval_results, repo_id, license, base_model) -> str:
+    """Changes when any input file or card setting changes (file sizes and mtimes: no hash of gigabytes)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in (model_path, tokenizer, eval_results):
+        files = sorted(Path(path).rglob("*")) if path is not None and Path(path).is_dir() else (
+            [Path(path)] if path is not None and Path(path).is_file() else [])
+        for file in (f for f in files if f.is_file()):
+            stat = file.stat()
+            digest.update(f"{file}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
+        digest.update(f"{path}\0".encode())
+    digest.update(json.dumps([training_data, datasets, repo_id, license, base_model]).encode())
+    return digest.hexdigest()
+
+
+def previous_build(output: Path) -> str | None:
+    """The stamp of an earlier push-to-hub build at `output`, or None (no folder, or not one push-to-hub built)."""
+    try:
+        record = json.loads((Path(output) / BUILD_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record.get("stamp") if isinstance(record, dict) and isinstance(record.get("stamp"), str) else None
 
 
 def build_hub_folder(
@@ -38,10 +74,20 @@ def build_hub_folder(
     license: str = "apache-2.0",
     force: bool = False,
     trust_remote_code: bool = False,
+    base_model: str | None = None,
 ) -> Path:
-    """Load a checkpoint (HF-native or Moonshot layout) and write the upload folder atomically; return its path."""
+    """Load a checkpoint (HF-native or Moonshot layout) and write the upload folder atomically; return its path.
+    The tokenizer is `tokenizer`, else the model folder's own when it has one. An `output` push-to-hub built earlier
+    (its BUILD_RECORD) is reused when built from the same inputs, rebuilt in place otherwise; any other existing
+    folder needs `force`."""
     from transformers import AutoTokenizer
 
+    tokenizer = tokenizer if tokenizer is not None else model_tokenizer(model_path)
+    stamp = build_stamp(model_path, tokenizer, training_data, datasets, eval_results, repo_id, license, base_model)
+    earlier = previous_build(output)
+    if earlier == stamp and not force:
+        return Path(output).absolute()
+    force = force or earlier is not None  # our own earlier build (a dry run), from other inputs: replaced
     inputs = [p for p in (model_path, tokenizer, eval_results) if p is not None and Path(p).exists()]
     output = check_output(output, force, inputs=inputs, flag="--output")
     try:
@@ -51,7 +97,10 @@ def build_hub_folder(
         raise ConversionError(str(error)) from None
     if repo_id is not None:
         check_repo_id(repo_id)
+    if base_model is not None:
+        check_repo_id(base_model, "--base-model")
     evaluation = read_eval_results(eval_results) if eval_results else None
+    info = read_training_info(model_path)
     model = load_model(model_path)
     with output_folder(output) as folder:
         # HF-native names (no reverse mapping): the Hub copy loads without any conversion
@@ -59,11 +108,49 @@ def build_hub_folder(
         write_weights_record(folder, model.config)
         if tokenizer is not None:
             trust = load_kwargs(tokenizer, trust_remote_code)  # a tokenizer carrying code: refused unless asked
-            AutoTokenizer.from_pretrained(tokenizer, **trust).save_pretrained(folder)
-        card = model_card(model, repo_id or output.name, training_data, datasets, evaluation, license)
+            AutoTokenizer.from_pretrained(str(tokenizer), **trust).save_pretrained(folder)
+        base_model = base_model or base_model_of(info)
+        card = model_card(model, repo_id or output.name, training_data or training_data_of(info), datasets,
+                          evaluation, license, base_model)
         card.save(folder / "README.md")
+        (folder / BUILD_RECORD).write_text(json.dumps({"stamp": stamp}))
         move_into_place(folder, output, replace=force)
     return output
+
+
+def read_training_info(model_path) -> dict:
+    """The model folder's training_info.json (written by `attnres train`), or {} when absent or unreadable (the
+    card then says what it was told, or "Not stated")."""
+    try:
+        info = json.loads((Path(model_path) / "training_info.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def training_data_of(info: dict) -> str | None:
+    """The card's "Training data" from training_info.json: the tokens, steps and batch, the corpus and its
+    fingerprint."""
+    if not isinstance(info.get("tokens_trained"), int) or not info.get("data"):
+        return None
+    text = (f"{info['tokens_trained']:,} tokens ({info.get('steps')} steps x {info.get('global_batch')} sequences x "
+            f"{info.get('seq_len')} tokens) of the prepared corpus `{Path(str(info['data'])).name}`")
+    fingerprint = info.get("data_fingerprint")
+    return text + (f" (data fingerprint `{fingerprint}`)" if fingerprint else "") + ", from training_info.json."
+
+
+def base_model_of(info: dict) -> str | None:
+    """training's --init-from when it names a Hub repository (a local folder is no `base_model`)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    source = (info.get("settings") or {}).get("init_from") if isinstance(info.get("settings"), dict) else None
+    if not isinstance(source, str) or source.count("/") != 1 or Path(source).exists():
+        return None
+    try:
+        validate_repo_id(source)
+    except HFValidationError:
+        return None
+    return source
 
 
 def load_model(model_path):
@@ -88,7 +175,7 @@ def is_kimi(model) -> bool:
     return family_of_model_type(model.config.model_type) == "kimi_linear"
 
 
-def check_repo_id(repo_id: str) -> None:
+def check_repo_id(repo_id: str, flag: str = "--repo-id") -> None:
     """huggingface_hub's own rule for repository ids, applied before any work (the upload would reject it last)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -97,11 +184,12 @@ def check_repo_id(repo_id: str) -> None:
         if repo_id.count("/") != 1:
             raise HFValidationError("expected the form user/name or organization/name")
     except HFValidationError as error:
-        raise ConversionError(f"--repo-id {repo_id!r} is not a valid Hub repository id: {error}") from None
+        raise ConversionError(f"{flag} {repo_id!r} is not a valid Hub repository id: {error}") from None
 
 
-def model_card(model, title, training_data, datasets, evaluation, license) -> ModelCard:
+def model_card(model, title, training_data, datasets, evaluation, license, base_model=None) -> ModelCard:
     data = ModelCardData(
+        base_model=base_model,
         library_name="transformers",
         pipeline_tag="text-generation",
         license=license,
@@ -128,7 +216,7 @@ def architecture_rows(model) -> list[tuple]:
     kinds = getattr(config, "layer_types", None) or []  # Kimi Linear: KDA or MLA per layer
     mode = config.attn_res_mode
     if mode == "block":
-        attn_res = f"Block AttnRes, {config.attn_res_num_blocks} blocks of {config.attn_res_block_size} layers"
+        attn_res = "Block AttnRes, " + block_layout(config.num_hidden_layers, config.attn_res_block_size)
     else:
         attn_res = {"full": "Full AttnRes (every sub-layer output is a source)",
                     "standard": "none (standard residual)"}[mode]
@@ -181,6 +269,15 @@ def markdown_table(header: tuple, rows: list[tuple]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows])
 
 
+def block_layout(num_layers: int, block_size: int) -> str:
+    """The blocks as they are (attnres.core.depth_layout: consecutive blocks of `block_size` layers, the last one
+    shorter when the size does not divide the depth): "8 blocks: 7 of 4 layers and 1 of 2"."""
+    full, rest = divmod(num_layers, block_size)
+    if rest == 0:
+        return f"{full} blocks of {block_size} layers"
+    return f"{full + 1} blocks: {full} of {block_size} layers and 1 of {rest}"
+
+
 def usage(repo_id: str, model) -> str:
     """How the folder loads, the same text for every family: by its own code, or by the installed package's."""
     model_class = type(model).__name__
@@ -206,6 +303,7 @@ def upload_folder(folder: str | Path, repo_id: str, private: bool = False, commi
     api = HfApi()
     api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
     commit = api.upload_folder(
-        repo_id=repo_id, folder_path=str(folder), commit_message=commit_message or "Upload AttnRes model"
+        repo_id=repo_id, folder_path=str(folder), commit_message=commit_message or "Upload AttnRes model",
+        ignore_patterns=[BUILD_RECORD],  # local bookkeeping, not part of the model
     )
     return str(commit)

@@ -5,8 +5,8 @@
 - `model`: every family's base-model forward (input checks, embeddings, cache, positions; the loop over the layers
   carrying the sources, the output mix before the final norm), its causal LM head, the AttnRes tensors' initialization
   (`AttnResModelMixin`, `AttnResForCausalLMMixin`, `AttnResPreTrainedMixin`).
-- `decoder_model`: a rotary PreNorm decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 3) built from its family's own
-  modules (masks, rotary embeddings), and its causal LM head with Gemma's soft-capping (`AttnResDecoderModel`,
+- `decoder_model`: a rotary PreNorm decoder (every generated family of `attnres.families`) built from its family's
+  own modules (masks, rotary embeddings), and its causal LM head with Gemma's soft-capping (`AttnResDecoderModel`,
   `AttnResDecoderForCausalLM`).
 
 Beside them: the mix point (`mix_point`), the depth rule (`depth_layout`), the two-phase schedule (`inference`), the

@@ -1,7 +1,8 @@
 """A rotary PreNorm decoder with AttnRes, built from its family's own modules, and its causal LM head.
 
-Llama, Mistral, Qwen2, Qwen3 and Gemma 3 share one model body in transformers: embeddings, a rotary embedding, one
-causal (or sliding-window) mask per layer type, the decoder layers, the final RMSNorm. A family names its modules as
+The rotary PreNorm families (those generated from a declaration, `attnres.families.declaration`) share one model
+body in transformers: embeddings, a rotary embedding, one causal (or sliding-window) mask per layer type, the decoder
+layers, the final RMSNorm. A family names its modules as
 class attributes and this body runs them the family's way, except the residual (`attnres.core.model.run_depth`):
 
     class LlamaAttnResModel(AttnResDecoderModel, LlamaAttnResPreTrainedModel):
@@ -17,6 +18,7 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
+from attnres.core.buildable import decoder_parameters, refuse_unbuildable
 from attnres.core.model import AttnResForCausalLMMixin, AttnResModelMixin
 
 MASKS = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask}
@@ -53,6 +55,7 @@ class AttnResDecoderModel(AttnResModelMixin):
     rotary_per_layer_type = False  # Gemma 3: one rotary embedding per attention type (local and global bases)
 
     def __init__(self, config):
+        refuse_unbuildable(config, decoder_parameters(config), at_least=True)  # before any allocation
         super().__init__(config)
         self.padding_idx = config.pad_token_id
         self.vocab_size = config.vocab_size

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearRMSNorm
 
 from attnres.core.depth_layout import DepthLayout
 from attnres.core.offload import onloaded
@@ -36,16 +35,6 @@ class MixSettings:
                    config.resolved_backend(), config.attn_res_recompute)
 
 
-# The RMSNorms a mix kernel may apply fused after the mix: transformers' Llama-formula RMSNorm
-# (`weight * (x * rsqrt(mean(x^2) + eps)).to(dtype)`); a family whose norm has that formula registers its class
-# (Gemma's `(1 + weight)` norm does not, and is applied after the mix as its own module)
-FUSABLE_NORMS = {KimiLinearRMSNorm}
-
-
-def register_fusable_norm(norm_class: type) -> None:
-    FUSABLE_NORMS.add(norm_class)
-
-
 class PseudoQuery(nn.Linear):
     """A mix point's learned depth query, Linear(hidden, 1, bias=False) as in K3. Zero at init: uniform softmax."""
 
@@ -58,15 +47,38 @@ class PseudoQuery(nn.Linear):
         nn.init.zeros_(self.weight)
 
 
-class DepthKeyNorm(KimiLinearRMSNorm):
-    """The keys' RMSNorm of a mix point (`{point}_res_norm`): transformers' RMSNorm, its own class only so that
-    `_init_weights` can start its gain at `config.attn_res_key_norm_init` (1.0 as K3; a study arm varies it: the gain
-    scales every score, a temperature of the depth softmax)."""
+class DepthKeyNorm(nn.Module):
+    """The keys' RMSNorm of a mix point (`{point}_res_norm`): transformers' Llama-formula RMSNorm,
+    `weight * (x * rsqrt(mean(x^2) + eps)).to(dtype)` with the mean taken in fp32, its gain `weight` [hidden] and its
+    `variance_epsilon` read directly by the mix kernels. Its own class so that `_init_weights` can start its gain at
+    `config.attn_res_key_norm_init` (1.0 as K3; a study arm varies it: the gain scales every score, a temperature of
+    the depth softmax)."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
 
 
 class AttnResMixing:
     """The mix at one point: its RMSNorm gain (keys) and pseudo-query live on the owning module as
-    `{point}_res_norm` / `{point}_res_proj` (K3's tensor names)."""
+    `{point}_res_norm` / `{point}_res_proj` (K3's tensor names).
+
+    `fusable_norm`, the family's norm policy: its RMSNorm class when that norm's formula is transformers' Llama one
+    (`weight * (x * rsqrt(mean(x^2) + eps)).to(dtype)`), which a mix kernel may then apply fused after the mix; None
+    when it is another formula (Gemma's `(1 + weight)`), applied after the mix as its own module."""
+
+    fusable_norm: type | None = None
 
     def add_mix_point(self, point: str, config) -> None:
         if config.attn_res_ablation:  # the paper's ablations own other tensors (below)
@@ -116,8 +128,8 @@ class AttnResMixing:
             return mix_ablation(self, point, sources, weights, out_norm)
         if len(sources) == 1:
             return self.single_source_mix(point, sources[0], weights, out_norm, settings)
-        # only transformers' own RMSNorm is fused: a replaced norm module keeps its forward
-        fused = settings.fuse_norm and type(out_norm) in FUSABLE_NORMS
+        # only the family's own RMSNorm is fused: a replaced norm module keeps its forward
+        fused = settings.fuse_norm and out_norm is not None and type(out_norm) is self.fusable_norm
         modules = self._modules
         norm, proj = modules[point + "_res_norm"], modules[point + "_res_proj"]
         # tensors read directly, not through a forward: loaded here under big-model offload (attnres/core/offload.py)
@@ -199,7 +211,7 @@ def mix_ablation(owner: nn.Module, point: str, sources, weights: list | None, ou
 
 
 __all__ = [
-    "MixSettings", "PseudoQuery", "FUSABLE_NORMS", "register_fusable_norm",
+    "MixSettings", "PseudoQuery",
     "DepthKeyNorm", "DepthLogits", "AttnResMixing", "add_ablation_point", "mix_ablation",
     "single_source",
 ]

@@ -20,6 +20,7 @@ from ..folders.checkpoint_files import CheckpointFileError
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.safe_paths import disk_errors_named
+from ..utils.tokenizer_files import TOKENIZER_FILES, has_tokenizer
 from ..utils.trust import TRUST_FLAG, UntrustedCodeError, check_folder_code, trust_kwargs
 from .code_exec import ALLOW_ENV, CodeSettingError
 from .code_exec import check_settings as check_code_settings
@@ -28,6 +29,11 @@ from .provenance import check_model_dir, describe_model
 from .runner import HELDOUT, evaluate_task, file_stamp, is_main_process, model_stamp, run_heldout, run_lm_eval_task
 from .tasks import CODE_TASKS, TASKS, private_tasks, rendered_benchmarks
 
+QUICK_LIMIT = 4  # --quick: heldout sequences, and MMLU gold answers per subject (57 x 4 = 228)
+QUICK_TIMING = ("Measured on this project's shared 2-core CPU (BENCHMARKS.md, 'compare --quick'): two SmolLM2-135M\n"
+                "models (plain and its Block AttnRes upcycle) 6.5 min wall with OMP_NUM_THREADS=1; two tiny test\n"
+                "models 40-94 s. On a CPU shared with other jobs, set OMP_NUM_THREADS=1: two threads made a forward\n"
+                "10-100x slower there.")
 DEFAULT_MAX_LENGTH = 2048  # KimiLinear's config reports 1,048,576 positions; lm-eval would use that as the window
 # lm-eval model options that compare's own flags set (a second value would silently win or crash the model's init)
 RESERVED_MODEL_ARGS = {"pretrained": "the model folders", "trust_remote_code": TRUST_FLAG, "max_length": "--max-length",
@@ -45,6 +51,26 @@ def default_tasks(eval_data: Path, data_dir: Path | None) -> list[str]:
     return ([HELDOUT] if data_dir is not None else []) + ready
 
 
+def quick_tasks(eval_data: Path, data_dir: Path | None) -> list[str]:
+    """--quick's tasks: heldout when a corpus is given, MMLU gold-answer bits per byte when MMLU is prepared (smooth in
+    model quality at small scale, no generation: the cheapest informative benchmark)."""
+    prepared = read_prepared(Path(eval_data), missing_ok=True)
+    return ([HELDOUT] if data_dir is not None else []) + (["attnres_mmlu_bpb"] if "rows" in prepared.get("mmlu", {})
+                                                           else [])
+
+
+def check_include_path(include_path: Path | None) -> Path | None:
+    """--include-path: a folder of the user's own lm-eval task YAMLs (they trust its code, as lm-eval's own flag)."""
+    if include_path is None:
+        return None
+    include_path = Path(include_path)
+    if not include_path.is_dir():
+        raise CompareError(f"--include-path {include_path}: not a folder (a folder of lm-eval task YAML files)")
+    if not any(include_path.rglob("*.yaml")):
+        raise CompareError(f"--include-path {include_path}: no *.yaml task files in it")
+    return include_path
+
+
 def model_labels(model_dirs: list[Path], labels: list[str] | None) -> list[str]:
     """Short unique names: given, or the folder name (its parent's for a train.py final/ folder)."""
     if labels is None:
@@ -57,8 +83,10 @@ def model_labels(model_dirs: list[Path], labels: list[str] | None) -> list[str]:
     return labels
 
 
-def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_code_execution: bool) -> Path | None:
-    """One clear message for an unknown, unprepared or refused task; returns the rendered task folder (if any)."""
+def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_code_execution: bool,
+                include_path: Path | None = None) -> tuple[str, ...]:
+    """One clear message for an unknown, unprepared or refused task; returns lm-eval's include paths: the user's
+    --include-path, then the rendered task folder (if any), which lm-eval reads last so our task names stay ours."""
     if not tasks:
         raise CompareError("no tasks to run: prepare benchmarks (eval/prepare_eval_data.py) "
                            "or pass --data for held-out")
@@ -78,27 +106,29 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
                                f"run `python eval/prepare_eval_data.py --output-dir {eval_data}`")
         if task in CODE_TASKS and not allow_code_execution:
             raise CompareError(f"task {task} runs code the model wrote: pass --allow-code-execution to allow it")
+    includes = tuple(str(p) for p in (include_path, include) if p is not None)
     others = [t for t in tasks if t != HELDOUT and t not in TASKS]
     if others:
         from .runner import task_manager
 
-        known = set(task_manager(str(include) if include else None).all_tasks)
+        known = set(task_manager(includes).all_tasks)
         unknown = [t for t in others if t not in known]
         if unknown:
+            mine = f", or in --include-path {include_path}" if include_path else " (your own: --include-path DIR)"
             raise CompareError(f"unknown task(s) {unknown}: ours are {[HELDOUT, *TASKS]}; "
-                               "any lm-eval task name also works")
-    return include
-
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+                               f"any lm-eval task name also works{mine}")
+    return includes
 
 
 def check_tokenizers(model_dirs: list[Path], tasks: list[str], data_dir: Path | None) -> None:
-    """lm-eval tasks read each model's own tokenizer; heldout reads the corpus's, which the model must share."""
+    """Every model is loaded through lm-eval's HF wrapper, which reads the model's own tokenizer (heldout too, though
+    it scores the corpus's ids): a folder without one is named before any work. heldout needs the corpus's tokenizer
+    to be the model's."""
     for model_dir in model_dirs:
-        if any(t != HELDOUT for t in tasks) and not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
+        if not has_tokenizer(model_dir):
             raise CompareError(f"model folder {model_dir} has no tokenizer ({' / '.join(TOKENIZER_FILES[:2])}): "
                                "save the tokenizer beside the weights (tokenizer.save_pretrained(folder))")
+    for model_dir in model_dirs:
         if HELDOUT in tasks and data_dir is not None:
             from .heldout import check_tokenizer
 
@@ -171,7 +201,7 @@ def check_output_dir(out_dir: Path, inputs: list[Path]) -> None:
 def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data_dir=None,
             eval_data=DEFAULT_EVAL_DATA, limit=None, num_fewshot=None, seed=1234, batch_size=1, device=None,
             max_length=DEFAULT_MAX_LENGTH, model_args="", gen_kwargs=None, allow_code_execution=False,
-            trust_remote_code=False, progress=True) -> dict | None:
+            trust_remote_code=False, progress=True, include_path=None) -> dict | None:
     """Evaluate `model_dirs` (two or more; the first is the reference) on `tasks` and write
     <out_dir>/{report.md, report.json, metrics.png, deltas.png, results/<label>/<task>.json}. Returns the report
     (None on non-main processes of a multi-process launch). Resumable: finished (model, task) results are reused.
@@ -197,9 +227,11 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
     check_device(device)
     parse_arg_string("--model-args", model_args, RESERVED_MODEL_ARGS)
     parse_arg_string("--gen-kwargs", gen_kwargs)
-    check_output_dir(Path(out_dir), [*model_dirs, *([Path(data_dir)] if data_dir else []), Path(eval_data)])
+    include_path = check_include_path(include_path)
+    check_output_dir(Path(out_dir), [*model_dirs, *([Path(data_dir)] if data_dir else []), Path(eval_data),
+                                     *([include_path] if include_path else [])])
     tasks = list(tasks) if tasks else default_tasks(Path(eval_data), data_dir)
-    include = check_tasks(tasks, Path(eval_data), data_dir, allow_code_execution)
+    include = check_tasks(tasks, Path(eval_data), data_dir, allow_code_execution, include_path)
     check_tokenizers(model_dirs, tasks, data_dir)
     if allow_code_execution and any(t in CODE_TASKS for t in tasks):
         try:
@@ -210,9 +242,14 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
     out_dir = Path(out_dir)
     with _one_writer(out_dir), disk_errors_named(f"--output-dir {out_dir}", "the report was not replaced; finished "
                                                  "results are kept and a rerun continues", CompareError):
-        return _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, data_dir, eval_data, limit,
-                                    num_fewshot, seed, batch_size, device, max_length, model_args, gen_kwargs,
+        return _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, include_path, data_dir, eval_data,
+                                    limit, num_fewshot, seed, batch_size, device, max_length, model_args, gen_kwargs,
                                     allow_code_execution, trust_remote_code, progress)
+
+
+def include_stamp(include_path: Path | None) -> str | None:
+    """Changes when any file of --include-path changes: an edited task of the user's is evaluated anew."""
+    return file_stamp(*sorted(p for p in Path(include_path).rglob("*") if p.is_file())) if include_path else None
 
 
 @contextmanager
@@ -226,9 +263,9 @@ def _one_writer(out_dir: Path):
         raise CompareError(f"--output-dir {error}") from None
 
 
-def _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, data_dir, eval_data, limit, num_fewshot, seed,
-                         batch_size, device, max_length, model_args, gen_kwargs, allow_code_execution,
-                         trust_remote_code, progress):
+def _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, include_path, data_dir, eval_data, limit,
+                         num_fewshot, seed, batch_size, device, max_length, model_args, gen_kwargs,
+                         allow_code_execution, trust_remote_code, progress):
     import os
 
     from .report import build_report, write_report
@@ -241,7 +278,8 @@ def _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, data_dir, 
         for model_dir, label in zip(model_dirs, labels):
             settings = dict(limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length,
                             gen_kwargs=gen_kwargs, model_args=model_args, model=model_stamp(model_dir),
-                            eval_data=file_stamp(Path(eval_data) / PREPARED_FILE))
+                            eval_data=file_stamp(Path(eval_data) / PREPARED_FILE),
+                            include_path=include_stamp(include_path))
             records[label] = evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, settings,
                                             batch_size, device, model_args, allow_code_execution, progress,
                                             trust_remote_code)
@@ -255,7 +293,8 @@ def _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, data_dir, 
     models = [describe_model(d, label) for d, label in zip(model_dirs, labels)]
     settings = dict(tasks=tasks, limit=limit, num_fewshot=num_fewshot, seed=seed, max_length=max_length,
                     gen_kwargs=gen_kwargs, batch_size=batch_size, eval_data=str(eval_data),
-                    data_dir=str(data_dir) if data_dir else None)
+                    data_dir=str(data_dir) if data_dir else None,
+                    include_path=str(include_path) if include_path else None)
     report = build_report(models, records, settings, read_prepared(eval_data, missing_ok=True))
     write_report(report, out_dir)
     return report

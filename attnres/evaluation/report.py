@@ -16,13 +16,37 @@ ALPHA = 0.05
 LOWER_IS_BETTER = ("bpb", "loss", "perplexity", "bits_per_byte")
 
 
+def coverage(record: dict) -> dict:
+    """What share of a task's split its items are: {"items", "of", "subtasks", "text"}; "text" is the report's words
+    ("2 of 5 sequences", "57 subtasks x first 1: 57 of 14,042 items", "all 14,042 items"). lm-eval applies --limit to
+    each subtask (MMLU: each subject), so a group's share is stated with its subtask count."""
+    heldout = record.get("heldout")
+    if heldout:
+        items, total = heldout["sequences"], heldout.get("split_sequences", heldout["sequences"])
+        unit, subtasks = "validation sequences", 1
+    else:
+        counts = [c for c in (record.get("n_samples") or {}).values() if isinstance(c, dict)]
+        if not counts:
+            return dict(items=None, of=None, subtasks=None, text="n/a")
+        items, total = sum(c["effective"] for c in counts), sum(c["original"] for c in counts)
+        unit, subtasks = "items", len(counts)
+    if items >= total:
+        text = f"all {total:,} {unit}"
+    elif subtasks > 1:
+        text = f"{subtasks} subtasks x first {math.ceil(items / subtasks)}: {items:,} of {total:,} {unit}"
+    else:
+        text = f"first {items:,} of {total:,} {unit}"
+    return dict(items=items, of=total, subtasks=subtasks, text=text)
+
+
 def metric_table(records: dict, labels: list[str]) -> dict:
-    """{task: {metric: {"models": {label: {mean, stderr, n}}, "paired": [...]}}} from per-item records."""
+    """{task: {metric: {"models": {label: {mean, stderr, n}}, "paired": [...], "coverage": {...}}}} from per-item
+    records; "coverage" is the reference model's share of the split (every model ran the same settings)."""
     tasks = {}
     for task in records[labels[0]]:
         for metric in sorted(records[labels[0]][task]["items"]):
             per_model = {label: records[label][task]["items"].get(metric, {}) for label in labels}
-            entry = {"models": {}, "paired": [],
+            entry = {"models": {}, "paired": [], "coverage": coverage(records[labels[0]][task]),
                      "lower_is_better": metric.split(",")[0] in LOWER_IS_BETTER}
             for label, items in per_model.items():
                 mean, stderr = mean_stderr(list(items.values()))
@@ -45,8 +69,13 @@ def build_report(models: list[dict], records: dict, settings: dict, prepared: di
     notes = [f"{bench}: {info['note']}" for bench, info in prepared.items()
              if bench in benchmarks and isinstance(info, dict) and info.get("note")]
     if settings.get("limit"):
-        notes.append(f"--limit {settings['limit']}: a smoke run on the first items of each (sub)task, "
-                     "not a benchmark score")
+        notes.append(f"--limit {settings['limit']}: the first {settings['limit']} items of each task and of each "
+                     "subtask (lm-eval's rule; MMLU: of each of its subjects), a smoke run, not a benchmark score; "
+                     "the Results table's 'covers' column gives each task's share of its split")
+    heldout_scored = {r["heldout"]["heldout"].get("scored") for r in records.values() if "heldout" in r}
+    if heldout_scored - {None, "every token"}:
+        notes.append("heldout scores the supervised tokens only (the corpus's loss_mask: assistant turns), as "
+                     "training's val/heldout_loss does")
     heldout = {label: records[label]["heldout"].get("heldout") for label in labels if "heldout" in records[label]}
     return dict(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -71,10 +100,15 @@ def heldout_pooled_lines(heldout: dict | None, labels: list[str]) -> list[str]:
         return []
     rows = [f"| {label} | {fmt(heldout[label]['bpb'])} | {fmt(heldout[label]['loss'])} | {heldout[label]['bytes']:,} "
             f"| {heldout[label]['sequences']:,} |" for label in labels if heldout.get(label)]
+    first = next(heldout[label] for label in labels if heldout.get(label))
+    total = first.get("split_sequences", first["sequences"])
+    scope = ("over the whole split" if first["sequences"] >= total else
+             f"over the first {first['sequences']:,} of the split's {total:,} sequences (--limit), not the whole split")
+    scored = first.get("scored", "every token")
     return ["## Held-out, pooled", "",
             "The Results table's heldout rows are means over validation sequences of each sequence's value (the unit "
-            "of the paired test). Pooled over the whole split (bits per byte: all bits / all bytes; loss: all nats / "
-            "all tokens), as the main job's summary reports them:", "",
+            f"of the paired test). Pooled {scope} (bits per byte: all bits / all bytes; loss: all nats / "
+            f"all tokens; scored: {scored}), as the main job's summary reports them:", "",
             "| model | bits per byte (pooled) | loss (pooled, nats/token) | bytes | sequences |",
             "|---|---|---|---|---|",
             *rows, ""]
@@ -97,8 +131,9 @@ def render_markdown(report: dict) -> str:
     for row in report["matched"]:
         lines.append(f"| {row['property']} | {', '.join(map(str, row['values']))} | {row['status']} |")
     header = " | ".join(f"{label} (± s.e.)" for label in labels)
-    lines += ["", "## Results", "", f"| task | metric | n | {header} | delta vs {labels[0]} | paired test | p |",
-              "|---|---|---|" + "---|" * len(labels) + "---|---|---|"]
+    lines += ["", "## Results", "",
+              f"| task | metric | n | covers | {header} | delta vs {labels[0]} | paired test | p |",
+              "|---|---|---|---|" + "---|" * len(labels) + "---|---|---|"]
     for task, metrics in report["tasks"].items():
         for metric, entry in metrics.items():
             cells = " | ".join(f"{fmt(entry['models'][label]['mean'])} ± {fmt(entry['models'][label]['stderr'])}"
@@ -107,8 +142,9 @@ def render_markdown(report: dict) -> str:
             for pair in entry["paired"] or [None]:
                 delta = "" if pair is None else f"{pair['model']}: {pair['delta']:+.4f}"
                 star = "" if pair is None else f"{fmt_p(pair['p_value'])}{' *' if pair['significant'] else ''}"
+                covers = entry.get("coverage", {}).get("text", "n/a")
                 lines.append(f"| {task} | {metric.split(',')[0]} ({arrow}) | {entry['models'][labels[0]]['n']} "
-                             f"| {cells} | {delta} | {'' if pair is None else pair['test']} | {star} |")
+                             f"| {covers} | {cells} | {delta} | {'' if pair is None else pair['test']} | {star} |")
     lines += ["", f"`*`: p < {ALPHA} (two-sided; exact McNemar for 0/1 metrics, paired t-test otherwise; "
               "no correction for multiple comparisons).", ""]
     lines += heldout_pooled_lines(report.get("heldout"), labels)

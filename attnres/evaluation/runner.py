@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -62,28 +64,53 @@ def items_from_samples(samples: dict) -> dict:
 
 
 @lru_cache(maxsize=4)
-def task_manager(include_path: str | None):
-    """lm-eval's task index (it reads every task YAML of the installation: seconds), built once per folder."""
+def task_manager(include_paths: tuple[str, ...] = ()):
+    """lm-eval's task index (it reads every task YAML of the installation: seconds), built once per set of folders
+    (later folders win a name both define)."""
     from lm_eval.tasks import TaskManager
 
-    return TaskManager(include_path=include_path)
+    return TaskManager(include_path=list(include_paths) or None)
 
 
-def run_lm_eval_task(lm, task: str, include_path: Path, settings: dict, allow_code_execution: bool) -> dict | None:
+def run_lm_eval_task(lm, task: str, include_paths: tuple[str, ...], settings: dict,
+                     allow_code_execution: bool) -> dict | None:
     """Per-item metrics and lm-eval's aggregate results of one task (None on non-main processes)."""
     from lm_eval import simple_evaluate
 
     seed = settings["seed"]
-    out = simple_evaluate(
-        model=lm, tasks=[task], num_fewshot=settings["num_fewshot"], limit=settings["limit"], log_samples=True,
-        task_manager=task_manager(str(include_path) if include_path else None), bootstrap_iters=0,
-        random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-        confirm_run_unsafe_code=allow_code_execution, gen_kwargs=settings.get("gen_kwargs"),
-    )
+    with quiet_git_probe():
+        out = simple_evaluate(
+            model=lm, tasks=[task], num_fewshot=settings["num_fewshot"], limit=settings["limit"], log_samples=True,
+            task_manager=task_manager(tuple(include_paths)), bootstrap_iters=0,
+            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+            confirm_run_unsafe_code=allow_code_execution, gen_kwargs=settings.get("gen_kwargs"),
+        )
     if out is None:
         return None
     return dict(items=items_from_samples(out["samples"]), lm_eval_results=out["results"],
                 n_samples=out.get("n-samples"), versions=out.get("versions"))
+
+
+@contextmanager
+def quiet_git_probe():
+    """lm-eval records the git commit of the working folder (`git describe`) with git's stderr open, so outside a
+    repository every task prints "fatal: not a git repository". Within: the same probe with git's stderr discarded
+    (the recorded value is unchanged: the commit, or lm-eval's own fallback)."""
+    import lm_eval.evaluator as evaluator
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    def git_commit_hash():
+        try:
+            return subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL).strip().decode()
+        except (subprocess.CalledProcessError, OSError):
+            return get_commit_from_path(os.getcwd())
+
+    saved = evaluator.get_git_commit_hash
+    evaluator.get_git_commit_hash = git_commit_hash
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = saved
 
 
 def run_heldout(model_dir: Path, data_dir: Path, settings: dict, model=None, progress: bool = True) -> dict:
@@ -91,8 +118,13 @@ def run_heldout(model_dir: Path, data_dir: Path, settings: dict, model=None, pro
 
     result = heldout_metrics(model_dir, data_dir, max_sequences=settings["limit"], model=model, progress=progress)
     keys = [f"validation/{i}" for i in range(result["sequences"])]
-    return dict(items={"bpb,none": dict(zip(keys, result["items"])), "loss,none": dict(zip(keys, result["item_loss"]))},
-                heldout={k: result[k] for k in ("loss", "bpb", "tokens", "bytes", "sequences")})
+
+    def scored(values):  # a sequence without a scored token is no item of the paired test
+        return {k: v for k, v in zip(keys, values) if v == v}
+
+    return dict(items={"bpb,none": scored(result["items"]), "loss,none": scored(result["item_loss"])},
+                heldout={k: result[k] for k in ("loss", "bpb", "tokens", "bytes", "sequences", "split_sequences",
+                                                 "scored")})
 
 
 def evaluate_task(path: Path, settings: dict, compute) -> dict | None:

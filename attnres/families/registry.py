@@ -3,22 +3,36 @@
 AttnRes replaces the residual stream of a *PreNorm* decoder (`h + f(norm(h))`, twice per layer) by a learned mix of
 depth sources read where the stream was read. A family is supported when its layer is exactly that (post-norms on a
 sub-layer's *output*, as in Gemma 3, belong to the output and are fine), and refused by name otherwise, with the
-reason. README "Model families" has the table.
+reason. The supported ones are the folders of `attnres.families` that declare one (`modular_<folder>_attnres.py`,
+`attnres.families.declaration`); docs/FAMILIES.md has the table.
 """
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
 
+from attnres.families.declaration import Family
+
+FAMILIES_DIR = Path(__file__).resolve().parent
+
+
+def _declarations() -> dict[str, tuple[str, Family]]:
+    """The family's own model_type -> (its package, its declaration), for every folder with a modular file."""
+    found = {}
+    for path in sorted(FAMILIES_DIR.glob("*/modular_*_attnres.py")):
+        package = f"{__package__}.{path.parent.name}"
+        family = importlib.import_module(f"{package}.{path.stem}").FAMILY
+        found[family.model_type] = (package, family)
+    return found
+
+
+DECLARATIONS = _declarations()
 # the family's own model_type -> (module, AttnRes config class, AttnRes causal LM class)
-SUPPORTED = {
-    "llama": ("attnres.families.llama", "LlamaAttnResConfig", "LlamaAttnResForCausalLM"),
-    "mistral": ("attnres.families.mistral", "MistralAttnResConfig", "MistralAttnResForCausalLM"),
-    "qwen2": ("attnres.families.qwen2", "Qwen2AttnResConfig", "Qwen2AttnResForCausalLM"),
-    "qwen3": ("attnres.families.qwen3", "Qwen3AttnResConfig", "Qwen3AttnResForCausalLM"),
-    "gemma3_text": ("attnres.families.gemma3", "Gemma3TextAttnResConfig", "Gemma3TextAttnResForCausalLM"),
-    "kimi_linear": ("attnres.families.kimi_linear", "KimiLinearAttnResConfig", "KimiLinearAttnResForCausalLM"),
-}
+SUPPORTED = {model_type: (package, family.config_name, family.causal_lm_name)
+             for model_type, (package, family) in DECLARATIONS.items()}
+# model_types of wrapper configs (Kimi K3's `kimi_k3`) -> the family they read as
+WRAPPERS = {wrapper: model_type for model_type, (_, family) in DECLARATIONS.items()
+            for wrapper in family.wrapper_model_types}
 PARALLEL = ("parallel residual: attention and MLP read the same input and are added together, so a layer has one "
             "mix point, not the two of Kimi K3's layout")
 NOT_YET = "PreNorm, so it could take AttnRes, but it is not ported yet (its layer is not Llama's)"
@@ -38,7 +52,6 @@ REFUSED = {
     "gpt2": "learned absolute positions and LayerNorm; " + NOT_YET,
     "gemma": NOT_YET,
     "gemma2": NOT_YET + " (Gemma 2: pre- and post-norms as Gemma 3, soft-capped attention)",
-    "phi3": NOT_YET,
     "olmo": NOT_YET + " (non-parametric LayerNorm)",
     "starcoder2": NOT_YET + " (LayerNorm with bias)",
     "mixtral": NOT_YET + " (MoE MLP)",
@@ -49,6 +62,11 @@ REFUSED = {
     "jamba": "hybrid Mamba/attention layers with one mixer each, not the attention/MLP pair",
 }
 ATTN_RES_SUFFIX = "_attnres"
+
+
+def declaration(model_type: str) -> Family:
+    """The declaration of a supported family, by its own model_type."""
+    return DECLARATIONS[model_type][1]
 
 
 def module_path_of(model_type: str) -> str:
@@ -72,25 +90,27 @@ def source_family_of(model_type: str | None, mode: str | None = None, family: st
     """`source_family` from a config's fields (a config.json read as a dict: `mode` None reads as K3's rule would,
     from the block size, so only "standard" passes)."""
     model_type = model_type or ""
-    if model_type.endswith(ATTN_RES_SUFFIX) or model_type == "kimi_k3":
+    if model_type.endswith(ATTN_RES_SUFFIX) or model_type in WRAPPERS:
         if mode != "standard":
             raise ValueError(f"model_type {model_type!r} with attn_res_mode={mode!r} is already AttnRes: upcycling "
                              "turns a standard-residual checkpoint into Block or Full AttnRes")
-        return family or (model_type.removesuffix(ATTN_RES_SUFFIX) if model_type != "kimi_k3" else "kimi_linear")
+        return family or WRAPPERS.get(model_type) or model_type.removesuffix(ATTN_RES_SUFFIX)
     if model_type in SUPPORTED:
         return model_type
     if model_type in REFUSED:
         raise ValueError(f"model_type {model_type!r} is not supported by AttnRes: {REFUSED[model_type]}")
     raise ValueError(f"model_type {model_type!r} is not a supported family (supported: {sorted(SUPPORTED)}; "
-                     "README 'Model families' lists the refused ones and why)")
+                     "docs/FAMILIES.md lists the refused ones and why)")
 
 
 def family_of_model_type(model_type: str | None) -> str:
     """The family (its own model_type) of a config.json's `model_type`, AttnRes or not: `llama_attnres` and `llama`
-    are Llama; Kimi Linear's own, K3's and a config.json without one (Moonshot's layout) are Kimi Linear. ValueError
-    naming the reason for a refused or unknown family."""
-    if model_type in (None, "", "kimi_k3"):
+    are Llama; a wrapper's (K3's `kimi_k3`) is the family it wraps, and a config.json without one (Moonshot's layout)
+    is Kimi Linear. ValueError naming the reason for a refused or unknown family."""
+    if model_type in (None, ""):
         return "kimi_linear"
+    if model_type in WRAPPERS:
+        return WRAPPERS[model_type]
     if not isinstance(model_type, str):
         raise ValueError(f"model_type must be a string, got {model_type!r}")
     family = model_type.removesuffix(ATTN_RES_SUFFIX)
@@ -109,14 +129,13 @@ def family_of_folder(folder) -> tuple[str, str | None]:
 
 
 def register_auto_classes() -> None:
-    """AutoConfig / AutoModel / AutoModelForCausalLM for every family's `<model_type>_attnres` (Kimi Linear registers
-    itself in `attnres/__init__.py`), each marked for remote code as Kimi Linear is: `save_pretrained` writes `auto_map`
-    and the generated code files (attnres.folders.remote_code)."""
+    """AutoConfig / AutoModel / AutoModelForCausalLM for every family's `<model_type>_attnres`, each marked for remote
+    code: `save_pretrained` writes `auto_map` and the generated code files (attnres.folders.remote_code). A wrapper's
+    model_type (K3's `kimi_k3`) reads as its family's config, unless transformers ships its own."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
-    for model_type, (module, config_name, model_name) in SUPPORTED.items():
-        if model_type == "kimi_linear":
-            continue
+    for module, config_name, model_name in SUPPORTED.values():
         loaded = importlib.import_module(module)
         config_class = getattr(loaded, config_name)
         causal_lm = getattr(loaded, model_name)
@@ -126,7 +145,10 @@ def register_auto_classes() -> None:
         config_class.register_for_auto_class()
         causal_lm.model_class.register_for_auto_class("AutoModel")
         causal_lm.register_for_auto_class("AutoModelForCausalLM")
+    for wrapper, model_type in WRAPPERS.items():
+        if wrapper not in CONFIG_MAPPING_NAMES:
+            CONFIG_MAPPING.register(wrapper, family_classes(model_type)[0], exist_ok=True)
 
 
-__all__ = ["SUPPORTED", "REFUSED", "family_classes", "family_of_model_type", "family_of_folder", "source_family",
-           "source_family_of", "register_auto_classes"]
+__all__ = ["SUPPORTED", "REFUSED", "DECLARATIONS", "WRAPPERS", "declaration", "family_classes", "family_of_model_type",
+           "family_of_folder", "source_family", "source_family_of", "register_auto_classes"]

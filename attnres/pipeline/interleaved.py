@@ -172,6 +172,7 @@ class InterleavedChunk(AttnResMixing, nn.Module):
         self.is_last = plan.is_last
         if self.is_last:
             self.norm, self.lm_head = base.norm, model.lm_head
+            self.fusable_norm = base.fusable_norm  # the model's norm policy: its final norm fuses as there
             for name, module in base.named_children():  # the output mix point's tensors (AttnResMixing names)
                 if name.startswith("output_attn"):
                     self.add_module(name, module)

@@ -29,6 +29,24 @@ from .interleaved import build_interleaved, expected_traffic
 CHECKPOINT_FILE = "pipeline_rank{rank}.pt"
 
 
+def check_model_family(args) -> None:
+    """The interleaved stages are Kimi Linear AttnRes layers: --model must be a Kimi Linear folder. Another family's
+    is refused by name (read from its config.json), never loaded as Kimi Linear."""
+    if args.model is None:
+        return
+    from ..families.registry import family_of_folder
+    from ..folders.checkpoint_files import CheckpointFileError
+
+    try:
+        family, model_type = family_of_folder(args.model)
+    except (CheckpointFileError, ValueError) as error:
+        raise SystemExit(f"error: --model {args.model}: {error}") from None
+    if family != "kimi_linear":
+        raise SystemExit(f"error: --model {args.model} is a {model_type} checkpoint ({family} family): the interleaved "
+                         "pipeline trains Kimi Linear AttnRes models only; fine-tune it with `attnres train "
+                         f"--init-from {args.model}`")
+
+
 def check_args(args, world: int) -> None:
     if world < 2:
         raise SystemExit("error: an interleaved pipeline needs >= 2 processes (torchrun --nproc_per_node 2 ...)")
@@ -180,6 +198,7 @@ def train_interleaved(args) -> dict:
     from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard
     from ..training.state import is_rank_zero, output_lock, remove_partial
 
+    check_model_family(args)  # before torchrun's check: the same answer launched or not
     if "WORLD_SIZE" not in os.environ:
         raise SystemExit("error: launch with torchrun, e.g. `torchrun --nproc_per_node 2 "
                          "scripts/train_interleaved.py` (see --help)")

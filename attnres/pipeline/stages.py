@@ -121,6 +121,7 @@ class OutputHeadPipe(AttnResMixing, PipeLayer):
         self.config = skeleton.config
         base = skeleton.model
         modules = {"norm.": base.norm, "lm_head.": skeleton.lm_head}
+        self.fusable_norm = base.fusable_norm  # the model's norm policy: its final norm fuses as in the model
         if self.config.attn_res_mode != "standard":
             modules.update({"output_attn_res_norm.": base.output_attn_res_norm,
                             "output_attn_res_proj.": base.output_attn_res_proj})

@@ -119,7 +119,10 @@ class AccelerateEngine:
         self.accelerator.wait_for_everyone()
 
     def save(self, folder: Path) -> None:
-        self.accelerator.save_state(str(folder))
+        from ..utils.quiet_logs import tied_save_quiet
+
+        with tied_save_quiet(self.module):  # a declared tie is re-created on load: no "Removed shared tensor"
+            self.accelerator.save_state(str(folder))
         if self.is_main:
             torch.save(self.scheduler.state_dict(), Path(folder) / SCHEDULER_FILE)
 

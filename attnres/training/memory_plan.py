@@ -4,7 +4,7 @@ bank for a batch and context, and the bytes crossing each pipeline boundary per 
 
 Kimi Linear's counts are closed-form over the config (the same shapes `KimiLinearAttnResForCausalLM` builds; tests
 check them against instantiated models). Buffers (the routers' `e_score_correction_bias`, E floats a layer) are not
-parameters and are left out. Every other family (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text; AttnRes or the family's
+parameters and are left out. Every other family (`attnres.families.registry.SUPPORTED`; AttnRes or the family's
 own config.json) is counted on the meta device: its model is built there, which allocates nothing, and its parameters
 are sorted into the same parts by name.
 """
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from ..core.depth_layout import DepthLayout
-from ..core.model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
 from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
+from ..families.kimi_linear.model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
 from ..families.registry import family_classes, family_of_model_type
 from ..folders.checkpoint_files import read_json_file
 

@@ -17,6 +17,7 @@ def test_each_point_names_its_own_sources():
     assert full[-1] == ["emb", "L0.attn", "L0.mlp", "L1.attn", "L1.mlp"] and len(full) == 5
 
 
+@pytest.mark.slow  # trains the demo model: ~30-60 s on 2 CPU cores
 @pytest.mark.parametrize("mode", ["block", "full"])
 def test_demo_prints_and_plots_the_points_own_names(tmp_path, capsys, mode):
     plot = tmp_path / "weights.png"

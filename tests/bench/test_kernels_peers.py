@@ -54,6 +54,8 @@ print(json.dumps(dict(verdicts=verdicts, notes=notes, kda=kda, fla=sys.modules["
 """
 
 
+@pytest.mark.slow
+@pytest.mark.network  # setup_peers.sh pip-installs the peer packages
 def test_peers_pytorch_paths_and_ours_agree_forward_and_backward(peers_path):
     impls = "torch_lean,fla_naive,far_torch_eager,far_triton,fla"
     result = subprocess.run([sys.executable, "-c", PARITY, peers_path, impls], capture_output=True, text=True,
@@ -79,6 +81,8 @@ def test_peers_pytorch_paths_and_ours_agree_forward_and_backward(peers_path):
     assert 1e-4 < verdicts["far_triton torch.float32 n=2 d=64"]["max_rel_err"] < 3e-2
 
 
+@pytest.mark.slow
+@pytest.mark.network  # setup_peers.sh pip-installs the peer packages
 def test_tiny_cpu_bench_writes_every_cpu_row_with_time_bandwidth_and_check(peers_path, tmp_path):
     out = tmp_path / "bench.json"
     command = [sys.executable, str(REPO / "scripts" / "bench_kernels.py"), "--device", "cpu", "--hidden", "64",

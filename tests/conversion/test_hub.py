@@ -68,7 +68,7 @@ def test_model_card_describes_the_model(hub_folder):
     assert card.data.library_name == "transformers" and card.data.datasets == ["HuggingFaceFW/fineweb-edu"]
     text = card.text
     assert ("model_type `kimi_linear_attnres`" in text and "| AttnRes mode | `block` |" in text
-            and "3 blocks of 2 layers" in text)
+            and "3 blocks: 2 of 2 layers and 1 of 1" in text)  # 5 layers
     assert f"{model.num_parameters():,}" in text
     assert "FineWeb-Edu sample, 2M tokens" in text
     assert "| arc_easy | acc | 0.4321 |" in text and "| hellaswag | acc_norm | 0.2875 |" in text
@@ -116,10 +116,54 @@ def test_script_dry_run_and_refusals(hub_folder, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     assert script.main(["--model", str(built), "--repo-id", "me/x", "--output", str(out), "--dry-run"]) == 0
     assert "dry run" in capsys.readouterr().out and not uploads and (out / "model.safetensors").is_file()
+    reviewed = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    # the upload after a dry run: the reviewed folder itself, not rebuilt, never "already exists"
+    assert script.main(["--model", str(built), "--repo-id", "me/x", "--output", str(out)]) == 0
+    assert uploads == [(out.resolve(), "me/x")] and {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == reviewed
+    # another card setting: that folder (push-to-hub's own) is rebuilt in place, without --force
+    assert script.main(["--model", str(built), "--repo-id", "me/x", "--output", str(out), "--training-data",
+                        "a new corpus"]) == 0
+    assert "a new corpus" in (out / "README.md").read_text() and len(uploads) == 2
+    assert script.main(["--model", str(built), "--repo-id", "me/x", "--output", str(out), "--force"]) == 0
+    assert len(uploads) == 3
+    (out / ".attnres_hub_build.json").unlink()  # no build record: not push-to-hub's folder
     assert script.main(["--model", str(built), "--repo-id", "me/x", "--output", str(out)]) == 1
     assert "already exists" in capsys.readouterr().err
-    assert script.main(["--model", str(built), "--repo-id", "me/x", "--output", str(out), "--force"]) == 0
-    assert uploads == [(out.resolve(), "me/x")]
+
+
+def test_tokenizer_of_the_model_folder_base_model_and_training_info(tmp_path):
+    """No --tokenizer: the model folder's own is packaged, and the card's `AutoTokenizer.from_pretrained(repo)` works
+    on the output folder; base_model and "Training data" come from training_info.json (train's record); the blocks
+    are described as they are when the block size does not divide the depth."""
+    from transformers import AutoTokenizer
+
+    from attnres import upcycle
+
+    model = upcycle(source_model("llama"), "block", block_size=3)  # 4 layers: blocks of 3 and 1
+    model.save_pretrained(tmp_path / "model")
+    tokenizer = AutoTokenizer.from_pretrained(str(write_tokenizer(tmp_path / "tok")))
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "model" / "training_info.json").write_text(json.dumps(dict(
+        steps=10, tokens_trained=10 * 8 * 64, global_batch=8, seq_len=64, data="/data/chat-packed",
+        data_fingerprint="abc123", settings={"init_from": "HuggingFaceTB/SmolLM2-135M-Instruct"})))
+    folder = build_hub_folder(tmp_path / "model", tmp_path / "hub", repo_id="me/llama-attnres")
+    loaded = AutoTokenizer.from_pretrained(str(folder))
+    assert loaded("hello world")["input_ids"] == tokenizer("hello world")["input_ids"]
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert "2 blocks: 1 of 3 layers and 1 of 1" in card.text and "blocks of 3 layers" not in card.text
+    assert "5,120 tokens (10 steps x 8 sequences x 64 tokens) of the prepared corpus `chat-packed`" in card.text
+    assert "Not stated" not in card.text
+    given = build_hub_folder(tmp_path / "model", tmp_path / "hub2", base_model="me/other", training_data="told")
+    card = ModelCard.load(given / "README.md")
+    assert card.data.base_model == "me/other" and "told" in card.text  # the flags win over the record
+
+
+def test_block_layout_words():
+    from attnres.conversion.hub import block_layout
+
+    assert block_layout(30, 4) == "8 blocks: 7 of 4 layers and 1 of 2"
+    assert block_layout(24, 4) == "6 blocks of 4 layers"
 
 
 @pytest.mark.parametrize("family", FAMILIES)

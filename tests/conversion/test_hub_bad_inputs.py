@@ -70,6 +70,22 @@ def test_missing_model_folder(push, capsys, tmp_path):
                 ["--model", "nowhere", "no such folder"], absent=[tmp_path / "hub"])
 
 
+@pytest.mark.parametrize("base_model", ["a/b/c", "me/my model", "plain-name"])
+def test_invalid_base_model_refused_before_the_build(push, capsys, saved_model, tmp_path, base_model):
+    out = tmp_path / "hub"
+    run_refused(push, capsys, ["--model", saved_model, "--base-model", base_model, "--output", out, "--dry-run"],
+                ["--base-model"], untouched=[saved_model], absent=[out])
+
+
+def test_existing_folder_push_to_hub_did_not_build_is_refused(push, capsys, saved_model, tmp_path):
+    """Only a folder with push-to-hub's build record is reused or rebuilt without --force: another is the user's."""
+    out = tmp_path / "hub"
+    out.mkdir()
+    (out / "notes.txt").write_text(SENTINEL)
+    run_refused(push, capsys, ["--model", saved_model, "--output", out, "--dry-run"], ["--output", "already exists"],
+                untouched=[saved_model, out])
+
+
 OUTPUT_CASES = {
     "output_is_model": (lambda model: model, ["is the input"]),
     "output_contains_model": (lambda model: model.parent, ["contains the input"]),

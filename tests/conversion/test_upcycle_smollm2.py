@@ -39,6 +39,7 @@ def greedy(model, tokenizer, new_tokens: int = 3) -> str:
     return tokenizer.decode(out[0, ids.shape[1]:])
 
 
+@pytest.mark.slow  # the real 135M model
 @pytest.mark.parametrize("mode", ["block", "full"])
 def test_upcycled_smollm2_keeps_its_function(smollm2, source_continuation, mode):
     source, tokenizer = smollm2
@@ -54,6 +55,7 @@ def test_upcycled_smollm2_keeps_its_function(smollm2, source_continuation, mode)
     assert greedy(model, tokenizer) == source_continuation
 
 
+@pytest.mark.slow  # the real 135M model
 def test_convert_upcycles_the_gguf_file(smollm2, tmp_path, capsys):
     source, _ = smollm2
     gguf = gguf_file()

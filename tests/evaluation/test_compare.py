@@ -13,6 +13,8 @@ from attnres.cli.compare import main as compare_main
 from attnres.evaluation import compare, heldout_metrics
 from tests.helpers.eval_fixtures import fixture_eval_data, tiny_pair
 
+# lm-eval's task index and two tiny models over every benchmark: ~3 min on 2 CPU cores
+pytestmark = pytest.mark.slow
 ALL_TASKS = ["heldout", "attnres_mmlu", "attnres_mmlu_cloze", "attnres_mmlu_bpb", "attnres_gpqa", "attnres_gpqa_bpb",
              "attnres_triviaqa", "attnres_triviaqa_bpb", "attnres_minerva_math", "attnres_minerva_math_bpb",
              "attnres_humaneval", "attnres_humaneval_bpb"]
@@ -47,6 +49,12 @@ def test_every_benchmark_loads_from_local_files_and_scores(full_run):
             assert entry["paired"][0]["model"] == "block" and entry["paired"][0]["n"] == entry["models"]["block"]["n"]
     assert set(report["tasks"]["attnres_minerva_math"]) == {"exact_match,none", "math_verify,none"}
     assert report["tasks"]["attnres_mmlu"]["acc,none"]["models"]["block"]["n"] == 4  # 2 subjects x limit 2
+    # one meaning of --limit: the bits-per-byte task takes the same first items of each subject
+    assert report["tasks"]["attnres_mmlu_bpb"]["bpb,none"]["models"]["block"]["n"] == 4
+    assert report["tasks"]["attnres_mmlu_bpb"]["bpb,none"]["coverage"]["text"] == "2 subtasks x first 2: 4 of 6 items"
+    assert report["tasks"]["heldout"]["bpb,none"]["coverage"]["text"] == "first 2 of 50 validation sequences"
+    math_n = report["tasks"]["attnres_minerva_math"]["exact_match,none"]["models"]["block"]["n"]
+    assert math_n == 14 and report["tasks"]["attnres_minerva_math_bpb"]["bpb,none"]["models"]["block"]["n"] == math_n
     assert report["tasks"]["attnres_humaneval"]["pass_at_1,none"]["models"]["block"]["n"] == 1
 
 
@@ -65,7 +73,11 @@ def test_report_is_complete(full_run, setup):
     model = AutoModelForCausalLM.from_pretrained(str(setup["block"]))
     assert block["parameters"] == sum(t.numel() for t in model.state_dict().values())  # parameters + saved buffers
     markdown = (full_run / "report.md").read_text()
-    assert "| attnres_mmlu_bpb | bpb (lower is better)" in markdown and "## Matched?" in markdown
+    assert "| attnres_mmlu_bpb | bpb (lower is better) | 4 | 2 subtasks x first 2: 4 of 6 items |" in markdown
+    assert "## Matched?" in markdown
+    # --limit cut the split: the pooled held-out numbers say so, never "the whole split"
+    assert "Pooled over the whole split" not in markdown
+    assert "Pooled over the first 2 of the split's 50 sequences" in markdown
 
     from attnres.conversion.hub import read_eval_results  # scripts/push_to_hub.py --eval-results report.json
 
@@ -123,6 +135,105 @@ def test_heldout_equals_training_loss_and_hand_bpb(setup):
     assert result["loss"] == pytest.approx(loss, rel=1e-5)
     assert result["bpb"] == pytest.approx(nll / math.log(2) / nbytes, rel=1e-5)
     assert result["sequences"] == 3 and len(result["items"]) == 3
+
+
+def masked_copy(data, out):
+    """The prepared corpus as instruction data: a loss_mask that scores the second half of each sequence only."""
+    import shutil
+
+    from datasets import load_from_disk
+
+    shutil.copytree(data, out)
+    splits = load_from_disk(str(data / "dataset"))
+    masked = splits.map(lambda row: {"loss_mask": [int(i >= len(row["input_ids"]) // 2)
+                                                   for i in range(len(row["input_ids"]))]})
+    shutil.rmtree(out / "dataset")
+    masked.save_to_disk(str(out / "dataset"))
+    meta = json.loads((out / "meta.json").read_text())
+    (out / "meta.json").write_text(json.dumps({**meta, "loss_mask": True}))
+    return out
+
+
+def test_heldout_scores_the_loss_mask_as_training_does(setup):
+    """Chat data: heldout's loss is training's validation loss on the same rows (labels -100 where loss_mask is 0),
+    not the loss over the prompt tokens too; the report says what it scored."""
+    from transformers import AutoModelForCausalLM
+
+    from attnres.training.data import batch_tensors, load_prepared
+
+    data = masked_copy(setup["data"], setup["root"] / "chat_data")
+    model = AutoModelForCausalLM.from_pretrained(str(setup["standard"])).eval()
+    _, val, _ = load_prepared(data)
+    ids, labels = batch_tensors(val, list(range(3)), 32, "cpu")
+    with torch.no_grad():
+        expected = model(input_ids=ids, labels=labels).loss.item()  # train.py's val/heldout_loss
+        everything = model(input_ids=ids, labels=ids).loss.item()
+    result = heldout_metrics(setup["standard"], data, max_sequences=3, batch_size=2, progress=False)
+    assert result["loss"] == pytest.approx(expected, rel=1e-5)
+    assert abs(result["loss"] - everything) > 1e-3  # the mask changed what is scored
+    assert result["tokens"] == 3 * (32 - 32 // 2) and result["scored"] == "supervised tokens (loss_mask)"
+    out = setup["root"] / "chat_report"
+    report = compare([setup["standard"], setup["block"]], ["heldout"], out, data_dir=data, limit=3, device="cpu",
+                     progress=False)
+    assert report["heldout"]["standard"]["loss"] == pytest.approx(expected, rel=1e-5)
+    markdown = (out / "report.md").read_text()
+    assert "scored: supervised tokens (loss_mask)" in markdown and "heldout scores the supervised tokens" in markdown
+
+
+def test_quick_preset(setup, capsys):
+    """--quick: heldout and MMLU bits per byte at --limit 4, on both models; its --help states the measured times."""
+    import time
+
+    from attnres.cli.compare import build_parser
+    from attnres.evaluation.comparison import QUICK_LIMIT
+
+    assert "--quick" in build_parser().format_help() and "Measured" in build_parser().format_help()
+    out = setup["root"] / "quick"
+    start = time.perf_counter()
+    report = compare_main([str(setup["standard"]), str(setup["block"]), "--quick", "--data", str(setup["data"]),
+                           "--eval-data", str(setup["eval_data"]), "--output-dir", str(out), "--device", "cpu"])
+    seconds = time.perf_counter() - start
+    print(f"compare --quick, two tiny models: {seconds:.1f} s")  # BENCHMARKS.md cites this line (pytest -s)
+    assert report["settings"]["tasks"] == ["heldout", "attnres_mmlu_bpb"] and report["settings"]["limit"] == QUICK_LIMIT
+    assert report["tasks"]["heldout"]["bpb,none"]["models"]["block"]["n"] == QUICK_LIMIT
+    assert report["tasks"]["attnres_mmlu_bpb"]["bpb,none"]["models"]["block"]["n"] == 6  # 2 subjects x 3 items: all
+    assert seconds < 600
+
+
+def test_include_path_runs_the_users_own_task(setup, tmp_path):
+    """--include-path DIR: a task YAML of the user's (lm-eval's --include_path), with the paired report of ours; the
+    same task name without the flag is unknown and the message names the flag."""
+    rows = [{"q": f"The number {i} is", "a": f" {i}"} for i in range(3)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = tmp_path / "my_tasks"
+    tasks.mkdir()
+    (tasks / "my_numbers.yaml").write_text(
+        "task: my_numbers\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {tmp_path / 'rows.jsonl'}\ntest_split: test\noutput_type: loglikelihood\n"
+        'doc_to_text: "{{q}}"\ndoc_to_target: "{{a}}"\nmetric_list:\n  - metric: acc\n    aggregation: mean\n'
+        "    higher_is_better: true\n")
+    models = [str(setup["standard"]), str(setup["block"])]
+    with pytest.raises(Exception, match="--include-path"):
+        compare_main([*models, "--tasks", "my_numbers", "--eval-data", str(setup["eval_data"]),
+                      "--output-dir", str(tmp_path / "refused"), "--device", "cpu"])
+    report = compare_main([*models, "--tasks", "my_numbers", "--include-path", str(tasks), "--eval-data",
+                           str(setup["eval_data"]), "--output-dir", str(tmp_path / "out"), "--device", "cpu"])
+    entry = report["tasks"]["my_numbers"]["acc,none"]
+    assert entry["models"]["block"]["n"] == 3 and entry["paired"][0]["model"] == "block"
+    assert entry["coverage"]["text"] == "all 3 items" and report["settings"]["include_path"] == str(tasks)
+
+
+@pytest.mark.parametrize("signal_name, code", [(None, 130), ("SIGTERM", 143)])
+def test_interrupt_is_one_line(setup, tmp_path, monkeypatch, capsys, signal_name, code):
+    """Ctrl-C (or SIGTERM) during an evaluation: one line saying finished tasks are kept, the signal's exit code."""
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt(*([signal_name] if signal_name else []))
+
+    monkeypatch.setattr("attnres.cli.compare.compare", stopped)
+    out = tmp_path / "out"
+    assert compare_main([str(setup["standard"]), str(setup["block"]), "--output-dir", str(out)]) == code
+    err = capsys.readouterr().err
+    assert err.strip() == f"interrupted: finished tasks are kept in {out}/results; the same command continues"
 
 
 def test_rerun_resumes_finished_tasks(full_run, setup, monkeypatch):

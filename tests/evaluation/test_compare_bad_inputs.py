@@ -30,6 +30,8 @@ def env(tmp_path_factory, offline):
     a, b = tiny_folder(root / "a", num_layers=2), tiny_folder(root / "b", num_layers=2, seed=1)
     (root / "a_file").write_text("not a folder")
     (root / "empty").mkdir()
+    (root / "my_tasks").mkdir()  # a user's --include-path folder
+    (root / "my_tasks" / "my_task.yaml").write_text("task: my_task\n")
     configs = {"bad_json": "{not json", "not_model": "{}", "no_weights": '{"model_type": "kimi_linear"}'}
     for name, text in configs.items():
         (root / name).mkdir()
@@ -93,6 +95,12 @@ COMPARE_CASES = {
     "model_args_set_by_a_flag": (["{a}", "{b}", "--model-args", "trust_remote_code=True"],
                                  ["--model-args", "trust_remote_code", "--trust-remote-code"]),
     "model_args_unknown_option": (["{a}", "{b}", "--model-args", "nonsense=1"], ["--model-args", "nonsense"]),
+    "include_path_missing": (["{a}", "{b}", "--include-path", "{root}/missing"], ["--include-path", "missing"]),
+    "include_path_is_a_file": (["{a}", "{b}", "--include-path", "{root}/a_file"], ["--include-path", "not a folder"]),
+    "include_path_without_yaml": (["{a}", "{b}", "--include-path", "{root}/empty"], ["--include-path", "*.yaml"]),
+    "output_dir_inside_include_path": (["{a}", "{b}", "--include-path", "{root}/my_tasks", "--output-dir",
+                                        "{root}/my_tasks/report"], ["--output-dir", "inside", "my_tasks"]),
+    "own_task_without_include_path": (["{a}", "{b}", "--tasks", "my_own_task"], ["my_own_task", "--include-path"]),
 }
 
 
@@ -103,6 +111,23 @@ def test_heldout_with_another_tokenizer_refused_before_any_work(env, prepared_da
             str(out), "--device", "cpu"]
     expect_refused(lambda: compare_main(argv), ["--data", "tokenizer differs", str(env["a"])],
                    untouched=[env["a"], prepared_data], absent=[out], errors=(CompareError, DataError))
+
+
+def test_heldout_with_a_model_without_tokenizer_named(env, prepared_data, tmp_path):
+    """heldout scores the corpus's ids, yet lm-eval's HF wrapper loads each model's own tokenizer: a folder without
+    one is named before any work, never a tokenizers traceback."""
+    out = tmp_path / "out"
+    argv = [str(env["a"]), str(env["root"] / "no_tokenizer"), "--data", str(prepared_data), "--tasks", "heldout",
+            "--output-dir", str(out), "--device", "cpu"]
+    expect_refused(lambda: compare_main(argv), ["no_tokenizer", "no tokenizer"], untouched=[env["a"], prepared_data],
+                   absent=[out], errors=(CompareError, DataError))
+
+
+def test_quick_with_tasks_refused(env, capsys, tmp_path):
+    with pytest.raises(SystemExit) as info:
+        compare_main([str(env["a"]), str(env["b"]), "--quick", "--tasks", TASK, "--output-dir", str(tmp_path / "o")])
+    assert info.value.code == 2 and "--quick picks its tasks" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def fill(argv, env, out):

@@ -13,6 +13,8 @@ from tests.families.tiny import FAMILIES, source_model
 from tests.helpers.eval_fixtures import easy_mmlu, fixture_eval_data
 from tests.helpers.train_fixtures import prepare_tiny_dataset
 
+pytestmark = pytest.mark.slow  # lm-eval on every family's pair and on the real SmolLM2-135M
+
 pytestmark = pytest.mark.usefixtures("offline")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import zipfile
 from pathlib import Path
 
@@ -28,11 +29,29 @@ def test_gpqa_csv_official_layout_and_bad_files(tmp_path, monkeypatch):
                           ("bin.csv", "not a UTF-8 CSV"), ("empty.csv", "empty cells on lines [2]")]:
         with pytest.raises(DataError, match=message.replace("[", r"\[").replace("]", r"\]")):
             read_gpqa_csv(tmp_path / name)
+    start = time.perf_counter()
     status = prepare_eval_data(tmp_path / "eval", tmp_path / "cache", None, ["gpqa"], progress=False)
     assert "--gpqa-csv" in status["gpqa"]["error"]  # offline, no CSV: one line saying what to do
+    assert "HF_HUB_OFFLINE is set" in status["gpqa"]["error"] and time.perf_counter() - start < 10  # not tried
     status = prepare_eval_data(tmp_path / "eval", tmp_path / "cache", tmp_path / "gpqa.csv", ["gpqa"], progress=False)
     assert status["gpqa"]["rows"] == {"train": 3}
     assert (tmp_path / "eval" / "tasks" / "gpqa" / "attnres_gpqa.yaml").is_file()
+
+
+def test_gpqa_hub_attempt_is_announced(monkeypatch, capsys):
+    """Online, no CSV: a line says what is being tried before the (possibly long) attempt."""
+    from attnres.evaluation import data
+
+    for name in data.OFFLINE_FLAGS:
+        monkeypatch.delenv(name, raising=False)
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr("datasets.load_dataset", unreachable)
+    with pytest.raises(DataError, match="unreachable"):
+        data.gpqa_from_hub()
+    assert "trying the gated Hub copy Idavidrein/gpqa" in capsys.readouterr().err
 
 
 def fake_wheel(path: Path, members: dict) -> None:

@@ -175,8 +175,10 @@ def test_gpqa_absent_is_one_line_not_the_hubs_retries(monkeypatch):
 
     import datasets
 
-    from attnres.evaluation.data import DataError, gpqa_from_hub
+    from attnres.evaluation.data import OFFLINE_FLAGS, DataError, gpqa_from_hub
 
+    for name in OFFLINE_FLAGS:  # online: the Hub copy is tried (offline it is refused at once, without a try)
+        monkeypatch.delenv(name, raising=False)
     retries_shown = []
 
     def unreachable(*args, **kwargs):

@@ -141,3 +141,18 @@ def test_block_mode_without_a_block_size_is_refused():
 def test_gemma3_bidirectional_attention_is_refused():
     with pytest.raises(ValueError, match="use_bidirectional_attention"):
         attn_res_config("gemma3_text", use_bidirectional_attention=True)
+
+
+def test_phi3_residual_dropouts_in_training_are_phi3s_bit_for_bit():
+    """Phi-3 drops out each sub-layer's output before the residual add: in standard mode, training, the AttnRes model
+    draws the same masks in the same order, so its logits equal Phi-3's; the dropout does act (eval differs)."""
+    source = source_model("phi3", resid_pdrop=0.5).train()
+    model = attn_res_model("phi3", mode="standard", resid_pdrop=0.5).train()
+    model.load_state_dict(source.state_dict())
+    ids = random_ids()
+    torch.manual_seed(11)
+    expected = source(ids).logits
+    torch.manual_seed(11)
+    assert torch.equal(model(ids).logits, expected)
+    with torch.no_grad():
+        assert not torch.allclose(model.eval()(ids).logits, expected, atol=1e-3)

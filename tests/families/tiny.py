@@ -2,28 +2,27 @@
 from __future__ import annotations
 
 import torch
-from transformers import Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
-from transformers.models.gemma3.modeling_gemma3 import Gemma3ForCausalLM
-from transformers.models.llama.modeling_llama import LlamaForCausalLM
-from transformers.models.mistral.modeling_mistral import MistralForCausalLM
-from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
-from transformers.models.qwen3.modeling_qwen3 import Qwen3ForCausalLM
 
-from attnres.families.registry import family_classes
+from attnres.families.registry import SUPPORTED, declaration, family_classes
 
 VOCAB = 96
 SHAPE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 # each family with what distinguishes it switched on: sliding windows shorter than the test sequences (Mistral,
-# Qwen2's upper layers, Gemma 3's local layers), q/k norms (Qwen3), Gemma's scaled embedding, post-norms, soft-capping
-FAMILIES = {
-    "llama": (LlamaConfig, LlamaForCausalLM, {}),
-    "mistral": (MistralConfig, MistralForCausalLM, dict(sliding_window=4)),
-    "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(use_sliding_window=True, sliding_window=4, max_window_layers=2)),
-    "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(head_dim=8)),
-    "gemma3_text": (Gemma3TextConfig, Gemma3ForCausalLM, dict(head_dim=8, sliding_window=4,
-                                                              final_logit_softcapping=30.0)),
+# Qwen2's upper layers, Gemma 3's local layers), q/k norms (Qwen3), Gemma's scaled embedding, post-norms, soft-capping,
+# Phi-3's partial rotary embedding (fused qkv / gate_up are its modules; its residual dropouts: test_family_models)
+DISTINCT = {
+    "mistral": dict(sliding_window=4),
+    "qwen2": dict(use_sliding_window=True, sliding_window=4, max_window_layers=2),
+    "qwen3": dict(head_dim=8),
+    "gemma3_text": dict(head_dim=8, sliding_window=4, final_logit_softcapping=30.0),
+    # rms_norm_eps: the other families' default (Phi-3's is 1e-5), so the upcycling checks compare like with like
+    "phi3": dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
+                 rms_norm_eps=1e-6),
 }
+# every family of the registry but Kimi Linear (its MoE / KDA layout has its own tiny configs, attnres.utils.tiny)
+FAMILIES = {family: (declaration(family).config, declaration(family).causal_lm, DISTINCT.get(family, {}))
+            for family in SUPPORTED if family != "kimi_linear"}
 
 
 def source_config(family: str, **fields):

@@ -89,6 +89,7 @@ def test_every_writer_refuses_an_output_another_process_writes(command, tmp_path
     assert snapshot(moonshot_checkpoint, saved_model) == before
 
 
+@pytest.mark.slow  # fresh Python processes: over 10 s (docs/TESTING.md)
 def test_two_converts_racing_into_one_new_output(moonshot_checkpoint, tmp_path, capsys):
     """A first convert, paused just before its rename, holds the output: a second one started meanwhile is refused
     by name (it used to finish too, and one output silently replaced the other)."""

@@ -130,6 +130,7 @@ def test_an_import_of_the_package_left_over_is_refused():
         Source.read("attnres.synthetic.c", "def f():\n    import attnres.kernels\n")
 
 
+@pytest.mark.slow  # fresh Python processes: over 10 s (docs/TESTING.md)
 def test_folder_loads_without_the_package(tmp_path):
     model = tiny_model("block", block_size=2, num_layers=3)  # KDA, KDA, MLA; MoE after the first layer
     model.save_pretrained(tmp_path / "model")

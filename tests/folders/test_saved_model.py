@@ -4,6 +4,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
@@ -41,6 +42,7 @@ def test_bf16_checkpoint_keeps_dtype(tmp_path):
         assert a.dtype == b.dtype == torch.bfloat16 and torch.equal(a, b), name
 
 
+@pytest.mark.slow  # fresh Python processes: over 10 s (docs/TESTING.md)
 def test_trust_remote_code_in_fresh_process(tmp_path):
     model = tiny_model("block", 2)
     model.save_pretrained(tmp_path)

@@ -116,13 +116,11 @@ def fixture_eval_data(root: Path, benchmarks=("mmlu", "triviaqa", "minerva_math"
         for subject, rows in mmlu_subjects.items():
             write_jsonl(out / "mmlu" / subject / "test.jsonl", rows)
             write_jsonl(out / "mmlu" / subject / "dev.jsonl", rows)
-        every = [row for rows in mmlu_subjects.values() for row in rows]
-        write_jsonl(out / "mmlu" / "all_test.jsonl", every)
+        every = [row for rows in mmlu_subjects.values() for row in rows]  # every MMLU task reads the subject tables
         status["mmlu"] = dict(rows={"test": len(every), "dev": len(every)})
     if "minerva_math" in benchmarks:
         for subject in MATH_SUBJECTS:
             write_jsonl(out / "minerva_math" / subject / "test.jsonl", math_rows)
-        write_jsonl(out / "minerva_math" / "all_test.jsonl", math_rows * len(MATH_SUBJECTS))
         status["minerva_math"] = dict(rows={"test": 14})
     if "humaneval" in benchmarks:
         write_jsonl(out / "humaneval" / "test.jsonl", humaneval)

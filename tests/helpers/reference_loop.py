@@ -1,4 +1,4 @@
-"""An independent reference for the model, written line by line from Kimi K3's pseudo-code (issue 2).
+"""An independent reference for the model, written line by line from Kimi K3's pseudo-code.
 
 It drives transformers' own sub-modules of a built model (attention, MLP/MoE, norms) but none of attnres' mixing or
 bookkeeping code, so a parity test against it checks the AttnRes wiring itself.
@@ -25,36 +25,91 @@ def mix(sources, owner, point):
     return (p.unsqueeze(-1) * v).sum(0).to(sources[0].dtype), p
 
 
-def run_attention(layer, x, attention_mask):
-    if layer.block_type == "linear_attention":
-        return layer.self_attn(hidden_states=x, cache_params=None, attention_mask=attention_mask)
-    position_ids = torch.arange(x.shape[1]).unsqueeze(0)
-    return layer.self_attn(hidden_states=x, attention_mask=attention_mask, position_ids=position_ids)[0]
+class KimiSublayers:
+    """Kimi Linear's sub-layers, from transformers' modules: KDA or MLA attention, MLP or MoE, one mask per type."""
+
+    def __init__(self, model, embeds):
+        from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
+
+        self.model = model
+        kwargs = dict(
+            config=model.config, inputs_embeds=embeds, attention_mask=None, past_key_values=None,
+            position_ids=torch.arange(embeds.shape[1]).unsqueeze(0),
+        )
+        self.masks = {"full_attention": create_causal_mask(**kwargs),
+                      "linear_attention": create_recurrent_attention_mask(**kwargs)}
+
+    def attention(self, i, x):
+        layer = self.model.layers[i]
+        h, mask = layer.input_layernorm(x), self.masks[self.model.config.layer_types[i]]
+        if layer.block_type == "linear_attention":
+            return layer.self_attn(hidden_states=h, cache_params=None, attention_mask=mask)
+        position_ids = torch.arange(x.shape[1]).unsqueeze(0)
+        return layer.self_attn(hidden_states=h, attention_mask=mask, position_ids=position_ids)[0]
+
+    def mlp(self, i, x):
+        layer = self.model.layers[i]
+        return layer.mlp(layer.post_attention_layernorm(x))
+
+    def logits(self, causal_lm, x):
+        return causal_lm.lm_head(self.model.norm(x))
 
 
-def masks_for(model, embeds):
-    from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
+class RotarySublayers:
+    """A rotary PreNorm family's sub-layers, from transformers' modules: the attention with its rotary embedding and
+    its (causal or sliding-window) mask per layer, the MLP, each on its pre-norm; Gemma 3's post-norms end a
+    sub-layer's output and its final logits are soft-capped. Phi-3's residual dropouts are off (eval)."""
 
-    kwargs = dict(
-        config=model.config, inputs_embeds=embeds, attention_mask=None, past_key_values=None,
-        position_ids=torch.arange(embeds.shape[1]).unsqueeze(0),
-    )
-    return {"full_attention": create_causal_mask(**kwargs),
-            "linear_attention": create_recurrent_attention_mask(**kwargs)}
+    def __init__(self, model, embeds):
+        from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+        config = self.config = model.config
+        self.model = model
+        self.position_ids = torch.arange(embeds.shape[1]).unsqueeze(0)
+        kwargs = dict(config=config, inputs_embeds=embeds, attention_mask=None, past_key_values=None,
+                      position_ids=self.position_ids)
+        sliding = getattr(config, "sliding_window", None) is not None
+        self.types = list(getattr(config, "layer_types", None) or
+                          ["sliding_attention" if sliding else "full_attention"] * config.num_hidden_layers)
+        build = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask}
+        self.masks = {kind: build[kind](**kwargs) for kind in set(self.types)}
+        self.gemma = hasattr(model.layers[0], "pre_feedforward_layernorm")
+        if self.gemma:  # local and global layers: a rotary base each
+            self.rotary = {kind: model.rotary_emb(embeds, self.position_ids, kind) for kind in set(self.types)}
+        else:
+            self.rotary = dict.fromkeys(set(self.types), model.rotary_emb(embeds, self.position_ids))
+
+    def attention(self, i, x):
+        layer, kind = self.model.layers[i], self.types[i]
+        out = layer.self_attn(hidden_states=layer.input_layernorm(x), attention_mask=self.masks[kind],
+                              position_embeddings=self.rotary[kind], position_ids=self.position_ids)[0]
+        return layer.post_attention_layernorm(out) if self.gemma else out
+
+    def mlp(self, i, x):
+        layer = self.model.layers[i]
+        if self.gemma:
+            return layer.post_feedforward_layernorm(layer.mlp(layer.pre_feedforward_layernorm(x)))
+        return layer.mlp(layer.post_attention_layernorm(x))
+
+    def logits(self, causal_lm, x):
+        logits = causal_lm.lm_head(self.model.norm(x))
+        cap = getattr(self.config, "final_logit_softcapping", None)
+        return logits if cap is None else torch.tanh(logits / cap) * cap
 
 
-def reference_logits(causal_lm, input_ids):
-    """Logits and the list of every mix's weights (None where a sub-layer reads a single source)."""
+def reference_logits(causal_lm, input_ids, sublayers=KimiSublayers, mode=None):
+    """Logits and the list of every mix's weights (None where a sub-layer reads a single source). `sublayers`: the
+    family's sub-layers without their residual adds, built from (base model, embeddings). `mode`: the residual rule
+    to run (the config's when None; "standard" gives the plain residual stream over the same weights)."""
     model, config = causal_lm.model, causal_lm.config
     h = model.embed_tokens(input_ids)
-    masks = masks_for(model, h)
+    run = sublayers(model, h)
     weights = []
-    layers = model.layers
-    if config.attn_res_mode == "block":
+    mode = mode or config.attn_res_mode
+    if mode == "block":
         S = config.attn_res_block_size
         bank, prefix = [], h
-        for i, layer in enumerate(layers):
-            mask = masks[config.layer_types[i]]
+        for i, layer in enumerate(model.layers):
             if bank:
                 x, p = mix(bank + [prefix], layer, "self_attention")
                 weights.append(p)
@@ -64,41 +119,41 @@ def reference_logits(causal_lm, input_ids):
             if i % S == 0:
                 bank.append(prefix)
                 prefix = None
-            a = run_attention(layer, layer.input_layernorm(x), mask)
+            a = run.attention(i, x)
             prefix = a if prefix is None else prefix + a
             x, p = mix(bank + [prefix], layer, "mlp")
             weights.append(p)
-            prefix = prefix + layer.mlp(layer.post_attention_layernorm(x))
+            prefix = prefix + run.mlp(i, x)
         x, p = mix(bank + [prefix], model, "output_attn")
         weights.append(p)
-    elif config.attn_res_mode == "full":
+    elif mode == "full":
         outputs = [h]
-        for i, layer in enumerate(layers):
-            mask = masks[config.layer_types[i]]
+        for i, layer in enumerate(model.layers):
             if len(outputs) > 1:
                 x, p = mix(outputs, layer, "self_attention")
             else:
                 x, p = outputs[0], None
             weights.append(p)
-            outputs.append(run_attention(layer, layer.input_layernorm(x), mask))
+            outputs.append(run.attention(i, x))
             x, p = mix(outputs, layer, "mlp")
             weights.append(p)
-            outputs.append(layer.mlp(layer.post_attention_layernorm(x)))
+            outputs.append(run.mlp(i, x))
         x, p = mix(outputs, model, "output_attn")
         weights.append(p)
     else:
         x = h
-        for i, layer in enumerate(layers):
-            x = x + run_attention(layer, layer.input_layernorm(x), masks[config.layer_types[i]])
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return causal_lm.lm_head(model.norm(x)), weights
+        for i in range(len(model.layers)):
+            x = x + run.attention(i, x)
+            x = x + run.mlp(i, x)
+    return run.logits(causal_lm, x), weights
 
 
-def assert_matches_reference(model, input_ids, num_layers: int, weights_atol: float = 1e-5) -> None:
+def assert_matches_reference(model, input_ids, num_layers: int, weights_atol: float = 1e-5,
+                             sublayers=KimiSublayers) -> None:
     """The model's logits and every mix's weights (fp32) equal the reference loop's; a single-source mix weighs 1."""
     with torch.no_grad():
         out = model(input_ids, use_cache=False, output_attn_res_weights=True)
-        expected, expected_weights = reference_logits(model, input_ids)
+        expected, expected_weights = reference_logits(model, input_ids, sublayers)
     torch.testing.assert_close(out.logits, expected, rtol=1e-5, atol=1e-5)
     assert len(out.attn_res_weights) == 2 * num_layers + 1
     for got, want in zip(out.attn_res_weights, expected_weights):

@@ -1,6 +1,8 @@
 """llama.cpp end to end on CPU: train a K3-architecture Block AttnRes model briefly (`--model-size k3-small`, GPT-2
-BPE), `attnres export --to k3`, llama.cpp's OWN converter (`convert_hf_to_gguf.py`) to f32 / f16 / q8_0 GGUF, load
-each with `llama_cpp`, compare next-token logits with ours, and greedy generation at f32.
+BPE), set its pseudo-queries to random ones (8 steps from zero queries leave the depth mix nearly uniform, which a
+runtime ignoring AttnRes would also reproduce: the negative control shows a standard residual over the same weights
+fails the tolerance), `attnres export --to k3`, llama.cpp's OWN converter (`convert_hf_to_gguf.py`) to f32 / f16 /
+q8_0 GGUF, load each with `llama_cpp`, compare next-token logits with ours, and greedy generation at f32.
 
 llama.cpp comes from `scripts/setup_llama_cpp.sh` (run by scripts/run_tests.sh; the build is cached). Without it this
 test FAILS: it is the check that the export is what a runtime reads, and must not pass by skipping. llama.cpp runs in
@@ -25,8 +27,11 @@ from tests.helpers.llama_cpp_runner import cache_dir as llama_cpp_cache_dir
 PROMPTS = ["the king walks over the river", "a queen sees the light of the", "stone and tree and the dark house",
            "the river runs under"]
 # max |llama.cpp - ours| / max |ours| over all positions of all prompts (measured: RESULTS.md "Serving")
+# trains, exports and converts a model, then runs llama.cpp in child processes: minutes
+pytestmark = pytest.mark.slow
 REL_TOLERANCE = {"f32": 1e-2, "f16": 1e-2, "q8_0": 3e-2}
 GREEDY_TOKENS = 20
+QUERY_SCALE = 1.0  # random pseudo-queries: the depth mix is far from uniform (the negative control measures it)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +49,10 @@ def llama_cpp_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """A k3-small model trained for a few steps on GPT-2 BPE data, exported --to k3."""
+    """A k3-small model trained for a few steps on GPT-2 BPE data, its pseudo-queries made random, exported --to
+    k3."""
+    from transformers import AutoTokenizer
+
     from attnres.cli.export import main as export
     from attnres.cli.prepare_data import main as prepare
     from attnres.cli.train import main as train
@@ -55,7 +63,12 @@ def exported(tmp_path_factory):
              "--validation-fraction", "0.2", "--output-dir", str(root / "data")])  # default tokenizer: GPT-2 BPE
     train(train_args(root / "data", root / "run", model_size="k3-small", max_steps=8, micro_batch_size=4, lr=1e-2,
                      eval_every=8, save_every=8, diagnostics_every=8))
-    export([str(root / "run" / "final"), str(root / "k3"), "--to", "k3", "--no-progress"])
+    from tests.helpers.model_factory import perturb_attn_res
+
+    trained = KimiLinearAttnResForCausalLM.from_pretrained(root / "run" / "final", dtype=torch.float32)
+    perturb_attn_res(trained, scale=QUERY_SCALE).save_pretrained(root / "queries")
+    AutoTokenizer.from_pretrained(root / "run" / "final").save_pretrained(root / "queries")
+    export([str(root / "queries"), str(root / "k3"), "--to", "k3", "--no-progress"])
     return root / "k3"
 
 
@@ -124,3 +137,35 @@ def test_llama_cpp_greedy_generation_is_ours_at_f32(llama_cpp_dir, exported, our
                                        min_new_tokens=GREEDY_TOKENS, do_sample=False)[0, len(prompt_ids):].tolist()
         assert theirs[f"greedy_{i}"].tolist() == generated, \
             f"{PROMPTS[i]!r}: llama.cpp {theirs[f'greedy_{i}'].tolist()} != ours {generated}"
+
+
+def standard_residual_twin(model):
+    """The same weights under a standard residual (every AttnRes parameter unused): what a runtime that ignored
+    AttnRes would compute."""
+    import copy
+
+    config = copy.deepcopy(model.config)
+    config.attn_res_mode = "standard"
+    twin = KimiLinearAttnResForCausalLM(config).eval()
+    missing, _ = twin.load_state_dict(model.state_dict(), strict=False)
+    assert not missing, missing  # every weight a standard model has comes from the AttnRes model
+    return twin
+
+
+def test_negative_control_a_standard_residual_fails_the_tolerance(llama_cpp_dir, exported, ours):
+    """The tolerance above can tell AttnRes from a plain residual: llama.cpp's f32 logits against a standard-residual
+    run of the same weights miss it, by a wide margin, where they match our AttnRes logits."""
+    model, tokenizer = ours
+    twin = standard_residual_twin(model)
+    ids = [tokenizer(prompt)["input_ids"] for prompt in PROMPTS]
+    theirs = llama(llama_cpp_dir, exported, "f32", ids)
+    errors = {"attnres": (0.0, 0.0), "standard": (0.0, 0.0)}
+    for i, prompt_ids in enumerate(ids):
+        for name, reference in (("attnres", model), ("standard", twin)):
+            mine = our_logits(reference, prompt_ids)
+            err, scale = errors[name]
+            errors[name] = (max(err, np.abs(theirs[f"logits_{i}"] - mine).max()), max(scale, np.abs(mine).max()))
+    rel = {name: err / scale for name, (err, scale) in errors.items()}
+    print(f"\nllama.cpp f32 vs ours: AttnRes {rel['attnres']:.3e}, standard residual {rel['standard']:.3e}")
+    assert rel["attnres"] < REL_TOLERANCE["f32"]
+    assert rel["standard"] > 3 * max(REL_TOLERANCE.values()), rel  # the control fails every tolerance, clearly

@@ -25,7 +25,7 @@ def runs(train, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def family_runs(train, runs):
-    """One training step per other family (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text), Full AttnRes, diagnosed."""
+    """One training step per other family of the registry (tests/families/tiny.py), Full AttnRes, diagnosed."""
     data, root = runs
     for family in FAMILIES:
         train(train_args(data, root / family, family=family, attn_res="full", max_steps=1, diagnostics_every=1,

@@ -169,3 +169,21 @@ def test_every_family_counts_its_model_and_plans_from_its_folder(family, mode, t
     sources = 3 if mode == "block" else 9  # embedding, one block, the partial sum / every sub-layer output
     assert f"bf16: {sources} sources of [batch, tokens, hidden] = {sources * 16 * 32 * 2 // 1024}.00 KiB" in out
     assert "attn_res_mode=standard" in out and "bf16: 1 sources" in out  # the family's own config.json
+
+
+def test_default_context_stays_within_the_models_positions(tmp_path, capsys):
+    """No --context: 32,768 tokens, or the model's max_position_embeddings when smaller, with a note; an explicit
+    --context is used as given, without a note."""
+    config = source_config("llama")
+    config.max_position_embeddings = 8192
+    config.save_pretrained(tmp_path / "short")
+    assert cli.main([str(tmp_path / "short"), "--stages", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "note: --context 8,192: the model's max_position_embeddings" in captured.err
+    assert cli.default_context(str(tmp_path / "short"))[0] == 8192
+    assert cli.main([str(tmp_path / "short"), "--stages", "2", "--context", "65536"]) == 0
+    assert "note:" not in capsys.readouterr().err
+    config.max_position_embeddings = 131072
+    config.save_pretrained(tmp_path / "long")
+    assert cli.default_context(str(tmp_path / "long")) == (32768, None)
+    assert cli.default_context("tiny") == (32768, None)

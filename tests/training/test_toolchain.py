@@ -4,6 +4,7 @@ TRL and PEFT examples (run as files), PEFT LoRA on the pseudo-queries, batched `
 offload. The 2-process runs are in test_toolchain_distributed.py."""
 from __future__ import annotations
 
+import json
 import runpy
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def test_peft_lora_example_trains_every_target_and_merges(folder, tmp_path, monk
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def family_folder(request, tmp_path_factory):
-    """An upcycled tiny model of each other family (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text)."""
+    """An upcycled tiny model of each other family of the registry (tests/families/tiny.py)."""
     return tiny_family_folder(tmp_path_factory.mktemp(request.param) / "model", request.param)
 
 
@@ -82,7 +83,9 @@ def test_peft_lora_example_every_family(family_folder, tmp_path, monkeypatch):
     # the example itself asserts: reloaded adapter + merge give the trained logits
     run_example("finetune_peft_lora.py", family_folder, tmp_path / "out", "--steps", "2", monkeypatch=monkeypatch)
     adapter = load_file(str(tmp_path / "out" / "adapter" / "adapter_model.safetensors"))
-    for part in ("self_attention_res_proj", "mlp_res_proj", "output_attn_res_proj", "q_proj", "k_proj", "down_proj"):
+    fused = json.loads((family_folder / "config.json").read_text())["model_type"] == "phi3_attnres"
+    attention = ("qkv_proj", "gate_up_proj") if fused else ("q_proj", "k_proj")  # Phi-3's fused projections
+    for part in ("self_attention_res_proj", "mlp_res_proj", "output_attn_res_proj", *attention, "down_proj"):
         assert any(part in name and t.any() for name, t in adapter.items() if "lora_B" in name), part
     merged = load_file(str(tmp_path / "out" / "merged" / "model.safetensors"))
     base = load_file(str(family_folder / "model.safetensors"))

@@ -1,4 +1,4 @@
-"""The train command on every family (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text; Kimi Linear is test_train.py's):
+"""The train command on every family of the registry (tests/families/tiny.py; Kimi Linear is test_train.py's):
 from scratch with `--family`, and `--init-from` a family's own standard checkpoint (trained as it is), an upcycled
 one (block <-> full as the Kimi path allows), with the refusals named."""
 from __future__ import annotations

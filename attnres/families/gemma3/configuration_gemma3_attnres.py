@@ -1,4 +1,7 @@
-"""Gemma 3 (text) with Attention Residuals: `Gemma3TextConfig` plus the AttnRes fields (`attnres.core.config`)."""
+"""Gemma 3 with Attention Residuals: `Gemma3TextConfig` plus the AttnRes fields (`attnres.core.config`).
+
+Generated from `modular_gemma3_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
+"""
 from huggingface_hub.dataclasses import strict
 from transformers import Gemma3TextConfig
 

@@ -1,8 +1,8 @@
-"""Gemma 3 (text) with Attention Residuals: Gemma 3, except the residual.
+"""Gemma 3 with Attention Residuals: Gemma 3, except the residual.
 
-Every module is transformers' own. Gemma 3's sub-layers carry a pre-norm *and* a post-norm: the mix is read by the
-pre-norms (`attn_res_input_norms`), and the post-norms stay part of each sub-layer's output (see the config's
-docstring). The embedding is Gemma's scaled one; the final logit soft-capping is applied as Gemma's ForCausalLM does.
+Every module (Gemma 3's attention, MLP, RMSNorm, rotary embedding, cache, masks) is transformers' own; the decoder layer
+mixes the depth sources before its two sub-layers and the model mixes them before the final norm (`attnres.core`).
+Generated from `modular_gemma3_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
 """
 from transformers.models.gemma3.modeling_gemma3 import (
     Gemma3Attention,
@@ -37,14 +37,16 @@ class Gemma3TextAttnResDecoderLayer(AttnResDecoderLayerMixin, Gemma3DecoderLayer
 class Gemma3TextAttnResPreTrainedModel(AttnResPreTrainedMixin, Gemma3PreTrainedModel):
     config: Gemma3TextAttnResConfig
     config_class = Gemma3TextAttnResConfig
-    input_modalities = ("text",)
     _no_split_modules = ["Gemma3TextAttnResDecoderLayer"]
     # hidden states are collected by the model itself: what a layer "outputs" depends on the AttnRes mode
     _can_record_outputs = {"attentions": Gemma3Attention}
 
+    input_modalities = ("text",)
+
 
 class Gemma3TextAttnResModel(AttnResDecoderModel, Gemma3TextAttnResPreTrainedModel):
     decoder_layer_class, norm_class, rotary_class = Gemma3TextAttnResDecoderLayer, Gemma3RMSNorm, Gemma3RotaryEmbedding
+
     rotary_per_layer_type = True  # local (sliding) and global layers have their own rotary bases
 
     def build_embedding(self, config):

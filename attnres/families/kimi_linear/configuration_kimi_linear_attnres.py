@@ -1,8 +1,6 @@
-"""Configuration of Kimi Linear with Attention Residuals: `KimiLinearConfig` plus three fields.
-
-Self-contained on purpose (it imports only transformers): `save_pretrained` copies this file next to the weights so a
-folder loads with `trust_remote_code=True`.
-"""
+"""Configuration of Kimi Linear with Attention Residuals: `KimiLinearConfig` plus the AttnRes fields
+(`attnres.core.config.AttnResConfigMixin`) and Kimi K3's text-backbone fields, each checked at construction
+(`config_checks`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,12 +8,20 @@ import dataclasses
 from huggingface_hub.dataclasses import strict
 from transformers import KimiLinearConfig, PreTrainedConfig
 
-# the AttnRes checks every family shares (attnres/core/config.py)
-from attnres.core.config import ATTN_RES_BACKENDS, ATTN_RES_MODES, ATTN_RES_SCORES, BACKEND_ENV_VAR, AttnResConfigChecks
+from attnres.core.config import (
+    ATTN_RES_BACKENDS,
+    ATTN_RES_MODES,
+    ATTN_RES_SCORES,
+    BACKEND_ENV_VAR,
+    AttnResConfigMixin,
+    check_activation,
+)
+from attnres.families.kimi_linear.config_checks import check_fields, check_nested, check_routing
+from attnres.families.kimi_linear.k3.config import check_k3_dict, check_k3_fields, unwrap
 
 
 @strict
-class KimiLinearAttnResConfig(AttnResConfigChecks, KimiLinearConfig):
+class KimiLinearAttnResConfig(AttnResConfigMixin, KimiLinearConfig):
     r"""
     attn_res_mode (`str`, *optional*):
         How sub-layers read the depth stream: `"standard"` (PreNorm residual sum, identical to Kimi Linear), `"block"`
@@ -63,18 +69,8 @@ class KimiLinearAttnResConfig(AttnResConfigChecks, KimiLinearConfig):
     """
 
     model_type = "kimi_linear_attnres"
-
-    attn_res_mode: str | None = None
-    attn_res_block_size: int = 0
-    attn_res_backend: str = "auto"
-    attn_res_two_phase: bool | None = None
-    attn_res_fuse_norm: bool = True
-    attn_res_recompute: bool = False
-    attn_res_static_mixing: bool = False
-    attn_res_score: str = "softmax"
-    attn_res_key_norm: bool = True
-    attn_res_query_init_std: float = 0.0
-    attn_res_key_norm_init: float = 1.0
+    attn_res_family = "kimi_linear"
+    extra_activations = ("situ",)  # Kimi K3's SiTU-GLU (k3/activation.py)
     # Kimi K3's text backbone (attnres/families/kimi_linear/k3, README "Kimi K3"); unset, every module is Kimi Linear's
     activation_situ_beta: float | None = None
     activation_situ_linear_beta: float | None = None
@@ -85,39 +81,26 @@ class KimiLinearAttnResConfig(AttnResConfigChecks, KimiLinearConfig):
     linear_use_full_rank_gate: bool = False
     linear_gate_lower_bound: float | None = None
 
-    def __post_init__(self, **kwargs):
-        self.check_field_types()
-        from attnres.core.config_checks import check_dtype, check_nested
-
-        check_dtype(kwargs.get("torch_dtype"), "torch_dtype")  # the old name: transformers reads it with getattr(torch)
-        check_nested(self, kwargs)  # linear_attn_config: transformers reads the keys it knows and ignores a typo
-        super().__post_init__(**kwargs)
-        if self.attn_res_mode is None:
-            self.attn_res_mode = "block" if self.attn_res_block_size > 0 else "standard"
-        self.check_attn_res()
-
     def check_field_types(self):
         """ValueError naming the field for a wrong type, size, sign, non-finite value or dtype (2.5, True or "2" as a
-        count, a truthy "no" as a switch, NaN as an epsilon): checked first (attnres/core/config_checks.py)."""
-        from attnres.core.config_checks import check_fields
-
+        count, a truthy "no" as a switch, NaN as an epsilon), over Kimi Linear's fields (`config_checks`), and an
+        activation transformers (or K3's SiTU) has."""
         check_fields(self)
+        check_activation(self.hidden_act, self.extra_activations)
+
+    def check_init_kwargs(self, kwargs: dict) -> None:
+        super().check_init_kwargs(kwargs)
+        check_nested(self, kwargs)  # linear_attn_config: transformers reads the keys it knows and ignores a typo
 
     def check_attn_res(self):
-        """Raise a ValueError naming the field when an AttnRes field (or the layer plan it relies on) is invalid.
-
-        Runs at construction, before `@strict`'s own validators, so the error is a plain ValueError.
-        """
-        self.check_attn_res_layout()  # mode, block size, backend, ablations (attnres/core/config.py)
+        """The AttnRes layout, the per-layer plans it relies on, the MoE routing and K3's fields, once built."""
+        super().check_attn_res()  # mode, block size, backend, ablations (attnres/core/config.py)
         for field in ("layer_types", "mlp_layer_types"):
             types = getattr(self, field)
             if types is not None and len(types) != self.num_hidden_layers:
                 raise ValueError(
                     f"{field} has {len(types)} entries but num_hidden_layers is {self.num_hidden_layers}: one per layer"
                 )
-        from attnres.core.config_checks import check_routing
-        from attnres.families.kimi_linear.k3.config import check_k3_fields
-
         check_routing(self)
         check_k3_fields(self)
 
@@ -155,8 +138,6 @@ class KimiLinearAttnResConfig(AttnResConfigChecks, KimiLinearConfig):
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
-        from attnres.families.kimi_linear.k3.config import check_k3_dict, unwrap
-
         if "text_config" in config_dict:
             cls.text_config_dict(config_dict)  # refuses language fields beside text_config, naming them
             # what is left beside text_config repeats it exactly: drop it, so the K3 wrapper is read as one

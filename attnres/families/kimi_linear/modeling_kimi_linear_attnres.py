@@ -34,10 +34,10 @@ from transformers.utils.output_capturing import OutputRecorder
 from attnres.core.decoder_layer import AttnResDecoderLayerMixin
 from attnres.core.mix_point import AttnResMixing, PseudoQuery  # noqa: F401  (AttnResMixing: imported from here by pipeline)
 from attnres.core.model import AttnResForCausalLMMixin, AttnResModelMixin, AttnResPreTrainedMixin
-from attnres.core.model_size import check_buildable
 from attnres.families.kimi_linear.conversion_mapping import register_moonshot_mapping  # noqa: F401  (registers: Moonshot names load)
 from attnres.families.kimi_linear.k3 import install_k3, uses_k3
 from attnres.families.kimi_linear.kda_device_guard import install_kda_device_guard
+from attnres.families.kimi_linear.model_size import check_buildable
 
 from .configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 
@@ -60,6 +60,8 @@ class AttnResCausalLMOutputWithPast(MoeCausalLMOutputWithPast):
 class KimiLinearAttnResDecoderLayer(AttnResDecoderLayerMixin, KimiLinearDecoderLayer):
     """Kimi Linear's decoder layer, reading its input from the depth sources instead of one residual stream
     (the mixes around its two sub-layers: `attnres.core.decoder_layer`)."""
+
+    fusable_norm = KimiLinearRMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
 
     def __init__(self, config: KimiLinearAttnResConfig, layer_idx: int):
         KimiLinearDecoderLayer.__init__(self, config, layer_idx)
@@ -95,6 +97,7 @@ class KimiLinearAttnResPreTrainedModel(AttnResPreTrainedMixin, KimiLinearPreTrai
 
 class KimiLinearAttnResModel(AttnResModelMixin, KimiLinearAttnResPreTrainedModel):
     output_class = AttnResModelOutputWithPast
+    fusable_norm = KimiLinearRMSNorm
 
     def __init__(self, config: KimiLinearAttnResConfig):
         check_buildable(config)  # a config too large for this machine is refused with the number, before allocation

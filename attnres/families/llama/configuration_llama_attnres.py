@@ -1,4 +1,7 @@
-"""Llama with Attention Residuals: `LlamaConfig` plus the AttnRes fields (`attnres.core.config`)."""
+"""Llama with Attention Residuals: `LlamaConfig` plus the AttnRes fields (`attnres.core.config`).
+
+Generated from `modular_llama_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
+"""
 from huggingface_hub.dataclasses import strict
 from transformers import LlamaConfig
 

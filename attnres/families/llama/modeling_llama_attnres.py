@@ -2,6 +2,7 @@
 
 Every module (Llama's attention, MLP, RMSNorm, rotary embedding, cache, masks) is transformers' own; the decoder layer
 mixes the depth sources before its two sub-layers and the model mixes them before the final norm (`attnres.core`).
+Generated from `modular_llama_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
 """
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,
@@ -14,16 +15,15 @@ from transformers.models.llama.modeling_llama import (
 
 from attnres.core.decoder_layer import AttnResDecoderLayerMixin
 from attnres.core.decoder_model import AttnResDecoderForCausalLM, AttnResDecoderModel
-from attnres.core.mix_point import register_fusable_norm
 from attnres.core.model import AttnResPreTrainedMixin
 
 from .configuration_llama_attnres import LlamaAttnResConfig
 
-register_fusable_norm(LlamaRMSNorm)  # Llama's RMSNorm formula: the mix kernels may apply it fused
-
 
 class LlamaAttnResDecoderLayer(AttnResDecoderLayerMixin, LlamaDecoderLayer):
     """Llama's decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`)."""
+
+    fusable_norm = LlamaRMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
 
 
 class LlamaAttnResPreTrainedModel(AttnResPreTrainedMixin, LlamaPreTrainedModel):
@@ -36,6 +36,7 @@ class LlamaAttnResPreTrainedModel(AttnResPreTrainedMixin, LlamaPreTrainedModel):
 
 class LlamaAttnResModel(AttnResDecoderModel, LlamaAttnResPreTrainedModel):
     decoder_layer_class, norm_class, rotary_class = LlamaAttnResDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
+    fusable_norm = LlamaRMSNorm
 
 
 class LlamaAttnResForCausalLM(AttnResDecoderForCausalLM, LlamaAttnResPreTrainedModel, LlamaForCausalLM):

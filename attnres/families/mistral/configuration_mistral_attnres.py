@@ -1,4 +1,7 @@
-"""Mistral with Attention Residuals: `MistralConfig` plus the AttnRes fields (`attnres.core.config`)."""
+"""Mistral with Attention Residuals: `MistralConfig` plus the AttnRes fields (`attnres.core.config`).
+
+Generated from `modular_mistral_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
+"""
 from huggingface_hub.dataclasses import strict
 from transformers import MistralConfig
 

@@ -2,6 +2,7 @@
 
 Every module (Mistral's attention, MLP, RMSNorm, rotary embedding, cache, masks) is transformers' own; the decoder layer
 mixes the depth sources before its two sub-layers and the model mixes them before the final norm (`attnres.core`).
+Generated from `modular_mistral_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
 """
 from transformers.models.mistral.modeling_mistral import (
     MistralAttention,
@@ -14,16 +15,15 @@ from transformers.models.mistral.modeling_mistral import (
 
 from attnres.core.decoder_layer import AttnResDecoderLayerMixin
 from attnres.core.decoder_model import AttnResDecoderForCausalLM, AttnResDecoderModel
-from attnres.core.mix_point import register_fusable_norm
 from attnres.core.model import AttnResPreTrainedMixin
 
 from .configuration_mistral_attnres import MistralAttnResConfig
 
-register_fusable_norm(MistralRMSNorm)  # Llama's RMSNorm formula: the mix kernels may apply it fused
-
 
 class MistralAttnResDecoderLayer(AttnResDecoderLayerMixin, MistralDecoderLayer):
     """Mistral's decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`)."""
+
+    fusable_norm = MistralRMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
 
 
 class MistralAttnResPreTrainedModel(AttnResPreTrainedMixin, MistralPreTrainedModel):
@@ -36,6 +36,7 @@ class MistralAttnResPreTrainedModel(AttnResPreTrainedMixin, MistralPreTrainedMod
 
 class MistralAttnResModel(AttnResDecoderModel, MistralAttnResPreTrainedModel):
     decoder_layer_class, norm_class, rotary_class = MistralAttnResDecoderLayer, MistralRMSNorm, MistralRotaryEmbedding
+    fusable_norm = MistralRMSNorm
 
 
 class MistralAttnResForCausalLM(AttnResDecoderForCausalLM, MistralAttnResPreTrainedModel, MistralForCausalLM):

@@ -1,4 +1,7 @@
-"""Qwen2 with Attention Residuals: `Qwen2Config` plus the AttnRes fields (`attnres.core.config`)."""
+"""Qwen2 with Attention Residuals: `Qwen2Config` plus the AttnRes fields (`attnres.core.config`).
+
+Generated from `modular_qwen2_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
+"""
 from huggingface_hub.dataclasses import strict
 from transformers import Qwen2Config
 

@@ -2,6 +2,7 @@
 
 Every module (Qwen2's attention, MLP, RMSNorm, rotary embedding, cache, masks) is transformers' own; the decoder layer
 mixes the depth sources before its two sub-layers and the model mixes them before the final norm (`attnres.core`).
+Generated from `modular_qwen2_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
 """
 from transformers.models.qwen2.modeling_qwen2 import (
     Qwen2Attention,
@@ -14,16 +15,15 @@ from transformers.models.qwen2.modeling_qwen2 import (
 
 from attnres.core.decoder_layer import AttnResDecoderLayerMixin
 from attnres.core.decoder_model import AttnResDecoderForCausalLM, AttnResDecoderModel
-from attnres.core.mix_point import register_fusable_norm
 from attnres.core.model import AttnResPreTrainedMixin
 
 from .configuration_qwen2_attnres import Qwen2AttnResConfig
 
-register_fusable_norm(Qwen2RMSNorm)  # Llama's RMSNorm formula: the mix kernels may apply it fused
-
 
 class Qwen2AttnResDecoderLayer(AttnResDecoderLayerMixin, Qwen2DecoderLayer):
     """Qwen2's decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`)."""
+
+    fusable_norm = Qwen2RMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
 
 
 class Qwen2AttnResPreTrainedModel(AttnResPreTrainedMixin, Qwen2PreTrainedModel):
@@ -36,6 +36,7 @@ class Qwen2AttnResPreTrainedModel(AttnResPreTrainedMixin, Qwen2PreTrainedModel):
 
 class Qwen2AttnResModel(AttnResDecoderModel, Qwen2AttnResPreTrainedModel):
     decoder_layer_class, norm_class, rotary_class = Qwen2AttnResDecoderLayer, Qwen2RMSNorm, Qwen2RotaryEmbedding
+    fusable_norm = Qwen2RMSNorm
 
 
 class Qwen2AttnResForCausalLM(AttnResDecoderForCausalLM, Qwen2AttnResPreTrainedModel, Qwen2ForCausalLM):

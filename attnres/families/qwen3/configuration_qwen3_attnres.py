@@ -1,4 +1,7 @@
-"""Qwen3 with Attention Residuals: `Qwen3Config` plus the AttnRes fields (`attnres.core.config`)."""
+"""Qwen3 with Attention Residuals: `Qwen3Config` plus the AttnRes fields (`attnres.core.config`).
+
+Generated from `modular_qwen3_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
+"""
 from huggingface_hub.dataclasses import strict
 from transformers import Qwen3Config
 

@@ -2,6 +2,7 @@
 
 Every module (Qwen3's attention, MLP, RMSNorm, rotary embedding, cache, masks) is transformers' own; the decoder layer
 mixes the depth sources before its two sub-layers and the model mixes them before the final norm (`attnres.core`).
+Generated from `modular_qwen3_attnres.py` by `python attnres/utils/modular.py`: edit that file, not this one.
 """
 from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3Attention,
@@ -14,16 +15,15 @@ from transformers.models.qwen3.modeling_qwen3 import (
 
 from attnres.core.decoder_layer import AttnResDecoderLayerMixin
 from attnres.core.decoder_model import AttnResDecoderForCausalLM, AttnResDecoderModel
-from attnres.core.mix_point import register_fusable_norm
 from attnres.core.model import AttnResPreTrainedMixin
 
 from .configuration_qwen3_attnres import Qwen3AttnResConfig
 
-register_fusable_norm(Qwen3RMSNorm)  # Llama's RMSNorm formula: the mix kernels may apply it fused
-
 
 class Qwen3AttnResDecoderLayer(AttnResDecoderLayerMixin, Qwen3DecoderLayer):
     """Qwen3's decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`)."""
+
+    fusable_norm = Qwen3RMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
 
 
 class Qwen3AttnResPreTrainedModel(AttnResPreTrainedMixin, Qwen3PreTrainedModel):
@@ -36,6 +36,7 @@ class Qwen3AttnResPreTrainedModel(AttnResPreTrainedMixin, Qwen3PreTrainedModel):
 
 class Qwen3AttnResModel(AttnResDecoderModel, Qwen3AttnResPreTrainedModel):
     decoder_layer_class, norm_class, rotary_class = Qwen3AttnResDecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
+    fusable_norm = Qwen3RMSNorm
 
 
 class Qwen3AttnResForCausalLM(AttnResDecoderForCausalLM, Qwen3AttnResPreTrainedModel, Qwen3ForCausalLM):

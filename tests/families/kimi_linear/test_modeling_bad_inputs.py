@@ -70,7 +70,7 @@ HUGE_CASES = {
 def test_model_larger_than_the_machine_refused_before_allocation(fields, monkeypatch):
     import time
 
-    from attnres.core.model_size import ALLOW_LARGE_ENV
+    from attnres.families.kimi_linear.model_size import ALLOW_LARGE_ENV
     from attnres.utils.tiny import tiny_config
 
     monkeypatch.delenv(ALLOW_LARGE_ENV, raising=False)
@@ -174,9 +174,22 @@ def test_forward_refused(model, make, named):
 
 
 def test_valid_masks_still_accepted(model):
+    """An all-ones mask of each accepted dtype gives the logits of no mask; a padding mask gives the same logits in
+    every dtype, and it is read (the padded row's kept positions change, the other row's do not)."""
     ids = random_ids(batch=2, seq=6)
-    for mask in (torch.ones(2, 6, dtype=torch.long), torch.ones(2, 6, dtype=torch.bool), torch.ones(2, 6)):
-        model(ids, attention_mask=mask)
+    with torch.no_grad():
+        plain = model(ids).logits
+        padded = torch.ones(2, 6, dtype=torch.long)
+        padded[0, :2] = 0  # left padding in row 0
+        runs = {}
+        for dtype in (torch.long, torch.bool, torch.float32):
+            torch.testing.assert_close(model(ids, attention_mask=torch.ones(2, 6, dtype=dtype)).logits, plain,
+                                       rtol=0, atol=0)
+            runs[dtype] = model(ids, attention_mask=padded.to(dtype)).logits
+    for dtype in (torch.bool, torch.float32):
+        torch.testing.assert_close(runs[dtype], runs[torch.long], rtol=0, atol=0)
+    torch.testing.assert_close(runs[torch.long][1], plain[1], rtol=1e-5, atol=1e-5)
+    assert (runs[torch.long][0, 2:] - plain[0, 2:]).abs().max() > 1e-4
 
 
 def test_labels_all_ignored_warn(model):

@@ -7,6 +7,7 @@ from torch._dynamo.utils import counters
 from tests.helpers.model_factory import random_ids, tiny_model
 
 
+@pytest.mark.slow  # inductor compiles a C++ kernel: ~80 s on 2 CPU cores
 @pytest.mark.parametrize("mode,block_size", [("block", 2), ("full", 0)])
 def test_compiled_forward_equals_eager(mode, block_size):
     torch._dynamo.reset()

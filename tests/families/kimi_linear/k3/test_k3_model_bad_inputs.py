@@ -13,6 +13,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+import attnres
 from attnres import KimiLinearAttnResForCausalLM
 from attnres.conversion.fixtures import random_model
 from attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
@@ -98,9 +99,10 @@ LOAD_CASES = {name: CONVERT_CASES[name] for name in ("no_config", "config_invali
 
 
 @pytest.mark.parametrize("damage, named", LOAD_CASES.values(), ids=LOAD_CASES.keys())
-def test_from_pretrained_damaged_k3_folder_refused(k3_folder, tmp_path, damage, named):
+def test_load_damaged_k3_folder_refused(k3_folder, tmp_path, damage, named):
+    """The tools' load (`attnres.load`) names the damage before transformers reads a file."""
     folder = damaged_copy(k3_folder, tmp_path, damage)
-    expect_refused(lambda: KimiLinearAttnResForCausalLM.from_pretrained(folder, dtype=torch.float32), named,
+    expect_refused(lambda: attnres.load(folder, model_class=KimiLinearAttnResForCausalLM, dtype=torch.float32), named,
                    untouched=[folder], errors=(ValueError, OSError, RuntimeError))
 
 

@@ -1,12 +1,15 @@
-"""The config validator: every size, sign, finite value and dtype name of a `KimiLinearAttnResConfig` checked at
-construction, before anything is allocated, with one ValueError naming the field. Hostile or mistyped configs
+"""Kimi Linear's config checks: every size, sign, finite value and dtype name of a `KimiLinearAttnResConfig` (its MoE,
+MLA and KDA fields beside the shared ones) checked at construction, before anything is allocated, with one ValueError
+naming the field (the checkers are `attnres.core.config`'s). Hostile or mistyped configs
 (negative head sizes, `rms_norm_eps` NaN, more experts per token than experts, `dtype: "os.system"`) stop here
 instead of as a raw error in a constructor, all-NaN logits, or a folder that will not load. The memory a config would
-allocate is checked when a model is built (`attnres.core.model_size.check_buildable`).
+allocate is checked when a model is built (`attnres.families.kimi_linear.model_size.check_buildable`).
 """
 from __future__ import annotations
 
 import math
+
+from attnres.core.config import DTYPES, check_counts, check_dtype, check_floats
 
 # Integer fields and their smallest valid value; optional ones may also be None
 COUNT_FIELDS = dict(
@@ -26,34 +29,6 @@ FLOAT_FIELDS = dict(
 )
 # Switches: True/False, or also None where optional
 SWITCH_FIELDS = dict(attn_res_two_phase=True, attn_res_fuse_norm=False, attn_res_recompute=False)
-# The dtypes this model computes in; float8 and the like are storage formats of quantized checkpoints
-DTYPES = ("float32", "float16", "bfloat16", "auto")
-
-
-def check_counts(config) -> None:
-    for field, minimum in COUNT_FIELDS.items():
-        value = getattr(config, field, None)
-        if value is None and field in OPTIONAL_COUNTS:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{field} must be an integer, got {value!r} ({type(value).__name__})")
-        if value < minimum:
-            raise ValueError(f"{field} must be >= {minimum}, got {value}")
-
-
-def check_floats(config) -> None:
-    for field, (minimum, inclusive, optional) in FLOAT_FIELDS.items():
-        value = getattr(config, field, None)
-        if value is None and optional:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{field} must be a number, got {value!r} ({type(value).__name__})")
-        if not math.isfinite(value):
-            raise ValueError(f"{field} must be finite, got {value}")
-        if value < minimum or (value == minimum and not inclusive):
-            raise ValueError(f"{field} must be {'>=' if inclusive else '>'} {minimum}, got {value}")
-    if getattr(config, "attention_dropout", 0) >= 1:
-        raise ValueError(f"attention_dropout must be < 1, got {config.attention_dropout}")
 
 
 def check_switches(config) -> None:
@@ -62,17 +37,6 @@ def check_switches(config) -> None:
         if not isinstance(value, bool) and not (optional and value is None):
             allowed = "True, False or None" if optional else "True or False"
             raise ValueError(f"{field} must be {allowed}, got {value!r} ({type(value).__name__})")
-
-
-def check_dtype(value, field: str = "dtype") -> None:
-    """`dtype` / `torch_dtype`: a name (or torch dtype) of a floating type this model computes in."""
-    if value is None:
-        return
-    name = str(value).removeprefix("torch.")
-    if name not in DTYPES:
-        raise ValueError(f"{field} must be one of {DTYPES} (or unset), got {value!r}"
-                         + ("; float8 is a storage format of quantized checkpoints, not one this model computes in"
-                            if "float8" in name else ""))
 
 
 def check_routing(config) -> None:
@@ -92,7 +56,7 @@ def check_linear_attn_config(value, num_layers: int, layer_types) -> None:
     ignores the rest, so a typo (`kda_layer`) silently built the default layout instead of the one written."""
     from difflib import get_close_matches
 
-    from ..families.kimi_linear.k3.config import LINEAR_ATTN_K3_KEYS, LINEAR_ATTN_KEYS
+    from attnres.families.kimi_linear.k3.config import LINEAR_ATTN_K3_KEYS, LINEAR_ATTN_KEYS
 
     if value is None:
         return
@@ -143,8 +107,8 @@ def check_nested(config, kwargs: dict) -> None:
 def check_fields(config) -> None:
     """Types, sizes, signs, finite values and the dtype name: checked first, so nothing later compares a string with
     a number or allocates from a negative size."""
-    check_counts(config)
-    check_floats(config)
+    check_counts(config, COUNT_FIELDS, OPTIONAL_COUNTS)
+    check_floats(config, FLOAT_FIELDS)
     check_switches(config)
     check_dtype(getattr(config, "dtype", None))
 

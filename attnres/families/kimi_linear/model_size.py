@@ -5,13 +5,9 @@ Buffers (the routers' `e_score_correction_bias`, E floats a layer) are not param
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
-import torch
-
-# Set to 1 to build a model larger than this machine's memory anyway (e.g. with swap, or to shard it right away)
-ALLOW_LARGE_ENV = "ATTNRES_ALLOW_LARGE_MODEL"
+from attnres.core.buildable import ALLOW_LARGE_ENV, refuse_unbuildable  # noqa: F401  (ALLOW_LARGE_ENV: read here by tests)
 
 
 @dataclass
@@ -85,34 +81,10 @@ def count_parameters(c) -> ParameterCounts:
     return counts
 
 
-def device_memory_bytes(device: torch.device) -> int | None:
-    """The memory of the device a model is built on: physical RAM for the CPU, the GPU's total for CUDA."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    if device.type == "cpu":
-        try:
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError, AttributeError):
-            return None
-    return None
-
-
 def check_buildable(config) -> None:
-    """Refuse, with the number, to allocate a model larger than the memory of the device it is built on (a hostile or
-    mistyped config: vocab_size 1e12, 100,000 layers), before any allocation. Meta-device builds (from_pretrained,
-    accelerate's init_empty_weights) allocate nothing and pass; `ATTNRES_ALLOW_LARGE_MODEL=1` insists."""
-    probe = torch.empty(0)  # where and in which dtype the constructor will allocate
-    if probe.device.type == "meta" or os.environ.get(ALLOW_LARGE_ENV) == "1":
-        return
-    device = probe.device
-    available = device_memory_bytes(device)
-    needed = count_parameters(config).total * probe.element_size()
-    if available is not None and needed > available:
-        raise ValueError(
-            f"this config builds {needed / 2**30:,.1f} GiB of {torch.get_default_dtype()} weights, more than the "
-            f"{available / 2**30:,.1f} GiB of memory of {device} (vocab_size={config.vocab_size}, "
-            f"hidden_size={config.hidden_size}, num_hidden_layers={config.num_hidden_layers}); check the config, "
-            f"or set {ALLOW_LARGE_ENV}=1 to build it anyway")
+    """Refuse, with the number, to allocate a Kimi Linear model larger than the memory of the device it is built on
+    (`attnres.core.buildable`), before any allocation."""
+    refuse_unbuildable(config, count_parameters(config).total)
 
 
 __all__ = ["ParameterCounts", "count_parameters", "mla_params", "kda_params", "moe_params", "check_buildable"]

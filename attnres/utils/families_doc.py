@@ -1,0 +1,67 @@
+"""The families tables of docs/FAMILIES.md, written from the registry (`attnres.families.registry`): the supported
+families from their declarations and the refused ones with their reasons.
+
+    python -m attnres.utils.families_doc            # rewrite the tables between their markers
+    python -m attnres.utils.families_doc --check    # exit 1 when the file's tables differ, write nothing
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnres.families.registry import DECLARATIONS, REFUSED
+from attnres.utils.modular import write_text_atomic
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "FAMILIES.md"
+BEGIN = "<!-- families tables: written by `python -m attnres.utils.families_doc`, do not edit by hand -->"
+END = "<!-- end of the families tables -->"
+
+
+def tables() -> str:
+    """The supported and refused tables, as Markdown."""
+    rows = ["| Family | `model_type` with AttnRes | Checkpoints | transformers classes extended | Final norm fused "
+            "into the mix | Code |", "|---|---|---|---|---|---|"]
+    for model_type, (package, family) in sorted(DECLARATIONS.items()):
+        classes = f"`{family.config.__name__}`, `{family.causal_lm.__name__}`"
+        code = "generated" if family.generated else "written by hand"
+        folder = package.rpartition(".")[2]
+        rows.append(f"| {family.title} (`{model_type}`) | `{family.attn_res_model_type}` | {family.about} | {classes} "
+                    f"| {'yes' if family.fusable_norm else 'no'} | {code}: `attnres/families/{folder}/` |")
+    refused = ["| `model_type` | Why not |", "|---|---|"]
+    refused += [f"| `{model_type}` | {reason} |" for model_type, reason in sorted(REFUSED.items())]
+    return "\n".join(["### Supported", "", *rows, "", "### Refused", "", *refused])
+
+
+def rendered(text: str) -> str:
+    """`text` with the tables between the markers replaced by the registry's; ValueError naming a missing marker."""
+    for marker in (BEGIN, END):
+        if marker not in text:
+            raise ValueError(f"{DOC}: the marker {marker!r} is missing")
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    return f"{head}{BEGIN}\n{tables()}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnres.utils.families_doc", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when the tables are stale, write nothing")
+    args = parser.parse_args(argv)
+    text = DOC.read_text(encoding="utf-8")
+    try:
+        want = rendered(text)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
+    if text == want:
+        return 0
+    if args.check:
+        print(f"{DOC}: the families tables are stale, run `python -m attnres.utils.families_doc`", file=sys.stderr)
+        return 1
+    write_text_atomic(DOC, want)
+    print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The family code generator (attnres/utils/modular.py): every generated file is what its declaration generates now
+(a hand edit or a changed generator fails here), a stale or missing file is named and nothing is written under
+--check, and a modular file without a declaration is one line naming the file."""
+import shutil
+
+import pytest
+
+from attnres.utils import modular
+
+GENERATED = [folder for folder in modular.modular_files() if modular.generate(folder)]
+# what a family's modular file adds to its declaration beyond the 40 lines of a rotary family: Gemma 3's post-norms,
+# scaled embedding, per-type rotary bases and its config's refusal of bidirectional attention
+LONGER = {"gemma3": 70}
+
+
+@pytest.mark.parametrize("folder", GENERATED)
+def test_generated_files_are_current(folder):
+    for name, text in modular.generate(folder).items():
+        path = modular.FAMILIES_DIR / folder / name
+        assert path.read_text(encoding="utf-8") == text, f"{path} is stale: run `{modular.COMMAND}`"
+
+
+@pytest.mark.parametrize("folder", GENERATED)
+def test_a_rotary_family_is_declared_in_at_most_40_lines(folder):
+    lines = modular.modular_files()[folder].read_text(encoding="utf-8").count("\n")
+    assert lines <= LONGER.get(folder, 40)
+
+
+def test_every_rotary_family_is_generated_and_kimi_linear_is_not():
+    assert set(GENERATED) == set(modular.modular_files()) - {"kimi_linear"}
+    assert {"llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"} <= set(GENERATED)
+
+
+@pytest.fixture
+def families_copy(tmp_path, monkeypatch):
+    copy = tmp_path / "families"
+    shutil.copytree(modular.FAMILIES_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(modular, "FAMILIES_DIR", copy)
+    return copy
+
+
+def test_check_names_a_stale_and_a_missing_file_and_writes_nothing(families_copy, capsys):
+    edited = families_copy / "llama" / "modeling_llama_attnres.py"
+    edited.write_text(edited.read_text() + "# a hand edit\n")
+    missing = families_copy / "phi3" / "configuration_phi3_attnres.py"
+    missing.unlink()
+    assert modular.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert str(edited) in err and str(missing) in err and len(err.splitlines()) == 2
+    assert edited.read_text().endswith("# a hand edit\n") and not missing.exists()
+
+
+def test_regenerating_restores_the_files_and_touches_no_other(families_copy):
+    edited = families_copy / "qwen3" / "configuration_qwen3_attnres.py"
+    want = edited.read_text()
+    edited.write_text("broken")
+    before = {p: p.stat().st_mtime_ns for p in families_copy.rglob("*.py") if p != edited}
+    assert modular.main([]) == 0
+    assert edited.read_text() == want
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+    assert modular.main(["--check"]) == 0
+
+
+def test_a_declaration_change_changes_the_generated_text(families_copy):
+    path = families_copy / "llama" / "modular_llama_attnres.py"
+    path.write_text(path.read_text().replace("fusable_norm=True", "fusable_norm=False"))
+    text = modular.generate("llama")["modeling_llama_attnres.py"]
+    assert "fusable_norm" not in text
+
+
+@pytest.mark.parametrize("text", ["", "FAMILY = 3\n", "from x import Family\nfamily = Family(name='X')\n"])
+def test_a_modular_file_without_a_declaration_is_named(families_copy, text):
+    folder = families_copy / "broken"
+    folder.mkdir()
+    (folder / "modular_broken_attnres.py").write_text(text)
+    with pytest.raises(modular.DeclarationError, match="modular_broken_attnres.py: no `FAMILY = Family"):
+        modular.generate("broken")
+
+
+def test_a_decoder_layer_not_imported_by_name_is_named(families_copy):
+    folder = families_copy / "unnamed"
+    folder.mkdir()
+    (folder / "modular_unnamed_attnres.py").write_text(
+        "import transformers\nFAMILY = Family(model_type='x', name='X', decoder_layer=XDecoderLayer)\n")
+    with pytest.raises(modular.DeclarationError, match="modular_unnamed_attnres.py: the decoder layer 'XDecoderLayer'"):
+        modular.generate("unnamed")
+
+
+def test_an_unknown_flag_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        modular.main(["--chek"])
+    assert exit_info.value.code == 2 and "--chek" in capsys.readouterr().err
