@@ -342,7 +342,7 @@ def test_the_families_table_lists_every_supported_family():
 
 
 def test_the_main_job_time_agrees_everywhere():
-    """Issue 32: README, main_job.sh and --help gave three different times; each now quotes the measured ones."""
+    """README, main_job.sh and --help gave three different times; each now quotes the measured ones."""
     from attnres.cli.main_job import build_parser
 
     for where, text in [("README.md", README), ("scripts/main_job.sh", (REPO / "scripts/main_job.sh").read_text()),

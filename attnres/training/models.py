@@ -15,7 +15,7 @@ standard mode is the family's model itself, with the same tensors. Block or Full
 tensors first: `attnres convert DIR OUT --upcycle block`, which the refusal names. From scratch, `--family NAME` builds
 the presets in that family's own architecture (`FAMILY_PRESETS`); Kimi Linear stays the default.
 
-Embedding repair (issue 9): models built before the fix (or Kimi Linear checkpoints, which pass `pad_token_id` as the
+Embedding repair: models whose embedding had a `padding_idx` (Kimi Linear checkpoints, which pass `pad_token_id` as the
 padding index) keep the pad token's embedding at exactly zero. When pad is a real token (pad = EOS in most BPE
 tokenizers), every position holding it starts from a zero residual stream, and RMSNorm's backward at zero input scales
 by 1/sqrt(eps) per layer: a deep model's gradients overflow. Before training such a model on data that contains the
@@ -268,7 +268,7 @@ def reinit_zero_embedding_rows(model, token_ids: torch.Tensor, seed: int = 0, lo
     ids = repaired.tolist()
     log(f"re-initialised {len(ids)} all-zero input-embedding row(s) of tokens that occur in the data (ids "
         f"{ids[:10]}{' ...' if len(ids) > 10 else ''}, std {std:.3g}): a zero row (an embedding padding_idx, as in "
-        f"models trained before the fix of issue 9) makes deep models' gradients overflow")
+        f"Kimi Linear checkpoints) makes deep models' gradients overflow")
     return ids
 
 

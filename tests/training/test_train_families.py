@@ -25,7 +25,7 @@ def plain_folder(family, data, path):
     _, _, tokenizer = load_prepared(data)
     model = source_model(family, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    with torch.no_grad():  # the pad row starts at zero in transformers' init: train.py would re-draw it (issue 9)
+    with torch.no_grad():  # the pad row starts at zero in transformers' init: train.py would re-draw it
         model.get_input_embeddings().weight[tokenizer.pad_token_id].normal_(0, 0.02)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
