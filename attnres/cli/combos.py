@@ -68,18 +68,3 @@ def check_study_flags(parser, argv, args) -> None:
                     "a dry run lists the runs and trains or reports nothing")
     if args.report_only:
         refuse_with(parser, given, ("jobs", "threads"), "--report-only", "nothing is trained")
-
-
-def check_compare_flags(parser, argv, args) -> None:
-    """--data feeds the heldout task only; --allow-code-execution matters to a code task only (the default tasks
-    have none: they need no text generation)."""
-    from ..evaluation.runner import HELDOUT
-    from ..evaluation.tasks import CODE_TASKS
-
-    given = given_flags(parser, argv)
-    tasks = f"--tasks {' '.join(args.tasks)}" if args.tasks is not None else "the default tasks (no --tasks)"
-    if args.tasks is not None and HELDOUT not in args.tasks:
-        refuse_with(parser, given, ("data",), tasks, f"it feeds the {HELDOUT} task only")
-    if not any(task in CODE_TASKS for task in args.tasks or ()):
-        refuse_with(parser, given, ("allow_code_execution",), tasks,
-                    f"no code task runs ({', '.join(CODE_TASKS)})")

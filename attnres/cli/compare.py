@@ -37,13 +37,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..evaluation.args import CompareArgs
 from ..evaluation.comparison import DEFAULT_MAX_LENGTH, QUICK_LIMIT, QUICK_TIMING, CompareError, compare, quick_tasks
 from ..evaluation.data import DEFAULT_EVAL_DATA, DataError
 from ..utils.extras import require
 from ..utils.flags import seed as seed_flag
 from ..utils.trust import add_trust_flag
 from . import command_main
-from .combos import check_compare_flags
+from .combos import refuse_conflicts
 
 
 def description() -> str:
@@ -87,10 +88,8 @@ def main(argv=None):
     """The report dict (None on non-main processes); a bad input raises when `argv` is given (callers, tests) and is
     one `error:` line otherwise (the command line)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    check_compare_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
-    if args.quick and args.tasks is not None:
-        parser.error("--quick picks its tasks: drop --tasks (or drop --quick and pass --limit)")
+    args = CompareArgs(**vars(parser.parse_args(argv)))
+    refuse_conflicts(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     require("lm_eval", why="the evaluation harness")  # before any model is loaded
     from ..utils.safe_paths import interrupt_signal, signals_interrupt
 

@@ -50,10 +50,16 @@ TYPED = {  # command module (attnres/cli) -> its dataclass
     "prepare_data": "attnres.training.args:PrepareArgs",
     "main_job": "attnres.study.job_args:MainJobArgs",
     "demo": "attnres.bench.args:DemoArgs",
+    "compare": "attnres.evaluation.args:CompareArgs",
     "bench_model": "attnres.bench.args:BenchModelArgs",
     "bench_kernels": "attnres.bench.args:BenchKernelsArgs",
 }
 RESOLVED = {"bench_model", "bench_kernels"}  # their parsers resolve the defaults against the device: names only
+
+
+def required(action) -> bool:
+    """A positional argument that must be given (its dataclass field has no default)."""
+    return not action.option_strings and action.nargs not in ("?", "*")
 
 
 def default_of(field: dataclasses.Field):
@@ -68,7 +74,8 @@ def test_every_flag_is_a_field_with_its_default(command):
     typed = getattr(importlib.import_module(module), name)
     fields = {field.name: default_of(field) for field in dataclasses.fields(typed)}
     parser = importlib.import_module(f"attnres.cli.{command}").build_parser()
-    flags = {action.dest: action.default for action in parser._actions if action.dest != "help"}
+    flags = {action.dest: dataclasses.MISSING if required(action) else action.default
+             for action in parser._actions if action.dest != "help"}
     if command in RESOLVED:
         assert set(flags) == set(fields)
     else:
