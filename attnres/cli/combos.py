@@ -47,12 +47,6 @@ def refuse_conflicts(parser, argv, args) -> None:
     refuse_first(parser, args.conflicts(given_flags(parser, argv)))
 
 
-def check_prepare_eval_data_flags(parser, argv, args) -> None:
-    if "gpqa" not in args.benchmarks:
-        refuse_with(parser, given_flags(parser, argv), ("gpqa_csv",), f"--benchmarks {' '.join(args.benchmarks)}",
-                    "GPQA is not prepared")
-
-
 def check_push_to_hub_flags(parser, argv, args) -> None:
     given = given_flags(parser, argv)
     if args.repo_id is None:

@@ -24,10 +24,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..evaluation.args import PrepareEvalArgs
 from ..evaluation.data import BENCHMARKS, DEFAULT_EVAL_DATA, DataError, prepare_eval_data, status_lines
 from ..training.corpora import DEFAULT_CACHE
 from . import command_main
-from .combos import check_prepare_eval_data_flags
+from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> dict:
     """{benchmark: status} (what prepared.json records); one line per benchmark on stdout."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    check_prepare_eval_data_flags(parser, argv, args)  # before any work: meaningless combinations refused
+    args = PrepareEvalArgs(**vars(parser.parse_args(argv)))
+    refuse_conflicts(parser, argv, args)  # before any work: meaningless combinations refused
     try:
         status = prepare_eval_data(args.output_dir, args.cache_dir, args.gpqa_csv, args.benchmarks, force=args.force)
     except DataError as error:

@@ -1,13 +1,15 @@
-"""`attnres compare`'s flags as one dataclass, one field per flag (attnres/cli/compare.py parses them; a test holds
-fields and flags equal), with the rules that refuse a flag another one makes meaningless beside the fields."""
+"""The flags of `attnres compare` and `attnres prepare-eval-data` as dataclasses, one field per flag (the parsers in
+attnres/cli build them; a test holds fields and flags equal), with the rules that refuse a flag another one makes
+meaningless beside the fields."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..training.corpora import DEFAULT_CACHE
 from ..utils.refusals import combined
 from .comparison import DEFAULT_MAX_LENGTH
-from .data import DEFAULT_EVAL_DATA
+from .data import BENCHMARKS, DEFAULT_EVAL_DATA
 
 
 @dataclass
@@ -47,3 +49,17 @@ class CompareArgs:
             "--quick picks its tasks: drop --tasks (or drop --quick and pass --limit)"
             if self.quick and self.tasks is not None else None,
         ]
+
+
+@dataclass
+class PrepareEvalArgs:
+    output_dir: Path = DEFAULT_EVAL_DATA
+    cache_dir: Path = DEFAULT_CACHE
+    gpqa_csv: Path | None = None
+    benchmarks: list[str] = field(default_factory=lambda: list(BENCHMARKS))
+    force: bool = False
+
+    def conflicts(self, given: set[str]) -> list[str | None]:
+        """--gpqa-csv feeds GPQA only (`given`: the flags on the command line)."""
+        return [combined(given, ("gpqa_csv",), f"--benchmarks {' '.join(self.benchmarks)}", "GPQA is not prepared")
+                if "gpqa" not in self.benchmarks else None]

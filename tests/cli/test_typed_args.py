@@ -51,6 +51,7 @@ TYPED = {  # command module (attnres/cli) -> its dataclass
     "main_job": "attnres.study.job_args:MainJobArgs",
     "demo": "attnres.bench.args:DemoArgs",
     "compare": "attnres.evaluation.args:CompareArgs",
+    "prepare_eval_data": "attnres.evaluation.args:PrepareEvalArgs",
     "bench_model": "attnres.bench.args:BenchModelArgs",
     "bench_kernels": "attnres.bench.args:BenchKernelsArgs",
 }
