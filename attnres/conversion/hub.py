@@ -14,8 +14,9 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
-from ..families.registry import family_classes, family_of_folder, family_of_model_type
+from ..families.registry import family_classes, family_of_model_type
 from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
+from ..folders.model_family import family_of_folder
 from ..folders.model_folder import load as load_model_folder
 from ..folders.remote_code import KERNELS_FILE
 from ..folders.saved_model import write_weights_record
