@@ -23,7 +23,9 @@ tensors it trained: with the source they rebuild the model); rerunning skips fin
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -47,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train nothing: report the finished runs (lm-eval: the last comparison made)")
     p.add_argument("--dry-run", action="store_true", help="list the runs (done / to train) and exit")
     p.add_argument("--note", default="", help="a line for the report's header (e.g. the machine's load)")
+    p.add_argument("--force", action="store_true",
+                   help="train an edited grid into an --output-dir that holds another grid's runs (refused without: "
+                        "the differing fields are named; runs of the old settings are then redone)")
     g = p.add_argument_group("one run: one arm at one learning rate and seed")
     g.add_argument("--only", metavar="ARM", default=None, help="train only this arm (standard, block, full, frozen)")
     g.add_argument("--lr", type=float, default=None, help="its peak learning rate (with --only)")
@@ -55,20 +60,40 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def stop_on_signals(output_dir) -> None:
+    """From a shell: Ctrl-C or SIGTERM ends the study at once with one line and exit 130 / 143. Every finished run's
+    result.json was written atomically and stays; the run in progress is redone by the next invocation. (The exit
+    is immediate: a run trains in a worker thread that a normal exit would wait for.)"""
+    def handler(signum, _frame):
+        where = output_dir or "the output folder"
+        sys.stderr.write(f"\nattnres continued-study: interrupted ({signal.Signals(signum).name}); the finished runs "
+                         f"stay in {where}: rerun the same command to continue\n")
+        sys.stderr.flush()
+        os._exit(INTERRUPTED[signum])
+
+    for signum in INTERRUPTED:
+        signal.signal(signum, handler)
+
+
 def main(argv=None, resolve_source=None) -> int:
     """The exit code: 0, or 1 when some run failed; a bad grid or setting exits with one `error:` line."""
     from ..study.continued.study import run_continued, run_one
 
     args = build_parser().parse_args(argv)
+    if argv is None:
+        stop_on_signals(args.output_dir)
     command = shlex.join(["attnres", "continued-study", *(sys.argv[1:] if argv is None else argv)])
     try:
         check_single(args)
         if args.only is not None:
             return run_one(args.grid, args.output_dir, args.only, args.lr, args.seed, threads=args.threads,
-                           resolve_source=resolve_source)
+                           resolve_source=resolve_source, force=args.force)
         return run_continued(args.grid, args.output_dir, args.report_dir, threads=args.threads,
                              report_only=args.report_only, dry_run=args.dry_run, note=args.note, command=command,
-                             resolve_source=resolve_source)
+                             resolve_source=resolve_source, force=args.force)
     except StudyError as error:
         sys.exit(f"error: {error}")
 

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from ..families.kimi_linear.configuration_kimi_linear_attnres import ATTN_RES_MODES
 from ..folders.json_limits import JSONDepthError, loads_limited
+from ..utils.flags import SEED_MAX
 
 # The paper's ablations (section 5.3) as KimiLinearAttnResConfig switches
 ABLATIONS = {
@@ -61,7 +62,7 @@ SCALING_ARMS = ("arms", "hidden", "seeds", "lr")  # the scaling group's other fo
 SCALING_SWEPT = (*SCALING_ARMS, "lrs")  # ... with "lr": "swept": each arm's LR found anew at every size
 # What an arm may change besides the residual: model initialization (never the architecture K3 reads) and training
 ARM_CONFIG_FIELDS = ("attn_res_query_init_std", "attn_res_key_norm_init")
-ARM_TRAIN_FIELDS = ("res_proj_lr_scale", "res_proj_weight_decay", "warmup_steps")
+ARM_TRAIN_FIELDS = ("res_proj_lr_scale", "res_proj_weight_decay", "warmup_steps", "attn_res_lr_multiplier")
 BUILTIN_ARMS = ("standard", "block", "full")
 MODEL_DEFAULTS = dict(layers=8, hidden=64, block_size=2, attention="mla", mlp="dense", heads=4)
 TRAIN_DEFAULTS = dict(max_steps=300, micro_batch_size=16, grad_accum=1, seq_len=None, lr=3e-3, warmup_steps=30,
@@ -69,6 +70,7 @@ TRAIN_DEFAULTS = dict(max_steps=300, micro_batch_size=16, grad_accum=1, seq_len=
 # train.metric, the loss a run is compared on: the final model on the whole validation split (train's final eval), or
 # (the committed grids, whose records predate it) the final eval over the first eval_batches global batches only
 METRICS = ("whole-split", "eval-batches")
+MAX_LR = 1.0  # the largest learning rate a grid may sweep
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,11 @@ def read_grid_json(path: Path):
     if not path.is_file():
         raise ValueError(f"--grid {path}: file not found")
     try:
-        return loads_limited(path.read_text())
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(f"--grid {path}: not a text file (a grid is JSON text)") from None
+    try:
+        return loads_limited(text)
     except JSONDepthError as error:  # json.loads would recurse once per level into RecursionError
         raise ValueError(f"--grid {path}: {error}; a grid is a few levels deep") from None
     except json.JSONDecodeError as error:
@@ -305,8 +311,10 @@ def _arms(given, model: dict, fail) -> dict:
             if not isinstance(part, dict) or set(part) - set(allowed):
                 fail(f"{where}: config / train may set only {list(allowed)}, got {part!r}")
             for key, value in part.items():
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                    fail(f"{where}.{key} must be a number >= 0, got {value!r}")
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                    fail(f"{where}.{key} must be a finite number >= 0, got {value!r}")
+            if part.get("attn_res_lr_multiplier", 1) <= 0:
+                fail(f"{where}.attn_res_lr_multiplier must be > 0, got {part['attn_res_lr_multiplier']!r}")
         arms[name] = dict(mode=arm["mode"], block_size=size, ablation=ablation, config=config, train=train)
     return arms
 
@@ -325,7 +333,9 @@ def _positive(value, field: str, fail) -> None:
         fail(f"{field} must be an integer >= 1, got {value!r}")
 
 
-def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
+def _check_group(name: str, group, model: dict, fail, arms: dict, one_lr: bool = False) -> None:
+    """`one_lr`: an arm of the per-arm form, which may have a single LR (its best of an earlier sweep, held
+    fixed)."""
     if name not in GROUPS:
         fail(f"unknown group {name!r} (known: {', '.join(GROUPS)})")
     axes = GROUPS[name]
@@ -349,7 +359,7 @@ def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
             if set(values) != set(group["arms"]):
                 fail(f"groups.{name}.lrs: one list per arm of groups.{name}.arms, got {sorted(values)}")
             for arm, lrs in values.items():
-                _check_group(name, dict(group, arms=[arm], lrs=lrs), model, fail, arms)
+                _check_group(name, dict(group, arms=[arm], lrs=lrs), model, fail, arms, one_lr=True)
             continue
         if axis == "base":
             if values not in ("block", "full"):
@@ -361,21 +371,24 @@ def _check_group(name: str, group, model: dict, fail, arms: dict) -> None:
         for value in values:
             if axis == "arms" and value not in arms:
                 fail(f"groups.{name}.arms: {value!r} is not an arm (known: {sorted(arms)})")
-            elif axis == "lrs" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-                fail(f"groups.{name}.lrs: {value!r} is not a number > 0")
+            elif axis == "lrs" and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                    or not 0 < value <= MAX_LR):
+                fail(f"groups.{name}.lrs: {value!r} is not a number in (0, {MAX_LR:g}] (AdamW at a larger learning "
+                     "rate diverges on the first step)")
             elif axis == "modes" and value not in ATTN_RES_MODES:
                 fail(f"groups.{name}.modes: {value!r} is not one of {ATTN_RES_MODES}")
             elif axis == "ablations" and value not in ABLATIONS:
                 fail(f"groups.{name}.ablations: {value!r} is not one of {list(ABLATIONS)}")
-            elif axis == "seeds" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                fail(f"groups.{name}.seeds: {value!r} is not an integer >= 0")
+            elif axis == "seeds" and (not isinstance(value, int) or isinstance(value, bool)
+                                      or not 0 <= value <= SEED_MAX):
+                fail(f"groups.{name}.seeds: {value!r} is not an integer from 0 to {SEED_MAX} (2**32 - 1)")
             elif axis in ("block_sizes", "hidden"):
                 _positive(value, f"groups.{name}.{axis}", fail)
                 if axis == "hidden" and value % (2 * model["heads"]):
                     fail(f"groups.{name}.hidden: {value} is not a multiple of 2 * model.heads ({model['heads']})")
     if name == "scaling" and len(group["hidden"]) < 3:
         fail(f"groups.scaling.hidden needs at least three model sizes for the fit, got {group['hidden']}")
-    if isinstance(group.get("lrs"), list) and len(group["lrs"]) < 2:
+    if isinstance(group.get("lrs"), list) and len(group["lrs"]) < 2 and not one_lr:
         fail(f"groups.{name}.lrs needs at least two learning rates to pick a best one, got {group['lrs']}")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..folders.atomic_io import write_json_atomic
 from ..folders.json_limits import loads_limited
 from .analysis import training_flops
-from .grid import Grid, RunKey, best_lrs, load_grid, model_config
+from .grid import MAX_LR, Grid, RunKey, best_lrs, load_grid, model_config
 
 # The children run these command modules (`-m`, which python, torchrun and accelerate launch all take)
 TRAIN_MODULE = "attnres.cli.train"
@@ -42,7 +42,10 @@ def ensure_data(grid: Grid) -> dict:
     if not (data_dir / "meta.json").is_file():
         command = [sys.executable, "-m", PREPARE_MODULE, *grid.data.get("prepare", []), "--output-dir", str(data_dir)]
         print("preparing data:", " ".join(command), flush=True)
-        subprocess.run(command, check=True, env=child_env())
+        code = subprocess.run(command, env=child_env()).returncode
+        if code != 0 or not (data_dir / "meta.json").is_file():
+            raise StudyError(f"data.prepare failed (prepare-data exited with {code}; its message is above): "
+                             f"{data_dir} was not written; fix data.prepare in the grid or prepare the data yourself")
     return json.loads((data_dir / "meta.json").read_text())
 
 
@@ -64,7 +67,17 @@ def read_result(run_dir: Path, spec: dict) -> dict | None:
         record = loads_limited(path.read_text())
     except (ValueError, UnicodeDecodeError):  # damaged (or nested 100,000 deep): not a result of this spec, redo it
         return None
-    return record if isinstance(record, dict) and record.get("spec") == spec else None
+    if not isinstance(record, dict) or record.get("spec") != spec:
+        return None
+    for field in RESULT_NUMBERS:  # a record of this spec is trusted by every report: its numbers must be numbers
+        value = record.get(field)
+        if field in record and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                or not math.isfinite(value)):
+            raise StudyError(f"{path}: {field} is {value!r}, not a finite number (delete the file to redo the run)")
+    return record
+
+
+RESULT_NUMBERS = ("val_loss", "heldout_loss", "heldout_bpb", "train_loss")
 
 
 def count_params(config) -> tuple[int, int]:
@@ -218,8 +231,9 @@ def single_key(grid: Grid, arm: str, lr: float, seed: int, hidden: int | None) -
     as the grid's run when the grid lists it, and a rerun of the grid skips it. StudyError naming a bad value."""
     if arm not in grid.arms:
         raise StudyError(f"--only {arm}: not an arm of {grid.source} (known: {', '.join(sorted(grid.arms))})")
-    if not lr > 0 or not math.isfinite(lr):
-        raise StudyError(f"--lr must be a finite number > 0, got {lr}")
+    if not 0 < lr <= MAX_LR:
+        raise StudyError(f"--lr must be a number in (0, {MAX_LR:g}] (AdamW at a larger learning rate diverges on the "
+                         f"first step), got {lr:g}")
     if seed < 0:
         raise StudyError(f"--seed must be >= 0, got {seed}")
     if hidden is not None and (hidden < 1 or hidden % (2 * grid.model["heads"])):

@@ -15,6 +15,7 @@ from . import SetupError  # noqa: F401  (defined once for the package; importers
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
 from .fsdp2 import check_fsdp_launch
 from .models import FAMILIES, PRESETS, check_init_from
+from .recipe import CLIP_GROUPS
 from .recipe import DEFAULTS as RECIPE_DEFAULTS
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -27,7 +28,8 @@ RUN_SETTINGS = {
     "data": Path("data/packed"), "model_size": None, "family": None, "config": None, "init_from": None,
     "attn_res": None,
     "block_size": None, "seq_len": None, "max_steps": 2000, "micro_batch_size": 8, "grad_accum": 1,
-    **RECIPE_DEFAULTS,  # lr, res_proj_lr, res_proj_weight_decay, min_lr_ratio, warmup_steps, weight_decay, grad_clip
+    **RECIPE_DEFAULTS,  # lr, res_proj_lr, res_proj_weight_decay, min_lr_ratio, warmup_steps, weight_decay, grad_clip,
+    # attn_res_lr_multiplier, grad_clip_groups
     "mixed_precision": "auto", "seed": 0, "deepspeed": None,
 }
 PATH_SETTINGS = ("data", "config", "init_from", "deepspeed")
@@ -83,7 +85,14 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
                    help="cosine floor as a fraction of the peak (default 0.1)")
     g.add_argument("--warmup-steps", type=int, default=None, help="linear warmup steps (default 100)")
     g.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay on matrices (default 0.1)")
-    g.add_argument("--grad-clip", type=float, default=None, help="global gradient norm clip, 0 = off (default 1.0)")
+    g.add_argument("--attn-res-lr-multiplier", type=float, default=None, metavar="M",
+                   help="the depth parameters' peak LR as a multiple of --lr: the AttnRes pseudo-queries (*_res_proj; "
+                        "--res-proj-lr still sets theirs outright) and the keys' norm gains (*_res_norm) (default 1)")
+    g.add_argument("--grad-clip", type=float, default=None, help="gradient norm clip, 0 = off (default 1.0)")
+    g.add_argument("--grad-clip-groups", choices=CLIP_GROUPS, default=None,
+                   help="global: one L2 norm over every parameter; per-group: backbone, pseudo-queries and key norms "
+                        "each clipped by its own norm, so the queries' gradient never shrinks the backbone's update "
+                        "(not with --deepspeed or FSDP2) (default global; docs/TRAINING.md)")
     g.add_argument("--mixed-precision", choices=("auto", "no", "bf16"), default=None,
                    help="auto: bf16 on a GPU that supports it, fp32 elsewhere (default auto)")
     g.add_argument("--gradient-checkpointing", action="store_true", help="recompute layer activations in backward")
@@ -142,48 +151,70 @@ def check_finite_flags(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
 
 
-def check_args(args, meta: dict, world: int) -> None:
-    """Raise ValueError naming the flag for settings that cannot work; `meta` is the prepared dataset's meta.json."""
-    check_finite_flags(args)
+def args_problems(args, meta: dict | None, world: int) -> list[str]:
+    """One line per flag whose setting cannot work (an empty list: every flag can); `meta` is the prepared dataset's
+    meta.json, None where the data could not be read (the checks against it are then left out)."""
+    problems = []
+
+    def check(test) -> None:
+        try:
+            test()
+        except ValueError as error:
+            problems.append(str(error))
+
+    for name, value in vars(args).items():  # argparse's float() accepts 'nan' and 'inf': no flag of ours means either
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
-        raise ValueError(f"--output-dir {args.output_dir} is a file, not a folder")
+        problems.append(f"--output-dir {args.output_dir} is a file, not a folder")
     positive = ("max_steps", "micro_batch_size", "grad_accum", "log_every", "keep_checkpoints", "eval_batches",
                 "max_nonfinite_steps")
     for name in positive:
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            problems.append(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("save_every", "eval_every", "diagnostics_every", "warmup_steps", "weight_decay",
                  "res_proj_weight_decay", "grad_clip"):
         if getattr(args, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    if args.warmup_steps > args.max_steps:
-        raise ValueError(f"--warmup-steps {args.warmup_steps} exceeds --max-steps {args.max_steps}")
-    for name in ("lr", "res_proj_lr"):
-        if getattr(args, name) is not None and getattr(args, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+            problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.warmup_steps > args.max_steps >= 1:
+        problems.append(f"--warmup-steps {args.warmup_steps} exceeds --max-steps {args.max_steps}")
+    for name in ("lr", "res_proj_lr", "attn_res_lr_multiplier"):
+        if getattr(args, name, None) is not None and getattr(args, name) <= 0:
+            problems.append(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if not 0 <= args.min_lr_ratio <= 1:
-        raise ValueError(f"--min-lr-ratio must be in [0, 1], got {args.min_lr_ratio}")
+        problems.append(f"--min-lr-ratio must be in [0, 1], got {args.min_lr_ratio}")
     if args.block_size is not None and args.block_size < 1:
-        raise ValueError(f"--block-size must be >= 1, got {args.block_size}")
-    check_init_from(args)
+        problems.append(f"--block-size must be >= 1, got {args.block_size}")
+    check(lambda: check_init_from(args))
     if args.config is not None and not args.config.is_file():
-        raise ValueError(f"--config {args.config}: file not found")
-    if args.seq_len is not None and not 2 <= args.seq_len <= meta["seq_len"]:
-        raise ValueError(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), "
-                         f"got {args.seq_len}")
-    global_batch = args.micro_batch_size * args.grad_accum * world
-    n_train, n_val = meta["num_sequences"]["train"], meta["num_sequences"]["validation"]
-    if global_batch > n_train:
-        raise ValueError(
-            f"global batch {global_batch} (--micro-batch-size {args.micro_batch_size} x --grad-accum {args.grad_accum} "
-            f"x {world} processes) exceeds the {n_train} training sequences in {args.data}"
-        )
-    if args.eval_every and global_batch > n_val:
-        raise ValueError(f"validation has {n_val} sequences, fewer than one global batch ({global_batch}); "
-                         f"lower --micro-batch-size / --grad-accum or set --eval-every 0")
-    check_fsdp_launch(args.deepspeed)
+        problems.append(f"--config {args.config}: file not found")
+    per_group = getattr(args, "grad_clip_groups", "global") == "per-group"
+    if per_group and args.deepspeed is not None:
+        problems.append("--grad-clip-groups per-group cannot be combined with --deepspeed: DeepSpeed clips the "
+                        "global norm inside its own step")
+    if meta is not None:
+        if args.seq_len is not None and not 2 <= args.seq_len <= meta["seq_len"]:
+            problems.append(f"--seq-len must be in [2, {meta['seq_len']}] (the prepared sequence length), "
+                            f"got {args.seq_len}")
+        global_batch = args.micro_batch_size * args.grad_accum * world
+        n_train, n_val = meta["num_sequences"]["train"], meta["num_sequences"]["validation"]
+        if global_batch > n_train:
+            problems.append(
+                f"global batch {global_batch} (--micro-batch-size {args.micro_batch_size} x --grad-accum "
+                f"{args.grad_accum} x {world} processes) exceeds the {n_train} training sequences in {args.data}")
+        if args.eval_every and 0 < global_batch > n_val:
+            problems.append(f"validation has {n_val} sequences, fewer than one global batch ({global_batch}); "
+                            f"lower --micro-batch-size / --grad-accum or set --eval-every 0")
+    check(lambda: check_fsdp_launch(args.deepspeed))
+    if per_group:
+        from .fsdp2 import fsdp_launch
+
+        if fsdp_launch():
+            problems.append("--grad-clip-groups per-group cannot be combined with an FSDP2 launch: the gradients are "
+                            "sharded (use global)")
     if args.deepspeed is not None:
-        check_deepspeed(load_deepspeed_config(args.deepspeed), args, world)
+        check(lambda: check_deepspeed(load_deepspeed_config(args.deepspeed), args, world))
+    return problems
 
 
 def check_deepspeed(config: dict, args, world: int) -> None:

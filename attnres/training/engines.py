@@ -16,6 +16,7 @@ import torch
 from ..folders.model_folder import save as save_model_folder
 from .args import SetupError
 from .guard import is_finite, skip_nonfinite_steps
+from .recipe import clip_by_group, group_grad_norms
 from .state import (
     SCHEDULER_FILE,
     check_accelerate_checkpoint,
@@ -60,6 +61,8 @@ class AccelerateEngine:
         self.model, self.optimizer = prepare_sharded(self.accelerator, model, optimizer)  # FSDP2: see fsdp2.py
         self.scheduler = scheduler
         self.grad_accum, self.grad_clip = args.grad_accum, args.grad_clip
+        self.per_group_clip = getattr(args, "grad_clip_groups", "global") == "per-group"
+        self.group_norms: dict[str, float] = {}  # the last step's gradient norm per depth group, before clipping
 
     device = property(lambda self: self.accelerator.device)
     rank = property(lambda self: self.accelerator.process_index)
@@ -80,21 +83,30 @@ class AccelerateEngine:
         self.accelerator.backward(loss / self.grad_accum)
 
     def optimizer_step(self, loss_finite: bool = True) -> tuple[float, bool]:
-        """(gradient norm, whether the update was made): none when the loss or the norm is non-finite."""
-        if self.grad_clip > 0:
-            norm = full_tensor(self.accelerator.clip_grad_norm_(self.model.parameters(), self.grad_clip))
-        elif self.fsdp2:  # sharded gradients: torch's total norm reduces across the shards
-            norm = full_tensor(torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters()
-                                                               if p.grad is not None]))
+        """(gradient norm, whether the update was made): none when the loss or the norm is non-finite. The norm of
+        each depth group (backbone, pseudo-queries, key norms) before clipping is left in `group_norms`."""
+        if self.per_group_clip:  # plain or DDP (its gradients are all-reduced by now): every process clips alike
+            norm, self.group_norms = clip_by_group(self.module.named_parameters(), self.grad_clip, per_group=True)
         else:
-            grad_norms = [p.grad.norm() for p in self.model.parameters() if p.grad is not None]
-            norm = torch.linalg.vector_norm(torch.stack(grad_norms))
+            self.group_norms = {g: float(n) for g, n in group_grad_norms(self.module.named_parameters(),
+                                                                          full=full_tensor).items()}
+            norm = self._clip_global()
         applied = loss_finite and is_finite(norm)  # the norm is global (DDP reduced the gradients): ranks agree
         if applied:
             self.optimizer.step()
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm), applied
+
+    def _clip_global(self):
+        """The global gradient norm, the gradients clipped to `grad_clip` by it (0: measured only)."""
+        if self.grad_clip > 0:
+            return full_tensor(self.accelerator.clip_grad_norm_(self.model.parameters(), self.grad_clip))
+        if self.fsdp2:  # sharded gradients: torch's total norm reduces across the shards
+            return full_tensor(torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters()
+                                                               if p.grad is not None]))
+        grad_norms = [p.grad.norm() for p in self.model.parameters() if p.grad is not None]
+        return torch.linalg.vector_norm(torch.stack(grad_norms))
 
     def full_grad(self, param):
         return None if param.grad is None else full_tensor(param.grad)
@@ -187,6 +199,8 @@ class DeepSpeedEngine:
         self.engine.backward(loss)  # DeepSpeed divides by gradient_accumulation_steps itself
         if not is_last_micro_step:
             self.engine.step()  # only counts the micro-step: the update happens at the accumulation boundary
+
+    group_norms: dict = {}  # DeepSpeed holds the gradients (partitioned under ZeRO): no per-group norms
 
     def optimizer_step(self, loss_finite: bool = True) -> tuple[float, bool]:
         """(gradient norm, whether the update was made). DeepSpeed skips a non-finite norm by itself (ZeRO, bf16) or

@@ -17,7 +17,7 @@ import torch
 
 from ..folders.atomic_io import move_into_place, recover_interrupted
 from ..utils import finite_weights
-from .args import SetupError, check_args, fill_settings, given_settings, world_size
+from .args import SetupError, args_problems, fill_settings, given_settings, world_size
 from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
 from .fsdp2 import fsdp_launch, shard_for_accelerate
 from .guard import NonFiniteError, NonFiniteGuard, is_finite, step_is_finite
@@ -99,8 +99,7 @@ def _prepare(args):
     if state is not None:
         checked_step(folder, state)
     check_run_state(args.output_dir, folder)  # never over a newer state: another run's, or a later checkpoint
-    meta = check_prepared(args.data)
-    check_args(args, meta, world)
+    meta = _checked_flags_and_data(args, world)
     if args.init_from is not None:
         finite_weights.check_folder(args.init_from)  # a NaN weight is named, never trained from
     train_set, val_set, tokenizer = load_prepared(args.data)
@@ -114,6 +113,22 @@ def _prepare(args):
     return world, config, train_set, val_set, tokenizer, folder, state, record
 
 
+def _checked_flags_and_data(args, world: int) -> dict:
+    """The prepared data's meta.json, once every flag and the data are checked: every problem found is reported
+    together, one line each (a fix-and-rerun loop per problem is what this spares), before anything is loaded."""
+    problems = []
+    try:
+        meta = check_prepared(args.data)
+    except (ValueError, FileNotFoundError) as error:
+        meta = None
+        problems.append(str(error))
+    problems += args_problems(args, meta, world)
+    if problems:
+        raise ValueError(problems[0] if len(problems) == 1 else
+                         f"{len(problems)} problems:\n  " + "\n  ".join(problems))
+    return meta
+
+
 def check_mode_flags(config, given: set[str], args) -> None:
     """Flags the model's residual mode makes meaningless (the mode from --attn-res, --config or --init-from)."""
     mode = config.attn_res_mode
@@ -122,7 +137,7 @@ def check_mode_flags(config, given: set[str], args) -> None:
     if "block_size" in given and mode != "block":
         raise ValueError(f"--block-size {args.block_size} cannot be combined with a {mode} model ({origin} "
                          f"{getattr(args, origin[2:].replace('-', '_'))}): blocks exist in block mode only")
-    for name in ("res_proj_lr", "res_proj_weight_decay"):
+    for name in ("res_proj_lr", "res_proj_weight_decay", "attn_res_lr_multiplier"):
         if name in given and mode == "standard":
             raise ValueError(f"--{name.replace('_', '-')} cannot be combined with a standard model ({origin} "
                              f"{getattr(args, origin[2:].replace('-', '_'))}): it has no pseudo-queries")
@@ -336,7 +351,8 @@ def run(args, world, config, train_set, val_set, tokenizer, folder, state, recor
         if finite and (step % args.log_every == 0 or step == args.max_steps):
             tokens_per_s = plan.global_batch * args.seq_len * (step - start_step) / (time.time() - started)
             logger.log(step, **{"train/loss": loss, "train/grad_norm": grad_norm, "train/tokens_per_s": tokens_per_s},
-                       **{f"lr/{name}": lr for name, lr in lrs.items()})
+                       **{f"lr/{name}": lr for name, lr in lrs.items()},
+                       **{f"grad_norm/{group}": norm for group, norm in engine.group_norms.items()})
         if args.eval_every and (step % args.eval_every == 0 or step == args.max_steps):
             summary["val_loss"] = evaluate(engine, val_set, args)
             scalars = {"val/loss": summary["val_loss"],

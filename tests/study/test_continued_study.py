@@ -69,9 +69,19 @@ def test_grid_runs_resumes_and_reports(tmp_path, source, monkeypatch, capsys):
         assert check["max_abs_diff"] <= check["tolerance"]
         assert zero[name]["loss"] == pytest.approx(zero["standard"]["loss"], abs=1e-3)
     summary = (out / "summary.md").read_text()
-    for text in ("Zero line", "LR sweep", "paired delta vs standard", "Depth diagnostics", "continued.png"):
+    for text in ("Zero line", "LR sweep", "paired delta vs standard", "Depth diagnostics", "continued.png",
+                 "Verdict against standard", "95% CI", "depth_heatmap.png"):
         assert text in summary
-    assert (out / "continued.png").stat().st_size > 0
+    assert (out / "continued.png").stat().st_size > 0 and (out / "depth_heatmap.png").stat().st_size > 0
+    # the queries' movement and the gradient norm per depth group, every step of an AttnRes run
+    block = next(r for r in records.values() if r["arm"] == "block")
+    # (layer 0's attention mix has one source, the embedding: its query gets an exactly-zero gradient and stays 0)
+    assert len(block["query_norms"]) == 2 * 4 + 1 and block["query_norms"][0] == 0
+    assert all(n > 0 for n in block["query_norms"][1:])
+    assert len(block["grad_norms_by_group"]) == 2
+    assert set(block["grad_norms_by_group"][0]) == {"backbone", "queries", "key_norms"}
+    standard = next(r for r in records.values() if r["arm"] == "standard")
+    assert standard["query_norms"] == [] and set(standard["grad_norms_by_group"][0]) == {"backbone"}
     # a rerun trains nothing
     monkeypatch.setattr(continued_train, "train_step", lambda *a, **k: pytest.fail("a finished run was retrained"))
     capsys.readouterr()

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...folders.checkpoint_files import read_json_file
+from ...training.recipe import CLIP_GROUPS
 from ..grid import Grid, _merged, grid_from_dict, read_grid_json
 
 CONTINUED_DEFAULTS = dict(device="cpu", dtype="float32", block_size=None, frozen_arms=[], weight_decay=0.0,
-                          min_lr_ratio=0.1, grad_clip=1.0, eval_batch_size=8)
+                          min_lr_ratio=0.1, grad_clip=1.0, grad_clip_groups="global", eval_batch_size=8)
 LM_EVAL_DEFAULTS = dict(tasks=[], limit=None, eval_data="data/eval", batch_size=8)
 DTYPES = ("float32", "bfloat16")
 DEVICES = ("cpu", "cuda")
@@ -66,15 +67,41 @@ def load_continued(path: Path, resolve_source=None) -> ContinuedGrid:
     check_lm_eval(lm_eval, fail)
     folder = (resolve_source or source_folder)(source)
     config = read_json_file(Path(folder) / "config.json", "config.json")
+    check_source(config, source, raw.get("train", {}), fail)
     layers, hidden, heads = (config.get(k) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
     from ...families.upcycle import default_block_size
 
     block_size = continued["block_size"] or default_block_size(layers)
     raw["model"] = dict(layers=layers, hidden=hidden, heads=heads, block_size=block_size)
     grid = grid_from_dict(raw, source_name)
+    for arm, a in grid.arms.items():
+        warmup = a["train"].get("warmup_steps", grid.train["warmup_steps"])
+        if warmup > grid.train["max_steps"]:
+            where = f"arms.{arm}.train.warmup_steps" if "warmup_steps" in a["train"] else "train.warmup_steps"
+            fail(f"{where} ({warmup}) exceeds train.max_steps ({grid.train['max_steps']})")
     # a run's record matches its settings (runner.run_spec reads grid.train): the continued ones and the source too
     grid.train["continued"] = dict(continued, source=source)
     return ContinuedGrid(grid, source, Path(folder), continued, lm_eval)
+
+
+def check_source(config: dict, source: str, train: dict, fail) -> None:
+    """The source must be a family's own standard checkpoint, and the runs' sequences within its positions."""
+    if "attn_res_mode" in config or str(config.get("model_type", "")).endswith("_attnres"):
+        fail(f"source {source!r} is already an AttnRes model ({config.get('model_type')}, attn_res_mode "
+             f"{config.get('attn_res_mode')!r}): the study upcycles a family's own standard checkpoint")
+    positions, seq_len = config.get("max_position_embeddings"), train.get("seq_len") if isinstance(train, dict) \
+        else None
+    if isinstance(positions, int) and isinstance(seq_len, int) and seq_len > positions:
+        fail(f"train.seq_len {seq_len} exceeds the source's max_position_embeddings ({positions})")
+
+
+def check_device(c: dict, fail) -> None:
+    """A CUDA grid needs a visible CUDA device (checked where runs train, not where a grid is only listed)."""
+    import torch
+
+    if c["device"] == "cuda" and not torch.cuda.is_available():
+        fail("continued.device is 'cuda' but no CUDA device is visible here (use a CPU grid such as "
+             "configs/study/continued-cpu.json, or run it on a GPU machine)")
 
 
 def check_continued(c: dict, arms: dict, fail) -> None:
@@ -92,6 +119,8 @@ def check_continued(c: dict, arms: dict, fail) -> None:
     for name in ("weight_decay", "min_lr_ratio", "grad_clip"):
         if isinstance(c[name], bool) or not isinstance(c[name], (int, float)) or c[name] < 0:
             fail(f"continued.{name} must be a number >= 0, got {c[name]!r}")
+    if c["grad_clip_groups"] not in CLIP_GROUPS:
+        fail(f"continued.grad_clip_groups must be one of {list(CLIP_GROUPS)}, got {c['grad_clip_groups']!r}")
     if isinstance(c["eval_batch_size"], bool) or not isinstance(c["eval_batch_size"], int) or c["eval_batch_size"] < 1:
         fail(f"continued.eval_batch_size must be an integer >= 1, got {c['eval_batch_size']!r}")
 

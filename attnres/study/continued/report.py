@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...folders.atomic_io import write_json_atomic, write_text_atomic
 from ...folders.model_folder import save as save_model_folder
-from ..analysis import mean_std
+from ..analysis import mean_std, paired_deltas
 from ..grid import arm_lrs, best_lrs
 from ..report import delta_cells, hardware, table
 from ..runner import grid_runs
@@ -24,6 +24,7 @@ from .config import ContinuedGrid
 SUMMARY = "summary.md"
 LM_EVAL_REPORT = Path("lm_eval") / "report" / "report.json"
 PLOT = "continued.png"
+HEATMAP = "depth_heatmap.png"
 
 
 def f4(value) -> str:
@@ -67,8 +68,8 @@ def sweep_section(cg: ContinuedGrid, records: dict, best: dict) -> str:
                          f4(mean_std([r["heldout_bpb"] for r in done]).mean) if done else "-",
                          f4(done[-1]["train_loss"]) if done else "-",
                          f"{done[-1]['tokens_per_s']:.0f}" if done else "-"])
-        edge = best.get(arm) in (lrs[0], lrs[-1])
-        note = " (best at an edge of the sweep: extend it)" if edge else ""
+        edge = len(lrs) > 1 and best.get(arm) in (lrs[0], lrs[-1])  # one LR: fixed from an earlier sweep
+        note = " (best at an edge of the sweep: extend it)" if edge else " (LR fixed)" if len(lrs) == 1 else ""
         parts.append(f"\n{arm_label(cg, arm)}{note}\n\n" + table(
             ["LR", "held-out loss", "bpb", "last train loss", "train tokens/s"], rows))
     return "\n".join(parts)
@@ -104,6 +105,64 @@ def tuned_section(cg: ContinuedGrid, at_best: dict, zero: dict, best: dict) -> s
          f"paired delta vs {base_arm}, mean +- std (t)", "per-seed deltas"], rows))
 
 
+def paired_ci(deltas: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
+    """(mean, low, high): the Student-t confidence interval of the mean of paired per-seed deltas (n - 1 degrees of
+    freedom); None with fewer than two deltas."""
+    from scipy.stats import t
+
+    stat = mean_std(deltas)
+    if stat.n < 2:
+        return None
+    half = t.ppf(0.5 + level / 2, stat.n - 1) * stat.std / math.sqrt(stat.n)
+    return stat.mean, stat.mean - half, stat.mean + half
+
+
+def verdict(deltas: list[float], budget: str) -> str:
+    """The one-line answer from the 95% CI of the paired held-out loss deltas (arm - standard; lower is better):
+    helps when the whole interval is below 0, hurts when above, no measurable difference when it holds 0."""
+    ci = paired_ci(deltas)
+    if ci is None:
+        return f"no verdict: {len(deltas)} paired seed(s), a confidence interval needs at least 2"
+    mean, low, high = ci
+    word = "helps" if high < 0 else "hurts" if low > 0 else "no measurable difference"
+    return f"**{word} at {budget}** (paired held-out loss delta {mean:+.4f}, 95% CI [{low:+.4f}, {high:+.4f}], " \
+           f"n = {len(deltas)} seeds)"
+
+
+def query_movement(runs: dict) -> str:
+    """How far the pseudo-queries moved from zero (their starting point): mean / max L2 norm over the mix points,
+    the first seed's run."""
+    norms = runs[min(runs)].get("query_norms") if runs else None
+    if not norms:
+        return "-"
+    return f"{sum(norms) / len(norms):.4g} / {max(norms):.4g}"
+
+
+def verdict_section(cg: ContinuedGrid, at_best: dict, found: dict) -> str:
+    """Each AttnRes arm against the standard arm, paired per seed: the verdict line, the queries' movement (norm,
+    depth-softmax entropy per mix point) beside it."""
+    base_arm = next((a for a in at_best if cg.grid.arms[a]["mode"] == "standard"), None)
+    if base_arm is None:
+        return ""
+    t = cg.grid.train
+    budget = f"this budget ({t['max_steps'] * t['micro_batch_size'] * t['grad_accum'] * (t['seq_len'] or 0):,} " \
+             "training tokens per run)"
+    base = {s: r["heldout_loss"] for s, r in at_best[base_arm].items()}
+    rows = []
+    for arm, runs in at_best.items():
+        if arm == base_arm or cg.grid.arms[arm]["mode"] == "standard":
+            continue
+        deltas = list(paired_deltas(base, {s: r["heldout_loss"] for s, r in runs.items()}).values())
+        entropy = found.get(arm, {}).get("entropy_ratio")
+        rows.append([arm_label(cg, arm), verdict(deltas, budget), query_movement(runs),
+                     f"{min(entropy):.4f} / {sum(entropy) / len(entropy):.4f}" if entropy else "-"])
+    if not rows:
+        return ""
+    return (f"### Verdict against {base_arm} (95% CI of the paired held-out deltas)\n\n" + table(
+        ["arm", "verdict", "pseudo-query L2 norm: mean / max over mix points (0 at upcycling)",
+         "depth-softmax entropy / uniform: min / mean"], rows))
+
+
 def lm_eval_section(report: dict | None) -> str:
     if not report:
         return ""
@@ -132,7 +191,7 @@ def depth_summary(record: dict) -> dict:
         entropy.append(-sum(p * math.log(p) for p in probs if p > 0) / math.log(len(probs)))
         top.append(max(probs))
     return dict(entropy_ratio=entropy, top_weight=top, layer_rms=record["layer_rms"],
-                layer_grad_norm=record["layer_grad_norm"])
+                layer_grad_norm=record["layer_grad_norm"], depth_weights=record["depth_weights"])
 
 
 def diagnostics(cg: ContinuedGrid, out: Path, at_best: dict) -> dict:
@@ -191,6 +250,32 @@ def plot(found: dict, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def heatmap(found: dict, path: Path) -> Path | None:
+    """The depth heatmap: one panel per AttnRes arm, the mean depth-softmax weight of every source (columns, the
+    embedding first) at every mix point (rows), the last training step."""
+    if not found:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from ..plots import _save
+
+    fig, axes = plt.subplots(1, len(found), figsize=(5 * len(found), 6), squeeze=False)
+    for ax, (arm, d) in zip(axes[0], found.items()):
+        rows = d["depth_weights"]
+        grid = np.full((len(rows), max(map(len, rows))), np.nan)
+        for i, weights in enumerate(rows):
+            total = sum(weights) or 1.0
+            grid[i, :len(weights)] = [w / total for w in weights]
+        image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
+        ax.set(title=f"{arm}: depth weights", xlabel="source (0 = embedding)", ylabel="mix point")
+        fig.colorbar(image, ax=ax)
+    return _save(fig, path)
+
+
 def lm_eval(cg: ContinuedGrid, out: Path, at_best: dict, progress: bool = True) -> dict | None:
     """compare() of the pretrained model (reference) with each tuned run's trained model (saved under
     <out>/lm_eval/models/ first); resumable like compare itself. None when the grid names no task."""
@@ -234,6 +319,7 @@ def write_report(cg: ContinuedGrid, out: Path, report_dir: Path, zero: dict, *, 
         lm_report = json.loads((out / LM_EVAL_REPORT).read_text())
     found = diagnostics(cg, out, at_best)
     png = plot(found, report_dir / PLOT)
+    heat = heatmap(found, report_dir / HEATMAP)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     train_s = sum(r.get("train_s", 0) for r in records.values())
     header = [f"## Continued training from {cg.source} ({cg.grid.name})\n",
@@ -247,7 +333,8 @@ def write_report(cg: ContinuedGrid, out: Path, report_dir: Path, zero: dict, *, 
               f"{cg.grid.train['grad_accum']} sequences x {cg.grid.train['seq_len']} tokens; block size "
               f"{cg.grid.model['block_size']} of {cg.grid.model['layers']} layers",
               f"- Note: {note}" if note else ""]
-    parts = ["\n".join(line for line in header if line) + "\n", zero_section(cg, zero),
+    parts = ["\n".join(line for line in header if line) + "\n", verdict_section(cg, at_best, found),
+             f"![depth heatmap]({HEATMAP})\n" if heat else "", zero_section(cg, zero),
              sweep_section(cg, records, best), tuned_section(cg, at_best, zero, best), lm_eval_section(lm_report),
              diagnostics_section(found), f"![depth diagnostics]({PLOT})\n" if png else ""]
     path = report_dir / SUMMARY

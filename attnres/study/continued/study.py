@@ -17,6 +17,47 @@ from .config import ContinuedGrid, load_continued
 from .train import arm_model, heldout, train_run
 
 ZERO_DIR = "zero"
+GRID_RECORD = "grid.json"  # the settings the output folder's runs were made with
+
+
+def grid_settings(cg: ContinuedGrid) -> dict:
+    """What decides a finished run or the report (not the groups: they only add or select runs)."""
+    g = cg.grid
+    return json.loads(json.dumps(dict(source=cg.source, data=g.data, model=g.model, train=g.train, arms=g.arms,
+                                      lm_eval=cg.lm_eval)))
+
+
+def differing(old, new, prefix: str = "") -> list[str]:
+    """The dotted names of the fields whose values differ between two settings dicts."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return [] if old == new else [prefix or "(the whole grid)"]
+    names = []
+    for key in sorted(set(old) | set(new), key=str):
+        names += differing(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
+    return names
+
+
+def check_same_grid(cg: ContinuedGrid, out: Path, force: bool) -> None:
+    """StudyError naming the differing fields when `out` holds runs made with other settings (an edited grid would
+    replace them and the summary); with `force` the new settings are taken (`record_grid` writes them)."""
+    path, settings = out / GRID_RECORD, grid_settings(cg)
+    if path.is_file() and not force:
+        try:
+            old = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError):
+            old = None
+        fields = differing(old, settings) if isinstance(old, dict) else ["(unreadable)"]
+        if fields:
+            shown = ", ".join(fields[:6]) + (f" and {len(fields) - 6} more" if len(fields) > 6 else "")
+            raise StudyError(f"--output-dir {out} holds runs of other settings ({path}): {shown} differ; rerun with "
+                             "--force to train the edited grid there (runs made with the old settings are redone and "
+                             "the summary replaced), or give another --output-dir")
+
+
+def record_grid(cg: ContinuedGrid, out: Path) -> None:
+    """The settings this folder's runs are made with (before the first run trains)."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / GRID_RECORD, grid_settings(cg))
 
 
 def load(grid_file: Path, resolve_source=None) -> ContinuedGrid:
@@ -24,6 +65,16 @@ def load(grid_file: Path, resolve_source=None) -> ContinuedGrid:
         return load_continued(grid_file, resolve_source)
     except ValueError as error:
         raise StudyError(str(error)) from None
+
+
+def check_runnable(cg: ContinuedGrid) -> None:
+    """What only training needs: the grid's device (a GPU grid may be listed or reported on a CPU machine)."""
+    from .config import check_device
+
+    def fail(message):
+        raise StudyError(f"{cg.grid.source}: {message}")
+
+    check_device(cg.continued, fail)
 
 
 def ensure_data(cg: ContinuedGrid) -> dict:
@@ -78,7 +129,7 @@ def runner(cg: ContinuedGrid):
 
 def run_continued(grid_file: Path, output_dir: Path | None = None, report_dir: Path | None = None, *,
                   threads: int = 1, report_only: bool = False, dry_run: bool = False, note: str = "",
-                  command: str = "", resolve_source=None) -> int:
+                  command: str = "", resolve_source=None, force: bool = False) -> int:
     """The whole command: data, zero lines, the grid's missing runs, lm-eval, the report. The exit code."""
     from ..runner import grid_runs
     from .report import write_report
@@ -93,7 +144,12 @@ def run_continued(grid_file: Path, output_dir: Path | None = None, report_dir: P
         for key in keys:
             print(f"{'done ' if key.id in done else 'to do'}  {key.id}  ({out / 'runs' / key.id / RESULT_FILE})")
         return 0
+    if not report_only:
+        check_runnable(cg)
+    check_same_grid(cg, out, force)
     ensure_data(cg)
+    if not report_only:
+        record_grid(cg, out)
     zero = zero_lines(cg, out, threads)
     errors = []
     if not report_only:
@@ -105,12 +161,15 @@ def run_continued(grid_file: Path, output_dir: Path | None = None, report_dir: P
 
 
 def run_one(grid_file: Path, output_dir: Path | None, arm: str, lr: float, seed: int, threads: int = 1,
-            resolve_source=None) -> int:
+            resolve_source=None, force: bool = False) -> int:
     """Train one arm at one LR and seed, as the grid's own run (same id and record: a grid rerun skips it)."""
     cg = load(grid_file, resolve_source)
     key = single_key(cg.grid, arm, lr, seed, None)
     out = output_dir or Path("runs") / f"study-{cg.grid.name}"
+    check_runnable(cg)
+    check_same_grid(cg, out, force)
     ensure_data(cg)
+    record_grid(cg, out)
     records, errors = run_grid(cg.grid, out, threads=threads, only=[key], runner=runner(cg))
     if errors:
         print("error:", *errors, file=sys.stderr)

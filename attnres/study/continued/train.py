@@ -77,10 +77,19 @@ def heldout(cg: ContinuedGrid, model, data_dir: Path, name: str) -> dict:
 
 
 def train_run(cg: ContinuedGrid, key: RunKey, out: Path, meta: dict, threads: int = 1) -> dict:
-    """Train one run and write its record; the study's runner calls it (run_grid's `runner`)."""
+    """Train one run and write its record; the study's runner calls it (run_grid's `runner`). A write that fails (a
+    full disk) is one message naming the run and the file."""
+    try:
+        return _train_run(cg, key, out, meta, threads)
+    except OSError as error:
+        raise RuntimeError(f"{key.id}: {error.strerror or error} writing {error.filename or out / 'runs' / key.id} "
+                           "(free space and rerun: finished runs are kept)") from None
+
+
+def _train_run(cg: ContinuedGrid, key: RunKey, out: Path, meta: dict, threads: int = 1) -> dict:
     from ...training.data import BatchPlan, load_prepared
     from ...training.logs import DepthDiagnostics
-    from ...training.recipe import Recipe
+    from ...training.recipe import Recipe, clip_by_group
 
     torch.set_num_threads(threads)
     run_dir = out / "runs" / key.id
@@ -91,23 +100,28 @@ def train_run(cg: ContinuedGrid, key: RunKey, out: Path, meta: dict, threads: in
     train_set, _, _ = load_prepared(data_dir)
     torch.manual_seed(key.seed)
     model = key_model(cg, key).train()
+    arm = grid.arms[key.arm]["train"]
     recipe = Recipe(lr=key.lr, max_steps=t["max_steps"], weight_decay=c["weight_decay"],
-                    warmup_steps=grid.arms[key.arm]["train"].get("warmup_steps", t["warmup_steps"]),
-                    min_lr_ratio=c["min_lr_ratio"], grad_clip=c["grad_clip"], seed=key.seed)
+                    warmup_steps=arm.get("warmup_steps", t["warmup_steps"]),
+                    min_lr_ratio=c["min_lr_ratio"], grad_clip=c["grad_clip"], seed=key.seed,
+                    attn_res_lr_multiplier=arm.get("attn_res_lr_multiplier", 1.0),
+                    grad_clip_groups=c["grad_clip_groups"])
     optimizer = recipe.build_optimizer(model.named_parameters())
     scheduler = recipe.build_scheduler(optimizer)
     plan = BatchPlan(len(train_set), t["micro_batch_size"], t["grad_accum"], 1, key.seed)
     seq_len = t["seq_len"] or meta["seq_len"]
     diagnostics = (DepthDiagnostics(model, run_dir, t["max_steps"], True, 0) if key.mode != "standard" else None)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    curve, started = [], time.time()
+    curve, group_norms, started = [], [], time.time()
     for step in range(1, t["max_steps"] + 1):
         loss = train_step(cg, model, train_set, plan, step, seq_len, diagnostics)
-        norm = torch.nn.utils.clip_grad_norm_(trainable, c["grad_clip"] or math.inf)
+        norm, norms = clip_by_group(model.named_parameters(), c["grad_clip"] or math.inf,
+                                    per_group=recipe.grad_clip_groups == "per-group")
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         curve.append([step, round(loss, 5), round(float(norm), 5)])
+        group_norms.append({g: round(n, 5) for g, n in norms.items()})
     wall = time.time() - started
     save_trainable(model, run_dir / TRAINABLE_FILE)
     metrics = heldout(cg, model, data_dir, key.id)
@@ -117,6 +131,7 @@ def train_run(cg: ContinuedGrid, key: RunKey, out: Path, meta: dict, threads: in
                   item_loss=metrics["item_loss"], train_curve=curve, train_loss=curve[-1][1], tokens=tokens,
                   train_s=round(wall, 1), tokens_per_s=round(tokens / wall, 1),
                   trainable_params=sum(p.numel() for p in trainable), metric="whole-split",
+                  grad_norms_by_group=group_norms, query_norms=query_norms(model),
                   finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     write_json_atomic(run_dir / RESULT_FILE, record)
     return record
@@ -141,6 +156,15 @@ def train_step(cg, model, train_set, plan, step: int, seq_len: int, diagnostics)
     if diagnose:
         diagnostics.record(step, lambda p: p.grad, lambda x: x)
     return sum(losses) / len(losses)
+
+
+def query_norms(model) -> list[float]:
+    """The L2 norm of each pseudo-query, in the model's parameter order (one per mix point; all 0 at upcycling):
+    how far the depth mixing moved from the uniform mix it starts at. Empty for a standard model."""
+    from ...training.recipe import RES_PROJ_SUFFIX
+
+    return [round(float(p.detach().float().norm()), 6) for n, p in model.named_parameters()
+            if n.endswith(RES_PROJ_SUFFIX)]
 
 
 def save_trainable(model, path: Path) -> None:
