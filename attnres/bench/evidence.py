@@ -1,4 +1,4 @@
-"""The GPU evidence run (issue 43 part 2): the steps a CUDA machine has to run, in order, each under a time cap, each
+"""The GPU evidence run: the steps a CUDA machine has to run, in order, each under a time cap, each
 leaving `<OUT>/<step>/status.json` (written atomically) the moment it ends. A rerun with the same OUT skips the steps
 whose status is "ok" and reruns the others (failed, capped, or never reached), so several short GPU sessions add up.
 It reads only local paths (the peers' folder, the prepared corpus, the model folder; by default the GGUF file of

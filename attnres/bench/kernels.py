@@ -1,4 +1,4 @@
-"""The AttnRes depth mix on its own, ours and the public peers side by side (issue 21), the `attnres bench-kernels`
+"""The AttnRes depth mix on its own, ours and the public peers side by side, the `attnres bench-kernels`
 command (scripts/bench_kernels.py, whose help lists the implementations and how bytes are counted).
 
 Per shape: every implementation first runs forward and backward on the same inputs and is checked against our

@@ -1,4 +1,4 @@
-"""The two public AttnRes implementations `attnres bench-kernels` runs beside ours (issue 21), loaded from their own
+"""The two public AttnRes implementations `attnres bench-kernels` runs beside ours, loaded from their own
 installed code and mapped onto our call, mix(sources, query, norm_weight, eps) -> [..., d] in the sources' dtype.
 
 They live in a folder outside the environment (scripts/setup_peers.sh: `pip install --no-deps --target`), because

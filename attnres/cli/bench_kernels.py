@@ -1,4 +1,4 @@
-"""Benchmark the AttnRes depth mix, ours beside the public peers (issue 21): forward and forward+backward, time,
+"""Benchmark the AttnRes depth mix, ours beside the public peers: forward and forward+backward, time,
 effective GB/s and % of the device's copy bandwidth measured in the same run.
 
 Every implementation is first checked against our reference on the very inputs it is timed on (output and the

@@ -1,4 +1,4 @@
-"""Flags that another flag makes meaningless are refused by name, before any work (issue 32): a flag that silently
+"""Flags that another flag makes meaningless are refused by name, before any work: a flag that silently
 does nothing (`train-interleaved --model DIR --layers 4`: the folder's config wins) makes a user believe they ran
 what they did not. Each rule names both flags in one argparse-style line (`parser.error`: usage, then the line,
 exit code 2).

@@ -1,4 +1,5 @@
-"""All-or-nothing output folders (build in a hidden sibling, rename into place), with the conversion's error type."""
+"""All-or-nothing output folders (build in a hidden sibling, rename into place) and the checks of a convert's output
+flags, with the conversion's error type."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -35,3 +36,16 @@ def output_folder(output: Path):
         if message is None:
             raise
         raise ConversionError(message) from None
+
+
+def check_max_shard_size(max_shard_size: int | str) -> int:
+    """Bytes of --max-shard-size ("5GB", "500MB", an int), or a ConversionError naming the flag."""
+    from huggingface_hub.serialization._base import parse_size_to_int
+
+    try:
+        size = max_shard_size if isinstance(max_shard_size, int) else parse_size_to_int(max_shard_size)
+    except (ValueError, TypeError, AttributeError):
+        size = 0
+    if size <= 0:
+        raise ConversionError(f"--max-shard-size {max_shard_size!r}: expected a positive size such as 5GB or 500MB")
+    return size

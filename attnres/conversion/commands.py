@@ -11,7 +11,8 @@ from ..utils.tiny import tiny_config
 from . import hub
 from .convert import convert_checkpoint
 from .errors import ConversionError
-from .family_convert import convert_family, is_family_input
+from .family_convert import convert_family
+from .family_source import is_kimi_input
 from .fixtures import random_model, write_moonshot_checkpoint
 from .hub import build_hub_folder, check_repo_id
 
@@ -33,6 +34,16 @@ def interrupted(stop: KeyboardInterrupt, output: Path) -> int:
     return 128 + interrupt_signal(stop)
 
 
+def check_utf8_path(path: Path, flag: str) -> None:
+    """A path that is not valid UTF-8 (a byte string the shell passed through) cannot be named in config files, logs
+    or messages: refused by the flag, with its printable form."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = str(path).encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise ConversionError(f"{flag} {shown}: the path is not valid UTF-8; rename it") from None
+
+
 def convert(args) -> int:
     """Convert args.input -> args.output (the flags of `attnres.cli.convert`); without them, a tiny Moonshot-format
     demo checkpoint is written to outputs/tiny-moonshot and converted to outputs/tiny-moonshot-hf."""
@@ -40,8 +51,17 @@ def convert(args) -> int:
         args.input, args.output, args.force = DEMO_INPUT, DEMO_OUTPUT, True
         write_moonshot_checkpoint(args.input, random_model(tiny_config("block", 2)))
         print(f"wrote a tiny Moonshot-format demo checkpoint to {args.input}")
-    if is_family_input(args.input):
+    try:
+        for flag, path in (("input", args.input), ("output", args.output)):
+            check_utf8_path(path, flag)
+        kimi = is_kimi_input(args.input)
+    except ConversionError as error:
+        return refused(error)
+    if not kimi:
         return convert_family_command(args)
+    if args.check:
+        return refused(ConversionError("--check applies to the other families (Kimi Linear's upcycle is checked by "
+                                       "the tests: tests/conversion/test_convert.py)"))
     try:
         with signals_interrupt():
             plan = convert_checkpoint(
@@ -62,18 +82,20 @@ def convert(args) -> int:
 
 
 def convert_family_command(args) -> int:
-    """`convert --upcycle` for Llama, Mistral, Qwen2, Qwen3, Gemma 3 (a folder, or a GGUF file): family_convert.py."""
+    """`convert` for Llama, Mistral, Qwen2, Qwen3, Gemma 3 (a folder, or a GGUF file): family_convert.py."""
     try:
         with signals_interrupt():
             done = convert_family(args.input, args.output, args.upcycle, args.block_size, to=args.to,
-                                  force=args.force, verify=args.verify, max_shard_size=args.max_shard_size)
+                                  force=args.force, verify=args.verify, check=args.check,
+                                  max_shard_size=args.max_shard_size, progress=not args.no_progress)
     except ConversionError as error:
         return refused(error)
     except KeyboardInterrupt as stop:
         return interrupted(stop, args.output)
-    print(f"{args.input} ({done.source_type}) -> {args.output} ({done.target_type}, attn_res_mode={done.mode}"
-          f"{f', attn_res_block_size={done.block_size}' if done.mode == 'block' else ''}): {done.tensors} tensors, "
-          f"{done.bytes / 2**20:.1f} MiB{', verified' if args.verify else ''}")
+    layout = f"attn_res_mode={done.mode}" + (f", attn_res_block_size={done.block_size}" if done.mode == "block" else "")
+    print(f"{args.input} ({done.source_type}) -> {args.output} ({done.target_type}"
+          f"{', ' + layout if done.mode != 'standard' else ', plain'}): {done.tensors} tensors, "
+          f"{done.bytes / 2**20:.1f} MiB{', verified' if args.verify else ''}{', checked' if args.check else ''}")
     return 0
 
 

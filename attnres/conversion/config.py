@@ -13,6 +13,7 @@ from ..families.kimi_linear.k3.layout import k3_linear_attn_config
 from ..families.kimi_linear.k3.mxfp4 import check_quantization_config
 from ..folders.checkpoint_files import CheckpointFileError, read_json_file
 from .errors import ConversionError
+from .source_checks import check_layer_count
 
 MOONSHOT_MODEL_TYPE = "kimi_linear"
 MOONSHOT_ARCHITECTURE = "KimiLinearForCausalLM"
@@ -50,6 +51,10 @@ def parse_config(config_dict: dict) -> KimiLinearAttnResConfig:
     except ValueError as error:
         raise ConversionError(f"config.json: {error}") from None
     text.pop("model_type", None)  # "kimi_linear" in Moonshot's file; the class knows its own
+    try:
+        check_layer_count(text)  # before a per-layer list is built from it
+    except ValueError as error:
+        raise ConversionError(f"config.json: {error}") from None
     if "mlp_layer_types" not in text and text.get("moe_layer_freq", 1) != 1:
         # Moonshot: a layer is MoE from `first_k_dense_replace` on, every `moe_layer_freq`-th layer
         first_dense, freq = text.get("first_k_dense_replace", 1), text["moe_layer_freq"]

@@ -12,7 +12,7 @@ from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnRe
 from ..folders.checkpoint_files import INDEX_NAME
 from ..folders.remote_code import auto_map, write_code_files
 from ..folders.saved_model import RECORD_FILE, write_weights_record
-from .atomic import check_output, move_into_place, output_folder
+from .atomic import check_max_shard_size, check_output, move_into_place, output_folder  # noqa: F401
 from .config import hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
 from .errors import ConversionError
 from .plan import ConversionPlan, Unit, plan_conversion
@@ -63,19 +63,6 @@ def convert_checkpoint(
             verify_conversion(plan, folder, progress)
         move_into_place(folder, output, replace=force)
     return plan
-
-
-def check_max_shard_size(max_shard_size: int | str) -> int:
-    """Bytes of --max-shard-size ("5GB", "500MB", an int), or a ConversionError naming the flag."""
-    from huggingface_hub.serialization._base import parse_size_to_int
-
-    try:
-        size = max_shard_size if isinstance(max_shard_size, int) else parse_size_to_int(max_shard_size)
-    except (ValueError, TypeError, AttributeError):
-        size = 0
-    if size <= 0:
-        raise ConversionError(f"--max-shard-size {max_shard_size!r}: expected a positive size such as 5GB or 500MB")
-    return size
 
 
 def convert_unit(plan: ConversionPlan, unit: Unit) -> dict[str, torch.Tensor]:

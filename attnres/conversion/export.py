@@ -97,10 +97,13 @@ def export_checkpoint(
 def refuse_other_families(input: Path) -> None:
     """The serving runtimes (vLLM, SGLang, llama.cpp, TensorRT-LLM, MLX) read AttnRes only in Kimi K3's layout: a
     model of another family (Llama, Qwen, ... with AttnRes, or without) is refused by its model_type."""
-    from .family_convert import is_family_input
+    from .family_source import is_kimi_input
 
-    if not is_family_input(input):
-        return
+    try:
+        if is_kimi_input(input):
+            return
+    except ConversionError:
+        pass  # a refused family: named below as any other family
     model_type = read_config_dict(input).get("model_type") if input.is_dir() else "a GGUF file"
     raise ExportRefused(f"{input}: model_type {model_type!r}: export for serving writes Kimi K3's layout, the only "
                         "AttnRes layout the runtimes read, so only Kimi Linear / K3 models export; other families "

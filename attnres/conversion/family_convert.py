@@ -1,154 +1,163 @@
-"""`attnres convert IN OUT --upcycle block|full` for a checkpoint of any supported family: a model folder
-(config.json + weights) or a GGUF file that transformers reads (dequantized on load). The same path as the Python
-call `attnres.upcycle(model)`: the folder is loaded with transformers' Auto classes, upcycled, and saved with its
-tokenizer, all at once by rename. Kimi Linear folders keep the streaming converter (`attnres.conversion.convert`).
+"""`attnres convert IN OUT [--upcycle block|full]` for a checkpoint of any supported family but Kimi Linear (which
+streams tensor by tensor, `attnres.conversion.convert`): a model folder or a GGUF file that transformers reads.
 
-Every check runs before the weights are read: the output (exists without --force, inside the input), the flags, and
-the family (an unsupported or already-AttnRes checkpoint is refused by name, with the reason).
+Without --upcycle the output is the family's own plain folder (model_type `llama`, ..., dequantized weights, the
+tokenizer beside it, no remote code): the matched baseline of an upcycled model, from one command. With --upcycle it
+is the Block or Full AttnRes model of the Python call `attnres.upcycle(model)`. Every check of `family_source` runs
+before a model is built; the output is built in a hidden sibling and appears all at once, by rename.
+
+`--verify` reloads the written folder and checks its function: its logits on fixed ids equal the converted model's,
+bit for bit, every tensor written equals the model's, and its logits are within the tolerance of the source's (0 for
+a plain folder; the epsilon argument's bound for an upcycled one, `upcycle_check`). `--check` prints that comparison:
+the max |logit difference|, the tolerance and the top-1 agreement. Outside the tolerance either refuses, with
+nothing written.
 """
 from __future__ import annotations
 
-import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..families.registry import source_family, source_family_of
-from ..families.upcycle import UPCYCLE_MODES, UpcycleError, is_attn_res_tensor, resolve_block_size, upcycle
-from ..folders.checkpoint_files import CheckpointFileError, read_json_file
-from ..folders.saved_model import write_weights_record
-from ..utils import finite_weights
-from .atomic import check_output, move_into_place, output_folder
+from ..families.upcycle import UpcycleError, is_attn_res_tensor, plain_family_model, resolve_block_size, upcycle
+from ..folders.model_folder import load, save
+from .atomic import check_max_shard_size, check_output, move_into_place, output_folder
 from .errors import ConversionError
+from .family_source import FamilySource, open_source
 
-# Kimi Linear's own model types: converted tensor by tensor (Moonshot's layout, K3's MXFP4 experts)
-KIMI_MODEL_TYPES = ("kimi_linear", "kimi_linear_attnres", "kimi_k3")
-logger = logging.getLogger(__name__)
+# the fixed ids --verify and --check run: 2 sequences of 16 tokens, seeded, within the vocabulary
+CHECK_SHAPE, CHECK_SEED = (2, 16), 0
 
 
 @dataclass
 class FamilyConversion:
     source_type: str
     target_type: str
-    mode: str
+    mode: str  # "standard" for the family's own plain folder
     block_size: int
     tensors: int
     bytes: int
-
-
-def is_family_input(input: Path) -> bool:
-    """Whether `input` goes through this path: a GGUF file, or a folder whose config.json is not Kimi Linear's."""
-    input = Path(input)
-    if input.suffix == ".gguf":
-        return True
-    if not (input / "config.json").is_file():
-        return False  # the Kimi converter names the missing file, after the checks every convert makes
-    try:
-        model_type = read_json_file(input / "config.json", "model config").get("model_type")
-    except CheckpointFileError:
-        return False  # the Kimi converter names the missing or damaged file
-    # no model_type: the Kimi converter's checks name it (config.json must say which model it is)
-    return model_type is not None and model_type not in KIMI_MODEL_TYPES
-
-
-def _location(input: Path) -> tuple[Path, str | None]:
-    """(folder, GGUF file name or None)."""
-    if input.suffix == ".gguf":
-        if not input.is_file():
-            raise ConversionError(f"{input}: not found (a GGUF file)")
-        return input.parent, input.name
-    return input, None
-
-
-def _load_config(folder: Path, gguf_file: str | None):
-    from transformers import AutoConfig
-
-    if gguf_file is None:  # refuse an unsupported family by its model_type before transformers tries to read it
-        try:
-            fields = read_json_file(folder / "config.json", "model config")
-            source_family_of(fields.get("model_type"), fields.get("attn_res_mode", "standard"))
-        except (CheckpointFileError, ValueError) as error:
-            raise ConversionError(str(error)) from None
-    try:
-        return AutoConfig.from_pretrained(folder, gguf_file=gguf_file)
-    except (OSError, ValueError, KeyError, ImportError) as error:
-        where = folder / gguf_file if gguf_file else folder / "config.json"
-        raise ConversionError(f"{where}: transformers cannot read it ({type(error).__name__}: {error})") from None
-
-
-def _family(config) -> str:
-    try:
-        return source_family(config)
-    except ValueError as error:
-        raise ConversionError(str(error)) from None
+    check: dict | None = None  # the comparison with the source (--verify, --check)
 
 
 def convert_family(input, output, upcycle_mode: str | None, block_size: int | None = None, to: str = "hf",
-                   force: bool = False, verify: bool = False, max_shard_size="5GB") -> FamilyConversion:
-    """Upcycle the checkpoint at `input` (folder or .gguf) into the model folder `output`; nothing written on error."""
+                   force: bool = False, verify: bool = False, check: bool = False, max_shard_size="5GB",
+                   progress: bool = True) -> FamilyConversion:
+    """Convert the checkpoint at `input` (folder or .gguf) into the model folder `output`: the family's own plain
+    folder, or upcycled with `upcycle_mode`. ConversionError naming the problem, with nothing written."""
     input = Path(input).resolve()
-    if upcycle_mode is None:
-        raise ConversionError(f"{input}: a checkpoint of this family converts only with --upcycle "
-                              f"{'|'.join(UPCYCLE_MODES)} (the hf / moonshot layouts are Kimi Linear's)")
     if to != "hf":
         raise ConversionError("--to moonshot is Kimi Linear's layout; other families are written as model folders")
+    if upcycle_mode is None and block_size is not None:
+        raise ConversionError("--block-size applies with --upcycle block only (it sets the new block size)")
     output = check_output(output, force, inputs=[input])
-    folder, gguf_file = _location(input)
-    config = _load_config(folder, gguf_file)
-    _family(config)  # standard-mode AttnRes configs pass; block / full ones are refused here
+    check_max_shard_size(max_shard_size)
+    source = open_source(input)
+    say = _progress(progress)
     try:
-        resolve_block_size(upcycle_mode, block_size, config.num_hidden_layers)  # flags checked before the weights
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype="auto")
-        for name, tensor in source.state_dict().items():  # the numeric guard: a NaN weight is named, never written
-            finite_weights.check_tensor(name, tensor, input)
-        target = upcycle(source, upcycle_mode, block_size)
-    except (UpcycleError, finite_weights.NonFiniteWeightsError) as error:
+        if upcycle_mode is not None:  # flags checked before the weights are read
+            resolve_block_size(upcycle_mode, block_size, source.config.num_hidden_layers)
+        model = source.load(progress)
+        say(f"upcycling to {upcycle_mode} AttnRes" if upcycle_mode else "building the family's own model")
+        target = upcycle(model, upcycle_mode, block_size) if upcycle_mode else plain_family_model(model)
+    except UpcycleError as error:
         raise ConversionError(str(error)) from None
-    del source
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-    except Exception as error:  # noqa: BLE001  a folder without a tokenizer is still a model
-        logger.warning("no tokenizer saved: %s cannot be read as one (%s)", input, type(error).__name__)
-        tokenizer = None
+    tokenizer = source.tokenizer()
+    report = None
     with output_folder(output) as building:
-        target.save_pretrained(building, max_shard_size=max_shard_size)
-        write_weights_record(building, target.config)
+        say(f"writing {output}")
+        if upcycle_mode:  # an AttnRes folder carries its weights record (the folder layer writes it)
+            save(target, building, max_shard_size=max_shard_size)
+        else:  # the family's own folder: transformers' save, nothing of ours
+            target.save_pretrained(building, max_shard_size=max_shard_size)
         if tokenizer is not None:
             tokenizer.save_pretrained(building)
-        if verify:
-            verify_saved(target, building)
+        if verify or check:
+            written = _reload(building)
+            if verify:
+                verify_saved(target, written, building)
+            report = check_against_source(model, written, upcycle_mode is not None)
+            if check:
+                print(check_line(report), flush=True)
+            if not report["within"]:
+                flag = "--check" if check else "--verify"
+                raise ConversionError(f"{flag}: {output} computes another function than {input}: {check_line(report)}")
         move_into_place(building, output, replace=force)
     state = target.state_dict()
     return FamilyConversion(
-        source_type=config.model_type, target_type=target.config.model_type, mode=upcycle_mode,
-        block_size=target.config.attn_res_block_size, tensors=len(state),
-        bytes=sum(t.numel() * t.element_size() for t in state.values()),
+        source_type=source.config.model_type, target_type=target.config.model_type, mode=upcycle_mode or "standard",
+        block_size=getattr(target.config, "attn_res_block_size", 0), tensors=len(state),
+        bytes=sum(t.numel() * t.element_size() for t in state.values()), check=report,
     )
 
 
-def verify_saved(model, folder: Path) -> None:
-    """Every tensor written equals the model's, bit for bit (tied copies are written once)."""
+def _progress(enabled: bool):
+    def say(line: str) -> None:
+        if enabled:
+            print(line, file=sys.stderr, flush=True)
+    return say
+
+
+def _reload(folder: Path):
+    """The written folder as anyone loads it, through the folder layer's checks (files, weights record)."""
+    return load(folder, dtype="auto").eval()
+
+
+def check_ids(model) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(CHECK_SEED)
+    return torch.randint(0, model.config.vocab_size, CHECK_SHAPE, generator=generator)
+
+
+@torch.no_grad()
+def verify_saved(model, written, folder: Path) -> None:
+    """The written folder computes the model's function (logits on fixed ids, bit for bit) and holds its tensors
+    (tied copies are written once)."""
     from safetensors.torch import load_file
 
     state = model.state_dict()
-    written = {}
+    tensors = {}
     for path in sorted(Path(folder).glob("*.safetensors")):
-        written.update(load_file(path))
-    problems = [f"{name}: not written" for name in state if name not in written and not _tied(model, name)]
-    problems += [f"{name}: differs from the upcycled model" for name, tensor in written.items()
+        tensors.update(load_file(path))
+    problems = [f"{name}: not written" for name in state if name not in tensors and not _tied(model, name)]
+    problems += [f"{name}: differs from the converted model" for name, tensor in tensors.items()
                  if name not in state or not torch.equal(tensor, state[name])]
-    attn_res = [name for name in written if is_attn_res_tensor(name)]
-    if not attn_res:
+    if getattr(model.config, "attn_res_mode", "standard") != "standard" and not any(map(is_attn_res_tensor, tensors)):
         problems.append("no AttnRes tensor written")
+    ids = check_ids(model)
+    if not torch.equal(written(ids).logits, model.eval()(ids).logits):
+        problems.append("the reloaded folder's logits differ from the converted model's")
     if problems:
         raise ConversionError.from_problems(problems, f"--verify: {folder}")
+
+
+@torch.no_grad()
+def check_against_source(source, written, upcycled: bool) -> dict:
+    """max |logit difference| of the written model against the source on the fixed ids, the logit scale, the top-1
+    agreement and the tolerance (0 for a plain folder), with `within`."""
+    from .upcycle_check import compare
+
+    ids = check_ids(source)
+    if upcycled:
+        report = compare(source, written, ids)
+    else:
+        expected, got = source(ids).logits.float(), written(ids).logits.float()
+        report = {"max_abs_diff": float((got - expected).abs().max()), "max_abs_logit": float(expected.abs().max()),
+                  "top1_agreement": float((got.argmax(-1) == expected.argmax(-1)).float().mean()),
+                  "tolerance": 0.0, "tokens": ids.numel()}
+    report["within"] = report["max_abs_diff"] <= report["tolerance"]
+    return report
+
+
+def check_line(report: dict) -> str:
+    return (f"check: max |logit difference| {report['max_abs_diff']:.3g} (logits up to "
+            f"{report['max_abs_logit']:.3g}), tolerance {report['tolerance']:.3g}, top-1 agreement "
+            f"{report['top1_agreement']:.1%} over {report['tokens']} tokens: "
+            f"{'within' if report['within'] else 'OUTSIDE'} the tolerance")
 
 
 def _tied(model, name: str) -> bool:
     return name == "lm_head.weight" and getattr(model.config, "tie_word_embeddings", False)
 
 
-__all__ = ["convert_family", "is_family_input", "FamilyConversion", "KIMI_MODEL_TYPES"]
+__all__ = ["convert_family", "FamilyConversion", "FamilySource", "check_against_source", "verify_saved"]

@@ -1,6 +1,7 @@
 """Upcycling in the converter: Kimi Linear folders stream tensor by tensor (`attnres.conversion.convert`), with the
-config and new tensors below; every other family goes through the Python call `attnres.upcycle`
-(`attnres.families.upcycle`, which explains why the function is kept), from `attnres.conversion.family_convert`."""
+new tensors below; every other family goes through the Python call `attnres.upcycle` (`attnres.families.upcycle`,
+which explains why the function is kept), from `attnres.conversion.family_convert`. Both take their upcycled config
+from the one builder, `upcycled_family_config`."""
 from __future__ import annotations
 
 from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
@@ -12,6 +13,7 @@ from ..families.upcycle import (  # noqa: F401  (re-exported: the converter's na
     is_attn_res_tensor,
     new_attn_res_tensor,
     resolve_block_size,
+    upcycled_family_config,
 )
 from .errors import ConversionError
 
@@ -19,17 +21,12 @@ from .errors import ConversionError
 def upcycled_config(
     config: KimiLinearAttnResConfig, mode: str, block_size: int | None = None
 ) -> KimiLinearAttnResConfig:
-    if mode not in UPCYCLE_MODES:
-        raise ConversionError(f"--upcycle must be one of {UPCYCLE_MODES}, got {mode!r}")
     if config.attn_res_mode != "standard":
         raise ConversionError(
             "--upcycle needs a standard-residual checkpoint, "
             f"but config.json has attn_res_mode={config.attn_res_mode!r}"
         )
     try:
-        block_size = resolve_block_size(mode, block_size, config.num_hidden_layers)
+        return upcycled_family_config(config, mode, block_size)[0]
     except UpcycleError as error:
         raise ConversionError(str(error)) from None
-    fields = config.to_dict()
-    fields.update(attn_res_mode=mode, attn_res_block_size=block_size)
-    return KimiLinearAttnResConfig.from_dict(fields)

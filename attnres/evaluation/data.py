@@ -162,8 +162,8 @@ def read_gpqa_csv(path: Path) -> list[dict]:
 
 @contextlib.contextmanager
 def quiet_hub_retries():
-    """huggingface_hub logs each of its 5 retries of an unreachable Hub; GPQA's expected absence is one line of ours
-    (issue 32), so its own warnings are held back for the call (errors still show)."""
+    """huggingface_hub logs each of its 5 retries of an unreachable Hub; GPQA's expected absence is one line of ours,
+    so its own warnings are held back for the call (errors still show)."""
     hub_logger = logging.getLogger("huggingface_hub")
     level = hub_logger.level
     hub_logger.setLevel(logging.ERROR)

@@ -94,8 +94,9 @@ def fmt_p(p: float) -> str:
 
 
 def heldout_pooled_lines(heldout: dict | None, labels: list[str]) -> list[str]:
-    """Held-out bits per byte both ways, named (issue 32: two numbers under one name disagreed): the table's row is the
-    mean of per-sequence values (what the paired test compares); pooled is all bits / all bytes of the split."""
+    """Held-out bits per byte both ways, each under its own name (two numbers under one name would disagree): the
+    table's row is the mean of per-sequence values (what the paired test compares); pooled is all bits / all bytes of
+    the split."""
     if not heldout:
         return []
     rows = [f"| {label} | {fmt(heldout[label]['bpb'])} | {fmt(heldout[label]['loss'])} | {heldout[label]['bytes']:,} "

@@ -54,23 +54,69 @@ def resolve_block_size(mode: str, block_size: int | None, num_layers: int) -> in
     return block_size
 
 
+# fields of a saved config that describe the file, not the model: dropped when a config becomes another family's
+_FILE_FIELDS = ("model_type", "architectures", "auto_map", "transformers_version", "quantization_config")
+
+
 def upcycled_family_config(config, mode: str, block_size: int | None = None):
-    """(AttnRes config, causal LM class) for a standard-residual config of any supported family (its own, or a
-    standard-mode AttnRes one): every field kept, the AttnRes mode and block size set."""
+    """(AttnRes config, causal LM class) for a standard-residual config of any supported family, Kimi Linear's
+    included (its own, or a standard-mode AttnRes one): every field kept, the AttnRes mode and block size set. The one
+    builder of an upcycled config: `attnres.upcycle`, both convert paths."""
     from attnres.families.registry import family_classes, source_family
 
+    check_mode(config)
     try:
         family = source_family(config)
     except ValueError as error:
         raise UpcycleError(str(error)) from None
     config_class, model_class = family_classes(family)
     block_size = resolve_block_size(mode, block_size, config.num_hidden_layers)
-    dropped = ("model_type", "architectures", "auto_map", "transformers_version", "quantization_config")
-    fields = {key: value for key, value in config.to_dict().items() if key not in dropped}
+    fields = {key: value for key, value in config.to_dict().items() if key not in _FILE_FIELDS}
     fields.update(attn_res_mode=mode, attn_res_block_size=block_size)
     target = config_class.from_dict(fields)
     target.architectures = [model_class.__name__]
     return target, model_class
+
+
+def plain_family_config(config):
+    """The family's own transformers config (plain `llama`, ...) of a standard-mode AttnRes config or of the
+    family's own: every field but the AttnRes ones kept. UpcycleError for Block / Full configs (their weights
+    compute another function) and for Kimi Linear (its model is this package's own)."""
+    from transformers import AutoConfig
+
+    from attnres.families.registry import source_family
+
+    check_mode(config)
+    try:
+        family = source_family(config)
+    except ValueError as error:
+        raise UpcycleError(str(error)) from None
+    if family == "kimi_linear":
+        raise UpcycleError("Kimi Linear has no plain transformers model here: it stays kimi_linear_attnres")
+    fields = {key: value for key, value in config.to_dict().items()
+              if key not in _FILE_FIELDS and not key.startswith("attn_res_")}
+    return AutoConfig.for_model(family, **fields)
+
+
+def check_mode(config) -> None:
+    """An AttnRes config's mode must be one of the modes (a mistyped "Block" is named as such, not as AttnRes)."""
+    from attnres.core.config import ATTN_RES_MODES
+
+    mode = getattr(config, "attn_res_mode", None)
+    if str(getattr(config, "model_type", "")).endswith("_attnres") and mode not in ATTN_RES_MODES:
+        raise UpcycleError(f"attn_res_mode={mode!r} is not a mode (one of {ATTN_RES_MODES})")
+
+
+def check_model(model) -> None:
+    """A loaded causal LM with weights: not a meta-device model (nothing to copy) and not some other object."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel):
+        raise UpcycleError(f"expected a transformers causal LM (a PreTrainedModel), got {type(model).__name__}")
+    parameter = next(model.parameters(), None)
+    if parameter is None or parameter.device.type == "meta":
+        raise UpcycleError(f"{type(model).__name__} has no weights to copy (built on the meta device): load it "
+                           "with its weights first")
 
 
 def check_not_quantized(model) -> None:
@@ -94,12 +140,37 @@ def upcycle(model, mode: str = "block", block_size: int | None = None):
     Every weight of `model` is copied; the new pseudo-queries are zero and the key norms one, so the logits equal the
     source's up to the RMSNorm epsilon (module docstring). `block_size`: decoder layers per block (default: about 8
     blocks, as the paper and Kimi K3). UpcycleError (a ValueError) naming the reason for an unsupported family, a
-    model that is already AttnRes, a quantized model, or a bad mode / block size.
+    model that is already AttnRes, a quantized or meta-device model, a non-model, or a bad mode / block size.
     """
-    from transformers.initialization import no_init_weights
-
+    check_model(model)
     check_not_quantized(model)
     config, model_class = upcycled_family_config(model.config, mode, block_size)
+    return rebuild(model, config, model_class)
+
+
+@torch.no_grad()
+def plain_family_model(model):
+    """The family's own transformers causal LM (plain `llama`, no remote code) computing what a standard-mode AttnRes
+    model (or the family's own) computes: the same tensors in the family's own class."""
+    check_model(model)
+    config = plain_family_config(model.config)
+    model_class = plain_family_class(config.model_type)
+    return model if type(model) is model_class else rebuild(model, config, model_class)
+
+
+def plain_family_class(model_type: str):
+    """transformers' own causal LM class of a family (LlamaForCausalLM for `llama`)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+
+
+def rebuild(model, config, model_class):
+    """`model`'s weights in a `model_class` of `config`, its dtype, device, mode and generation config; a tensor the
+    new model has and `model` lacks must be an AttnRes one (set to its start: zero queries, unit key norms)."""
+    from transformers.initialization import no_init_weights
+
     parameter = next(model.parameters())
     with no_init_weights():  # every tensor is copied or set below: no random draw over the whole model first
         target = model_class._from_config(config, dtype=parameter.dtype)
@@ -107,7 +178,7 @@ def upcycle(model, mode: str = "block", block_size: int | None = None):
     missing, unexpected = target.load_state_dict(model.state_dict(), strict=False)
     stray = [name for name in missing if not is_attn_res_tensor(name)]
     if unexpected or stray:
-        problems = [f"{name}: not in the AttnRes model" for name in unexpected] + [f"{n}: missing" for n in stray]
+        problems = [f"{name}: not in {model_class.__name__}" for name in unexpected] + [f"{n}: missing" for n in stray]
         raise UpcycleError(f"{type(model).__name__} does not map onto {model_class.__name__}: " + "; ".join(problems))
     for name in missing:  # set explicitly: the zero-query / unit-gain start the argument relies on
         tensor = target.get_parameter(name)
@@ -120,4 +191,5 @@ def upcycle(model, mode: str = "block", block_size: int | None = None):
 
 
 __all__ = ["upcycle", "UpcycleError", "UPCYCLE_MODES", "resolve_block_size", "upcycled_family_config",
+           "plain_family_config", "plain_family_model", "plain_family_class", "rebuild", "check_model", "check_mode",
            "is_attn_res_tensor", "new_attn_res_tensor", "default_block_size"]

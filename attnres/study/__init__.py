@@ -1,4 +1,4 @@
-"""The reproduction study (issue 9): a grid of training runs (`attnres study`, scripts/study.py), their statistics and
+"""The reproduction study: a grid of training runs (`attnres study`, scripts/study.py), their statistics and
 scaling fit.
 
 - `grid`: the grid file (JSON): shared model / training settings and the groups of runs to expand.

@@ -3,7 +3,7 @@ enough for depth to matter on a CPU, a matched pair of train runs (standard and 
 order, seed and tokens) in parallel with live progress, their evaluation, and the summary (table, summary.md,
 summary.json, plots).
 
-CPU layout, chosen by measurement (issue 9, 2 CPU cores, fp32, 12 layers x hidden 128, 16 x 128 tokens):
+CPU layout, chosen by measurement (2 CPU cores, fp32, 12 layers x hidden 128, 16 x 128 tokens):
 transformers' PyTorch KDA fallback made one forward+backward 8.3 s in Kimi Linear's KDA/MLA hybrid against 0.83 s
 with MLA in every layer, and the MoE routing costs another ~25% at this size; so every layer is MLA with a dense MLP.
 """
@@ -209,7 +209,7 @@ def markdown_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-OLD_SHARED_LR = ("Until issue 35 the main job trained both arms at one shared LR, 3e-3 (Block's best and the "
+OLD_SHARED_LR = ("An earlier main job trained both arms at one shared LR, 3e-3 (Block's best and the "
                  "baseline's fourth best of five), and reported block - standard **-0.20** held-out loss: that is the "
                  "old, unfair number (RESULTS.md, 'Main job').")
 

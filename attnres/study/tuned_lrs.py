@@ -1,4 +1,4 @@
-"""Each arm's own learning rate for the main job: the best LRs of the committed study (issue 19), and where each
+"""Each arm's own learning rate for the main job: the best LRs of the committed study, and where each
 came from. The main job trains its pair with the study's model (`grid.study_config`), data and schedule, so that at
 its defaults these are the bests of exactly what it trains; at another setting they are the nearest the study has,
 and the summary says the run differs from what was tuned.

@@ -1,4 +1,4 @@
-"""The non-finite guard (issue 10, item 5): a step whose loss or gradient norm is NaN/inf makes no update, is logged,
+"""The non-finite guard: a step whose loss or gradient norm is NaN/inf makes no update, is logged,
 and a few such steps in a row stop the run with a clear error and exit code 3. A skipped step leaves weights and
 optimizer state as they were and does not advance the learning-rate schedule (as DeepSpeed's and the HF Trainer's
 overflow skips); its batch is consumed, so the data order stays a function of the step. Used by the train loop, its

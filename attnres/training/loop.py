@@ -31,6 +31,8 @@ from .models import (
     load_model,
     model_class_of,
     reinit_zero_embedding_rows,
+    saves_as_plain_family,
+    write_plain_family_folder,
 )
 from .recipe import RES_PROJ_SUFFIX, Recipe  # noqa: F401  (RES_PROJ_SUFFIX: importers take it from here too)
 from .resume import (
@@ -223,10 +225,11 @@ def evaluate_whole(engine, val_set, args) -> float:
 FINAL_BUILD = ".tmp-final"  # one name every process agrees on (the model is saved collectively)
 
 
-def save_final_model(engine, tokenizer, output_dir: Path, write_info) -> None:
+def save_final_model(engine, tokenizer, output_dir: Path, write_info, plain_family: bool = False) -> None:
     """Build final/ beside it (model, tokenizer, `write_info(folder)`: training_info.json), then swap it in with
     `move_into_place`: the old final/ steps aside before the new one takes the name, so a kill at any moment leaves
-    one complete model at final/ or beside it (`clean_run_folder` puts it back)."""
+    one complete model at final/ or beside it (`clean_run_folder` puts it back). `plain_family`: written as the
+    family's own folder (`models.saves_as_plain_family`)."""
     final, tmp = output_dir / "final", output_dir / FINAL_BUILD
     if engine.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -235,6 +238,8 @@ def save_final_model(engine, tokenizer, output_dir: Path, write_info) -> None:
         engine.save_model(tmp)
         if engine.is_main:
             check_written_weights(sorted(tmp.glob("*.safetensors")), final)  # never NaN weights over a finite final/
+            if plain_family:
+                write_plain_family_folder(tmp, engine.module.config)
             tokenizer.save_pretrained(str(tmp))  # "next to the model": the folder loads with Auto classes alone
             write_info(tmp)
             move_into_place(tmp, final, replace=True)  # this run's own (`run_folder.py`)
@@ -372,7 +377,8 @@ def run(args, world, config, train_set, val_set, tokenizer, folder, state, recor
 
         final_state = checkpoint_state(args.max_steps)
         save_final_model(engine, tokenizer, output_dir, lambda folder: write_training_info(
-            folder, args, plan.global_batch, args.max_steps, final_state))
+            folder, args, plan.global_batch, args.max_steps, final_state),
+            plain_family=saves_as_plain_family(args.init_from, engine.module.config))
     if engine.is_main and args.diagnostics_every and (output_dir / "diagnostics.jsonl").is_file():
         from .logs import plot_runs
 

@@ -15,7 +15,7 @@ standard mode is the family's model itself, with the same tensors. Block or Full
 tensors first: `attnres convert DIR OUT --upcycle block`, which the refusal names. From scratch, `--family NAME` builds
 the presets in that family's own architecture (`FAMILY_PRESETS`); Kimi Linear stays the default.
 
-Embedding repair (issue 9): models built before the fix (or Kimi Linear checkpoints, which pass `pad_token_id` as the
+Embedding repair: models whose embedding had a `padding_idx` (Kimi Linear checkpoints, which pass `pad_token_id` as the
 padding index) keep the pad token's embedding at exactly zero. When pad is a real token (pad = EOS in most BPE
 tokenizers), every position holding it starts from a zero residual stream, and RMSNorm's backward at zero input scales
 by 1/sqrt(eps) per layer: a deep model's gradients overflow. Before training such a model on data that contains the
@@ -149,6 +149,9 @@ def check_init_from(args) -> None:
         raise ValueError(f"--init-from {args.init_from} takes the model (size and config) from that folder: "
                          f"drop {flag}")
     folder = Path(args.init_from)
+    if folder.suffix == ".gguf":
+        raise ValueError(f"--init-from {args.init_from}: a GGUF file, not a model folder; write its plain folder first "
+                         f"with `attnres convert {args.init_from} OUT` and pass --init-from OUT")
     if not (folder / "config.json").is_file():
         raise ValueError(f"--init-from {args.init_from}: no config.json there (a folder written by save_pretrained, "
                          f"train.py's final/, or scripts/convert_checkpoint.py)")
@@ -266,5 +269,30 @@ def reinit_zero_embedding_rows(model, token_ids: torch.Tensor, seed: int = 0, lo
     ids = repaired.tolist()
     log(f"re-initialised {len(ids)} all-zero input-embedding row(s) of tokens that occur in the data (ids "
         f"{ids[:10]}{' ...' if len(ids) > 10 else ''}, std {std:.3g}): a zero row (an embedding padding_idx, as in "
-        f"models trained before the fix of issue 9) makes deep models' gradients overflow")
+        f"Kimi Linear checkpoints) makes deep models' gradients overflow")
     return ids
+
+
+def saves_as_plain_family(init_from, config) -> bool:
+    """Whether a run's final/ is the family's own plain folder: a standard-residual fine-tune of a checkpoint that was
+    itself the family's own (`llama`, not `llama_attnres`), so anyone loads the result without this package. Kimi
+    Linear has no plain model here and stays `kimi_linear_attnres`."""
+    if init_from is None or getattr(config, "attn_res_mode", None) != "standard":
+        return False
+    family, model_type = family_of_folder(init_from)
+    return family != "kimi_linear" and model_type == family
+
+
+def write_plain_family_folder(folder: Path, config) -> None:
+    """Turn a saved standard-mode AttnRes folder into the family's own: the standard model's tensors are exactly the
+    family's (same names and shapes), so only the config changes, and the generated code and the AttnRes weights
+    record go."""
+    from ..families.upcycle import plain_family_class, plain_family_config
+    from ..folders.saved_model import RECORD_FILE
+
+    plain = plain_family_config(config)
+    plain.architectures = [plain_family_class(plain.model_type).__name__]
+    plain.save_pretrained(folder)
+    for path in [*Path(folder).glob("*.py"), Path(folder) / RECORD_FILE]:
+        path.unlink(missing_ok=True)
+

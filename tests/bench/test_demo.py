@@ -1,4 +1,4 @@
-"""`attnres demo`: each mix point's sources under their own names (issue 32: a point's running partial sum was
+"""`attnres demo`: each mix point's sources under their own names (a point's running partial sum was
 printed as `blk0` / `blk1`, the output mix's names), in the printout and the plot."""
 import argparse
 

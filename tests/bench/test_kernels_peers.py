@@ -1,4 +1,4 @@
-"""Issue 21: `attnres bench-kernels` runs the public peers (fla-core 0.6.0, flash-attn-res 0.1.12) beside ours, checked
+"""`attnres bench-kernels` runs the public peers (fla-core 0.6.0, flash-attn-res 0.1.12) beside ours, checked
 for equal outputs and gradients first. The peers are installed for real (scripts/setup_peers.sh into
 ~/.cache/attnres/peers, or $ATTNRES_PEERS: a few seconds once, then cached) and run in a child process, as the
 benchmark runs them: the peers' folder never enters this test process's sys.path (with fla importable, transformers'

@@ -1,4 +1,4 @@
-"""Bad input every command shares (issue 33), refused as one line naming the flag or path, with nothing written:
+"""Bad input every command shares, refused as one line naming the flag or path, with nothing written:
 seeds numpy cannot take, a path no file system accepts, benchmark sizes the kernels cannot use, a results file that
 is a folder. Flags are checked by argparse (exit 2, `argument --flag: ...`); a path too long is the dispatcher's one
 line (`attnres.cli.command_main`)."""

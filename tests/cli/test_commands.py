@@ -122,7 +122,7 @@ def test_a_bad_backend_variable_is_one_line_before_any_work(command, pair, tmp_p
         main([command, "--help"])
     assert stop.value.code == 0
 def test_help_examples_use_the_installed_commands():
-    """Issue 32: a pip install has no scripts/ or eval/ folder; every --help example runs the installed command
+    """A pip install has no scripts/ or eval/ folder; every --help example runs the installed command
     (`attnres <command>`, or `-m attnres.cli.<module>` under a launcher)."""
     import re
 

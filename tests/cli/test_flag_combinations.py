@@ -1,4 +1,4 @@
-"""Flags another flag makes meaningless are refused by name, before any work (issue 32, attnres/cli/combos.py): one
+"""Flags another flag makes meaningless are refused by name, before any work (attnres/cli/combos.py): one
 argparse-style line naming both flags, exit code 2. One case per refused combination; a flag counts as given even at
 its default value."""
 from __future__ import annotations

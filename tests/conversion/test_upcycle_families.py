@@ -98,7 +98,6 @@ def test_convert_refusals_name_the_reason_and_write_nothing(tmp_path, capsys):
     nan.save_pretrained(tmp_path / "llama-nan")
     out = tmp_path / "out"
     cases = [
-        ([str(tmp_path / "llama"), str(out)], "converts only with --upcycle"),
         ([str(tmp_path / "llama-nan"), str(out), "--upcycle", "block"],
          "tensor model.layers.1.mlp.up_proj.weight holds non-finite values (1 NaN"),
         ([str(tmp_path / "neox"), str(out), "--upcycle", "block"], "'gpt_neox' is not supported by AttnRes"),

@@ -60,7 +60,9 @@ def test_convert_upcycles_the_gguf_file(smollm2, tmp_path, capsys):
     source, _ = smollm2
     gguf = gguf_file()
     out = tmp_path / "smollm2-block"
-    assert convert_main([str(gguf), str(out), "--upcycle", "block", "--no-progress"]) == 0, capsys.readouterr().err
+    assert convert_main([str(gguf), str(out), "--upcycle", "block", "--check", "--no-progress"]) == 0, \
+        capsys.readouterr().err
+    assert "top-1 agreement 100.0% over 32 tokens: within the tolerance" in capsys.readouterr().out
     loaded = AutoModelForCausalLM.from_pretrained(out).eval()
     assert loaded.config.model_type == "llama_attnres" and loaded.config.attn_res_block_size == 4  # 30 layers / 8
     tokenizer = AutoTokenizer.from_pretrained(out)

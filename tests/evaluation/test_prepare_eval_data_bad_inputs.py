@@ -170,7 +170,7 @@ def test_disk_full_is_one_message_and_nothing_half_written(good_gpqa, tmp_path, 
 
 
 def test_gpqa_absent_is_one_line_not_the_hubs_retries(monkeypatch):
-    """Issue 32: an unreachable Hub printed huggingface_hub's 5 retry warnings before our one clear line."""
+    """An unreachable Hub printed huggingface_hub's 5 retry warnings before our one clear line."""
     import logging
 
     import datasets

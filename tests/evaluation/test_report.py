@@ -1,4 +1,4 @@
-"""The evaluation report's held-out section: both bits-per-byte numbers, each named (issue 32)."""
+"""The evaluation report's held-out section: both bits-per-byte numbers, each named."""
 from attnres.evaluation.report import heldout_pooled_lines
 
 

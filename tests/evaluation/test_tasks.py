@@ -41,7 +41,7 @@ def test_compare_renders_its_own_task_folder_outside_the_data(tmp_path):
     assert (private.parent.stat().st_mode & 0o077) == 0
 @pytest.mark.slow
 def test_the_documented_task_listing_lists_the_rendered_tasks(tmp_path):
-    """`attnres compare --help` and the README tell how to list the rendered tasks (issue 32): lm-eval's own listing
+    """`attnres compare --help` and the README tell how to list the rendered tasks: lm-eval's own listing
     over data/eval/tasks, the folder prepare-eval-data renders into by default."""
     import os
     import re

@@ -1,4 +1,4 @@
-"""Prepared-data folders (prepare-data's output) that disagree with their meta.json, or lack a part (issue 33): each
+"""Prepared-data folders (prepare-data's output) that disagree with their meta.json, or lack a part: each
 damage edits a copy in place; the error must name the file or field."""
 from __future__ import annotations
 

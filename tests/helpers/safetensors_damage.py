@@ -1,4 +1,4 @@
-"""Safetensors files whose header lies (issue 33): well-formed JSON describing offsets, names, dtypes or shapes that
+"""Safetensors files whose header lies: well-formed JSON describing offsets, names, dtypes or shapes that
 do not add up, a header nested 200,000 deep, and a language-model weight stored as int32. Each damage rewrites the
 folder's shard with the most tensors in place (the index still names it); the tensor it lies about is renamed
 `model.liar`, so a test can check that the error names the right tensor."""

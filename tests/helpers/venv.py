@@ -1,7 +1,7 @@
 """A fresh virtual environment that sees the packages of the interpreter running the tests, never the checkout.
 
 `python -m venv --system-site-packages` would see the BASE interpreter's packages (the one the running venv was made
-from, without torch or transformers when the tests run in a venv, issue 32), so instead the new venv gets a .pth
+from, without torch or transformers when the tests run in a venv), so instead the new venv gets a .pth
 file naming the folders the running interpreter imports from (its sys.path as set up at start: site-packages, a
 venv's or the system's alike, and what their .pth files added), less the standard library and any folder holding an
 attnres package (the checkout). Plain path lines: the .pth files in those folders are not run again, so an editable

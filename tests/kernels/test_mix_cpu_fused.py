@@ -185,7 +185,7 @@ def test_a_failed_build_warns_once_and_every_mix_takes_the_eager_path(monkeypatc
 
 
 def test_a_first_build_says_so_before_compiling_and_a_cached_one_is_silent(monkeypatch, tmp_path, caplog):
-    """Issue 32: the first build takes minutes; a user must read why before they start, not face a stuck bar. The
+    """The first build takes minutes; a user must read why before they start, not face a stuck bar. The
     cache calls `compile_module` only when it has no verified build, so a cached load announces nothing."""
     import torch.utils.cpp_extension
 

@@ -3,7 +3,7 @@ run. A tiny stand-in extension (plain C, compiled in a fraction of a second) rep
 the way torch's `load_inline` treats its folder: a library already there is imported as up to date, and a `lock`
 file there makes it wait. One test loads the real kernel from its verified cache entry.
 
-Each test fails on the cache before issue 33: a library planted in the build folder ran, the cache was keyed without
+Each test fails on a cache without that guard: a library planted in the build folder ran, the cache was keyed without
 the torch installation, compiler or Python ABI, folders were created for anyone to read and were used whoever owned
 them or could write them, and a lock left by a killed build hung every later load.
 """

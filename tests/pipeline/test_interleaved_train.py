@@ -90,7 +90,7 @@ def test_bad_flags_are_one_line_errors(monkeypatch):
 
 @pytest.mark.parametrize("resume", ["never", "older"])
 def test_a_new_or_older_start_never_prunes_the_folders_newer_run(tmp_path, resume):
-    """Issue 33: `--resume never` into a folder holding another run (or a resume from an older checkpoint of it)
+    """`--resume never` into a folder holding another run (or a resume from an older checkpoint of it)
     would prune that run's checkpoints: refused by name, as `attnres train` refuses it, before any state changes."""
     import argparse
 

@@ -1,4 +1,4 @@
-"""The continued-training study (`attnres continued-study`, issue 35) on a tiny random Llama standing in for
+"""The continued-training study (`attnres continued-study`) on a tiny random Llama standing in for
 SmolLM2-135M: the grid runs (four arms, sweep then tuned seeds), a rerun does no work, the one-run command, a bad grid
 refused by name before any work, and the report."""
 from __future__ import annotations

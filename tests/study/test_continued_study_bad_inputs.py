@@ -1,4 +1,4 @@
-"""Bad input and interruptions of `attnres continued-study` (issue 46): each is one line naming the field, file or
+"""Bad input and interruptions of `attnres continued-study`: each is one line naming the field, file or
 run, refused before any work where it can be; an edited grid never replaces another grid's runs without --force;
 Ctrl-C / SIGTERM end the study at once (exit 130 / 143) and the finished runs survive; the query multiplier and
 per-group clipping are grid fields."""

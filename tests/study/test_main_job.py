@@ -205,7 +205,7 @@ def test_signal_stops_both_train_runs(tmp_path, sig):
 
 
 def test_loss_curves_say_what_their_validation_loss_covers(monkeypatch):
-    """Issue 32: loss_curves.png's end label is training's few-batch validation loss, not the table's held-out one."""
+    """`loss_curves.png`'s end label is training's few-batch validation loss, not the table's held-out one."""
     import argparse
 
     import attnres.training.data
@@ -238,7 +238,7 @@ def test_shared_and_given_lrs_are_labelled():
 
 
 def test_a_second_job_into_the_same_output_is_refused_before_any_work(main_job, tmp_path):
-    """Issue 33: one output rule for every writer: a main job whose --output-dir another live job holds is one clear
+    """One output rule for every writer: a main job whose --output-dir another live job holds is one clear
     error, and writes nothing (no data, no runs)."""
     from tests.helpers.processes import output_held
 

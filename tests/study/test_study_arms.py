@@ -1,4 +1,4 @@
-"""The study's arms (issue 19): each arm swept over learning rates, then trained with more seeds at its own best one;
+"""The study's arms: each arm swept over learning rates, then trained with more seeds at its own best one;
 the arm switches reach the model and the optimizer; the report of a fair comparison, on synthetic records with a known
 answer; the bootstrap interval of the compute multiplier."""
 from __future__ import annotations

@@ -56,7 +56,7 @@ def check_record(data, root, run, mode, family=None):
     config = build_config("tiny", None, mode, None, tokenizer, family)
     model = model_class_of(config)(config)
     assert family is None or model.config.model_type == f"{family}_attnres"
-    # the families' embeddings zero the pad row (padding_idx) at init: train.py re-draws it before step 1 (issue 9)
+    # the families' embeddings zero the pad row (padding_idx) at init: train.py re-draws it before step 1
     reinit_zero_embedding_rows(model, data_token_ids(train_set), seed=0, log=lambda _: None)
     ids = train_set[BatchPlan(len(train_set), 4, 1, 1, seed=0).indices(0, 0, 0)]["input_ids"]
     with torch.no_grad():
@@ -97,7 +97,7 @@ def test_figure5_plots_every_family(family_runs, tmp_path):
 
 
 def test_figure5_labels_say_each_thing_once():
-    """Issue 32: figure5.png read "standard (standard, step 4)" and "Depth weights: block (block)"."""
+    """`figure5.png` read "standard (standard, step 4)" and "Depth weights: block (block)"."""
     from attnres.training.logs import run_label
 
     assert run_label("standard", {"mode": "standard", "step": 4}, with_step=False) == "standard"
@@ -106,7 +106,7 @@ def test_figure5_labels_say_each_thing_once():
 
 
 def test_a_log_line_nested_100000_deep_is_a_value_error_not_a_recursion_error(tmp_path):
-    """Issue 33: a metrics.jsonl line nested 100,000 deep raised RecursionError in read_jsonl (resume and reports)."""
+    """A metrics.jsonl line nested 100,000 deep raised RecursionError in read_jsonl (resume and reports)."""
     from attnres.training.logs import JsonlLog, read_jsonl
 
     path = tmp_path / "metrics.jsonl"

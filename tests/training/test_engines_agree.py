@@ -1,4 +1,4 @@
-"""One recipe, every engine (issue 32): the same tiny model (`--model-size tiny`: 4 layers, Block AttnRes, MoE),
+"""One recipe, every engine: the same tiny model (`--model-size tiny`: 4 layers, Block AttnRes, MoE),
 data and recipe flags trained 4 steps by every engine give the same losses as one process:
 
 - `attnres train` in one process (the reference, micro-batch 4);
@@ -132,7 +132,7 @@ def test_engine_trains_like_one_process(engines, engine):
 
 
 def test_tolerance_sees_a_recipe_change(engines, data, train, tmp_path, monkeypatch):
-    """torch's default betas (what train-interleaved used before issue 32), one process: step 4's loss moves by far
+    """torch's default betas (not the recipe's), one process: step 4's loss moves by far
     more than the tolerance, so the comparison above would catch an engine training with another recipe."""
     monkeypatch.setattr("attnres.training.recipe.BETAS", (0.9, 0.999))
     train(train_args(data, tmp_path / "betas", micro_batch_size=4, **TRAIN))

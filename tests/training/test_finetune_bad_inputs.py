@@ -125,3 +125,12 @@ def test_prepared_chat_data_is_usable(init_env):
     """The fixture the cases above start from is valid: the refusals come from the damage alone."""
     meta = json.loads((init_env["data"] / "meta.json").read_text())
     assert meta["loss_mask"] is True
+
+
+def test_init_from_a_gguf_file_suggests_convert(init_env, train, tmp_path):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    out = tmp_path / "run"
+    expect_refused(lambda: train(finetune_args(init_env["data"], gguf, out)),
+                   ["--init-from", "model.gguf", f"attnres convert {gguf} OUT"], untouched=[gguf], absent=[out],
+                   errors=(SetupError, ValueError, OSError))

@@ -134,7 +134,7 @@ def test_runs_on_a_base_install():
 @pytest.mark.parametrize("n, text", [(0, "0 bytes"), (1023, "1,023 bytes"), (2048, "2.00 KiB"),
                                      (3 * 2**20, "3.00 MiB"), (5177 * 2**30, "5,177.00 GiB")])
 def test_sizes_read_in_sensible_units(n, text):
-    """Issue 32: a tiny model printed "0.00 GiB" everywhere; GiB stays the largest unit (the README's K3 tables)."""
+    """A tiny model printed "0.00 GiB" everywhere; GiB stays the largest unit (the README's K3 tables)."""
     from attnres.training.memory_plan import size_text
 
     assert size_text(n) == text

@@ -3,6 +3,8 @@ sizes. Every case: one message naming the flag or file, inputs untouched, nothin
 prepare-data --chat: tests/training/test_finetune_bad_inputs.py.)"""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from attnres.cli.plan_memory import main as plan_memory_main
@@ -55,3 +57,16 @@ def test_plan_memory_bad_flags(plan_memory, capsys, argv, message):
         plan_memory(["tiny", *argv])
     err = capsys.readouterr().err
     assert info.value.code == 2 and message in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text", "kimi_linear"])
+def test_plan_memory_refuses_a_billion_layers_without_building_them(plan_memory, capsys, tmp_path, family):
+    from attnres.utils.tiny import tiny_config
+    from tests.families.tiny import source_config
+
+    config = tiny_config("block", 2) if family == "kimi_linear" else source_config(family)
+    fields = {key: value for key, value in config.to_dict().items() if key not in ("layer_types", "mlp_layer_types")}
+    fields["num_hidden_layers"] = 10**9
+    (tmp_path / "config.json").write_text(json.dumps(fields))
+    expect_script_refused(plan_memory, capsys, [tmp_path], ["config.json", "num_hidden_layers=1000000000"],
+                          untouched=[tmp_path])

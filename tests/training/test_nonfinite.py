@@ -1,4 +1,4 @@
-"""The non-finite guard (issue 10 item 5, issue 9): a NaN/inf loss or gradient norm skips the update (accelerate,
+"""The non-finite guard: a NaN/inf loss or gradient norm skips the update (accelerate,
 DeepSpeed ZeRO-0 and ZeRO-2, the pipeline trainer), is logged, and a few in a row stop with exit code 3 and no model.
 Faults are injected deterministically: poisoned batches (the loss times NaN) or a huge learning rate."""
 from __future__ import annotations

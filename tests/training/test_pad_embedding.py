@@ -1,4 +1,4 @@
-"""Issue 9's training bug: no token that occurs in the data may have an embedding frozen at zero (an embedding
+"""No token that occurs in the data may have an embedding frozen at zero (an embedding
 padding_idx on pad = EOS), a deep model trains finite at a high learning rate, and old zero rows are repaired."""
 from __future__ import annotations
 

@@ -3,6 +3,8 @@ from scratch with `--family`, and `--init-from` a family's own standard checkpoi
 one (block <-> full as the Kimi path allows), with the refusals named."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -23,7 +25,7 @@ def plain_folder(family, data, path):
     _, _, tokenizer = load_prepared(data)
     model = source_model(family, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    with torch.no_grad():  # the pad row starts at zero in transformers' init: train.py would re-draw it (issue 9)
+    with torch.no_grad():  # the pad row starts at zero in transformers' init: train.py would re-draw it
         model.get_input_embeddings().weight[tokenizer.pad_token_id].normal_(0, 0.02)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -54,8 +56,13 @@ def test_init_from_the_family_own_and_upcycled_checkpoints(train, data, tmp_path
     # the family's own checkpoint trains as it is, with the standard residual: its weights, its loss
     train(finetune_args(data, plain, tmp_path / "std", **QUICK))
     assert train_losses(tmp_path / "std")[0] == pytest.approx(expected, rel=1e-5)
-    tuned = AutoModelForCausalLM.from_pretrained(tmp_path / "std" / "final")
-    assert (tuned.config.model_type, tuned.config.attn_res_mode) == (f"{family}_attnres", "standard")
+    # ... and saves as the family's own plain folder: no remote code, no AttnRes fields, loadable by anyone
+    final = tmp_path / "std" / "final"
+    config = json.loads((final / "config.json").read_text())
+    assert config["model_type"] == family and "auto_map" not in config and "attn_res_mode" not in config
+    assert not list(final.glob("*.py")) and not (final / "attnres_weights.json").exists()
+    tuned = AutoModelForCausalLM.from_pretrained(final)
+    assert type(tuned) is type(model) and (final / "training_info.json").is_file()
     with pytest.raises(SetupError, match=f"standard-residual model.*attnres convert {plain} OUT --upcycle block"):
         train(finetune_args(data, plain, tmp_path / "refused", attn_res="block", **QUICK))
     assert not (tmp_path / "refused").exists()

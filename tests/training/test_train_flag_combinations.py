@@ -1,4 +1,4 @@
-"""`attnres train` refuses flags the model's residual mode makes meaningless (issue 32), the mode coming from
+"""`attnres train` refuses flags the model's residual mode makes meaningless, the mode coming from
 --attn-res, --config or --model-size: one line naming both, before any model is built (attnres/training/loop.py
 `check_mode_flags`). The CLI-level combinations are in tests/cli/test_flag_combinations.py."""
 import pytest

@@ -105,7 +105,7 @@ class KimiLinearAttnResModel(AttnResModelMixin, KimiLinearAttnResPreTrainedModel
         # No padding_idx (Kimi Linear passes pad_token_id): padded positions are already excluded by the attention mask
         # and labels=-100, and pad is usually a real token (most BPE tokenizers use pad = EOS). A padding_idx freezes
         # that token's embedding at zero, and a zero residual stream makes RMSNorm's backward scale by 1/sqrt(eps) per
-        # layer: deep models diverged (issue 9). Forward is unchanged: standard mode equals Kimi Linear given the
+        # layer: deep models diverge. Forward is unchanged: standard mode equals Kimi Linear given the
         # weights.
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(

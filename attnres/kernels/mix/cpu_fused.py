@@ -129,8 +129,8 @@ def load_extension():
 
 def compile_module(name: str, folder: Path):
     """torch's JIT build of the kernel into `folder` (emptied by the cache first: what it imports, it built). Called
-    only when no verified build exists, so it announces itself: minutes with no output otherwise (issue 32: a demo's
-    progress bar sat at 0 for 5 minutes)."""
+    only when no verified build exists, so it announces itself: a first build takes minutes, and a progress
+    bar sitting at 0 meanwhile would look like a hang."""
     from torch.utils.cpp_extension import load_inline
 
     logger.warning("attnres: compiling the fused C++ CPU mix kernel for this machine, once (about 1 CPU minute; "

@@ -9,6 +9,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+from ...conversion.family_source import dequantized
 from ...folders.atomic_io import move_into_place, temporary_folder
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -30,13 +31,6 @@ def cache_dir() -> Path:
         return Path(os.environ["ATTNRES_SMOLLM2_DIR"])
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return root / "attnres" / "smollm2-135m-instruct"
-
-
-def dequantized(model) -> None:
-    """Drop the GGUF quantizer mark of a model transformers dequantized on load (its weights are plain floats)."""
-    model.hf_quantizer = None
-    model.is_quantized = False
-    model.config.__dict__.pop("quantization_config", None)
 
 
 def smollm2_folder() -> Path:

@@ -28,7 +28,7 @@ CONFIG_CASES = {
     "mode_not_string": (dict(attn_res_mode=3), ["attn_res_mode"]),
     "unknown_backend": (dict(attn_res_backend="cuda"), ["attn_res_backend"]),
     "layer_types_length": (dict(num_hidden_layers=3, layer_types=["full_attention"] * 4), ["layer_types"]),
-    # hostile or mistyped sizes, signs, values and dtype names (issue 20): refused when the config is built
+    # hostile or mistyped sizes, signs, values and dtype names: refused when the config is built
     "negative_head_dim": (dict(qk_nope_head_dim=-4), ["qk_nope_head_dim", ">= 1"]),
     "zero_value_head_dim": (dict(v_head_dim=0), ["v_head_dim", ">= 1"]),
     "zero_kda_heads": (dict(linear_num_heads=0), ["linear_num_heads"]),
@@ -41,7 +41,7 @@ CONFIG_CASES = {
     "topk_group_over_groups": (dict(n_group=2, topk_group=3), ["topk_group", "n_group"]),
     "dtype_float8": (dict(dtype="float8_e4m3fn"), ["dtype", "float8", "storage format"]),
     "dtype_code": (dict(dtype="os.system"), ["dtype", "'os.system'"]),
-    # nested objects transformers reads with .get (issue 33): a typo silently built the default layout
+    # nested objects transformers reads with .get: a typo silently built the default layout
     "linear_attn_config_typo": (dict(num_hidden_layers=4, linear_attn_config=dict(kda_layer=[1, 2, 3],
                                                                                   full_attn_layers=[4])),
                                 ["linear_attn_config.kda_layer", "unknown field", "kda_layers"]),
@@ -58,7 +58,7 @@ CONFIG_CASES = {
 }
 
 
-# a valid config too large for this machine: refused with the number, before any allocation (issue 20)
+# a valid config too large for this machine: refused with the number, before any allocation
 HUGE_CASES = {
     "vocab_1e12": dict(vocab_size=10**12),
     "hidden_1e7": dict(hidden_size=10**7),

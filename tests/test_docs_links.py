@@ -1,0 +1,103 @@
+"""Every relative link in README.md and docs/*.md leads to a file or folder of the checkout (and a link into a page's
+section to a heading of that page), and every docs/ page is listed in the docs index (docs/README.md). Links to other
+sites are not followed."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# a markdown link or image: [text](target) or [text](target "title"); the target up to the first space or ')'
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+# pages that other parts of the project write; a link to one is checked once it exists
+PENDING = {"docs/CONVERSION.md", "docs/FAMILIES.md", "docs/GPU.md", "docs/EVALUATION.md", "docs/PUBLISHING.md",
+           "docs/TESTING.md"}
+
+
+def without_code(text: str) -> str:
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S))
+
+
+def links(page: Path, anchors: bool = False) -> list[str]:
+    """Relative link targets of a page (with their #anchor if `anchors`); code blocks and inline code are not text."""
+    targets = [match.group(1) for match in LINK.finditer(without_code(page.read_text()))]
+    return [target if anchors else target.split("#")[0] for target in targets
+            if not re.match(r"[a-z][a-z0-9+.-]*:", target) and not target.startswith("#")]
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
+def test_the_link_finder_sees_relative_links_only(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text('[a](docs/A.md#part) [b](https://x.org/b.md) [c](#here) ![d](img/d.png "title")\n'
+                    "`[e](in/code.md)`\n```\n[f](in/block.md)\n```\n[g](../up.md)\n")
+    assert links(page) == ["docs/A.md", "img/d.png", "../up.md"]
+
+
+def test_the_anchors_are_github_s(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Top\n## A fair comparison: arms (`configs/study/cpu-lr.json`)\n```\n# not a heading\n```\n")
+    assert heading_anchors(page) == {"top", "a-fair-comparison-arms-configsstudycpu-lrjson"}
+
+
+def test_every_section_link_names_a_heading():
+    broken = []
+    for page in PAGES:
+        for target in links(page, anchors=True):
+            path, _, anchor = target.partition("#")
+            if anchor and path.endswith(".md") and (page.parent / path).is_file():
+                if anchor not in heading_anchors(page.parent / path):
+                    broken.append(f"{page.relative_to(REPO)} -> {target}")
+    assert broken == []
+
+
+def test_every_relative_link_resolves():
+    broken, pending = [], []
+    for page in PAGES:
+        for target in links(page):
+            path = (page.parent / target).resolve()
+            if path.exists():
+                continue
+            name = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
+            (pending if name in PENDING else broken).append(f"{page.relative_to(REPO)} -> {target}")
+    assert broken == []
+    if pending:
+        pytest.skip("links to pages not written yet: " + ", ".join(sorted(set(pending))))
+
+
+# the pages whose text this project's docs own, and the paths they name inside transformers' sdist, not this checkout
+PATH_CHECKED = ["README.md", "docs/README.md", "docs/USAGE.md", "docs/SERVING.md", "docs/K3.md", "docs/PERFORMANCE.md",
+                "docs/SAFETY.md"]
+TRANSFORMERS_SDIST = {"tests/test_modeling_common.py", "tests/generation/", "tests/exporters/"}
+
+
+def named_paths(text: str) -> list[str]:
+    """Checkout paths a page names in inline code (`attnres/...`, `tests/...`, ...), placeholders and globs left out."""
+    found = re.findall(r"`((?:attnres|tests|scripts|configs|examples|eval|docs)/[^`\s]*)`", text)
+    return [path.split("::")[0] for path in found if not any(c in path for c in "<*{")]
+
+
+def test_named_paths_are_read_from_inline_code():
+    assert named_paths("`attnres/core/model.py` `tests/x.py::test_y` `attnres/families/<f>/` `ls attnres/`") == [
+        "attnres/core/model.py", "tests/x.py"]
+
+
+@pytest.mark.parametrize("page", PATH_CHECKED)
+def test_every_path_a_page_names_exists(page):
+    missing = [path for path in named_paths((REPO / page).read_text())
+               if path not in TRANSFORMERS_SDIST and not (REPO / path).exists()]
+    assert missing == []
+
+
+def test_every_docs_page_is_in_the_index():
+    index = set(links(REPO / "docs" / "README.md"))
+    unlisted = [page.name for page in PAGES[1:] if page.name != "README.md" and page.name not in index]
+    assert unlisted == []
