@@ -3,8 +3,7 @@ function; docs/USAGE.md's model tour runs verbatim; every command line in the ba
 docs pages that hold its long form is either run by a named test (as spelled, or smaller with the same flags) or
 listed here with the reason it cannot run in CI (a new command with neither fails
 `test_every_readme_command_is_covered`). The quickstart's CLI lines name only flags their command has and run in
-order on a tiny Llama; the flags still being built are named in QUICKSTART_PENDING, and the tests of the lines that
-use them switch themselves on when the command's --help names the flag.
+order on a tiny Llama.
 """
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -185,14 +183,6 @@ def test_the_quickstart_gguf_path_is_the_installed_file():
     assert result.returncode == 0 and Path(result.stdout.strip()) == gguf_file(), result
 
 
-# quickstart flags whose command is being built: (command, flag) -> what it does. While `attnres <command> --help`
-# does not name the flag, the lines using it are skipped with this reason; once it does, they are checked.
-QUICKSTART_PENDING = {
-    ("convert", "--check"): "prints max |logit difference|, the stated tolerance and top-1 agreement",
-    ("compare", "--quick"): "held-out loss and a small bits-per-byte subset in minutes",
-}
-
-
 @functools.cache
 def help_text(command: str) -> str:
     result = subprocess.run([sys.executable, "-m", "attnres", command, "--help"], capture_output=True, text=True,
@@ -214,11 +204,7 @@ def test_quickstart_flags_exist(command):
     text = help_text(command)
     flags = {word for line in quickstart_cli_lines() if line[1] == command for word in line if word.startswith("--")}
     missing = sorted(flag for flag in flags if not re.search(rf"{re.escape(flag)}(?![\w-])", text))
-    pending = [flag for flag in missing if (command, flag) in QUICKSTART_PENDING]
-    assert [flag for flag in missing if flag not in pending] == []
-    if pending:
-        pytest.skip(f"attnres {command} --help does not name {pending} yet: "
-                    + "; ".join(QUICKSTART_PENDING[command, flag] for flag in pending))
+    assert missing == []
 
 
 def convert(*argv: str) -> subprocess.CompletedProcess:
@@ -238,8 +224,6 @@ def test_plain_convert_writes_the_family_own_folder(tmp_path):
     source = source_model("llama")
     source.save_pretrained(tmp_path / "in")
     result = convert(str(tmp_path / "in"), str(tmp_path / "plain"))
-    if result.returncode != 0 and "only with --upcycle" in result.stderr:
-        pytest.skip("attnres convert without --upcycle still refuses a family checkpoint: " + result.stderr.strip())
     assert result.returncode == 0, result.stderr[-3000:]
     plain = AutoModelForCausalLM.from_pretrained(tmp_path / "plain").eval()
     assert plain.config.model_type == "llama" and "auto_map" not in plain.config.to_dict()
@@ -252,8 +236,6 @@ def test_convert_check_prints_the_agreement(tmp_path):
     """Quickstart step 2 on a tiny Llama folder: --check reports the stated tolerance and top-1 agreement."""
     from tests.families.tiny import source_model
 
-    if not re.search(r"--check(?![\w-])", help_text("convert")):
-        pytest.skip("attnres convert --help does not name --check yet: " + QUICKSTART_PENDING["convert", "--check"])
     source_model("llama").save_pretrained(tmp_path / "in")
     result = convert(str(tmp_path / "in"), str(tmp_path / "block"), "--upcycle", "block", "--check")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -282,9 +264,7 @@ TINY = {
 def test_the_quickstart_cli_path_on_a_tiny_llama(tmp_path):
     """The quickstart's command lines, in order and as written, on a tiny random Llama folder with its tokenizer in
     place of the GGUF file, each with TINY's flags appended. `compare --quick` finds no benchmark data in the empty
-    working folder, so it scores the held-out split alone. The lines of flags still being built (QUICKSTART_PENDING,
-    the plain convert) run without them until their command has them: the tiny folder stands in for the plain
-    baseline, --check is left off and compare scores the held-out split by name."""
+    working folder, so it scores the held-out split alone."""
     from attnres.training.data import load_prepared
     from tests.families.tiny import source_model
     from tests.helpers.train_fixtures import prepare_tiny_dataset, write_documents
@@ -299,14 +279,7 @@ def test_the_quickstart_cli_path_on_a_tiny_llama(tmp_path):
     for line in quickstart_cli_lines():
         argv = [str(tmp_path / "tiny-llama") if word == "$GGUF" else word for word in line[1:]]
         command = argv[0]
-        argv = [word for word in argv if (command, word) not in QUICKSTART_PENDING
-                or re.search(rf"{re.escape(word)}(?![\w-])", help_text(command))]
-        if command == "compare" and "--quick" not in argv:
-            argv += ["--tasks", "heldout"]
         result = attnres_cli(argv + TINY.get(command, []), tmp_path)
-        if command == "convert" and "--upcycle" not in argv and "only with --upcycle" in result.stderr:
-            shutil.copytree(tmp_path / "tiny-llama", tmp_path / argv[2])  # the plain baseline, until convert writes it
-            continue
         assert result.returncode == 0, f"{' '.join(line)}:\n{result.stderr[-3000:]}"
 
     report = json.loads((tmp_path / "outputs/eval/report.json").read_text())

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-args", default="", help="extra lm-eval HF options, e.g. parallelize=True,dtype=bfloat16")
     p.add_argument("--gen-kwargs", default=None, help="generation overrides, e.g. max_gen_toks=64 (smoke runs)")
     p.add_argument("--allow-code-execution", action="store_true",
-                   help="let attnres_humaneval run model-written code (in a sandbox: README's Safety section)")
+                   help="let attnres_humaneval run model-written code (in a sandbox: docs/SAFETY.md)")
     add_trust_flag(p)
     return p
 

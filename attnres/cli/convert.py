@@ -4,11 +4,11 @@ AttnRes model, and Kimi Linear checkpoints between Moonshot's layout and this pr
 Moonshot's layout (the remote-code format of Kimi Linear / Kimi K3 on the Hub): per-expert
 `block_sparse_moe.experts.{e}.w1/w2/w3`, split `q/k/v_conv1d`, forget-gate tensors on `self_attn`, a 1-indexed
 `linear_attn_config`, optionally wrapped under K3's `language_model.` (vision tensors are then left behind). Kimi K3's
-MXFP4 routed experts (`weight_packed` + `weight_scale`) are dequantized on the way (exactly, to bf16); README "Kimi K3"
+MXFP4 routed experts (`weight_packed` + `weight_scale`) are dequantized on the way (exactly, to bf16); docs/K3.md
 states the memory this needs.
 HF-native: the tensor names of `KimiLinearAttnResForCausalLM` (`experts.gate_up_proj`, `conv1d`, `forget_gate.*`).
 
-Any other supported family (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text; README "Model families") is read from its
+Any other supported family (docs/FAMILIES.md lists them) is read from its
 model folder, or from a GGUF file that transformers reads (dequantized), and written with the source's tokenizer:
 without --upcycle as the family's own plain folder (model_type `llama`, ..., no remote code: the matched baseline),
 with --upcycle through the same path as the Python call `attnres.upcycle(model)`. docs/CONVERSION.md has the details.

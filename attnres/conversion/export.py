@@ -107,7 +107,7 @@ def refuse_other_families(input: Path) -> None:
     model_type = read_config_dict(input).get("model_type") if input.is_dir() else "a GGUF file"
     raise ExportRefused(f"{input}: model_type {model_type!r}: export for serving writes Kimi K3's layout, the only "
                         "AttnRes layout the runtimes read, so only Kimi Linear / K3 models export; other families "
-                        "have no serving runtime for AttnRes yet (README 'Model families')")
+                        "have no serving runtime for AttnRes yet (docs/FAMILIES.md)")
 
 
 def export_config_dict(config, to: str, dtype: torch.dtype | None) -> dict:

@@ -1,7 +1,7 @@
 """Kimi K3's published text config (moonshotai/Kimi-K3 config.json, `text_config`), for planning without a download.
 
 Values as public ports of K3 quote the file (SGLang's K3 support, llama.cpp's converter, third-party config parsers);
-the checkpoint itself was not read here. `attnres.training.memory_plan` and the README's memory table use it.
+the checkpoint itself was not read here. `attnres.training.memory_plan` and docs/K3.md's memory table use it.
 """
 from __future__ import annotations
 

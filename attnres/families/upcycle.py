@@ -6,9 +6,9 @@ Why the function is kept: with zero queries the softmax over the n sources of a 
 their sum divided by n, and their sum is exactly the standard residual stream h. The RMSNorm that reads every mix (each
 sub-layer's pre-norm, and the final norm) removes the scale: norm(h / n) = w * h / sqrt(mean(h^2) + n^2 * eps). So the
 upcycled model *is* the source model with each reading norm's epsilon multiplied by n^2 at its point (the tests check
-that to rounding), and differs from the source only by that epsilon (README "Upcycling": the stated tolerance, and why
-no exactly preserving variant is offered). `attnres convert --upcycle` reaches this same function from a folder or a
-GGUF file (`attnres.conversion.family_convert`).
+that to rounding), and differs from the source only by that epsilon (docs/USAGE.md "Upcycling": the stated
+tolerance, and why no exactly preserving variant is offered). `attnres convert --upcycle` reaches this same function
+from a folder or a GGUF file (`attnres.conversion.family_convert`).
 """
 from __future__ import annotations
 
@@ -134,8 +134,8 @@ def check_not_quantized(model) -> None:
 
 @torch.no_grad()
 def upcycle(model, mode: str = "block", block_size: int | None = None):
-    """The Block or Full AttnRes model of a loaded standard-residual causal LM of a supported family (Llama, Mistral,
-    Qwen2, Qwen3, Gemma 3 text, Kimi Linear; README "Model families"), of the same family, dtype and device.
+    """The Block or Full AttnRes model of a loaded standard-residual causal LM of a supported family (any of
+    `attnres.families.registry.SUPPORTED`, docs/FAMILIES.md), of the same family, dtype and device.
 
     Every weight of `model` is copied; the new pseudo-queries are zero and the key norms one, so the logits equal the
     source's up to the RMSNorm epsilon (module docstring). `block_size`: decoder layers per block (default: about 8

@@ -130,7 +130,7 @@ def read_config_dict(spec: str) -> tuple[dict, Path]:
 
 def size_text(n: float) -> str:
     """Bytes in the largest binary unit up to GiB that keeps the number >= 1 (a tiny model is not "0.00 GiB"); GiB
-    stays the largest unit, so big models read as the README's tables."""
+    stays the largest unit, so big models read as docs/K3.md's tables."""
     for unit, size in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
             return f"{n / size:,.2f} {unit}"

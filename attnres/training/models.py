@@ -8,7 +8,7 @@ weights (and DIR's tokenizer, when it has one) come from DIR; the optimizer and 
 is DIR's, unless --attn-res / --block-size change it to another mode with the same tensors (block <-> full, another
 block size); standard <-> AttnRes needs a conversion first.
 
-Every family (README "Model families"): DIR's config.json's `model_type` names it (`attnres.families.registry`), so an
+Every family (docs/FAMILIES.md): DIR's config.json's `model_type` names it (`attnres.families.registry`), so an
 upcycled Llama (`llama_attnres`) trains as Llama with AttnRes. A family's own standard checkpoint (a plain
 `LlamaForCausalLM` folder, `model_type` "llama") fine-tunes as it is, with the standard residual: the AttnRes class in
 standard mode is the family's model itself, with the same tensors. Block or Full AttnRes from it needs the new

@@ -65,13 +65,13 @@ class KimiLinearAttnResConfig(AttnResConfigMixin, KimiLinearConfig):
     mla_use_output_gate, mla_use_nope, linear_use_full_rank_gate, linear_gate_lower_bound:
         Kimi K3's text-backbone fields (SiTU-GLU with `hidden_act="situ"`, latent MoE, MLA output gate, KDA full-rank
         output gate and forget-gate floor; K3's `linear_attn_config.use_full_rank_gate` / `.gate_lower_bound`). Unset,
-        every module is Kimi Linear's. See `attnres/families/kimi_linear/k3` and the README's "Kimi K3" section.
+        every module is Kimi Linear's. See `attnres/families/kimi_linear/k3` and docs/K3.md.
     """
 
     model_type = "kimi_linear_attnres"
     attn_res_family = "kimi_linear"
     extra_activations = ("situ",)  # Kimi K3's SiTU-GLU (k3/activation.py)
-    # Kimi K3's text backbone (attnres/families/kimi_linear/k3, README "Kimi K3"); unset, every module is Kimi Linear's
+    # Kimi K3's text backbone (attnres/families/kimi_linear/k3, docs/K3.md); unset, every module is Kimi Linear's
     activation_situ_beta: float | None = None
     activation_situ_linear_beta: float | None = None
     routed_expert_hidden_size: int | None = None
