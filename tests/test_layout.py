@@ -30,8 +30,6 @@ LAYERS = [
     {"attnres.study", "attnres.bench"},
     {"attnres.cli", "attnres.__main__"},
 ]
-# A family's folder is read by the registry's `family_of_folder` with the tools' folder reader, imported when called
-READS_A_FOLDER = {("attnres.families.registry", "attnres.folders.checkpoint_files")}
 
 
 def all_modules() -> dict[str, Path]:
@@ -100,7 +98,7 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     found = []
     for name, targets in graph.items():
         for target in targets:
-            if name == "attnres" or target == "attnres" or (name, target) in READS_A_FOLDER:
+            if name == "attnres" or target == "attnres":
                 continue
             if rank_of(target) > rank_of(name):
                 found.append(f"{name} -> {target}")
@@ -110,9 +108,6 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 def test_every_module_imports_only_downward():
     upward = upward_imports(import_graph())
     assert not upward, "imports from a lower layer up:\n" + "\n".join(upward)
-    for name, target in READS_A_FOLDER:  # the one tool the model side calls, only inside the function that reads
-        assert target in imports_of(name, all_modules()[name]), (name, target)
-        assert target not in imports_of(name, all_modules()[name], lazy=False), (name, target)
 
 
 def test_the_core_imports_only_the_core_and_the_kernels_and_the_kernels_only_themselves():

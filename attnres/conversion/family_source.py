@@ -17,9 +17,10 @@ import torch
 
 from ..core.buildable import device_memory_bytes
 from ..core.config import ATTN_RES_MODES
-from ..families.registry import family_of_folder, source_family_of
+from ..families.registry import source_family_of
 from ..families.upcycle import check_not_quantized
 from ..folders.checkpoint_files import CheckpointFileError, check_model_folder, weight_files
+from ..folders.model_family import family_of_folder
 from ..utils import finite_weights
 from .errors import ConversionError
 from .source_checks import check_fits_in_memory, check_source_fields
@@ -91,8 +92,8 @@ def dequantized(model) -> None:
 
 def is_kimi_input(input: Path) -> bool:
     """Whether a convert's input goes to Kimi Linear's streaming converter: a folder whose config.json names Kimi
-    Linear (`registry.family_of_folder`), or whose config.json is missing or damaged (that converter names it). A GGUF
-    file is a family's; a refused family is a ConversionError with the reason."""
+    Linear (`folders.model_family.family_of_folder`), or whose config.json is missing or damaged (that converter names
+    it). A GGUF file is a family's; a refused family is a ConversionError with the reason."""
     if input.suffix == GGUF_SUFFIX:
         return False
     try:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
-from ..families.registry import family_classes, family_of_folder, family_of_model_type
+from ..families.registry import family_classes, family_of_model_type
 from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
+from ..folders.model_family import family_of_folder
 from ..folders.model_folder import load as load_model_folder
-from ..folders.remote_code import KERNELS_FILE
+from ..folders.remote_code import CORE_CONFIG_FILE, CORE_FILE, KERNELS_FILE
 from ..folders.saved_model import write_weights_record
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
@@ -282,10 +283,10 @@ def usage(repo_id: str, model) -> str:
     """How the folder loads, the same text for every family: by its own code, or by the installed package's."""
     model_class = type(model).__name__
     files = [module.rpartition(".")[2] for module in (type(model.config).__module__, type(model).__module__)]
-    files = ", ".join(f"`{name}.py`" for name in [*files, KERNELS_FILE])
+    files = ", ".join(f"`{name}.py`" for name in [*files, CORE_CONFIG_FILE, CORE_FILE, KERNELS_FILE])
     return (
         "## Usage\n\n"
-        f"The model code ships in this repository as three files generated from the attnres package ({files}, "
+        f"The model code ships in this repository as five files generated from the attnres package ({files}, "
         "loaded with `trust_remote_code=True`) and needs only `torch` and `transformers>=5.23.0,<5.24`. With `triton` "
         "installed, the fused AttnRes kernels run on CUDA tensors; elsewhere their PyTorch reference does.\n\n"
         "```python\n"

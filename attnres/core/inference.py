@@ -18,6 +18,7 @@ import torch
 from ..kernels.mix import use_triton
 from ..kernels.two_phase import DepthBank, phase1, phase2
 from .depth_layout import DepthLayout
+from .input_checks import check_chunk_size
 from .offload import onloaded
 
 
@@ -104,8 +105,7 @@ def chunked_causal_lm_forward(model, input_ids=None, inputs_embeds=None, attenti
     if kwargs.get("labels") is not None:
         raise ValueError("prefill_chunk_size does not compute a loss: pass labels to an unchunked forward")
     kwargs.pop("labels", None)
-    if chunk_size < 1:
-        raise ValueError(f"prefill_chunk_size must be >= 1, got {chunk_size}")
+    check_chunk_size(chunk_size)
     if kwargs.get("output_attn_res_weights") or kwargs.get("output_hidden_states"):
         raise ValueError("prefill_chunk_size does not collect per-layer outputs: run an unchunked forward for those")
     if attention_mask is not None and attention_mask.dim() != 2:

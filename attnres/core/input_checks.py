@@ -18,6 +18,15 @@ def widened(ids: torch.Tensor | None, keep=EMBEDDING_DTYPES) -> torch.Tensor | N
     return ids if ids is None or ids.dtype in keep else ids.long()
 
 
+def check_chunk_size(value) -> None:
+    """A prefill chunk size (the forward's `prefill_chunk_size`, or transformers' generation option of that name) is
+    None or a whole number of tokens >= 1: anything else would reach a tensor split as a raw torch error."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"prefill_chunk_size must be a whole number of tokens >= 1 (or None), got {value!r}")
+
+
 def check_dtypes(input_ids, inputs_embeds, parameter_dtype: torch.dtype) -> None:
     not_integer = input_ids is not None and (input_ids.is_floating_point() or input_ids.is_complex()
                                              or input_ids.dtype == torch.bool)

@@ -20,7 +20,14 @@ from transformers.utils.output_capturing import capture_outputs, selected_hidden
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from attnres.core.inference import chunked_causal_lm_forward, two_phase_schedule
-from attnres.core.input_checks import check_backend, check_dtypes, check_labels, check_values, widened
+from attnres.core.input_checks import (
+    check_backend,
+    check_chunk_size,
+    check_dtypes,
+    check_labels,
+    check_values,
+    widened,
+)
 from attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
 
 
@@ -220,6 +227,7 @@ class AttnResForCausalLMMixin:
         prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs."""
         reference = input_ids if input_ids is not None else inputs_embeds
         check_labels(labels, reference, self.config.vocab_size)
+        check_chunk_size(prefill_chunk_size)
         labels = widened(labels, keep=(torch.int64,))  # the loss takes torch.long targets
         if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
             logits, cache = chunked_causal_lm_forward(
@@ -243,6 +251,12 @@ class AttnResForCausalLMMixin:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         carried = {name: getattr(outputs, name) for name in self.model_outputs}
         return self.output_class(loss=loss, logits=logits, **carried)
+
+    def generate(self, *args, **kwargs):
+        """transformers' `generate`, its prefill chunk size checked first (generate splits the prompt itself)."""
+        generation_config = kwargs.get("generation_config") or getattr(self, "generation_config", None)
+        check_chunk_size(kwargs.get("prefill_chunk_size", getattr(generation_config, "prefill_chunk_size", None)))
+        return super().generate(*args, **kwargs)
 
     def postprocess_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """The family's last step on the logits (Gemma's soft-capping); none by default."""

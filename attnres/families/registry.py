@@ -119,15 +119,6 @@ def family_of_model_type(model_type: str | None) -> str:
     return source_family_of(family)  # raises, naming why (refused with its reason, or unknown)
 
 
-def family_of_folder(folder) -> tuple[str, str | None]:
-    """(family, the config.json's own model_type) of a model folder; ValueError (CheckpointFileError for a missing
-    or damaged config.json) naming the file or the reason."""
-    from ..folders.checkpoint_files import read_json_file
-
-    model_type = read_json_file(Path(folder) / "config.json", "config.json").get("model_type")
-    return family_of_model_type(model_type), model_type
-
-
 def register_auto_classes() -> None:
     """AutoConfig / AutoModel / AutoModelForCausalLM for every family's `<model_type>_attnres`, each marked for remote
     code: `save_pretrained` writes `auto_map` and the generated code files (attnres.folders.remote_code). A wrapper's
@@ -151,4 +142,4 @@ def register_auto_classes() -> None:
 
 
 __all__ = ["SUPPORTED", "REFUSED", "DECLARATIONS", "WRAPPERS", "declaration", "family_classes", "family_of_model_type",
-           "family_of_folder", "source_family", "source_family_of", "register_auto_classes"]
+           "source_family", "source_family_of", "register_auto_classes"]

@@ -2,11 +2,13 @@
 `modeling_*.py`, so the folder loads with `trust_remote_code=True` where only torch and transformers are installed.
 
 Per family, exactly: `configuration_<family>_attnres.py` (the config and what it needs), `modeling_<family>_attnres.py`
-(the model) and `kernels_attnres.py` (the mix kernels: the PyTorch references, the fused C++ CPU kernel and its build
-cache, the Triton kernels). Each file is its modules' import closure inlined in dependency order: this package's
-imports removed (a name another file defines is imported from it, relatively), outside imports deduplicated and
-hoisted, a header naming the modules it was generated from. Generation fails, naming both modules, on a top-level name
-that two inlined modules define differently, and on any import of this package left over.
+(the family's own classes), `attnres_core_config.py` and `attnres_core.py` (the family-independent AttnRes config code
+and model, attnres.core, laid out once as transformers lays out shared modeling code) and `kernels_attnres.py` (the mix
+kernels: the PyTorch references, the fused C++ CPU kernel and its build cache, the Triton kernels). Each file is its
+modules' import closure inlined in dependency order: this package's imports removed (a name another file defines is
+imported from it, relatively), outside imports deduplicated and hoisted, a header naming the modules it was generated
+from. Generation fails, naming both modules, on a top-level name that two inlined modules define differently, and on any
+import of this package left over.
 
 Modules that import an optional package in a top-level `try` (Triton) are reached only by imports inside functions, as
 in the package; in the file they are defined only where that package is installed, so the folder loads without it.
@@ -30,6 +32,9 @@ from .atomic_io import write_text_atomic
 PACKAGE = "attnres"
 KERNELS = f"{PACKAGE}.kernels"
 KERNELS_FILE = "kernels_attnres"
+CORE = f"{PACKAGE}.core"
+CORE_FILE = "attnres_core"
+CORE_CONFIG_FILE = "attnres_core_config"
 LINE_LENGTH = 120  # the package's (pyproject [tool.ruff])
 
 
@@ -209,9 +214,11 @@ class FlatFile:
         lines += _import_lines(hoisted)
         if cross:
             lines.append("")
+        text = "\n\n".join(body).rstrip() + "\n"
+        used = {node.id for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Name)}
         for file_name, names in sorted(cross.items()):
-            lines.append(_from_line(f".{file_name}", {(n, None) for n in names}))
-        generated = "\n".join(lines) + "\n\n" + "\n\n".join(body).rstrip() + "\n"
+            lines += _cross_lines(f".{file_name}", names, used)
+        generated = "\n".join(lines) + "\n\n" + text
         check_no_package_import(self.name, generated)
         return generated
 
@@ -331,12 +338,25 @@ def _as(text: str, alias: str | None) -> str:
     return text if alias is None else f"{text} as {alias}"
 
 
+def _cross_lines(module: str, names, used: set) -> list[str]:
+    """The import of `names` from another generated file. A name only re-exported (the package module's `__all__`)
+    takes the explicit re-export form `x as x`, one statement each, ordered as isort orders them."""
+    plain = {n for n in names if n in used or " as " in n}
+    statements = []
+    if plain:
+        statements.append((_name_key(min(plain, key=_name_key)), _from_line(module, {(n, None) for n in plain})))
+    statements += [(_name_key(n), _from_line(module, {(n, n)})) for n in names if n not in plain]
+    return [line for _, line in sorted(statements)]
+
+
+def _name_key(name: str):
+    """isort's order of imported names (ruff's `order-by-type`): constants, classes, then the rest."""
+    kind = 0 if name.isupper() and len(name) > 1 else 1 if name[:1].isupper() else 2
+    return kind, name
+
+
 def _from_line(module: str, names) -> str:
-    def key(item):
-        name = item[0]
-        kind = 0 if name.isupper() and len(name) > 1 else 1 if name[:1].isupper() else 2
-        return kind, name
-    parts = [_as(n, a) for n, a in sorted(names, key=key)]
+    parts = [_as(n, a) for n, a in sorted(names, key=lambda item: _name_key(item[0]))]
     line = f"from {module} import {', '.join(parts)}"
     if len(line) <= LINE_LENGTH:
         return line
@@ -369,21 +389,30 @@ def family_modules(modeling_module: str) -> tuple[str, str]:
 
 
 def plan_files(modeling_module: str, sources: dict | None = None) -> dict[str, list[str]]:
-    """File name -> its modules in order: the kernels (everything the package's kernels need), the configuration
-    (what the config needs beside the kernels), the modeling file (the rest). A later file may import from an
-    earlier one, never the other way."""
+    """File name -> its modules in order: the kernels (everything the package's kernels need), the family-independent
+    AttnRes code (attnres.core, shared by every family as transformers lays out shared modeling code) in two files:
+    what the config needs (so a config loads without the model and the kernels) and the model, then the family's
+    configuration and modeling files (its own classes). A later file may import from an earlier one, never the other
+    way."""
     sources = {} if sources is None else sources
     config_module, modeling_module = family_modules(modeling_module)
     everything = closure(modeling_module, sources)
     if config_module not in everything:
         everything += closure(config_module, sources)
-    kernels = []
+    kernels, core = [], []
     for module in everything:
         if module == KERNELS or module.startswith(KERNELS + "."):
             kernels += [m for m in closure(module, sources) if m not in kernels]
-    config = [m for m in closure(config_module, sources) if m not in kernels]
-    modeling = [m for m in everything if m not in kernels and m not in config]
-    plan = {KERNELS_FILE: kernels, config_module.rpartition(".")[2]: config,
+    for module in everything:
+        if module == CORE or module.startswith(CORE + "."):
+            core += [m for m in closure(module, sources) if m not in kernels and m not in core]
+    core_config = [m for m in closure(config_module, sources) if m in core]
+    core = [m for m in core if m not in core_config]
+    config = [m for m in closure(config_module, sources) if m not in kernels and m not in core_config]
+    placed = {*kernels, *core_config, *core, *config}
+    modeling = [m for m in everything if m not in placed]
+    plan = {KERNELS_FILE: kernels, CORE_CONFIG_FILE: core_config, CORE_FILE: core,
+            config_module.rpartition(".")[2]: config,
             modeling_module.rpartition(".")[2]: modeling}
     return {name: dependency_order(modules, sources) for name, modules in plan.items() if modules}
 

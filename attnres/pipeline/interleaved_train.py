@@ -35,17 +35,12 @@ def check_model_family(args: InterleavedArgs) -> None:
     is refused by name (read from its config.json), never loaded as Kimi Linear."""
     if args.model is None:
         return
-    from ..families.registry import family_of_folder
-    from ..folders.checkpoint_files import CheckpointFileError
+    from ..folders.model_family import require_kimi_linear
 
     try:
-        family, model_type = family_of_folder(args.model)
-    except (CheckpointFileError, ValueError) as error:
-        raise SystemExit(f"error: --model {args.model}: {error}") from None
-    if family != "kimi_linear":
-        raise SystemExit(f"error: --model {args.model} is a {model_type} checkpoint ({family} family): the interleaved "
-                         "pipeline trains Kimi Linear AttnRes models only; fine-tune it with `attnres train "
-                         f"--init-from {args.model}`")
+        require_kimi_linear(args.model, "--model", "the interleaved pipeline")
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
 
 
 def check_args(args: InterleavedArgs, world: int) -> None:

@@ -24,6 +24,7 @@ from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearA
 from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 from ..folders.atomic_io import write_json_atomic
 from ..folders.checkpoint_files import check_model_folder
+from ..folders.model_family import require_kimi_linear
 from ..training.args import check_finite_flags
 from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps, step_is_finite
 from ..training.recipe import Recipe, check_recipe_args
@@ -192,6 +193,11 @@ def report_comms(args: PipelineArgs, config, pipe, traffic: P2PTraffic, dp_rank:
 
 def train_pipeline(args: PipelineArgs) -> None:
     """One pipeline training run; call on every process of a torchrun / deepspeed launch."""
+    if args.model is not None:  # before the launch check: the same answer launched or not
+        try:
+            require_kimi_linear(args.model, "--model", "the pipeline")
+        except ValueError as error:
+            raise SystemExit(f"error: {error}") from None
     if "WORLD_SIZE" not in os.environ:
         raise SystemExit("error: launch with torchrun or deepspeed, e.g. `torchrun --nproc_per_node 2 "
                          "scripts/train_pipeline.py` (see --help)")

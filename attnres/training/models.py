@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from ..families.registry import SUPPORTED, family_classes, family_of_folder, family_of_model_type
+from ..families.registry import SUPPORTED, family_classes, family_of_model_type
+from ..folders.model_family import family_of_folder
 from ..folders.model_folder import load as load_model_folder
 from ..utils.tiny import K3_SMALL_PRESET, tiny_config
 

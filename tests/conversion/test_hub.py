@@ -53,7 +53,8 @@ def test_folder_has_weights_config_code_tokenizer_card(hub_folder):
     assert {"model.safetensors", "config.json", "configuration_kimi_linear_attnres.py",
             "modeling_kimi_linear_attnres.py", "README.md", "tokenizer.json", "tokenizer_config.json"} <= names
     assert {name for name in names if name.endswith(".py")} == {  # the generated code files, nothing else
-        "configuration_kimi_linear_attnres.py", "modeling_kimi_linear_attnres.py", "kernels_attnres.py"}
+        "configuration_kimi_linear_attnres.py", "modeling_kimi_linear_attnres.py", "attnres_core_config.py",
+        "attnres_core.py", "kernels_attnres.py"}
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "kimi_linear_attnres"
     assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_kimi_linear_attnres.KimiLinearAttnResForCausalLM"

@@ -53,3 +53,19 @@ def test_a_vocabulary_larger_than_the_dtype_holds_is_compared_without_wrapping()
         assert widened(ids).dtype == torch.long
         assert not bool((widened(ids) >= 300).any())  # in a vocabulary of 300: kept
     assert widened(IDS.int()).dtype == torch.int32  # the embedding takes int32 as it is: no copy
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "4", True, float("nan")], ids=repr)
+def test_a_prefill_chunk_size_that_is_not_a_positive_whole_number_is_named(family_model, bad):
+    """In the forward and in `generate` (which splits the prompt itself, before the model sees it)."""
+    model, _ = family_model
+    with pytest.raises(ValueError, match="prefill_chunk_size"):
+        model(IDS, prefill_chunk_size=bad)
+    with pytest.raises(ValueError, match="prefill_chunk_size"):
+        model.generate(IDS, max_new_tokens=1, do_sample=False, prefill_chunk_size=bad)
+
+
+def test_a_valid_prefill_chunk_size_generates_the_unchunked_tokens(family_model):
+    model, _ = family_model
+    unchunked = model.generate(IDS, max_new_tokens=3, do_sample=False)
+    assert torch.equal(model.generate(IDS, max_new_tokens=3, do_sample=False, prefill_chunk_size=2), unchunked)

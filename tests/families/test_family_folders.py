@@ -1,5 +1,5 @@
 """Every family's folder saved by a plain `save_pretrained`, as a Hub user gets it: the config, the weights, the
-generation config and three generated code files (the weights record is the tools' `attnres.save`); in a fresh
+generation config and the generated code files (the weights record is the tools' `attnres.save`); in a fresh
 process where attnres and triton cannot be imported it loads with `trust_remote_code=True` and gives the package
 model's logits, and greedy generation from it gives the same tokens."""
 import json

@@ -80,14 +80,15 @@ def load_all_in_clean_process(sources, ids: torch.Tensor, work: Path, hf_home: P
 def code_files(family: str) -> dict:
     """A family's saved folder's code file of each auto_map entry, by the package's module names, and its files."""
     from attnres.families.registry import family_classes
-    from attnres.folders.remote_code import KERNELS_FILE
+    from attnres.folders.remote_code import CORE_CONFIG_FILE, CORE_FILE, KERNELS_FILE
 
     config_class, model_class = family_classes(family)
     modeling = model_class.__module__.rpartition(".")[2]
     configuration = config_class.__module__.rpartition(".")[2]
     return {"AutoConfig": f"{configuration}.{config_class.__name__}",
             "AutoModelForCausalLM": f"{modeling}.{model_class.__name__}",
-            "files": {f"{configuration}.py", f"{modeling}.py", f"{KERNELS_FILE}.py"}}
+            "files": {f"{configuration}.py", f"{modeling}.py",
+                      *(f"{name}.py" for name in (CORE_CONFIG_FILE, CORE_FILE, KERNELS_FILE))}}
 
 
 def auto_map(folder: Path) -> dict:

@@ -124,3 +124,24 @@ def test_output_folder_loads_with_auto_classes_without_the_package(pipeline_runs
     result = load_in_clean_process(out_dir / "model", ids, tmp_path / "run", tmp_path / "hf", tokenizer=True)
     torch.testing.assert_close(result["logits"], expected)
     assert result["tokens"] == [5, 7, 9]
+
+
+@pytest.mark.parametrize("upcycled", [False, True], ids=["llama", "llama_attnres"])
+def test_another_familys_folder_is_refused_by_name(tmp_path, monkeypatch, upcycled):
+    """--model <a Llama folder> (plain or upcycled): refused naming its family, launched or not, never loaded as Kimi
+    Linear, nothing written."""
+    from attnres import upcycle
+    from attnres.cli.train_pipeline import main
+    from tests.families.tiny import source_model
+
+    model = source_model("llama")
+    (upcycle(model, "block", block_size=2) if upcycled else model).save_pretrained(tmp_path / "llama")
+    for world in (None, "2"):
+        if world is None:
+            monkeypatch.delenv("WORLD_SIZE", raising=False)
+        else:
+            monkeypatch.setenv("WORLD_SIZE", world)
+        with pytest.raises(SystemExit, match=r"is a llama(_attnres)? checkpoint \(llama family\).*Kimi Linear") as info:
+            main(["--model", str(tmp_path / "llama"), "--output-dir", str(tmp_path / "out")])
+        assert "--init-from" in str(info.value)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,42 @@
+"""A folder's family read from its config.json (tools side), and the Kimi-Linear-only trainers' refusal."""
+import json
+
+import pytest
+
+from attnres.folders.checkpoint_files import CheckpointFileError
+from attnres.folders.model_family import family_of_folder, require_kimi_linear
+
+
+def folder_with(tmp_path, config) -> str:
+    tmp_path.mkdir(exist_ok=True)
+    if config is not None:
+        (tmp_path / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("config", "expected"), [
+    ({"model_type": "llama"}, ("llama", "llama")),
+    ({"model_type": "llama_attnres"}, ("llama", "llama_attnres")),
+    ({"model_type": "kimi_linear_attnres"}, ("kimi_linear", "kimi_linear_attnres")),
+    ({}, ("kimi_linear", None)),
+])
+def test_family_of_folder(tmp_path, config, expected):
+    assert family_of_folder(folder_with(tmp_path, config)) == expected
+
+
+@pytest.mark.parametrize(("config", "error", "named"), [
+    (None, CheckpointFileError, "config.json"),
+    ("{not json", CheckpointFileError, "config.json"),
+    ({"model_type": "no_such_family"}, ValueError, "no_such_family"),
+])
+def test_family_of_a_bad_folder_named(tmp_path, config, error, named):
+    with pytest.raises(error, match=named):
+        family_of_folder(folder_with(tmp_path, config))
+
+
+def test_require_kimi_linear(tmp_path):
+    require_kimi_linear(folder_with(tmp_path / "k", {"model_type": "kimi_linear_attnres"}), "--model", "it")
+    with pytest.raises(ValueError, match=r"^--model .* is a qwen3_attnres checkpoint \(qwen3 family\): it trains"):
+        require_kimi_linear(folder_with(tmp_path / "q", {"model_type": "qwen3_attnres"}), "--model", "it")
+    with pytest.raises(ValueError, match=r"^--model .*config\.json"):
+        require_kimi_linear(folder_with(tmp_path / "none", None), "--model", "it")
