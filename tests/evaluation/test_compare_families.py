@@ -13,9 +13,8 @@ from tests.families.tiny import FAMILIES, source_model
 from tests.helpers.eval_fixtures import easy_mmlu, fixture_eval_data
 from tests.helpers.train_fixtures import prepare_tiny_dataset
 
-pytestmark = pytest.mark.slow  # lm-eval on every family's pair and on the real SmolLM2-135M
-
-pytestmark = pytest.mark.usefixtures("offline")
+# lm-eval on every family's pair and on the real SmolLM2-135M
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("offline")]
 
 
 def items(out, label: str, task: str) -> dict:
@@ -46,12 +45,13 @@ def test_every_tiny_family_evaluates_and_its_upcycled_copy_scores_the_same(eval_
 
     data = prepare_tiny_dataset(tmp_path, seq_len=32)
     tokenizer = AutoTokenizer.from_pretrained(str(data / "tokenizer"))
-    folders = []
+    folders, labels = [], []
     for family in FAMILIES:
         model = source_model(family, vocab_size=len(tokenizer), pad_token_id=tokenizer.eos_token_id,
                              bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
-        folders += save_pair(model, tokenizer, tmp_path / family)[0 if family == "llama" else 1:]
-    labels = ["llama-own", *FAMILIES]
+        own, upcycled = save_pair(model, tokenizer, tmp_path / family)
+        folders += [own, upcycled] if family == "llama" else [upcycled]
+        labels += ["llama-own", family] if family == "llama" else [family]
     out = tmp_path / "report"
     report = compare(folders, ["attnres_mmlu_cloze", "heldout"], out, labels=labels, data_dir=data,
                      eval_data=eval_data, limit=2, device="cpu", progress=False)
