@@ -3,6 +3,7 @@ calls without the filter, and an undeclared alias), and every other record passe
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 
@@ -48,6 +49,12 @@ def test_an_undeclared_alias_still_warns(tmp_path, caplog):
     assert "Removed shared tensor" in caplog.text
 
 
+def auto_detecting_env() -> dict:
+    """This process's environment without DS_ACCELERATOR: DeepSpeed prints its CPU notice only when it detects the
+    accelerator itself, and a module that the suite imported earlier (attnres.pipeline.ds) sets the variable."""
+    return {key: value for key, value in os.environ.items() if key != "DS_ACCELERATOR"}
+
+
 @pytest.mark.slow  # fresh Python processes: over 10 s (docs/TESTING.md)
 @pytest.mark.parametrize("quiet", [True, False])
 def test_deepspeed_cpu_notice(quiet):
@@ -58,7 +65,8 @@ def test_deepspeed_cpu_notice(quiet):
         pytest.skip("DeepSpeed finds an accelerator here: it prints no CPU notice")
     code = ("from attnres.utils.quiet_logs import quiet_deepspeed_cpu_notice; quiet_deepspeed_cpu_notice(); "
             if quiet else "") + "import deepspeed"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env=auto_detecting_env())
     assert result.returncode == 0, result.stderr
     assert ("Setting accelerator to CPU" in result.stdout + result.stderr) is not quiet
 
@@ -71,6 +79,6 @@ def test_a_command_that_saves_prints_no_deepspeed_notice(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("DeepSpeed finds an accelerator here: it prints no CPU notice")
     result = subprocess.run([sys.executable, "-m", "attnres", "push-to-hub"], capture_output=True, text=True,
-                            timeout=600, cwd=tmp_path)
+                            timeout=600, cwd=tmp_path, env=auto_detecting_env())
     assert result.returncode == 0, result.stderr
     assert "dry run" in result.stdout and "Setting accelerator" not in result.stdout + result.stderr
