@@ -66,8 +66,9 @@ def test_every_relative_link_resolves():
 
 
 # the pages whose text this project's docs own, and the paths they name inside transformers' sdist, not this checkout
-PATH_CHECKED = ["README.md", "docs/README.md", "docs/USAGE.md", "docs/SERVING.md", "docs/K3.md", "docs/PERFORMANCE.md",
-                "docs/SAFETY.md"]
+PATH_CHECKED = ["README.md", "docs/README.md", "docs/PYTHON.md", "docs/ARCHITECTURE.md", "docs/TRAINING.md",
+                "docs/EVALUATION.md", "docs/STUDY.md", "docs/CONVERSION.md", "docs/PUBLISHING.md", "docs/FAMILIES.md",
+                "docs/TESTING.md", "docs/SERVING.md", "docs/K3.md", "docs/PERFORMANCE.md", "docs/SAFETY.md"]
 TRANSFORMERS_SDIST = {"tests/test_modeling_common.py", "tests/generation/", "tests/exporters/"}
 
 

