@@ -56,7 +56,8 @@ COVERED = {
     "python scripts/prepare_data.py": ("tests/study/test_main_job_fresh_clone.py", "pypi"),
     "python scripts/train.py --attn-res": ("tests/training/test_train.py", "--attn-res"),
     "python scripts/train.py --model-size tiny": ("tests/training/test_train_families.py", 'model_size="tiny"'),
-    # the smoke run whose measured losses docs/TRAINING.md quotes: 3 x 300 steps; the same flags at 2 steps run here
+    # the smoke run whose measured losses docs/TRAINING.md quotes (3 x 300 steps); test_train.py's reference run
+    # trains the tiny model with evaluation and diagnostics at 4 steps
     "for m in standard block full; do": "a shell loop over the smoke run below (about 2.5 min per mode on 2 CPU cores)",
     "python scripts/train.py --data data/bpe4k": ("tests/training/test_train.py", "diagnostics_every"),
     "done": "the end of the smoke run's shell loop",
