@@ -9,6 +9,7 @@ import argparse
 
 from ..pipeline.caching import simulate_interleaved
 from ..pipeline.caching_args import CachingArgs
+from .combos import refuse_first
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> None:
-    args = CachingArgs(**vars(build_parser().parse_args(argv)))
+    parser = build_parser()
+    args = CachingArgs(**vars(parser.parse_args(argv)))
+    refuse_first(parser, args.problems())  # a count below 1: argparse's one `error:` line naming the flag
     print(simulate_interleaved(args.stages, args.virtual, args.layers_per_chunk, args.block_size,
                                args.cache_own_blocks).table())
 

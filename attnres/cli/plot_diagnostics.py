@@ -7,6 +7,7 @@ layer, and the depth-attention heatmap of each AttnRes run, from their diagnosti
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..training import logs
@@ -22,8 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> None:
+    """A run without diagnostics (no or an empty diagnostics.jsonl): one `error:` line naming it (exit 1), no PNG."""
     args = DiagnosticsPlotArgs(**vars(build_parser().parse_args(argv)))
-    print(f"wrote {logs.plot_runs(args.run_dirs, args.out)}")
+    try:
+        print(f"wrote {logs.plot_runs(args.run_dirs, args.out)}")
+    except (FileNotFoundError, ValueError) as error:
+        sys.exit(f"error: {error}")
 
 
 if __name__ == "__main__":
