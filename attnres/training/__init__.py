@@ -19,7 +19,8 @@ diagnostics. One job per module:
 - `guard`:    the non-finite guard: a NaN/inf step makes no update, a few in a row stop the run
 - `tool_args`: the flags of plan-memory (over `memory_plan`) and of the diagnostics plot (over `logs`)
 
-`attnres/cli/{train,prepare_data,plan_memory,plot_diagnostics}.py` are the command lines over them (the main job is `attnres.study.main_job`).
+`attnres/cli/{train,prepare_data,plan_memory,plot_diagnostics}.py` are the command lines over them (the main job is
+`attnres.study.main_job`).
 Needs the `train` extra (`pip install -e ".[train]"`): datasets, tokenizers, deepspeed, tensorboard, matplotlib.
 """
 
