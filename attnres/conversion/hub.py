@@ -19,14 +19,14 @@ from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
 from ..folders.model_family import family_of_folder
 from ..folders.model_folder import load as load_model_folder
 from ..folders.remote_code import CORE_CONFIG_FILE, CORE_FILE, KERNELS_FILE
-from ..folders.saved_model import write_weights_record
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.tokenizer_files import has_tokenizer
 from ..utils.trust import load_kwargs
-from .atomic import check_output, move_into_place, output_folder
+from .atomic import move_into_place, output_folder, write_model
 from .config import drop_moonshot_fields
 from .errors import ConversionError
+from .guards import check_output
 
 # A folder push-to-hub built holds this record of what it was built from: a later run with the same inputs reuses it
 # (the upload after a --dry-run), other inputs rebuild it in place; a folder without it is not ours and is refused.
@@ -104,12 +104,11 @@ def build_hub_folder(
     info = read_training_info(model_path)
     model = load_model(model_path)
     with output_folder(output) as folder:
-        # HF-native names (no reverse mapping): the Hub copy loads without any conversion
-        model.save_pretrained(folder, save_original_format=False)
-        write_weights_record(folder, model.config)
         if tokenizer is not None:
             trust = load_kwargs(tokenizer, trust_remote_code)  # a tokenizer carrying code: refused unless asked
-            AutoTokenizer.from_pretrained(str(tokenizer), **trust).save_pretrained(folder)
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer), **trust)
+        # HF-native names (no reverse mapping): the Hub copy loads without any conversion
+        write_model(model, folder, tokenizer, save_original_format=False)
         base_model = base_model or base_model_of(info)
         card = model_card(model, repo_id or output.name, training_data or training_data_of(info), datasets,
                           evaluation, license, base_model)
