@@ -38,7 +38,8 @@ from attnres.folders import model_family
 from tests.families.tiny import source_model
 
 MAX_MODULES, MAX_RETURNS_UP = 8, 3
-EXCLUDED = re.compile(r"^attnres\.(core|kernels|utils|folders)(\.|$)|^attnres\.families\.[^.]+\.(modeling|configuration)_")
+EXCLUDED = re.compile(r"^attnres\.(core|kernels|utils|folders)(\.|$)"
+                      r"|^attnres\.families\.[^.]+\.(modeling|configuration)_")
 RESOLVERS = {function.__code__ for function in (
     model_family.family_of_source, model_family.family_of_folder, registry.family_of_model_type,
     registry.source_family, registry.source_family_of)}
