@@ -47,10 +47,3 @@ def refuse_conflicts(parser, argv, args) -> None:
     refuse_first(parser, args.conflicts(given_flags(parser, argv)))
 
 
-def check_study_flags(parser, argv, args) -> None:
-    given = given_flags(parser, argv)
-    if args.dry_run:
-        refuse_with(parser, given, ("report_only", "jobs", "threads", "report_dir", "note"), "--dry-run",
-                    "a dry run lists the runs and trains or reports nothing")
-    if args.report_only:
-        refuse_with(parser, given, ("jobs", "threads"), "--report-only", "nothing is trained")
