@@ -20,7 +20,8 @@ The rule, exactly:
   (`folders.model_family.family_of_source` / `family_of_folder`, `families.registry.family_of_model_type` /
   `source_family` / `source_family_of`), counting only the outermost of nested ones.
 
-The goal (issue 44, part 3): at most 8 modules, at most 3 returns upward, the family resolved exactly once.
+The goal: at most 8 modules, at most 3 returns upward, the family resolved exactly once (a path that goes down once
+per step: check the request, open the source, rebuild the model, write the folder).
 BENCHMARKS.md "The convert path" records the numbers before and after.
 """
 from __future__ import annotations
@@ -157,7 +158,7 @@ def test_the_counter_counts_a_ping_pong_through_the_caller():
 
 def test_the_counter_catches_a_longer_convert_path(llama_folder, tmp_path, monkeypatch):
     """The real convert with a detour: the family's source opened from a module that first asks the guards, then the
-    registry, then re-resolves the family (what the path did before it resolved the family once)."""
+    registry, then resolves the family a second time: each counter goes over its goal."""
     from attnres.conversion import family_convert
 
     detour = types.ModuleType("attnres.conversion.detour")
