@@ -174,6 +174,6 @@ def test_the_counter_catches_a_longer_convert_path(llama_folder, tmp_path, monke
     monkeypatch.setattr(family_convert, "open_source", detour.open_source)
     commands.convert(parse_args([str(llama_folder), str(tmp_path / "warm"), "--upcycle", "block", "--no-progress"]))
     trace = convert_traced(llama_folder, tmp_path / "out")
-    assert "attnres.conversion.detour" in trace.modules
+    assert "attnres.conversion.detour" in trace.modules and len(trace.modules) > MAX_MODULES
     assert trace.resolutions == 2
     assert len(trace.returns_up) > MAX_RETURNS_UP, trace.returns_up
