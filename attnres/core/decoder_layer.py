@@ -10,7 +10,8 @@ was read. The layer receives the current *depth sources* and returns the ones it
 - full:     every sub-layer output is its own source.
 
 A family's layer is `class XAttnResDecoderLayer(AttnResDecoderLayerMixin, XDecoderLayer)`; it names the norms that
-read each mix (`attn_res_input_norms`) and overrides `attention` / `feed_forward` where its sub-layers differ.
+read each mix (`attn_res_input_norms`), the modules that end each sub-layer's output (`attn_res_output_modules`), and
+overrides `attention` / `feed_forward` where its sub-layers differ otherwise.
 """
 import torch
 
@@ -21,6 +22,9 @@ from attnres.core.mix_point import AttnResMixing
 class AttnResDecoderLayerMixin(AttnResMixing):
     # the RMSNorms that read the attention and the MLP mix (the family's pre-norms)
     attn_res_input_norms = ("input_layernorm", "post_attention_layernorm")
+    # the modules applied to the attention and the MLP output before it joins the depth sources (Gemma 3's post-norms,
+    # Phi-3's residual dropouts); empty: the sub-layer's output joins as it is
+    attn_res_output_modules: tuple[str, ...] = ()
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)  # the family's own layer, then the AttnRes tensors after its modules
@@ -58,6 +62,13 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         """The family's MLP (or MoE) sub-layer on its normed input."""
         return self.mlp(hidden_states)
 
+    def sublayer_output(self, index: int, out: torch.Tensor) -> torch.Tensor:
+        """Sub-layer `index`'s (0: attention, 1: MLP) output as it joins the depth sources: through the family's
+        output module where it has one, which belongs to the sub-layer, so no mix reads past it."""
+        if not self.attn_res_output_modules:
+            return out
+        return self._modules[self.attn_res_output_modules[index]](out)
+
     def forward(
         self,
         *sources: torch.Tensor,
@@ -79,13 +90,14 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         weights = [] if output_attn_res_weights else None
         attn_norm, mlp_norm = (self._modules[name] for name in self.attn_res_input_norms)
         h = self.mix("self_attention", sources, weights, attn_norm, attn_res_schedule, attn_res_settings)
-        attn_out = self.attention(h, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
+        attn_out = self.sublayer_output(0, self.attention(h, attention_mask, position_ids, past_key_values, use_cache,
+                                                          **kwargs))
         if self.opens_source:
             kept, partial = sources, attn_out
         else:
             kept, partial = sources[:-1], sources[-1] + attn_out
         h = self.mix("mlp", (*kept, partial), weights, mlp_norm, attn_res_schedule, attn_res_settings)
-        mlp_out = self.feed_forward(h)
+        mlp_out = self.sublayer_output(1, self.feed_forward(h))
         new_sources = (partial, mlp_out) if self.num_new_sources == 2 else (partial + mlp_out,)
         return (*new_sources, *(weights or ()))
 
