@@ -202,7 +202,7 @@ def modeling_text(family: SimpleNamespace, folder: str, bodies: dict, extras: li
     for cls in sorted({cls for cls in declared if cls is not None} | set(extras)):
         imported.setdefault(family.imports[cls], []).append(cls)
     import_lines = []
-    for module in sorted(imported, key=lambda module: (module != family.module, module)):
+    for module in sorted(imported):  # isort's order
         import_lines += [f"from {module} import (", *[f"    {cls}," for cls in imported[module]], ")"]
     norm = family.norm
     policy = [f"    fusable_norm = {norm}  # Llama's RMSNorm formula: the mix kernels may apply it fused"] \
