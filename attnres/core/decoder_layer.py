@@ -62,13 +62,6 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         """The family's MLP (or MoE) sub-layer on its normed input."""
         return self.mlp(hidden_states)
 
-    def sublayer_output(self, index: int, out: torch.Tensor) -> torch.Tensor:
-        """Sub-layer `index`'s (0: attention, 1: MLP) output as it joins the depth sources: through the family's
-        output module where it has one, which belongs to the sub-layer, so no mix reads past it."""
-        if not self.attn_res_output_modules:
-            return out
-        return self._modules[self.attn_res_output_modules[index]](out)
-
     def forward(
         self,
         *sources: torch.Tensor,
@@ -90,14 +83,19 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         weights = [] if output_attn_res_weights else None
         attn_norm, mlp_norm = (self._modules[name] for name in self.attn_res_input_norms)
         h = self.mix("self_attention", sources, weights, attn_norm, attn_res_schedule, attn_res_settings)
-        attn_out = self.sublayer_output(0, self.attention(h, attention_mask, position_ids, past_key_values, use_cache,
-                                                          **kwargs))
+        attn_out = self.attention(h, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
+        # an output module belongs to its sub-layer: the output joins the sources through it, so no mix reads past it
+        ends = self.attn_res_output_modules
+        if ends:
+            attn_out = self._modules[ends[0]](attn_out)
         if self.opens_source:
             kept, partial = sources, attn_out
         else:
             kept, partial = sources[:-1], sources[-1] + attn_out
         h = self.mix("mlp", (*kept, partial), weights, mlp_norm, attn_res_schedule, attn_res_settings)
-        mlp_out = self.sublayer_output(1, self.feed_forward(h))
+        mlp_out = self.feed_forward(h)
+        if ends:
+            mlp_out = self._modules[ends[1]](mlp_out)
         new_sources = (partial, mlp_out) if self.num_new_sources == 2 else (partial + mlp_out,)
         return (*new_sources, *(weights or ()))
 
