@@ -6,7 +6,7 @@ A family's folder `attnres/families/<folder>/` holds `modular_<folder>_attnres.p
 converter generates `modeling_*.py` from `modular_*.py`. Where a family's layer differs from Llama's, the declaration
 says how, as data the core runs (which norms read the mixes, what ends each sub-layer's output, the embedding's scale,
 per-type rotary bases, refused config fields). What data cannot say, a class under the generated class's name adds
-(`class Gemma3TextAttnResModel:` with the methods that differ): the generator puts that class's body into the
+(`class <name>AttnResDecoderLayer:` with the methods that differ): the generator puts that class's body into the
 generated class (its docstring replaces the default one). The registry (`attnres.families.registry`) reads the
 declarations, so a family is supported exactly when its folder declares it.
 """
