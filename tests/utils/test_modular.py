@@ -80,6 +80,17 @@ def test_the_declared_data_becomes_the_classes_attributes_and_only_where_declare
                                               "embedding_class", "embedding_scale", "attn_res_refused_flags"))
 
 
+def test_what_data_cannot_say_a_class_body_adds_to_the_generated_class(families_copy):
+    path = families_copy / "llama" / "modular_llama_attnres.py"
+    text = path.read_text().replace("    LlamaAttention,\n", "    LlamaAttention,\n    LlamaMLP,\n")
+    path.write_text(text + '\n\nclass LlamaAttnResModel:\n    """A probe."""\n\n    def probe(self):\n'
+                    "        return LlamaMLP\n")
+    modeling = modular.generate("llama")["modeling_llama_attnres.py"]
+    model_class = modeling[modeling.index("class LlamaAttnResModel("):modeling.index("class LlamaAttnResForCausalLM")]
+    assert '    """A probe."""' in model_class and "    def probe(self):\n        return LlamaMLP" in model_class
+    assert "    LlamaMLP,\n" in modeling
+
+
 def test_a_declared_class_the_file_does_not_import_is_named(families_copy):
     path = families_copy / "llama" / "modular_llama_attnres.py"
     path.write_text(path.read_text().replace("fusable_norm=True", "fusable_norm=True, embedding=ScaledEmbedding"))
