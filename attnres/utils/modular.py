@@ -207,13 +207,15 @@ def modeling_text(family: SimpleNamespace, folder: str, bodies: dict, extras: li
     norm = family.norm
     policy = [f"    fusable_norm = {norm}  # Llama's RMSNorm formula: the mix kernels may apply it fused"] \
         if family.fusable_norm else []
-    layer_doc = f"{title}'s decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`)."
+    differs = []
     if family.input_norms:
         policy.append(attribute("attn_res_input_norms", family.input_norms))
-        layer_doc = layer_doc[:-1] + f"; {listed(family.input_norms)} read the mixes."
+        differs.append(f"{listed(family.input_norms)} read the mixes")
     if family.output_modules:
         policy.append(attribute("attn_res_output_modules", family.output_modules))
-        layer_doc = layer_doc[:-1] + f"; {listed(family.output_modules)} end each sub-layer's output."
+        differs.append(f"{listed(family.output_modules)} end each sub-layer's output")
+    layer_doc = (f"{title}'s decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`)"
+                 + (": " + ", and ".join(differs) if differs else "") + ".")
     model_attributes = [f"    fusable_norm = {norm}"] if family.fusable_norm else []
     if family.rotary_per_layer_type:
         model_attributes.append("    rotary_per_layer_type = True  # a rotary base per type of `config.layer_types`")

@@ -22,8 +22,8 @@ from .configuration_gemma3_attnres import Gemma3TextAttnResConfig
 
 
 class Gemma3TextAttnResDecoderLayer(AttnResDecoderLayerMixin, Gemma3DecoderLayer):
-    """Gemma 3's decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`);
-    `input_layernorm` / `pre_feedforward_layernorm` read the mixes; `post_attention_layernorm` /
+    """Gemma 3's decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`):
+    `input_layernorm` / `pre_feedforward_layernorm` read the mixes, and `post_attention_layernorm` /
     `post_feedforward_layernorm` end each sub-layer's output."""
 
     attn_res_input_norms = ("input_layernorm", "pre_feedforward_layernorm")

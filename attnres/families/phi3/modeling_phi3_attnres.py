@@ -21,7 +21,7 @@ from .configuration_phi3_attnres import Phi3AttnResConfig
 
 
 class Phi3AttnResDecoderLayer(AttnResDecoderLayerMixin, Phi3DecoderLayer):
-    """Phi-3's decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`);
+    """Phi-3's decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`):
     `resid_attn_dropout` / `resid_mlp_dropout` end each sub-layer's output."""
 
     fusable_norm = Phi3RMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
