@@ -2,7 +2,10 @@
 by its record.py): every family's tiny model in block and full mode with random pseudo-queries gives the recorded
 logits bit for bit, and the folders saved then (stored as one archive each, extracted here) load, with the package and
 in a fresh process without it; a folder saved now loads without it too."""
+import gzip
 import json
+import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ from safetensors.torch import load_file
 
 import attnres  # registers the Auto classes, as a user's script does
 from attnres.families.registry import SUPPORTED, family_classes
-from tests.data.unchanged.record import unpack
+from tests.data.unchanged.record import archive, pack, unpack
 from tests.helpers.remote_loading import load_all_in_clean_process
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "unchanged"
@@ -36,6 +39,24 @@ def recorded(tmp_path_factory):
 def test_the_fixtures_cover_every_family_in_both_modes():
     assert set(CONFIGS) == {f"{family}.{mode}" for family in SUPPORTED for mode in ("block", "full")}
     assert {p.name for p in (DATA / "folders").iterdir()} == {f"{family}.tar.gz" for family in SUPPORTED}
+
+
+def test_an_archive_is_its_folder_packed_reproducibly(tmp_path):
+    """record.py's `pack` of an extracted folder gives the stored archive's tar bytes again (the gzip stream may differ
+    with the zlib build), whatever the files' times and modes: sorted members, no owner, time 0."""
+    folder = unpack("llama", tmp_path / "llama")
+    for age, path in enumerate(sorted(folder.iterdir())):
+        path.chmod(0o600)
+        os.utime(path, (1e9 + age, 1e9 + age))
+    pack(folder, tmp_path / "again.tar.gz")
+    stored = archive("llama").read_bytes()
+    assert gzip.decompress((tmp_path / "again.tar.gz").read_bytes()) == gzip.decompress(stored)
+    assert stored[4:8] == b"\0\0\0\0"  # the gzip header's time
+    with tarfile.open(archive("llama")) as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == sorted(p.name for p in folder.iterdir())
+    assert {(m.mode, m.mtime, m.uid, m.gid, m.uname, m.gname, m.type) for m in members} == {
+        (0o644, 0, 0, 0, "", "", tarfile.REGTYPE)}
 
 
 @pytest.mark.parametrize("mode", ["block", "full"])
