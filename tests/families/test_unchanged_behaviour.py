@@ -81,11 +81,12 @@ def test_a_recorded_folder_loads_with_the_package(family, recorded):
         assert torch.equal(through_tools(LOGITS["ids"]).logits, LOGITS[f"{family}.block"]), family
 
 
-def test_recorded_and_new_folders_load_without_the_package(tmp_path, recorded):
+def test_recorded_and_new_folders_load_without_the_package(tmp_path, recorded, monkeypatch):
     """A recorded folder carries the C++ CPU kernel of its time and gives the recorded logits bit for bit. A folder
     saved now carries no C++ kernel (the installed package registers it): on CPU it runs the lean path, so it gives
     what the package gives with backend "torch", bit for bit, and the recorded logits up to fp32 reassociation
     (tests/kernels/test_mix_cpu_fused.py's tolerance)."""
+    monkeypatch.delenv("ATTNRES_BACKEND", raising=False)  # it would override the backends compared here
     families = sorted(SUPPORTED)
     new, lean = [], {}
     for family in families:
