@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from attnres.training.state import STATE_FILE, checkpoint_dir, resolve_checkpoint
+from attnres.training.checkpoints import STATE_FILE, checkpoint_dir, resolve_checkpoint
 
 
 def make_checkpoint(root, step):
