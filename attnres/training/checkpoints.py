@@ -258,14 +258,14 @@ def check_run_state(output_dir: Path, folder: Path | None) -> None:
 def choose_checkpoint(resume: str, output_dir: Path,
                       matches: Callable[[Path, dict], None]) -> tuple[Path | None, dict | None]:
     """(checkpoint folder, its trainer_state.json) that `--resume` continues from, or (None, None) to start fresh.
-    Refused (ValueError naming the folder) when the start or resume would prune or replace a newer state of the
-    folder's run; `matches(folder, state)`, the trainer's rule, refuses a checkpoint of another run by raising."""
+    `matches(folder, state)`, the trainer's rule, refuses a checkpoint of another run by raising (first: what differs
+    from the recorded run is the answer to a changed command); then a start or resume that would prune or replace a
+    newer state of the folder's run is refused (ValueError naming the folder)."""
     folder = resume_folder(resume, output_dir)
+    state = None if folder is None else read_state(folder)
+    if folder is not None:
+        matches(folder, state)
     check_run_state(output_dir, folder)
-    if folder is None:
-        return None, None
-    state = read_state(folder)
-    matches(folder, state)
     return folder, state
 
 

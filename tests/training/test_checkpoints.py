@@ -81,6 +81,10 @@ def test_a_checkpoint_of_another_run_is_named_with_both_values(tmp_path):
                                          r"\{'recipe.lr': \(0.003, 0.001\)\}") as info:
         choose_checkpoint("auto", tmp_path, matches)
     assert "layers" not in str(info.value)  # only what differs
+    save(tmp_path / "checkpoints", 4)
+    with pytest.raises(ValueError, match="step-00000002: checkpoint was made with other settings"):
+        choose_checkpoint(str(checkpoint_dir(tmp_path / "checkpoints", 2)), tmp_path, matches)  # older, too: the
+        # settings that differ are named first (they answer a changed command)
 
 
 def test_fresh_start_and_refusals_of_a_newer_state(tmp_path):
