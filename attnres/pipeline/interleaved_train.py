@@ -46,37 +46,13 @@ def check_model_family(args: InterleavedArgs) -> None:
 def check_args(args: InterleavedArgs, world: int) -> None:
     if world < 2:
         raise SystemExit("error: an interleaved pipeline needs >= 2 processes (torchrun --nproc_per_node 2 ...)")
-    for name in ("micro_batch_size", "grad_accum", "steps", "seq_len", "virtual_stages", "max_nonfinite_steps"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if (error := args.count_error("virtual_stages")) is not None:
+        raise SystemExit(error)
     check_recipe_args(args, args.steps)
     rounds = max(1, args.grad_accum // world)  # PyTorch's interleaved 1F1B runs whole rounds of micro-batches
     if args.grad_accum % rounds:
         raise SystemExit(f"error: --grad-accum {args.grad_accum} must be a multiple of {rounds} (micro-batches per "
                          f"round of {world} stages)")
-
-
-def run_signature(args: InterleavedArgs, config, world: int) -> dict:
-    """What a checkpoint records of its run (a resume must match it): the model, data, layout and the recipe."""
-    return dict(attn_res=config.attn_res_mode, block_size=config.attn_res_block_size, layers=config.num_hidden_layers,
-                model=str(args.model), data=str(args.data), stages=world, virtual_stages=args.virtual_stages,
-                micro_batch_size=args.micro_batch_size, grad_accum=args.grad_accum, seq_len=args.seq_len,
-                seed=args.seed, recipe=Recipe.from_args(args, max_steps=args.steps).record())
-
-
-def matching_checkpoint(args: InterleavedArgs, config, world: int) -> tuple[Path | None, dict | None]:
-    """(checkpoint, its state) to resume from ((None, None): start fresh); refused when it was made with other
-    settings, or when it would prune or replace a newer state of the folder's run."""
-    from ..training.checkpoints import check_signature, checked_step, choose_checkpoint
-
-    def matches(folder: Path, state: dict) -> None:
-        check_signature(folder, state, run_signature(args, config, world))
-        checked_step(folder, state, args.steps)
-
-    try:
-        return choose_checkpoint(args.resume, args.output_dir, matches)
-    except ValueError as error:
-        raise SystemExit(f"error: {error}") from None
 
 
 class PipelineState:
@@ -175,6 +151,7 @@ def train_interleaved(args: InterleavedArgs) -> dict:
     from ..training.checkpoints import checkpoints_root, remove_partial, resume_training, save_checkpoint
     from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard
     from ..training.state import is_rank_zero, output_lock
+    from .train import matching_checkpoint
 
     check_model_family(args)  # before torchrun's check: the same answer launched or not
     if "WORLD_SIZE" not in os.environ:
@@ -196,9 +173,9 @@ def train_interleaved(args: InterleavedArgs) -> dict:
         recipe = Recipe.from_args(args, max_steps=args.steps)  # the one every engine uses
         optimizer = recipe.build_optimizer(pipe.named_parameters().items())
         scheduler = recipe.build_scheduler(optimizer)
-        record = {"signature": run_signature(args, config, world)}
+        record = {"signature": args.signature(config, world)}
         trainer = PipelineState(pipe, optimizer, scheduler)
-        start = resume_training(trainer, *matching_checkpoint(args, config, world))
+        start = resume_training(trainer, *matching_checkpoint(args, record))
         root = checkpoints_root(args.output_dir)
         if rank == 0:
             remove_partial(root)

@@ -289,6 +289,19 @@ def check_signature(folder: Path, state: dict, signature: dict) -> None:
                          "another --output-dir")
 
 
+def signature_rule(signature: dict, last_step: int,
+                   check_files: Callable[[Path], None] | None = None) -> Callable[[Path, dict], None]:
+    """`choose_checkpoint`'s rule for a trainer whose checkpoints record a run signature: the same signature (what
+    differs is named), a step in [0, `last_step`] matching the folder, then the trainer's files intact."""
+    def matches(folder: Path, state: dict) -> None:
+        check_signature(folder, state, signature)
+        checked_step(folder, state, last_step)
+        if check_files is not None:
+            check_files(folder)
+
+    return matches
+
+
 def resume_training(trainer: TrainingState, folder: Path | None, state: dict | None) -> int:
     """Restore `trainer` from the chosen checkpoint; the step to continue after (0: a fresh start). Training data is a
     pure function of the step, so the step is the data position too."""
