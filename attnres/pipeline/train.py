@@ -1,6 +1,8 @@
 """The pipeline training run behind `attnres train-pipeline` (scripts/train_pipeline.py): DeepSpeed's 1F1B
 `train_batch` over the stages of `attnres.pipeline.stages`, ZeRO stage 0 or 1, a loss log, the boundary traffic
-report and the trained model saved as one Hugging Face folder (a shard per stage).
+report and the trained model saved as one Hugging Face folder (a shard per stage). With --save-every, atomic
+checkpoints of DeepSpeed's state and `--resume auto|never|DIR` (`attnres.training.checkpoints`, refused when the
+settings differ); data is a pure function of the step, so a resumed run continues bit for bit.
 
 Every process of the launch runs `train_pipeline(args)` with the same arguments (the flags of
 `attnres.cli.train_pipeline`); the number of processes is a multiple of the stages (the quotient: data-parallel
@@ -277,7 +279,7 @@ def train_pipeline(args: PipelineArgs) -> None:
     traffic = P2PTraffic(stage)
     train_steps(args, engine, data, traffic, is_rank0, start,
                 lambda step: save_checkpoint(root, step, record, trainer, args.keep_checkpoints))
-    if args.report_comms:
+    if args.report_comms and args.steps > start:  # a finished run resumed makes no step: nothing to report
         report_comms(args, config, pipe, traffic, dp_rank, is_rank0, args.steps - start)
     if not args.no_save:
         save_pipeline_checkpoint(pipe, config, args.output_dir / "model", stage, stages, dp_rank == 0,
