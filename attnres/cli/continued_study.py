@@ -30,12 +30,11 @@ import sys
 from pathlib import Path
 
 from ..study.runner import StudyError
+from ..study.study_args import ContinuedStudyArgs
 from ..utils.flags import seed as seed_flag
 from . import command_main
-from .study import check_single
 
-_CHECKOUT_GRID = Path(__file__).resolve().parents[2] / "configs" / "study" / "continued-cpu.json"
-DEFAULT_GRID = _CHECKOUT_GRID if _CHECKOUT_GRID.is_file() else Path("configs") / "study" / "continued-cpu.json"
+DEFAULT_GRID = ContinuedStudyArgs.grid
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--only", metavar="ARM", default=None, help="train only this arm (standard, block, full, frozen)")
     g.add_argument("--lr", type=float, default=None, help="its peak learning rate (with --only)")
     g.add_argument("--seed", type=seed_flag, default=None, help="its seed: data order (with --only)")
-    p.set_defaults(jobs=1, hidden=None)  # what the study command's one-run check reads
     return p
 
 
@@ -82,12 +80,14 @@ def main(argv=None, resolve_source=None) -> int:
     """The exit code: 0, or 1 when some run failed; a bad grid or setting exits with one `error:` line."""
     from ..study.continued.study import run_continued, run_one
 
-    args = build_parser().parse_args(argv)
+    args = ContinuedStudyArgs(**vars(build_parser().parse_args(argv)))
     if argv is None:
         stop_on_signals(args.output_dir)
     command = shlex.join(["attnres", "continued-study", *(sys.argv[1:] if argv is None else argv)])
     try:
-        check_single(args)
+        problem = args.one_run_problem()
+        if problem:
+            raise StudyError(problem)
         if args.only is not None:
             return run_one(args.grid, args.output_dir, args.only, args.lr, args.seed, threads=args.threads,
                            resolve_source=resolve_source, force=args.force)

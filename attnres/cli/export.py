@@ -20,6 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..conversion.export_args import ExportArgs
 from . import command_main
 
 EXIT_REFUSED, EXIT_ERROR = 2, 1
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> dict | int:
     """Returns the export's summary dict, or an exit code: 2 refused (runtime cannot represent it), 1 other error."""
-    args = build_parser().parse_args(argv)
+    args = ExportArgs(**vars(build_parser().parse_args(argv)))
     from ..conversion.commands import interrupted
     from ..conversion.errors import ConversionError
     from ..conversion.export import export_checkpoint

@@ -19,7 +19,9 @@ import argparse
 import sys
 
 from ..training.memory_plan import PRESETS
+from ..training.tool_args import PlanMemoryArgs
 from . import command_main
+from .combos import refuse_first
 
 DEFAULT_CONTEXT = 32768
 
@@ -57,12 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None) -> PlanMemoryArgs:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    for name in ("batch", "context", "stages", "micro_batch"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    args = PlanMemoryArgs(**vars(parser.parse_args(argv)))
+    refuse_first(parser, args.problems())  # before any work: a count below 1 is refused by name
     return args
 
 

@@ -26,12 +26,11 @@ import sys
 from pathlib import Path
 
 from ..study.runner import StudyError, run_single, run_study
+from ..study.study_args import StudyArgs
 from . import command_main
-from .combos import check_study_flags
+from .combos import refuse_conflicts
 
-# The grids live in the checkout's configs/study/ (an installed package: pass --grid, or run from a checkout)
-_CHECKOUT_GRID = Path(__file__).resolve().parents[2] / "configs" / "study" / "cpu.json"
-DEFAULT_GRID = _CHECKOUT_GRID if _CHECKOUT_GRID.is_file() else Path("configs") / "study" / "cpu.json"
+DEFAULT_GRID = StudyArgs.grid
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,31 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_single(args) -> None:
-    """--only needs --lr and --seed; those (and --hidden) need --only; no report flags with it."""
-    one = {"--lr": args.lr, "--seed": args.seed, "--hidden": args.hidden}
-    if args.only is None:
-        given = [flag for flag, value in one.items() if value is not None]
-        if given:
-            raise StudyError(f"{', '.join(given)} apply to one run: give --only ARM too")
-        return
-    missing = [flag for flag in ("--lr", "--seed") if one[flag] is None]
-    if missing:
-        raise StudyError(f"--only {args.only} needs {' and '.join(missing)}")
-    clash = [flag for flag, on in (("--report-only", args.report_only), ("--dry-run", args.dry_run),
-                                   ("--report-dir", args.report_dir is not None), ("--jobs", args.jobs != 1)) if on]
-    if clash:
-        raise StudyError(f"--only trains one run and writes no report: drop {', '.join(clash)}")
-
-
 def main(argv=None) -> int:
     """The exit code: 0, or 1 when some run failed; a bad grid or setting exits with one `error:` line."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    check_study_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
+    args = StudyArgs(**vars(parser.parse_args(argv)))
+    refuse_conflicts(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     command = shlex.join(["python", "scripts/study.py", *(sys.argv[1:] if argv is None else argv)])
     try:
-        check_single(args)
+        problem = args.one_run_problem()
+        if problem:
+            raise StudyError(problem)
         if args.only is not None:
             return run_single(args.grid, args.output_dir, args.only, args.lr, args.seed, args.hidden,
                               threads=args.threads)

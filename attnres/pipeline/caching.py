@@ -110,23 +110,10 @@ def simulate_interleaved(num_stages: int, virtual_stages: int, layers_per_chunk:
     return report
 
 
-def main(argv=None) -> None:
-    import argparse
+if __name__ == "__main__":  # the table's command line is attnres/cli/caching_table.py, reached by name at run time
+    import importlib  # (a library module imports nothing of attnres/cli)
 
-    parser = argparse.ArgumentParser(description="Block transmissions of an interleaved pipeline, naive vs cached "
-                                                 "(defaults: the paper's Fig. 3, P=4, V=2, a block per two chunks)")
-    parser.add_argument("--stages", type=int, default=4, help="physical stages P")
-    parser.add_argument("--virtual", type=int, default=2, help="virtual stages per physical stage V")
-    parser.add_argument("--layers-per-chunk", type=int, default=1)
-    parser.add_argument("--block-size", type=int, default=2, help="decoder layers per block S")
-    parser.add_argument("--cache-own-blocks", action="store_true", help="also keep blocks a rank completed itself")
-    args = parser.parse_args(argv)
-    print(simulate_interleaved(args.stages, args.virtual, args.layers_per_chunk, args.block_size,
-                               args.cache_own_blocks).table())
-
-
-if __name__ == "__main__":
-    main()
+    importlib.import_module("attnres.cli.caching_table").main()
 
 
 __all__ = ["Transition", "CachingReport", "simulate_interleaved"]

@@ -18,8 +18,10 @@ diagnostics. One job per module:
               values, conflicting ones are refused by name), one provenance record per segment
 - `logs`:     metrics.jsonl / TensorBoard, depth diagnostics, their plots, training_info.json (provenance)
 - `guard`:    the non-finite guard: a NaN/inf step makes no update, a few in a row stop the run
+- `tool_args`: the flags of plan-memory (over `memory_plan`) and of the diagnostics plot (over `logs`)
 
-`attnres/cli/{train,prepare_data}.py` are the command lines over them (the main job is `attnres.study.main_job`).
+`attnres/cli/{train,prepare_data,plan_memory,plot_diagnostics}.py` are the command lines over them (the main job is
+`attnres.study.main_job`).
 Needs the `train` extra (`pip install -e ".[train]"`): datasets, tokenizers, deepspeed, tensorboard, matplotlib.
 """
 

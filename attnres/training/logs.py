@@ -18,7 +18,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from contextlib import contextmanager
@@ -273,15 +272,6 @@ def _save(fig, out: Path) -> Path:
     return out
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dirs", nargs="+", type=Path,
-                        help="run folders of scripts/train.py (with diagnostics.jsonl)")
-    parser.add_argument("--out", type=Path, default=Path("depth_diagnostics.png"), help="PNG to write")
-    args = parser.parse_args(argv)
-    print(f"wrote {plot_runs(args.run_dirs, args.out)}")
-
-
 # --- provenance -------------------------------------------------------------------------------------------------
 
 
@@ -306,5 +296,7 @@ def write_training_info(folder: Path, args, global_batch: int, step: int, run: d
     ))
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the plot's command line is attnres/cli/plot_diagnostics.py, reached by name at run time
+    import importlib  # (a library module imports nothing of attnres/cli)
+
+    importlib.import_module("attnres.cli.plot_diagnostics").main()

@@ -1,6 +1,6 @@
-"""The GPU evidence run (attnres/bench/evidence.py) on CPU with stand-in steps: steps run in order, each writes its
-status the moment it ends, a rerun skips the finished ones and reruns a failed or capped one, a cap kills the step's
-whole process group, and bad flags are one line with nothing written."""
+"""The GPU evidence run (attnres/bench/evidence.py; its command line attnres/cli/gpu_evidence.py) on CPU with stand-in
+steps: steps run in order, each writes its status the moment it ends, a rerun skips the finished ones and reruns a
+failed or capped one, a cap kills the step's whole process group, and bad flags are one line with nothing written."""
 import json
 import subprocess
 import sys
@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from attnres.bench.evidence import STATUS_FILE, Step, default_steps, main, read_status, run_steps
+from attnres.bench.evidence import STATUS_FILE, Step, default_steps, read_status, run_steps
+from attnres.cli.gpu_evidence import main
 
 PY = sys.executable
 

@@ -54,13 +54,22 @@ TYPED = {  # command module (attnres/cli) -> its dataclass
     "prepare_eval_data": "attnres.evaluation.args:PrepareEvalArgs",
     "bench_model": "attnres.bench.args:BenchModelArgs",
     "bench_kernels": "attnres.bench.args:BenchKernelsArgs",
+    "study": "attnres.study.study_args:StudyArgs",
+    "continued_study": "attnres.study.study_args:ContinuedStudyArgs",
+    "export": "attnres.conversion.export_args:ExportArgs",
+    "plan_memory": "attnres.training.tool_args:PlanMemoryArgs",
+    "plot_diagnostics": "attnres.training.tool_args:DiagnosticsPlotArgs",
+    "caching_table": "attnres.pipeline.caching_args:CachingArgs",
+    "gpu_evidence": "attnres.bench.args:EvidenceArgs",
 }
+# Parsed whole into the conversion code for now: their dataclasses come with the convert work
+NOT_YET_TYPED = {"convert", "push_to_hub"}
 RESOLVED = {"bench_model", "bench_kernels"}  # their parsers resolve the defaults against the device: names only
 
 
 def required(action) -> bool:
-    """A positional argument that must be given (its dataclass field has no default)."""
-    return not action.option_strings and action.nargs not in ("?", "*")
+    """An argument that must be given (its dataclass field has no default): a positional one, or a required option."""
+    return action.required or not action.option_strings and action.nargs not in ("?", "*")
 
 
 def default_of(field: dataclasses.Field):
@@ -81,6 +90,15 @@ def test_every_flag_is_a_field_with_its_default(command):
         assert set(flags) == set(fields)
     else:
         assert flags == fields
+
+
+def test_every_command_line_in_cli_is_typed():
+    """A module of attnres/cli with a parser (`build_parser`) is a command line: it has its dataclass in TYPED."""
+    parsers = {path.stem for path in (PACKAGE / "cli").glob("*.py")
+               if any(isinstance(node, ast.FunctionDef) and node.name == "build_parser"
+                      for node in ast.parse(path.read_text()).body)}
+    assert parsers - NOT_YET_TYPED == set(TYPED)
+    assert NOT_YET_TYPED <= parsers, "a command listed as not yet typed is gone or typed: update NOT_YET_TYPED"
 
 
 def outside_cli_names(tree: ast.AST) -> set[str]:
