@@ -1,4 +1,4 @@
-"""A run's checkpoints, for every trainer that resumes (`attnres train`, `attnres train-interleaved`).
+"""A run's checkpoints, for the three trainers (`attnres train`, `train-pipeline`, `train-interleaved`).
 
 - Layout: `<output-dir>/checkpoints/step-0000000N/`, complete once `trainer_state.json` (the run record and the step,
   written last) is in it. What a trainer writes beside it is its own (`TrainingState.save`).
@@ -9,11 +9,12 @@
   folder on the way out (`written_or_removed`, which the final model's save uses too).
 - Pruning keeps the `keep` newest of the run's own line: only checkpoints at or below the step just saved, never a
   newer one (`check_run_state` keeps newer ones from being there).
-- Which checkpoint a run continues from (`choose_checkpoint`): `--resume never|auto|DIR`; a start or a resume never
-  prunes or replaces a newer state the folder's run holds; the trainer's own rule then decides whether the
-  checkpoint's record matches this run, and a mismatch is refused naming what differs.
-- What differs per trainer is how the state is gathered and restored (accelerate, DDP, FSDP2, DeepSpeed engines;
-  one file per pipeline rank): a `TrainingState`.
+- Which checkpoint a run continues from (`choose_checkpoint`): `--resume never|auto|DIR` (auto: the latest
+  complete one); the trainer's own rule decides whether the checkpoint's record matches this run (`attnres train`:
+  its recorded flags, `resume.py`; the pipeline trainers: a signature, `signature_rule`), and a mismatch is refused
+  naming what differs; a start or a resume never prunes or replaces a newer state the folder's run holds.
+- What differs per trainer is how the state is gathered and restored (accelerate, DDP, FSDP2 and DeepSpeed engines;
+  DeepSpeed's pipeline engine; one file per interleaved pipeline rank): a `TrainingState`.
 """
 from __future__ import annotations
 
@@ -283,7 +284,8 @@ def signature_differences(saved: dict, now: dict, prefix: str = "") -> dict:
 def check_signature(folder: Path, state: dict, signature: dict) -> None:
     """A checkpoint records its run's `signature` (what a resume must match): refused naming every entry that
     differs, with the saved and the current value."""
-    mismatch = signature_differences(state.get("signature") or {}, signature)
+    saved = state.get("signature")
+    mismatch = signature_differences(saved if isinstance(saved, dict) else {}, signature)
     if mismatch:
         raise ValueError(f"--resume {folder}: checkpoint was made with other settings {mismatch} (saved, now); use "
                          "another --output-dir")
