@@ -160,3 +160,19 @@ def test_a_checkpoint_in_the_existing_layout_resumes(tmp_path):
     chosen, state = choose_checkpoint("auto", tmp_path, matches)
     trainer = FakeTrainer()
     assert chosen == folder and resume_training(trainer, chosen, state) == 3 and trainer.value == 3.0
+
+
+@pytest.mark.parametrize("edit, named", [(dict(signature="x"), "checkpoint was made with other settings"),
+                                         (dict(step=3), "step 3 is not an integer in \\[0, 8\\]"),
+                                         (dict(step=9), "step 9 is not an integer in \\[0, 8\\]")],
+                         ids=["signature_not_an_object", "step_not_the_folders", "step_past_the_end"])
+def test_signature_rule_refuses_an_edited_state_by_name(tmp_path, edit, named):
+    from attnres.training.checkpoints import signature_rule
+
+    folder = save(tmp_path / "checkpoints", 2)
+    state = json.loads((folder / STATE_FILE).read_text())
+    (folder / STATE_FILE).write_text(json.dumps(dict(state, **edit)))
+    rule = signature_rule(SIGNATURE, SIGNATURE["recipe"]["max_steps"])
+    with pytest.raises(ValueError, match=named):
+        choose_checkpoint("auto", tmp_path, rule)
+    assert choose_checkpoint("never", tmp_path / "fresh", rule) == (None, None)
