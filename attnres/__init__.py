@@ -19,6 +19,7 @@ from .families.kimi_linear.modeling_kimi_linear_attnres import (
 from .families.registry import register_auto_classes
 from .families.upcycle import upcycle
 from .kernels import attn_res, attn_res_naive
+from .kernels.mix import cpu_fused, register_cpu_kernel
 
 __version__ = "0.1.0"
 
@@ -33,6 +34,9 @@ def _write_code_files(folder, model_module: str) -> list:
 
 # the package's classes write their folder's generated code on `save_pretrained`; a folder's own copy has no writer
 AttnResPreTrainedMixin.code_writer = staticmethod(_write_code_files)
+# backends "auto" and "cpp" on CPU run the package's fused C++ kernel (built on first use); a folder's own copy of the
+# kernels registers none and takes the lean path, so it ships no compiler, build cache or file lock
+register_cpu_kernel(cpu_fused.fits, cpu_fused.attn_res_cpu)
 
 
 def save(model, folder, *args, **kwargs) -> None:

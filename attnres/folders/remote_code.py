@@ -4,7 +4,8 @@
 Per family, exactly: `configuration_<family>_attnres.py` (the config and what it needs), `modeling_<family>_attnres.py`
 (the family's own classes), `attnres_core_config.py` and `attnres_core.py` (the family-independent AttnRes config code
 and model, attnres.core, laid out once as transformers lays out shared modeling code) and `kernels_attnres.py` (the mix
-kernels: the PyTorch references, the fused C++ CPU kernel and its build cache, the Triton kernels). Each file is its
+kernels: the PyTorch references, the lean path, the Triton kernels; the fused C++ CPU kernel and its build cache are
+registered by the installed package only, so no compiler, file lock or file IO ships). Each file is its
 modules' import closure inlined in dependency order: this package's imports removed (a name another file defines is
 imported from it, relatively), outside imports deduplicated and hoisted, a header naming the modules it was generated
 from. Generation fails, naming both modules, on a top-level name that two inlined modules define differently, and on any
@@ -67,14 +68,6 @@ class Source:
                 (source.lazy if in_function else source.eager).append((node, target))
         return source
 
-    def data(self, file_name: str) -> str:
-        """The text of a data file beside the module (package data, e.g. a C++ kernel's source)."""
-        spec = importlib.util.find_spec(self.name)
-        path = Path(spec.origin).with_name(file_name) if spec is not None and spec.origin else None
-        if path is None or not path.is_file():
-            raise GenerationError(f"{self.name} reads {file_name}, which is not beside it")
-        return path.read_text(encoding="utf-8")
-
     @property
     def optional(self) -> str | None:
         """The optional package this module imports in a top-level `try` and needs (re-raising), e.g. triton."""
@@ -84,28 +77,6 @@ class Source:
                     if isinstance(node, ast.Import):
                         return node.names[0].name.split(".")[0]
         return None
-
-
-def _data_reads(tree: ast.Module):
-    """(return statement, file name) for every `return Path(__file__).with_name("<file>").read_text(...)`: a module
-    reading a data file of its package (the C++ kernel's source). The generated file returns the file's text itself:
-    transformers copies a folder's Python files only."""
-    for node in ast.walk(tree):
-        call = node.value if isinstance(node, ast.Return) else None
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "read_text"):
-            continue
-        opened = call.func.value
-        if (isinstance(opened, ast.Call) and isinstance(opened.func, ast.Attribute) and opened.func.attr == "with_name"
-                and ast.unparse(opened.func.value) == "Path(__file__)" and len(opened.args) == 1
-                and isinstance(opened.args[0], ast.Constant) and isinstance(opened.args[0].value, str)):
-            yield node, opened.args[0].value
-
-
-def _raw_string(text: str) -> str:
-    """`text` as a raw triple-quoted literal, its lines unchanged (so the generated file shows the C++ as written)."""
-    if '"""' in text or text.endswith("\\"):
-        raise GenerationError('a data file embedded in the generated code may not hold \'"""\' or end with a backslash')
-    return f'r"""{text}"""'
 
 
 def _imports(tree: ast.Module):
@@ -251,9 +222,6 @@ class FlatFile:
         for node, target in source.eager + source.lazy:
             top = node in source.tree.body
             edits[node.lineno] = (node.end_lineno, self._replace_import(node, target, top, cross))
-        for node, file_name in _data_reads(source.tree):
-            indent = " " * node.col_offset
-            edits[node.lineno] = (node.end_lineno, [f"{indent}return {_raw_string(source.data(file_name))}"])
         out, skip_to = [f"# ---- {module} ----"], 0
         for number, line in enumerate(lines, start=1):
             if number <= skip_to:

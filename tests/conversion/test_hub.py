@@ -87,13 +87,20 @@ def test_loads_with_remote_code_where_attnres_is_not_installed(hub_folder, llama
         repos.append(fake_hub_repo(folder, tmp_path / "hf" / "hub", repo_id))
     ids = random_ids()  # below both vocabularies
     results = load_all_in_clean_process(repos, ids, tmp_path / "run", tmp_path / "hf", tokenizer=True)
-    with torch.no_grad():  # the clean process runs one thread: the same reduction order only at one thread here too
+    # the clean process runs one thread: the same reduction order only at one thread here too; and its copy of the
+    # kernels has no C++ CPU kernel (the installed package registers it): it mixes as backend "torch" does
+    backends = [model.config.attn_res_backend for model in models]
+    with torch.no_grad():
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
+            for model in models:
+                model.config.attn_res_backend = "torch"
             expected = [model(ids).logits for model in models]
         finally:
             torch.set_num_threads(threads)
+            for model, backend in zip(models, backends):
+                model.config.attn_res_backend = backend
     for repo, result, logits in zip(repos, results, expected):
         assert torch.equal(result["logits"], logits), repo
         assert result["tokens"] == [5, 7, 9], repo

@@ -84,7 +84,7 @@ def test_kimi_linear_files_hold_the_kernels_and_their_references(generated):
     files = generated["kimi_linear"]
     header = files[f"{KERNELS_FILE}.py"].split("\n\n")[0]
     for module in ("attnres.kernels.mix.naive", "attnres.kernels.mix.triton", "attnres.kernels.mix.kernels",
-                   "attnres.kernels.two_phase.triton", "attnres.kernels.mix.cpu_fused"):
+                   "attnres.kernels.two_phase.triton", "attnres.kernels.mix.lean"):
         assert f"#   {module}\n" in header + "\n", module
     assert "attnres.families.kimi_linear.conversion_mapping" in files["modeling_kimi_linear_attnres.py"][:2000]
     headers = "".join(text.split("\n\n")[0] for text in files.values())
@@ -212,11 +212,49 @@ def tool_names() -> set[str]:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
 
 
+# What no shipped file may hold, by the identifiers of its syntax tree (names, attributes and `module.attribute`,
+# imported modules and names, defined functions and classes): the tools' file locks, file reads and writes, the
+# safetensors header parser, and building or loading native code (the C++ kernel's build cache, which the installed
+# package registers and no folder carries)
+SHIPPED_MARKERS = {
+    "file lock": {"fcntl", "flock", "lockf", "msvcrt", "FileBaton", "FileLock", "build_lock", "O_EXCL", "O_CREAT"},
+    "file IO": {"open", "os.open", "io.open", "read_text", "read_bytes", "write_text", "write_bytes", "fsync",
+                "os.replace", "os.rename", "os.remove", "unlink", "rmtree", "mkdir", "makedirs", "pathlib", "shutil",
+                "tempfile"},
+    "header parser": {"struct", "unpack_from", "check_safetensors", "read_header", "safe_open"},
+    "native code": {"cpp_extension", "load_inline", "exec_module", "spec_from_file_location", "ctypes", "subprocess"},
+}
+
+
+def identifiers(text: str) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+            if isinstance(node.value, ast.Name):
+                found.add(f"{node.value.id}.{node.attr}")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Import):
+            found.update(part for alias in node.names for part in alias.name.split("."))
+        elif isinstance(node, ast.ImportFrom):
+            found.update((node.module or "").split("."))
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def shipped_markers(text: str) -> set[str]:
+    """`SHIPPED_MARKERS` found in a file's text, as "kind: marker"."""
+    names = identifiers(text)
+    return {f"{kind}: {marker}" for kind, markers in SHIPPED_MARKERS.items() for marker in markers & names}
+
+
 @pytest.mark.parametrize("family", sorted(SUPPORTED))
 def test_a_saved_folder_ships_no_tool_code(family, tmp_path):
-    """No atomic writes, output claims, process checks, exclusive creates or safetensors header parsing in any shipped
-    file; the one file lock is the C++ kernel's build cache (`build_lock`: builders of one kernel wait for each other,
-    and the kernel releases the lock of a builder that dies)."""
+    """No atomic writes, output claims, process checks, file locks, file IO, safetensors header parsing or native code
+    builds in any shipped file: the folder is the model only."""
     from tests.data.unchanged.record import build, config_fields
 
     build(family, config_fields(family, "block")).save_pretrained(tmp_path)
@@ -232,20 +270,34 @@ def test_a_saved_folder_ships_no_tool_code(family, tmp_path):
         assert not defined & forbidden, (name, sorted(defined & forbidden))
         for word in ("pid_alive", "O_EXCL", "struct.unpack", "attnres_weights.json"):
             assert word not in text, (name, word)
-        locking = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
-                   and "flock" in ast.get_source_segment(text, node)}
-        assert locking <= ({"build_lock"} if name == f"{KERNELS_FILE}.py" else set()), (name, locking)
+        assert shipped_markers(text) == set(), (name, sorted(shipped_markers(text)))
 
 
-def test_the_kernels_file_embeds_the_cpp_source_it_compiles(generated):
-    """The C++ kernel is package data (cpu_fused.cpp); a folder's kernels file returns its text, which the folder's
-    copy compiles with the same build key as the package's."""
+def test_the_markers_find_the_tool_code_a_folder_saved_at_f67b060_ships(tmp_path):
+    """The markers are live: the recorded Llama folder (tests/data/unchanged, saved by the code at f67b060) ships the
+    C++ kernel's build cache in its kernels file and the tools' folder checks and header parser in its modeling file."""
+    from tests.data.unchanged.record import unpack
+
+    folder = unpack("llama", tmp_path / "llama")
+    kernels = shipped_markers((folder / f"{KERNELS_FILE}.py").read_text())
+    assert {"file lock: fcntl", "file lock: flock", "file lock: build_lock", "file IO: open", "file IO: os.replace",
+            "native code: load_inline", "native code: exec_module"} <= kernels, sorted(kernels)
+    modeling = shipped_markers((folder / "modeling_llama_attnres.py").read_text())
+    assert {"header parser: struct", "header parser: check_safetensors", "file IO: open", "file IO: shutil",
+            "file IO: read_bytes"} <= modeling, sorted(modeling)
+
+
+def test_the_kernels_file_carries_no_cpp_kernel(generated):
+    """The fused C++ CPU kernel (cpu_fused.py, extension_cache.py, the package data cpu_fused.cpp) is the installed
+    package's (attnres/__init__.py registers it): no folder's kernels file holds its modules or its source."""
     from attnres.kernels.mix import cpu_fused
 
-    text = generated["llama"][f"{KERNELS_FILE}.py"]
-    assert "Path(__file__).with_name(" not in text
-    namespace = {}
-    exec(compile(text, f"{KERNELS_FILE}.py", "exec"), namespace)  # noqa: S102  (our own generated file)
-    assert namespace["cpp_source"]() == cpu_fused.cpp_source() == (
-        Path(cpu_fused.__file__).with_name("cpu_fused.cpp").read_text())
-    assert namespace["build_key"]()["source"] == cpu_fused.build_key()["source"]
+    include = next(line for line in cpu_fused.cpp_source().splitlines() if line.startswith("#include"))
+    for family, files in generated.items():
+        text = files[f"{KERNELS_FILE}.py"]
+        header = text.split("\n\n")[0]
+        for module in ("attnres.kernels.mix.cpu_fused", "attnres.kernels.mix.extension_cache"):
+            assert f"#   {module}\n" not in header + "\n", (family, module)
+        names = identifiers(text)
+        assert "register_cpu_kernel" in names and not {"attn_res_cpu", "load_extension", "FusedMix"} & names, family
+        assert include not in text and "CPP_DECLARATIONS" not in text, family

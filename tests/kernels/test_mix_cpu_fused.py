@@ -24,8 +24,8 @@ def test_the_kernel_builds_here():
 def calls(monkeypatch):
     """Which implementation served each `attn_res` call: "cpp" or "lean"."""
     served = []
-    fused, lean = mix_ops.attn_res_cpu, mix_ops.attn_res_lean
-    monkeypatch.setattr(mix_ops, "attn_res_cpu", lambda *a, **k: served.append("cpp") or fused(*a, **k))
+    fused, lean = mix_ops.CPU_KERNEL["run"], mix_ops.attn_res_lean
+    monkeypatch.setitem(mix_ops.CPU_KERNEL, "run", lambda *a, **k: served.append("cpp") or fused(*a, **k))
     monkeypatch.setattr(mix_ops, "attn_res_lean", lambda *a, **k: served.append("lean") or lean(*a, **k))
     return served
 
@@ -162,6 +162,52 @@ def test_dispatch_auto_and_cpp_take_the_kernel_torch_the_eager_path(calls):
     for backend in ("auto", "cpp", "torch"):
         attn_res(sources, query, norm_weight, 1e-6, backend=backend)
     assert calls == ["cpp", "cpp", "lean"]
+
+
+def test_the_installed_package_registers_the_kernel():
+    assert mix_ops.CPU_KERNEL == {"fits": cpu_fused.fits, "run": cpu_fused.attn_res_cpu}
+
+
+def test_a_package_model_on_cpu_runs_the_registered_kernel(monkeypatch, calls):
+    """`import attnres` registered the C++ kernel with the dispatcher: a package model's CPU mixes take it."""
+    monkeypatch.delenv("ATTNRES_BACKEND", raising=False)
+    model = tiny_model("block", 2, num_layers=4)
+    assert model.config.attn_res_backend == "auto"
+    with torch.no_grad():
+        model(random_ids(seq=8))
+    assert calls and set(calls) == {"cpp"}
+
+
+def test_with_no_kernel_registered_auto_takes_the_eager_path_and_cpp_warns_once(monkeypatch, calls):
+    """A folder's generated copy of the kernels registers none: "auto" on CPU is the lean path, silently; "cpp" says
+    once that the kernel comes with the package, and takes the lean path too."""
+    monkeypatch.setattr(mix_ops, "CPU_KERNEL", {})
+    monkeypatch.setitem(mix_ops._warned, "cpp", False)
+    sources, query, norm_weight, out_norm = make_inputs(2, 32, torch.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        auto = attn_res(sources, query, norm_weight, 1e-6, backend="auto", out_norm_weight=out_norm)
+    with pytest.warns(RuntimeWarning, match="backend 'cpp' has no fused CPU kernel here.*eager PyTorch path"):
+        cpp = attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only
+        attn_res(sources, query, norm_weight, 1e-6, backend="cpp", out_norm_weight=out_norm)
+    assert calls == ["lean", "lean", "lean"]
+    eager = attn_res(sources, query, norm_weight, 1e-6, backend="torch", out_norm_weight=out_norm)
+    assert torch.equal(auto, eager) and torch.equal(cpp, eager)
+
+
+def test_a_registered_kernel_serves_auto_and_cpp_where_it_fits(monkeypatch):
+    """`register_cpu_kernel` replaces the registration; `fits` decides per call, "torch" never asks it."""
+    asked, ran = [], []
+    monkeypatch.setattr(mix_ops, "CPU_KERNEL", {})
+    mix_ops.register_cpu_kernel(lambda *inputs: asked.append(len(inputs)) or len(ran) < 1,
+                                lambda *args: ran.append(len(args)) or "fused")
+    sources, query, norm_weight, _ = make_inputs(2, 32, torch.float32)
+    assert attn_res(sources, query, norm_weight, 1e-6, backend="auto") == "fused"
+    assert isinstance(attn_res(sources, query, norm_weight, 1e-6, backend="cpp"), torch.Tensor)  # fits said no
+    attn_res(sources, query, norm_weight, 1e-6, backend="torch")
+    assert asked == [4, 4] and ran == [7]
 
 
 def test_a_failed_build_warns_once_and_every_mix_takes_the_eager_path(monkeypatch, calls, tmp_path):

@@ -21,8 +21,8 @@ def path(request, monkeypatch):
     """(backend name, the implementation that must serve each call, the list of those that did)."""
     monkeypatch.setattr(lean, "SMALL_SOURCE_NUMEL", 0 if request.param == "lean-loop" else 10**9)
     served = []
-    fused, eager = mix_ops.attn_res_cpu, mix_ops.attn_res_lean
-    monkeypatch.setattr(mix_ops, "attn_res_cpu", lambda *a, **k: served.append("cpp") or fused(*a, **k))
+    fused, eager = mix_ops.CPU_KERNEL["run"], mix_ops.attn_res_lean
+    monkeypatch.setitem(mix_ops.CPU_KERNEL, "run", lambda *a, **k: served.append("cpp") or fused(*a, **k))
     monkeypatch.setattr(mix_ops, "attn_res_lean", lambda *a, **k: served.append("lean") or eager(*a, **k))
     backend, expected = ("cpp", "cpp") if request.param == "cpp" else ("torch", "lean")
     return backend, expected, served

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import attnres.kernels.mix as mix_ops
-from attnres.kernels.mix import attn_res, attn_res_lean, attn_res_naive, rms_norm_naive
+from attnres.kernels.mix import attn_res, attn_res_lean, attn_res_naive, cpu_fused, rms_norm_naive
 from tests.helpers.kernel_cases import bf16_ulps, make_inputs, run
 
 CASES = [  # (sources, hidden, fused norm, recompute)
@@ -116,8 +116,8 @@ def test_recompute_saves_only_the_inputs():
 def test_dispatch(monkeypatch):
     sources, query, norm_weight, _ = make_inputs(3, 48, torch.float32)
     # CPU: the fused C++ kernel where it builds (tests/kernels/test_mix_cpu_fused.py), else the eager PyTorch path
-    built = mix_ops.load_extension() is not None
-    torch_path = mix_ops.attn_res_cpu(sources, query, norm_weight, 1e-6) if built else attn_res_lean(
+    built = cpu_fused.load_extension() is not None
+    torch_path = cpu_fused.attn_res_cpu(sources, query, norm_weight, 1e-6) if built else attn_res_lean(
         sources, query, norm_weight, 1e-6)
     assert torch.equal(attn_res(sources, query, norm_weight, 1e-6, backend="auto"), torch_path)
     assert not mix_ops.use_triton("auto", sources[0]) and mix_ops.use_triton("triton", sources[0])

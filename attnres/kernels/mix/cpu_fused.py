@@ -1,4 +1,5 @@
-"""The AttnRes mix as one fused C++ CPU kernel: the path of backend "auto" (and "cpp") on CPU tensors.
+"""The AttnRes mix as one fused C++ CPU kernel: the path of backend "auto" (and "cpp") on CPU tensors, registered with
+the mix dispatcher by the installed package (attnres/__init__.py); a saved folder's code does not carry it.
 
 Same semantics as `naive.attn_res_naive` (the reference) and the same saved state as `lean.attn_res_lean` (the eager
 PyTorch path, which stays the fallback): per token, the scores r_j * (v_j . w) of all sources, their fp32 softmax,
@@ -91,9 +92,8 @@ def compiler() -> list[str]:
 
 @functools.cache
 def cpp_source() -> str:
-    """The kernel's C++ source, read when the kernel is first built or looked up (a saved folder's generated copy holds
-    the text itself: attnres.folders.remote_code embeds the file this reads)."""
-    return Path(__file__).with_name("cpu_fused.cpp").read_text(encoding="utf-8")  # package data
+    """The kernel's C++ source (package data), read when the kernel is first built or looked up."""
+    return Path(__file__).with_name("cpu_fused.cpp").read_text(encoding="utf-8")
 
 
 def build_key() -> dict:

@@ -2,18 +2,24 @@
 
 For every supported family, a tiny model (a few KB) in block and in full mode with random pseudo-queries
 (`attn_res_query_init_std`), built from a seed: its config (`configs.json`), its logits on fixed ids
-(`logits.safetensors`), and the block model's folder written by that code's `save_pretrained` (`folders/<family>`).
-The tests rebuild each model from its config and seed and require the same logits bit for bit, and require every folder
-to load, with and without attnres importable.
+(`logits.safetensors`), and the block model's folder written by that code's `save_pretrained`, stored as one archive
+(`folders/<family>.tar.gz`: the folder's files at its root, made reproducibly by `pack`, read back by `unpack`): the
+saved code is that commit's, kept whole and out of the way of the tools that read the project's own code. The tests
+rebuild each model from its config and seed and require the same logits bit for bit, and require every folder to load,
+with and without attnres importable.
 
     PYTHONPATH=$PWD python3 tests/data/unchanged/record.py            # every family, anew
     PYTHONPATH=$PWD python3 tests/data/unchanged/record.py phi3       # a family added later, beside the others
 
 A family added after the others is recorded alone (the others keep the behaviour they were recorded with).
 """
+import gzip
+import io
 import json
-import shutil
+import os
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 import torch
@@ -53,6 +59,44 @@ def ids() -> torch.Tensor:
     return torch.randint(3, VOCAB, (2, 7), generator=torch.Generator().manual_seed(1))
 
 
+def archive(family: str) -> Path:
+    return HERE / "folders" / f"{family}.tar.gz"
+
+
+def pack(folder: Path, target: Path) -> None:
+    """`folder`'s files as a gzipped tar at `target`, the same bytes for the same files: members sorted by name, mode
+    0644, no owner, time 0 (in the tar and in the gzip header); written beside `target`, then renamed over it."""
+    raw = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped:
+        with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for path in sorted(folder.iterdir()):
+                if not path.is_file() or path.is_symlink():
+                    raise ValueError(f"{path}: a recorded folder holds plain files only")
+                info = tarfile.TarInfo(path.name)
+                info.size, info.mode, info.mtime = path.stat().st_size, 0o644, 0
+                with open(path, "rb") as file:
+                    tar.addfile(info, file)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False) as tmp:
+        try:
+            tmp.write(raw.getvalue())
+            tmp.close()
+            os.chmod(tmp.name, 0o644)
+            os.replace(tmp.name, target)
+        finally:
+            if os.path.lexists(tmp.name):
+                os.unlink(tmp.name)
+
+
+def unpack(family: str, destination: Path) -> Path:
+    """The recorded folder of `family`, extracted into `destination` (created; tarfile's "data" filter: plain files
+    inside it only). Returns `destination`."""
+    destination.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive(family), mode="r:gz") as tar:
+        tar.extractall(destination, filter="data")
+    return destination
+
+
 def build(family: str, fields: dict):
     from attnres.families.registry import family_classes
 
@@ -70,10 +114,7 @@ def main(only: list[str]) -> None:
         configs = json.loads((HERE / "configs.json").read_text())
         logits = load_file(HERE / "logits.safetensors")
         assert torch.equal(logits["ids"], ids())
-    else:
-        shutil.rmtree(HERE / "folders", ignore_errors=True)
     for family in only or SUPPORTED:
-        shutil.rmtree(HERE / "folders" / family, ignore_errors=True)
         for mode in MODES:
             fields = config_fields(family, mode)
             model = build(family, fields)
@@ -81,7 +122,9 @@ def main(only: list[str]) -> None:
             with torch.no_grad():
                 logits[f"{family}.{mode}"] = model(logits["ids"]).logits.contiguous()
             if mode == "block":
-                model.save_pretrained(HERE / "folders" / family)
+                with tempfile.TemporaryDirectory() as tmp:
+                    model.save_pretrained(Path(tmp) / family)
+                    pack(Path(tmp) / family, archive(family))
     save_file(logits, HERE / "logits.safetensors")
     (HERE / "configs.json").write_text(json.dumps(configs, indent=1, sort_keys=True) + "\n")
 
