@@ -47,9 +47,3 @@ def refuse_conflicts(parser, argv, args) -> None:
     refuse_first(parser, args.conflicts(given_flags(parser, argv)))
 
 
-def check_push_to_hub_flags(parser, argv, args) -> None:
-    given = given_flags(parser, argv)
-    if args.repo_id is None:
-        refuse_without(parser, given, ("private", "commit_message"), "--repo-id", "without it nothing is uploaded")
-    elif args.dry_run:
-        refuse_with(parser, given, ("private", "commit_message"), "--dry-run", "nothing is uploaded")

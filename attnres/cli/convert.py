@@ -37,7 +37,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..conversion.args import DEFAULT_MAX_SHARD_SIZE, ConvertArgs
 from . import command_main
+from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,16 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "the written model against the source on fixed ids, the stated tolerance (0 without "
                         "--upcycle) and the top-1 agreement; outside the tolerance exit 1 with nothing written")
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
-    parser.add_argument("--max-shard-size", default="5GB", help="largest output shard, e.g. 5GB, 500MB (default 5GB)")
+    parser.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, help="largest output shard, e.g. 5GB, "
+                        f"500MB (default {DEFAULT_MAX_SHARD_SIZE})")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None) -> ConvertArgs:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if (args.input is None) != (args.output is None):
-        parser.error("give both INPUT and OUTPUT, or neither (for the tiny demo)")
+    args = ConvertArgs(**vars(parser.parse_args(argv)))
+    refuse_conflicts(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     return args
 
 

@@ -27,9 +27,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..conversion.args import PushArgs
 from ..utils.trust import add_trust_flag
 from . import command_main
-from .combos import check_push_to_hub_flags
+from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Build (and upload) the Hub folder; 0, or 1 with one `error:` line."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    check_push_to_hub_flags(parser, argv, args)  # before any work: a flag another makes meaningless is refused
+    args = PushArgs(**vars(parser.parse_args(argv)))
+    refuse_conflicts(parser, argv, args)  # before any work: a flag another makes meaningless is refused
     from ..conversion.commands import push_to_hub
 
     return push_to_hub(args)

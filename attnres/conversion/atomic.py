@@ -1,22 +1,15 @@
-"""All-or-nothing output folders (build in a hidden sibling, rename into place) and the checks of a convert's output
-flags, with the conversion's error type."""
+"""The one writer of a conversion's output folder (convert, export, push-to-hub): built in a hidden sibling, renamed
+into place all at once, so a failure or a kill leaves no half-written folder; and the model written into it by
+`folders.model_folder.write_model`, the writer `attnres.save` uses too."""
 from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
 
 from ..folders.atomic_io import OutputConflictError, move_into_place, temporary_folder  # noqa: F401  (re-exported)
-from ..utils.safe_paths import UnsafeOutputError, check_output_folder, write_failure
+from ..folders.model_folder import write_model  # noqa: F401  (re-exported: the one model writer)
+from ..utils.safe_paths import write_failure
 from .errors import ConversionError
-
-
-def check_output(output: Path, force: bool, inputs=(), flag: str = "output") -> Path:
-    """The output folder as a literal absolute path (a link stays the link), or a ConversionError: see
-    `attnres.utils.safe_paths.check_output_folder`."""
-    try:
-        return check_output_folder(output, inputs, force, flag)
-    except UnsafeOutputError as error:
-        raise ConversionError(str(error)) from None
 
 
 @contextmanager
@@ -36,16 +29,3 @@ def output_folder(output: Path):
         if message is None:
             raise
         raise ConversionError(message) from None
-
-
-def check_max_shard_size(max_shard_size: int | str) -> int:
-    """Bytes of --max-shard-size ("5GB", "500MB", an int), or a ConversionError naming the flag."""
-    from huggingface_hub.serialization._base import parse_size_to_int
-
-    try:
-        size = max_shard_size if isinstance(max_shard_size, int) else parse_size_to_int(max_shard_size)
-    except (ValueError, TypeError, AttributeError):
-        size = 0
-    if size <= 0:
-        raise ConversionError(f"--max-shard-size {max_shard_size!r}: expected a positive size such as 5GB or 500MB")
-    return size

@@ -1,19 +1,22 @@
-"""The `attnres convert` and `attnres push-to-hub` commands (scripts/convert_checkpoint.py, scripts/push_to_hub.py):
-their tiny demo inputs when run without arguments, and every refusal as one `error:` line with exit code 1."""
+"""The `attnres convert` and `attnres push-to-hub` commands (scripts/convert_checkpoint.py, scripts/push_to_hub.py),
+taking their parsed flags (`args.ConvertArgs`, `args.PushArgs`): their tiny demo inputs when run without arguments,
+and every refusal as one `error:` line with exit code 1."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
 from ..utils.safe_paths import interrupt_signal, settle_interrupted, signals_interrupt
 from ..utils.tiny import tiny_config
 from . import hub
+from .args import ConvertArgs, PushArgs
 from .convert import convert_checkpoint
 from .errors import ConversionError
-from .family_convert import convert_family
-from .family_source import is_kimi_input
+from .family_convert import FamilyConversion, convert_family
 from .fixtures import random_model, write_moonshot_checkpoint
+from .guards import KIMI, Request, check_request
 from .hub import build_hub_folder, check_repo_id
 
 DEMO_INPUT, DEMO_OUTPUT = Path("outputs/tiny-moonshot"), Path("outputs/tiny-moonshot-hf")
@@ -34,78 +37,59 @@ def interrupted(stop: KeyboardInterrupt, output: Path) -> int:
     return 128 + interrupt_signal(stop)
 
 
-def check_utf8_path(path: Path, flag: str) -> None:
-    """A path that is not valid UTF-8 (a byte string the shell passed through) cannot be named in config files, logs
-    or messages: refused by the flag, with its printable form."""
-    try:
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        shown = str(path).encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
-        raise ConversionError(f"{flag} {shown}: the path is not valid UTF-8; rename it") from None
-
-
-def convert(args) -> int:
-    """Convert args.input -> args.output (the flags of `attnres.cli.convert`); without them, a tiny Moonshot-format
-    demo checkpoint is written to outputs/tiny-moonshot and converted to outputs/tiny-moonshot-hf."""
+def convert(args: ConvertArgs) -> int:
+    """Convert args.input -> args.output (`attnres convert`); without them, a tiny Moonshot-format demo checkpoint is
+    written to outputs/tiny-moonshot and converted to outputs/tiny-moonshot-hf. The request is checked and the
+    source's family resolved once (`guards.check_request`), then the family's path runs: Kimi Linear streams tensor
+    by tensor (`convert.convert_checkpoint`), every other family goes through its model (`family_convert`)."""
     if args.input is None:
-        args.input, args.output, args.force = DEMO_INPUT, DEMO_OUTPUT, True
+        args = replace(args, input=DEMO_INPUT, output=DEMO_OUTPUT, force=True)
         write_moonshot_checkpoint(args.input, random_model(tiny_config("block", 2)))
         print(f"wrote a tiny Moonshot-format demo checkpoint to {args.input}")
     try:
-        for flag, path in (("input", args.input), ("output", args.output)):
-            check_utf8_path(path, flag)
-        kimi = is_kimi_input(args.input)
-    except ConversionError as error:
-        return refused(error)
-    if not kimi:
-        return convert_family_command(args)
-    if args.check:
-        return refused(ConversionError("--check applies to the other families (Kimi Linear's upcycle is checked by "
-                                       "the tests: tests/conversion/test_convert.py)"))
-    try:
+        request = check_request(args)
         with signals_interrupt():
-            plan = convert_checkpoint(
-                args.input, args.output, to=args.to, upcycle=args.upcycle, block_size=args.block_size,
-                force=args.force, verify=args.verify, max_shard_size=args.max_shard_size, progress=not args.no_progress,
-            )
+            if request.family == KIMI:
+                line = convert_kimi(request, args)
+            else:
+                done = convert_family(request, args.upcycle, args.block_size, verify=args.verify, check=args.check,
+                                      force=args.force, max_shard_size=args.max_shard_size,
+                                      progress=not args.no_progress)
+                line = family_line(args, done)
     except ConversionError as error:
         return refused(error)
     except KeyboardInterrupt as stop:
         return interrupted(stop, args.output)
-    skipped = f", left {len(plan.reader.skipped)} non-language tensors behind" if plan.reader.skipped else ""
-    print(
-        f"{args.input} ({plan.source_layout}, attn_res_mode={plan.source_config.attn_res_mode}) -> {args.output} "
-        f"({plan.target_layout}, attn_res_mode={plan.target_config.attn_res_mode}): {len(plan.target)} tensors, "
-        f"{plan.total_bytes / 2**20:.1f} MiB{skipped}{', verified' if args.verify else ''}"
+    print(line)
+    return 0
+
+
+def convert_kimi(request: Request, args: ConvertArgs) -> str:
+    """Kimi Linear's streaming conversion; its one-line summary."""
+    plan = convert_checkpoint(
+        request.input, request.output, to=args.to, upcycle=args.upcycle, block_size=args.block_size,
+        force=args.force, verify=args.verify, max_shard_size=args.max_shard_size, progress=not args.no_progress,
     )
-    return 0
+    skipped = f", left {len(plan.reader.skipped)} non-language tensors behind" if plan.reader.skipped else ""
+    return (f"{args.input} ({plan.source_layout}, attn_res_mode={plan.source_config.attn_res_mode}) -> {args.output} "
+            f"({plan.target_layout}, attn_res_mode={plan.target_config.attn_res_mode}): {len(plan.target)} tensors, "
+            f"{plan.total_bytes / 2**20:.1f} MiB{skipped}{', verified' if args.verify else ''}")
 
 
-def convert_family_command(args) -> int:
-    """`convert` for Llama, Mistral, Qwen2, Qwen3, Gemma 3 (a folder, or a GGUF file): family_convert.py."""
-    try:
-        with signals_interrupt():
-            done = convert_family(args.input, args.output, args.upcycle, args.block_size, to=args.to,
-                                  force=args.force, verify=args.verify, check=args.check,
-                                  max_shard_size=args.max_shard_size, progress=not args.no_progress)
-    except ConversionError as error:
-        return refused(error)
-    except KeyboardInterrupt as stop:
-        return interrupted(stop, args.output)
+def family_line(args: ConvertArgs, done: FamilyConversion) -> str:
+    """The one-line summary of another family's conversion."""
     layout = f"attn_res_mode={done.mode}" + (f", attn_res_block_size={done.block_size}" if done.mode == "block" else "")
-    print(f"{args.input} ({done.source_type}) -> {args.output} ({done.target_type}"
-          f"{', ' + layout if done.mode != 'standard' else ', plain'}): {done.tensors} tensors, "
-          f"{done.bytes / 2**20:.1f} MiB{', verified' if args.verify else ''}{', checked' if args.check else ''}")
-    return 0
+    return (f"{args.input} ({done.source_type}) -> {args.output} ({done.target_type}"
+            f"{', ' + layout if done.mode != 'standard' else ', plain'}): {done.tensors} tensors, "
+            f"{done.bytes / 2**20:.1f} MiB{', verified' if args.verify else ''}{', checked' if args.check else ''}")
 
 
-def push_to_hub(args) -> int:
+def push_to_hub(args: PushArgs) -> int:
     """Build the Hub folder of args.model and upload it to args.repo_id (the flags of `attnres.cli.push_to_hub`);
     without --repo-id or with --dry-run only build it; without --model package a tiny demo model."""
     if args.model is None:
-        args.model = DEMO_MODEL
+        args = replace(args, model=DEMO_MODEL, force=True)
         random_model(tiny_config("block", 2)).save_pretrained(args.model)
-        args.force = True
         print(f"wrote a tiny demo model to {args.model}")
     try:  # every input checked before the build (the model folder, the repository id)
         check_model_folder(args.model, "--model")

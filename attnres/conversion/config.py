@@ -13,7 +13,7 @@ from ..families.kimi_linear.k3.layout import k3_linear_attn_config
 from ..families.kimi_linear.k3.mxfp4 import check_quantization_config
 from ..folders.checkpoint_files import CheckpointFileError, read_json_file
 from .errors import ConversionError
-from .source_checks import check_layer_count
+from .guards import check_layer_count
 
 MOONSHOT_MODEL_TYPE = "kimi_linear"
 MOONSHOT_ARCHITECTURE = "KimiLinearForCausalLM"

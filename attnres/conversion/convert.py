@@ -9,18 +9,19 @@ from tqdm.auto import tqdm
 
 from ..families.kimi_linear.conversion_mapping import convert_tensors
 from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+from ..families.upcycle import new_attn_res_tensor
 from ..folders.checkpoint_files import INDEX_NAME
 from ..folders.remote_code import auto_map, write_code_files
 from ..folders.saved_model import RECORD_FILE, write_weights_record
-from .atomic import check_max_shard_size, check_output, move_into_place, output_folder  # noqa: F401
+from .args import DEFAULT_MAX_SHARD_SIZE
+from .atomic import move_into_place, output_folder
 from .config import hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
 from .errors import ConversionError
+from .guards import check_max_shard_size, check_output
 from .plan import ConversionPlan, Unit, plan_conversion
 from .reader import CheckpointReader
-from .upcycle import new_attn_res_tensor
 from .writer import ShardedWriter
 
-DEFAULT_MAX_SHARD_SIZE = "5GB"
 # Model code of either layout does not describe the other; tokenizer files and code travel with the weights
 _NOT_COPIED = ("config.json", INDEX_NAME, RECORD_FILE)
 _MODEL_CODE_PREFIXES = ("modeling_", "configuration_")

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from ..families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
 from ..families.kimi_linear.k3.config import FIXED_FIELDS, K3_WRAPPER_TYPE
-from .atomic import check_output, move_into_place, output_folder
+from .atomic import move_into_place, output_folder
 from .config import (
     MOONSHOT_ARCHITECTURE,
     hf_config_dict,
@@ -31,8 +31,9 @@ from .config import (
     read_config_dict,
     write_config,
 )
-from .convert import DEFAULT_MAX_SHARD_SIZE, bitwise_equal, check_max_shard_size, convert_unit
+from .convert import DEFAULT_MAX_SHARD_SIZE, bitwise_equal, convert_unit
 from .errors import ConversionError
+from .guards import check_max_shard_size, check_output
 from .k3_preset import K3_TEXT_CONFIG
 from .plan import ConversionPlan, plan_conversion
 from .runtimes import ExportRefused, check_representable
@@ -97,10 +98,10 @@ def export_checkpoint(
 def refuse_other_families(input: Path) -> None:
     """The serving runtimes (vLLM, SGLang, llama.cpp, TensorRT-LLM, MLX) read AttnRes only in Kimi K3's layout: a
     model of another family (Llama, Qwen, ... with AttnRes, or without) is refused by its model_type."""
-    from .family_source import is_kimi_input
+    from .guards import KIMI, resolve_family
 
     try:
-        if is_kimi_input(input):
+        if resolve_family(input)[0] == KIMI:
             return
     except ConversionError:
         pass  # a refused family: named below as any other family

@@ -1,10 +1,12 @@
 """`attnres convert IN OUT [--upcycle block|full]` for a checkpoint of any supported family but Kimi Linear (which
-streams tensor by tensor, `attnres.conversion.convert`): a model folder or a GGUF file that transformers reads.
+streams tensor by tensor, `attnres.conversion.convert`): a model folder or a GGUF file that transformers reads, its
+family resolved once by `guards.check_request` and handed down.
 
 Without --upcycle the output is the family's own plain folder (model_type `llama`, ..., dequantized weights, the
 tokenizer beside it, no remote code): the matched baseline of an upcycled model, from one command. With --upcycle it
 is the Block or Full AttnRes model of the Python call `attnres.upcycle(model)`. Every check of `family_source` runs
-before a model is built; the output is built in a hidden sibling and appears all at once, by rename.
+before a model is built; the output is written by the one folder writer (`atomic`): built in a hidden sibling, it
+appears all at once, by rename.
 
 `--verify` reloads the written folder and checks its function: its logits on fixed ids equal the converted model's,
 bit for bit, every tensor written equals the model's, and its logits are within the tolerance of the source's (0 for
@@ -20,11 +22,12 @@ from pathlib import Path
 
 import torch
 
-from ..families.upcycle import UpcycleError, is_attn_res_tensor, plain_family_model, resolve_block_size, upcycle
-from ..folders.model_folder import load, save
-from .atomic import check_max_shard_size, check_output, move_into_place, output_folder
+from ..families.upcycle import UpcycleError, is_attn_res_tensor, plain_family_model, upcycle
+from ..folders.model_folder import load
+from .atomic import move_into_place, output_folder, write_model
 from .errors import ConversionError
 from .family_source import FamilySource, open_source
+from .guards import Request
 
 # the fixed ids --verify and --check run: 2 sequences of 16 tokens, seeded, within the vocabulary
 CHECK_SHAPE, CHECK_SEED = (2, 16), 0
@@ -41,38 +44,27 @@ class FamilyConversion:
     check: dict | None = None  # the comparison with the source (--verify, --check)
 
 
-def convert_family(input, output, upcycle_mode: str | None, block_size: int | None = None, to: str = "hf",
-                   force: bool = False, verify: bool = False, check: bool = False, max_shard_size="5GB",
+def convert_family(request: Request, upcycle_mode: str | None = None, block_size: int | None = None,
+                   verify: bool = False, check: bool = False, force: bool = False, max_shard_size="5GB",
                    progress: bool = True) -> FamilyConversion:
-    """Convert the checkpoint at `input` (folder or .gguf) into the model folder `output`: the family's own plain
-    folder, or upcycled with `upcycle_mode`. ConversionError naming the problem, with nothing written."""
-    input = Path(input).resolve()
-    if to != "hf":
-        raise ConversionError("--to moonshot is Kimi Linear's layout; other families are written as model folders")
-    if upcycle_mode is None and block_size is not None:
-        raise ConversionError("--block-size applies with --upcycle block only (it sets the new block size)")
-    output = check_output(output, force, inputs=[input])
-    check_max_shard_size(max_shard_size)
-    source = open_source(input)
+    """Convert the checked request's input (folder or .gguf, of the family `guards.check_request` resolved) into its
+    output folder: the family's own plain folder, or upcycled with `upcycle_mode`. ConversionError naming the
+    problem, with nothing written."""
+    input, output = request.input, request.output
+    source = open_source(input, request.family, request.gguf_config, upcycle_mode, block_size)
     say = _progress(progress)
+    model = source.load(progress)
+    tokenizer = source.tokenizer()
+    say(f"upcycling to {upcycle_mode} AttnRes" if upcycle_mode else "building the family's own model")
     try:
-        if upcycle_mode is not None:  # flags checked before the weights are read
-            resolve_block_size(upcycle_mode, block_size, source.config.num_hidden_layers)
-        model = source.load(progress)
-        say(f"upcycling to {upcycle_mode} AttnRes" if upcycle_mode else "building the family's own model")
-        target = upcycle(model, upcycle_mode, block_size) if upcycle_mode else plain_family_model(model)
+        target = upcycle(model, upcycle_mode, block_size, family=source.family) if upcycle_mode else \
+            plain_family_model(model, family=source.family)
     except UpcycleError as error:
         raise ConversionError(str(error)) from None
-    tokenizer = source.tokenizer()
     report = None
     with output_folder(output) as building:
         say(f"writing {output}")
-        if upcycle_mode:  # an AttnRes folder carries its weights record (the folder layer writes it)
-            save(target, building, max_shard_size=max_shard_size)
-        else:  # the family's own folder: transformers' save, nothing of ours
-            target.save_pretrained(building, max_shard_size=max_shard_size)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(building)
+        write_model(target, building, tokenizer, max_shard_size=max_shard_size)
         if verify or check:
             written = _reload(building)
             if verify:

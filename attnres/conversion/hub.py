@@ -14,19 +14,19 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
-from ..families.registry import family_classes, family_of_model_type
+from ..families.registry import family_classes
 from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
 from ..folders.model_family import family_of_folder
 from ..folders.model_folder import load as load_model_folder
 from ..folders.remote_code import CORE_CONFIG_FILE, CORE_FILE, KERNELS_FILE
-from ..folders.saved_model import write_weights_record
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.tokenizer_files import has_tokenizer
 from ..utils.trust import load_kwargs
-from .atomic import check_output, move_into_place, output_folder
+from .atomic import move_into_place, output_folder, write_model
 from .config import drop_moonshot_fields
 from .errors import ConversionError
+from .guards import check_output
 
 # A folder push-to-hub built holds this record of what it was built from: a later run with the same inputs reuses it
 # (the upload after a --dry-run), other inputs rebuild it in place; a folder without it is not ours and is refused.
@@ -102,16 +102,15 @@ def build_hub_folder(
         check_repo_id(base_model, "--base-model")
     evaluation = read_eval_results(eval_results) if eval_results else None
     info = read_training_info(model_path)
-    model = load_model(model_path)
+    model, family = load_model(model_path)
     with output_folder(output) as folder:
-        # HF-native names (no reverse mapping): the Hub copy loads without any conversion
-        model.save_pretrained(folder, save_original_format=False)
-        write_weights_record(folder, model.config)
         if tokenizer is not None:
             trust = load_kwargs(tokenizer, trust_remote_code)  # a tokenizer carrying code: refused unless asked
-            AutoTokenizer.from_pretrained(str(tokenizer), **trust).save_pretrained(folder)
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer), **trust)
+        # HF-native names (no reverse mapping): the Hub copy loads without any conversion
+        write_model(model, folder, tokenizer, save_original_format=False)
         base_model = base_model or base_model_of(info)
-        card = model_card(model, repo_id or output.name, training_data or training_data_of(info), datasets,
+        card = model_card(model, family, repo_id or output.name, training_data or training_data_of(info), datasets,
                           evaluation, license, base_model)
         card.save(folder / "README.md")
         (folder / BUILD_RECORD).write_text(json.dumps({"stamp": stamp}))
@@ -155,8 +154,9 @@ def base_model_of(info: dict) -> str | None:
 
 
 def load_model(model_path):
-    """The checkpoint as its family's AttnRes model (Kimi Linear's Moonshot fields dropped); ConversionError naming a
-    family's own standard checkpoint or an unsupported one."""
+    """(the checkpoint as its family's AttnRes model, Kimi Linear's Moonshot fields dropped; its family, resolved
+    here once for the whole build); ConversionError naming a family's own standard checkpoint or an unsupported
+    one."""
     try:
         family, model_type = family_of_folder(model_path)
     except ValueError as error:  # check_model_folder has named a missing or damaged config.json already
@@ -168,12 +168,7 @@ def load_model(model_path):
     model = load_model_folder(model_path, model_class=family_classes(family)[1])
     if family == "kimi_linear":
         drop_moonshot_fields(model.config)
-    return model
-
-
-def is_kimi(model) -> bool:
-    """Kimi Linear's card describes KDA/MLA layers and MoE; the other families' a plain decoder."""
-    return family_of_model_type(model.config.model_type) == "kimi_linear"
+    return model, family
 
 
 def check_repo_id(repo_id: str, flag: str = "--repo-id") -> None:
@@ -188,22 +183,24 @@ def check_repo_id(repo_id: str, flag: str = "--repo-id") -> None:
         raise ConversionError(f"{flag} {repo_id!r} is not a valid Hub repository id: {error}") from None
 
 
-def model_card(model, title, training_data, datasets, evaluation, license, base_model=None) -> ModelCard:
+def model_card(model, family, title, training_data, datasets, evaluation, license, base_model=None) -> ModelCard:
+    """The card of `model` of `family` (Kimi Linear's describes KDA/MLA layers and MoE; the other families' a plain
+    decoder)."""
     data = ModelCardData(
         base_model=base_model,
         library_name="transformers",
         pipeline_tag="text-generation",
         license=license,
-        tags=["attnres", "attention-residuals", family_of_model_type(model.config.model_type), "custom_code"],
+        tags=["attnres", "attention-residuals", family, "custom_code"],
         datasets=datasets or None,
     )
-    architecture = ("Kimi Linear (KDA + MLA hybrid, MoE)" if is_kimi(model)
+    architecture = ("Kimi Linear (KDA + MLA hybrid, MoE)" if family == "kimi_linear"
                     else f"{type(model).__name__.removesuffix('AttnResForCausalLM')} (transformers' own decoder)")
     sections = [
         f"# {title}",
         f"{architecture} with Attention Residuals: each sub-layer reads the depth stream through a learned softmax "
         "over earlier outputs instead of a fixed residual sum.",
-        "## Architecture\n\n" + markdown_table(("", ""), architecture_rows(model)),
+        "## Architecture\n\n" + markdown_table(("", ""), architecture_rows(model, family)),
         "## Training data\n\n" + (training_data or "Not stated."),
     ]
     if evaluation:
@@ -212,7 +209,7 @@ def model_card(model, title, training_data, datasets, evaluation, license, base_
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
 
 
-def architecture_rows(model) -> list[tuple]:
+def architecture_rows(model, family: str) -> list[tuple]:
     config = model.config
     kinds = getattr(config, "layer_types", None) or []  # Kimi Linear: KDA or MLA per layer
     mode = config.attn_res_mode
@@ -225,7 +222,7 @@ def architecture_rows(model) -> list[tuple]:
     layers = [("Decoder layers", f"{config.num_hidden_layers} ({kinds.count('linear_attention')} KDA, "
                                  f"{kinds.count('full_attention')} MLA)"),
               ("MoE", f"{config.num_local_experts} experts, {config.num_experts_per_tok} active per token, "
-                      f"{config.mlp_layer_types.count('dense')} dense layer(s)")] if is_kimi(model) else [
+                      f"{config.mlp_layer_types.count('dense')} dense layer(s)")] if family == "kimi_linear" else [
         ("Decoder layers", f"{config.num_hidden_layers} ({config.num_attention_heads} attention heads, "
                            f"{config.num_key_value_heads} key/value heads, MLP width {config.intermediate_size})")]
     return [

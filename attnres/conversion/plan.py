@@ -11,11 +11,11 @@ import torch
 
 from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from ..families.kimi_linear.conversion_mapping import convert_tensors
+from ..families.upcycle import UpcycleError, is_attn_res_tensor, upcycled_family_config
 from .config import parse_config, read_config_dict
 from .errors import ConversionError
 from .k3_source import K3SourceReader
 from .reader import SUPPORTED_DTYPES, CheckpointReader
-from .upcycle import is_attn_res_tensor, upcycled_config
 
 LAYOUTS = ("hf", "moonshot")
 # Names only Moonshot's layout has: per-expert w1/w2/w3 under block_sparse_moe, split q/k/v convolutions, the forget
@@ -92,6 +92,17 @@ def plan_conversion(
     for name in reader.tensors:
         units[unit_of(name)].source_names.append(name)
     return ConversionPlan(input, reader, source_layout, to, source_config, target_config, target, list(units.values()))
+
+
+def upcycled_config(config: KimiLinearAttnResConfig, mode: str, block_size: int | None = None):
+    """The upcycled Kimi Linear config, from the one builder of every family's (`upcycled_family_config`)."""
+    if config.attn_res_mode != "standard":
+        raise ConversionError("--upcycle needs a standard-residual checkpoint, "
+                              f"but config.json has attn_res_mode={config.attn_res_mode!r}")
+    try:
+        return upcycled_family_config(config, mode, block_size, family="kimi_linear")[0]
+    except UpcycleError as error:
+        raise ConversionError(str(error)) from None
 
 
 def check_tensors(reader: CheckpointReader, expected: dict[str, torch.Tensor], layout: str) -> None:

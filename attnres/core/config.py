@@ -106,9 +106,11 @@ class AttnResConfigChecks:
 class AttnResConfigMixin(AttnResConfigChecks):
     """The AttnRes fields added to a family's config class (first base, before the family's config), and the checks
     of its fields at construction. `count_fields` / `optional_counts` / `float_fields`: the family's size and float
-    fields (the shared ones by default); `extra_activations`: `hidden_act` values beyond transformers' `ACT2FN`."""
+    fields (the shared ones by default); `extra_activations`: `hidden_act` values beyond transformers' `ACT2FN`;
+    `attn_res_refused_flags`: the family's config fields that AttnRes refuses set (truthy), each with the reason."""
 
     attn_res_family = None  # the family's own model_type (e.g. "llama"): what an upcycled checkpoint came from
+    attn_res_refused_flags = {}  # read only: a class attribute, not a config field
     count_fields = BASE_COUNTS
     optional_counts = OPTIONAL_BASE_COUNTS
     float_fields = BASE_FLOATS
@@ -133,6 +135,14 @@ class AttnResConfigMixin(AttnResConfigChecks):
         if self.attn_res_mode is None:
             self.attn_res_mode = "block" if self.attn_res_block_size > 0 else "standard"
         self.check_attn_res()
+        self.check_refused_flags()
+
+    def check_refused_flags(self) -> None:
+        """A ValueError naming the first of the family's refused fields that is set, and why it is refused."""
+        for field, reason in self.attn_res_refused_flags.items():
+            value = getattr(self, field, None)
+            if value:
+                raise ValueError(f"{field}={value!r} is not supported with AttnRes: {reason}")
 
     def check_field_types(self) -> None:
         """Types, sizes, signs, finite values, the activation and dtype name of the config's fields, checked first

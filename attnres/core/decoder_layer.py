@@ -10,7 +10,8 @@ was read. The layer receives the current *depth sources* and returns the ones it
 - full:     every sub-layer output is its own source.
 
 A family's layer is `class XAttnResDecoderLayer(AttnResDecoderLayerMixin, XDecoderLayer)`; it names the norms that
-read each mix (`attn_res_input_norms`) and overrides `attention` / `feed_forward` where its sub-layers differ.
+read each mix (`attn_res_input_norms`), the modules that end each sub-layer's output (`attn_res_output_modules`), and
+overrides `attention` / `feed_forward` where its sub-layers differ otherwise.
 """
 import torch
 
@@ -21,6 +22,9 @@ from attnres.core.mix_point import AttnResMixing
 class AttnResDecoderLayerMixin(AttnResMixing):
     # the RMSNorms that read the attention and the MLP mix (the family's pre-norms)
     attn_res_input_norms = ("input_layernorm", "post_attention_layernorm")
+    # the modules applied to the attention and the MLP output before it joins the depth sources (Gemma 3's post-norms,
+    # Phi-3's residual dropouts); empty: the sub-layer's output joins as it is
+    attn_res_output_modules: tuple[str, ...] = ()
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)  # the family's own layer, then the AttnRes tensors after its modules
@@ -80,12 +84,18 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         attn_norm, mlp_norm = (self._modules[name] for name in self.attn_res_input_norms)
         h = self.mix("self_attention", sources, weights, attn_norm, attn_res_schedule, attn_res_settings)
         attn_out = self.attention(h, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
+        # an output module belongs to its sub-layer: the output joins the sources through it, so no mix reads past it
+        ends = self.attn_res_output_modules
+        if ends:
+            attn_out = self._modules[ends[0]](attn_out)
         if self.opens_source:
             kept, partial = sources, attn_out
         else:
             kept, partial = sources[:-1], sources[-1] + attn_out
         h = self.mix("mlp", (*kept, partial), weights, mlp_norm, attn_res_schedule, attn_res_settings)
         mlp_out = self.feed_forward(h)
+        if ends:
+            mlp_out = self._modules[ends[1]](mlp_out)
         new_sources = (partial, mlp_out) if self.num_new_sources == 2 else (partial + mlp_out,)
         return (*new_sources, *(weights or ()))
 

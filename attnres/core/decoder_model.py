@@ -22,6 +22,8 @@ from attnres.core.buildable import decoder_parameters, refuse_unbuildable
 from attnres.core.model import AttnResForCausalLMMixin, AttnResModelMixin
 
 MASKS = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask}
+# the scale a family's embedding multiplies the token vectors by, by rule name (Gemma's stream starts at sqrt(d))
+EMBEDDING_SCALES = {"sqrt_hidden_size": lambda config: config.hidden_size**0.5}
 
 
 @dataclass
@@ -52,7 +54,10 @@ class AttnResDecoderModel(AttnResModelMixin):
 
     output_class = AttnResDecoderOutputWithPast
     decoder_layer_class = norm_class = rotary_class = None
-    rotary_per_layer_type = False  # Gemma 3: one rotary embedding per attention type (local and global bases)
+    # one rotary embedding per attention type, called with the layer's type (Gemma 3: local and global bases)
+    rotary_per_layer_type = False
+    embedding_class = nn.Embedding  # the family's token embedding
+    embedding_scale = None  # a rule of EMBEDDING_SCALES, given to `embedding_class` as `embed_scale=`; None: unscaled
 
     def __init__(self, config):
         refuse_unbuildable(config, decoder_parameters(config), at_least=True)  # before any allocation
@@ -70,8 +75,12 @@ class AttnResDecoderModel(AttnResModelMixin):
         self.post_init()
 
     def build_embedding(self, config) -> nn.Module:
-        """The family's token embedding (Gemma 3 scales it by sqrt(hidden_size))."""
-        return nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
+        """The family's token embedding: `embedding_class(vocab_size, hidden_size, padding_idx)`, given
+        `embed_scale=` by its scale rule where it has one."""
+        if self.embedding_scale is None:
+            return self.embedding_class(config.vocab_size, config.hidden_size, self.padding_idx)
+        scale = EMBEDDING_SCALES[self.embedding_scale](config)
+        return self.embedding_class(config.vocab_size, config.hidden_size, self.padding_idx, embed_scale=scale)
 
     def causal_masks(self, inputs_embeds, attention_mask, past_key_values, position_ids, types) -> dict:
         if isinstance(attention_mask, dict):  # already prepared, e.g. by `generate`
@@ -109,4 +118,4 @@ class AttnResDecoderForCausalLM(AttnResForCausalLMMixin):
 
 
 __all__ = ["AttnResDecoderModel", "AttnResDecoderForCausalLM", "AttnResDecoderOutputWithPast",
-           "AttnResDecoderCausalLMOutputWithPast", "attention_types"]
+           "AttnResDecoderCausalLMOutputWithPast", "attention_types", "EMBEDDING_SCALES"]

@@ -274,6 +274,9 @@ class AttnResPreTrainedMixin:
     # registration (attnres/__init__.py); None in a folder's own copy, loaded as remote code, where transformers copies
     # the files the class came from
     code_writer = None
+    # the AttnRes models read token ids only, whatever the family's PreTrainedModel lists (Gemma 3's lists images: it
+    # is shared with the multimodal model)
+    input_modalities = ("text",)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """transformers' save, plus the generated code files when the class is marked for remote code."""

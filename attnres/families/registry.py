@@ -91,9 +91,7 @@ def source_family_of(model_type: str | None, mode: str | None = None, family: st
     from the block size, so only "standard" passes)."""
     model_type = model_type or ""
     if model_type.endswith(ATTN_RES_SUFFIX) or model_type in WRAPPERS:
-        if mode != "standard":
-            raise ValueError(f"model_type {model_type!r} with attn_res_mode={mode!r} is already AttnRes: upcycling "
-                             "turns a standard-residual checkpoint into Block or Full AttnRes")
+        check_standard_residual(model_type, mode)
         return family or WRAPPERS.get(model_type) or model_type.removesuffix(ATTN_RES_SUFFIX)
     if model_type in SUPPORTED:
         return model_type
@@ -101,6 +99,14 @@ def source_family_of(model_type: str | None, mode: str | None = None, family: st
         raise ValueError(f"model_type {model_type!r} is not supported by AttnRes: {REFUSED[model_type]}")
     raise ValueError(f"model_type {model_type!r} is not a supported family (supported: {sorted(SUPPORTED)}; "
                      "docs/FAMILIES.md lists the refused ones and why)")
+
+
+def check_standard_residual(model_type: str | None, mode: str | None) -> None:
+    """ValueError when a config's model_type is AttnRes (or a wrapper's) in another mode than standard: what is
+    upcycled, or written as the family's own plain model, has the standard residual stream."""
+    if ((model_type or "").endswith(ATTN_RES_SUFFIX) or model_type in WRAPPERS) and mode != "standard":
+        raise ValueError(f"model_type {model_type!r} with attn_res_mode={mode!r} is already AttnRes: upcycling "
+                         "turns a standard-residual checkpoint into Block or Full AttnRes")
 
 
 def family_of_model_type(model_type: str | None) -> str:
@@ -142,4 +148,4 @@ def register_auto_classes() -> None:
 
 
 __all__ = ["SUPPORTED", "REFUSED", "DECLARATIONS", "WRAPPERS", "declaration", "family_classes", "family_of_model_type",
-           "source_family", "source_family_of", "register_auto_classes"]
+           "check_standard_residual", "source_family", "source_family_of", "register_auto_classes"]

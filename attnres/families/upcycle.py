@@ -58,17 +58,14 @@ def resolve_block_size(mode: str, block_size: int | None, num_layers: int) -> in
 _FILE_FIELDS = ("model_type", "architectures", "auto_map", "transformers_version", "quantization_config")
 
 
-def upcycled_family_config(config, mode: str, block_size: int | None = None):
+def upcycled_family_config(config, mode: str, block_size: int | None = None, family: str | None = None):
     """(AttnRes config, causal LM class) for a standard-residual config of any supported family, Kimi Linear's
     included (its own, or a standard-mode AttnRes one): every field kept, the AttnRes mode and block size set. The one
-    builder of an upcycled config: `attnres.upcycle`, both convert paths."""
-    from attnres.families.registry import family_classes, source_family
+    builder of an upcycled config: `attnres.upcycle`, both convert paths. `family`: the family a caller resolved and
+    checked already (the converter), else read from the config."""
+    from attnres.families.registry import family_classes
 
-    check_mode(config)
-    try:
-        family = source_family(config)
-    except ValueError as error:
-        raise UpcycleError(str(error)) from None
+    family = checked_family(config, family)
     config_class, model_class = family_classes(family)
     block_size = resolve_block_size(mode, block_size, config.num_hidden_layers)
     fields = {key: value for key, value in config.to_dict().items() if key not in _FILE_FIELDS}
@@ -78,24 +75,43 @@ def upcycled_family_config(config, mode: str, block_size: int | None = None):
     return target, model_class
 
 
-def plain_family_config(config):
+def plain_family_config(config, family: str | None = None):
     """The family's own transformers config (plain `llama`, ...) of a standard-mode AttnRes config or of the
     family's own: every field but the AttnRes ones kept. UpcycleError for Block / Full configs (their weights
     compute another function) and for Kimi Linear (its model is this package's own)."""
     from transformers import AutoConfig
 
-    from attnres.families.registry import source_family
-
-    check_mode(config)
-    try:
-        family = source_family(config)
-    except ValueError as error:
-        raise UpcycleError(str(error)) from None
+    family = checked_family(config, family)
     if family == "kimi_linear":
         raise UpcycleError("Kimi Linear has no plain transformers model here: it stays kimi_linear_attnres")
     fields = {key: value for key, value in config.to_dict().items()
               if key not in _FILE_FIELDS and not key.startswith("attn_res_")}
     return AutoConfig.for_model(family, **fields)
+
+
+def checked_family(config, family: str | None) -> str:
+    """The family of a config to rebuild: `family` when the caller resolved it, else read from the config (a
+    mistyped mode, an AttnRes mode, a refused family: UpcycleError)."""
+    from attnres.families.registry import source_family
+
+    check_mode(config)
+    if family is not None:
+        return family
+    try:
+        return source_family(config)
+    except ValueError as error:
+        raise UpcycleError(str(error)) from None
+
+
+def check_source_mode(model_type, mode) -> None:
+    """A config.json to upcycle, or to write as the family's own model: an AttnRes mode it names is a mode, and the
+    standard one (what is rebuilt has the standard residual stream); ValueError naming the field."""
+    from attnres.core.config import ATTN_RES_MODES
+    from attnres.families.registry import check_standard_residual
+
+    if str(model_type).endswith("_attnres") and mode is not None and mode not in ATTN_RES_MODES:
+        raise UpcycleError(f"field attn_res_mode={mode!r} is not a mode (one of {ATTN_RES_MODES})")
+    check_standard_residual(model_type, mode if mode is not None else "standard")
 
 
 def check_mode(config) -> None:
@@ -133,27 +149,28 @@ def check_not_quantized(model) -> None:
 
 
 @torch.no_grad()
-def upcycle(model, mode: str = "block", block_size: int | None = None):
+def upcycle(model, mode: str = "block", block_size: int | None = None, family: str | None = None):
     """The Block or Full AttnRes model of a loaded standard-residual causal LM of a supported family (any of
     `attnres.families.registry.SUPPORTED`, docs/FAMILIES.md), of the same family, dtype and device.
 
     Every weight of `model` is copied; the new pseudo-queries are zero and the key norms one, so the logits equal the
     source's up to the RMSNorm epsilon (module docstring). `block_size`: decoder layers per block (default: about 8
-    blocks, as the paper and Kimi K3). UpcycleError (a ValueError) naming the reason for an unsupported family, a
+    blocks, as the paper and Kimi K3). `family`: the source's family when the caller resolved and checked it (the
+    converter), else read from the config. UpcycleError (a ValueError) naming the reason for an unsupported family, a
     model that is already AttnRes, a quantized or meta-device model, a non-model, or a bad mode / block size.
     """
     check_model(model)
     check_not_quantized(model)
-    config, model_class = upcycled_family_config(model.config, mode, block_size)
+    config, model_class = upcycled_family_config(model.config, mode, block_size, family)
     return rebuild(model, config, model_class)
 
 
 @torch.no_grad()
-def plain_family_model(model):
+def plain_family_model(model, family: str | None = None):
     """The family's own transformers causal LM (plain `llama`, no remote code) computing what a standard-mode AttnRes
-    model (or the family's own) computes: the same tensors in the family's own class."""
+    model (or the family's own) computes: the same tensors in the family's own class (`family` as in `upcycle`)."""
     check_model(model)
-    config = plain_family_config(model.config)
+    config = plain_family_config(model.config, family)
     model_class = plain_family_class(config.model_type)
     return model if type(model) is model_class else rebuild(model, config, model_class)
 
@@ -192,4 +209,5 @@ def rebuild(model, config, model_class):
 
 __all__ = ["upcycle", "UpcycleError", "UPCYCLE_MODES", "resolve_block_size", "upcycled_family_config",
            "plain_family_config", "plain_family_model", "plain_family_class", "rebuild", "check_model", "check_mode",
+           "check_source_mode", "checked_family",
            "is_attn_res_tensor", "new_attn_res_tensor", "default_block_size"]

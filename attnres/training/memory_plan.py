@@ -109,7 +109,7 @@ def load_plan_config(spec: str):
         raise ValueError(f"{path}: {error}") from None
     if family == "kimi_linear":
         return parse_config(config_dict), str(path)
-    from ..conversion.source_checks import check_source_fields
+    from ..conversion.guards import check_source_fields
 
     fields = {key: value for key, value in config_dict.items() if key not in ("model_type", "auto_map")}
     try:  # the family's own config.json reads as its standard-residual AttnRes config: the family's model itself

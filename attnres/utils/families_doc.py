@@ -1,5 +1,6 @@
 """The families tables of docs/FAMILIES.md, written from the registry (`attnres.families.registry`): the supported
-families from their declarations and the refused ones with their reasons.
+families from their declarations, how each one's layer differs from Llama's (its declared data), and the refused ones
+with their reasons.
 
     python -m attnres.utils.families_doc            # rewrite the tables between their markers
     python -m attnres.utils.families_doc --check    # exit 1 when the file's tables differ, write nothing
@@ -18,6 +19,25 @@ BEGIN = "<!-- families tables: written by `python -m attnres.utils.families_doc`
 END = "<!-- end of the families tables -->"
 
 
+def differences(family) -> str:
+    """How a family's layer differs from Llama's `h + attn(norm1(h))`, `h + mlp(norm2(h))`, from its declaration's
+    data (`attnres.families.declaration.Family`); "" where it does not."""
+    listed = " / ".join
+    parts = []
+    if family.input_norms:
+        parts.append(f"{listed(f'`{name}`' for name in family.input_norms)} read the attention and the MLP mix")
+    if family.output_modules:
+        parts.append(f"{listed(f'`{name}`' for name in family.output_modules)} end the attention and the MLP output: "
+                     "part of the sub-layer, so the source it adds is their output and no mix reads past them")
+    if family.embedding is not None:
+        scale = f", scaled by `{family.embedding_scale}`" if family.embedding_scale else ""
+        parts.append(f"the first source is its embedding `{family.embedding.__name__}`{scale}")
+    if family.rotary_per_layer_type:
+        parts.append("one rotary base per layer type (`config.layer_types`)")
+    parts += [f"`{flag}` is refused: {reason}" for flag, reason in family.refused_config_flags.items()]
+    return "; ".join(parts)
+
+
 def tables() -> str:
     """The supported and refused tables, as Markdown."""
     rows = ["| Family | `model_type` with AttnRes | Checkpoints | transformers classes extended | Final norm fused "
@@ -28,9 +48,14 @@ def tables() -> str:
         folder = package.rpartition(".")[2]
         rows.append(f"| {family.title} (`{model_type}`) | `{family.attn_res_model_type}` | {family.about} | {classes} "
                     f"| {'yes' if family.fusable_norm else 'no'} | {code}: `attnres/families/{folder}/` |")
+    differing = [f"- {family.title}: {differences(family)}." for _, family in sorted(DECLARATIONS.values(),
+                                                                                     key=lambda item: item[1].title)
+                 if differences(family)]
     refused = ["| `model_type` | Why not |", "|---|---|"]
     refused += [f"| `{model_type}` | {reason} |" for model_type, reason in sorted(REFUSED.items())]
-    return "\n".join(["### Supported", "", *rows, "", "### Refused", "", *refused])
+    return "\n".join(["### Supported", "", *rows, "", "### Where a layer differs from Llama's", "",
+                      "Declared as data in the family's modular file and run by `attnres.core`:", "", *differing, "",
+                      "### Refused", "", *refused])
 
 
 def rendered(text: str) -> str:

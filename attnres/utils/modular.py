@@ -8,15 +8,18 @@ The generator reads the modular files as text (their syntax trees) and imports n
 before a new family's files exist (`import attnres` registers every declared family, and would need them). The text
 is a function of the modular file alone (`generate`), so a test regenerates it in memory and compares.
 
-The declaration is `FAMILY = Family(...)` (`attnres.families.declaration`), its classes named as imported. A class
-of the modular file named as a generated class gives its body to that class: its docstring replaces the default one,
-its other statements follow the default attributes. Names the modular file imports from the family's transformers
-modeling module, beyond the declared classes, are imported by the modeling file.
+The declaration is `FAMILY = Family(...)` (`attnres.families.declaration`), its classes named as imported. Its
+data fields become class attributes the core runs (`input_norms` -> the layer's `attn_res_input_norms`, and so on),
+written only where the declaration gives them. A class of the modular file named as a generated class gives its body
+to that class: its docstring replaces the default one, its other statements follow the default attributes. Names the
+modular file imports from the family's transformers modeling module, beyond the declared classes, are imported by the
+modeling file.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import sys
 import tempfile
@@ -27,7 +30,10 @@ from types import SimpleNamespace
 LINE_LENGTH = 120  # the package's (pyproject [tool.ruff])
 FAMILIES_DIR = Path(__file__).resolve().parent.parent / "families"
 COMMAND = "python attnres/utils/modular.py"
-CLASS_FIELDS = ("config", "decoder_layer", "pretrained_model", "causal_lm", "norm", "rotary", "attention")
+CLASS_FIELDS = ("config", "decoder_layer", "pretrained_model", "causal_lm", "norm", "rotary", "attention", "embedding")
+# the declaration's data fields and their values where it does not give them (`Family`'s defaults)
+DATA_FIELDS = {"label": "", "fusable_norm": False, "generated": True, "input_norms": (), "output_modules": (),
+               "embedding_scale": None, "rotary_per_layer_type": False, "refused_config_flags": {}}
 
 
 class DeclarationError(ValueError):
@@ -58,13 +64,13 @@ def read_declaration(path: Path) -> SimpleNamespace:
                  and isinstance(node.value, ast.Call)), None)
     if call is None:
         raise DeclarationError(f"{path}: no `FAMILY = Family(...)` declaration")
-    fields = dict.fromkeys(CLASS_FIELDS) | {"label": "", "fusable_norm": False, "generated": True}
+    fields = dict.fromkeys(CLASS_FIELDS) | DATA_FIELDS
     for keyword in call.keywords:
         fields[keyword.arg] = _value(keyword.value)
-    imports = {alias.name: node.module for node in tree.body if isinstance(node, ast.ImportFrom)
-               for alias in node.names}
     family = SimpleNamespace(**fields)
-    family.module = imports.get(family.decoder_layer)
+    family.imports = {alias.name: node.module for node in tree.body if isinstance(node, ast.ImportFrom)
+                      for alias in node.names}
+    family.module = family.imports.get(family.decoder_layer)
     family.title = family.label or family.name
     family.config_name, family.causal_lm_name = f"{family.name}AttnResConfig", f"{family.name}AttnResForCausalLM"
     family.attn_res_model_type = f"{family.model_type}_attnres"
@@ -104,10 +110,40 @@ def fit(line: str) -> str:
     return f"{target} = (\n        {value}\n    )"
 
 
+def docstring(text: str) -> str:
+    """A class's one-paragraph docstring, wrapped in the line length; a docstring from a modular file as written."""
+    if "\n" in text:
+        return f'    """{text}"""'
+    return textwrap.fill(f'"""{text}"""', LINE_LENGTH, initial_indent="    ", subsequent_indent="    ")
+
+
+def literal(value) -> str:
+    """A str, tuple of str or dict of str as Python source, in double quotes (the package's style)."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
+    items = ", ".join(literal(item) for item in value)
+    return f"({items},)" if len(value) == 1 else f"({items})"
+
+
+def attribute(name: str, value) -> str:
+    """`    name = value` in the line length: a long dict one entry a line."""
+    line = f"    {name} = {literal(value)}"
+    if len(line) <= LINE_LENGTH or not isinstance(value, dict):
+        return fit(line)
+    entries = [f"        {literal(k)}: {literal(v)}," for k, v in value.items()]
+    return "\n".join([f"    {name} = {{", *entries, "    }"])
+
+
+def listed(modules: tuple[str, ...]) -> str:
+    return " / ".join(f"`{module}`" for module in modules)
+
+
 def class_text(header: str, doc: str, attributes: list[str], extra: tuple[str | None, str] | None) -> str:
     if extra is not None and extra[0] is not None:
         doc = extra[0]
-    parts = [header, f'    """{doc}"""'] if doc else [header]
+    parts = [header, docstring(doc)] if doc else [header]
     if attributes:
         parts += ([""] if doc else []) + attributes
     if extra is not None and extra[1]:
@@ -126,11 +162,17 @@ def configuration_text(family: SimpleNamespace, folder: str, bodies: dict) -> st
     doc = (f"r\"\"\"`{config}` ({family.about})\n    plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, "
            "`attn_res_backend`, ...,\n    documented on `KimiLinearAttnResConfig` and validated the same way. "
            f"`attn_res_mode=\"standard\"` is {family.title} itself.")
+    refused = family.refused_config_flags
+    if refused:
+        reasons = " ".join(f"`{flag}` is refused: {reason}." for flag, reason in refused.items())
+        doc += "\n\n" + textwrap.fill(reasons, LINE_LENGTH, initial_indent="    ", subsequent_indent="    ") + "\n    "
     extra = bodies.get(name)
     if extra is not None and extra[0] is not None:
         doc = 'r"""' + extra[0]
     body = ["", "", "@strict", f"class {name}(AttnResConfigMixin, {config}):", f'    {doc}"""', "",
             f'    model_type = "{family.attn_res_model_type}"', f'    attn_res_family = "{family.model_type}"']
+    if refused:
+        body.append(attribute("attn_res_refused_flags", refused))
     if extra is not None and extra[1]:
         body += ["", extra[1]]
     return "\n".join([
@@ -155,26 +197,45 @@ def modeling_text(family: SimpleNamespace, folder: str, bodies: dict, extras: li
     layer, pretrained, model = f"{n}AttnResDecoderLayer", f"{n}AttnResPreTrainedModel", f"{n}AttnResModel"
     causal_lm, config = family.causal_lm_name, family.config_name
     declared = [family.decoder_layer, family.pretrained_model, family.causal_lm, family.norm, family.rotary,
-                family.attention]
-    module = family.module
-    imported = sorted({cls for cls in declared if cls is not None} | set(extras))
+                family.attention, family.embedding]
+    imported = {}
+    for cls in sorted({cls for cls in declared if cls is not None} | set(extras)):
+        imported.setdefault(family.imports[cls], []).append(cls)
+    import_lines = []
+    for module in sorted(imported):  # isort's order
+        import_lines += [f"from {module} import (", *[f"    {cls}," for cls in imported[module]], ")"]
     norm = family.norm
     policy = [f"    fusable_norm = {norm}  # Llama's RMSNorm formula: the mix kernels may apply it fused"] \
         if family.fusable_norm else []
+    differs = []
+    if family.input_norms:
+        policy.append(attribute("attn_res_input_norms", family.input_norms))
+        differs.append(f"{listed(family.input_norms)} read the mixes")
+    if family.output_modules:
+        policy.append(attribute("attn_res_output_modules", family.output_modules))
+        differs.append(f"{listed(family.output_modules)} end each sub-layer's output")
+    layer_doc = (f"{title}'s decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`)"
+                 + (": " + ", and ".join(differs) if differs else "") + ".")
+    model_attributes = [f"    fusable_norm = {norm}"] if family.fusable_norm else []
+    if family.rotary_per_layer_type:
+        model_attributes.append("    rotary_per_layer_type = True  # a rotary base per type of `config.layer_types`")
+    if family.embedding is not None:
+        model_attributes.append(f"    embedding_class = {family.embedding}")
+    if family.embedding_scale is not None:
+        model_attributes.append(attribute("embedding_scale", family.embedding_scale))
     record = []
     if family.attention is not None:
         record = ['    # hidden states are collected by the model itself: what a layer "outputs" depends on the '
                   'AttnRes mode', f'    _can_record_outputs = {{"attentions": {family.attention}}}']
     classes = [
-        class_text(f"class {layer}(AttnResDecoderLayerMixin, {family.decoder_layer}):",
-                   f"{title}'s decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`).",
-                   policy, bodies.get(layer)),
+        class_text(f"class {layer}(AttnResDecoderLayerMixin, {family.decoder_layer}):", layer_doc, policy,
+                   bodies.get(layer)),
         class_text(f"class {pretrained}(AttnResPreTrainedMixin, {family.pretrained_model}):", "",
                    [f"    config: {config}", f"    config_class = {config}", f'    _no_split_modules = ["{layer}"]',
                     *record], bodies.get(pretrained)),
         class_text(f"class {model}(AttnResDecoderModel, {pretrained}):", "",
                    [fit(f"    decoder_layer_class, norm_class, rotary_class = {layer}, {norm}, "
-                        f"{family.rotary}"), *([f"    fusable_norm = {norm}"] if family.fusable_norm else [])],
+                        f"{family.rotary}"), *model_attributes],
                    bodies.get(model)),
         class_text(f"class {causal_lm}(AttnResDecoderForCausalLM, {pretrained}, {family.causal_lm}):", "",
                    [f"    model_class = {model}"], bodies.get(causal_lm)),
@@ -191,9 +252,7 @@ def modeling_text(family: SimpleNamespace, folder: str, bodies: dict, extras: li
                       "the model mixes them before the final norm (`attnres.core`). " + generated_note(folder),
                       LINE_LENGTH),
         '"""',
-        f"from {module} import (",
-        *[f"    {name}," for name in imported],
-        ")",
+        *import_lines,
         "",
         "from attnres.core.decoder_layer import AttnResDecoderLayerMixin",
         "from attnres.core.decoder_model import AttnResDecoderForCausalLM, AttnResDecoderModel",
@@ -218,6 +277,10 @@ def generate(folder: str) -> dict[str, str]:
         return {}
     if family.module is None:
         raise DeclarationError(f"{path}: the decoder layer {family.decoder_layer!r} is not imported by name")
+    for name in CLASS_FIELDS:
+        cls = getattr(family, name)
+        if cls is not None and cls not in family.imports:
+            raise DeclarationError(f"{path}: {name}={cls!r} is not a class the file imports by name")
     bodies = class_bodies(path)
     declared = {getattr(family, name) for name in CLASS_FIELDS}
     extras = extra_imports(path, family.module, declared)

@@ -100,6 +100,14 @@ def test_missing_input_folder(convert, capsys, tmp_path):
     run_refused(convert, capsys, [tmp_path / "nowhere", tmp_path / "out"], ["nowhere"], absent=[tmp_path / "out"])
 
 
+def test_input_without_output_refused_by_argparse(convert, capsys, moonshot_checkpoint):
+    """INPUT alone (ConvertArgs.conflicts): argparse's usage error, exit 2, before any work."""
+    with pytest.raises(SystemExit) as stop:
+        convert([str(moonshot_checkpoint)])
+    assert stop.value.code == 2
+    assert "give both INPUT and OUTPUT, or neither" in capsys.readouterr().err
+
+
 def test_stale_partial_of_a_killed_run_is_cleaned(convert, capsys, moonshot_checkpoint, tmp_path):
     dead = dead_pid()
     stale = tmp_path / f".out.partial-{dead}"

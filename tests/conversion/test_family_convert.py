@@ -104,8 +104,8 @@ def test_a_config_claiming_tied_weights_keeps_the_file_own_lm_head(tmp_path, upc
 def test_a_function_outside_the_tolerance_exits_1_and_writes_nothing(tmp_path, capsys, monkeypatch, flag):
     import attnres.conversion.family_convert as family_convert
 
-    def upcycle_and_damage(model, mode, block_size):
-        target = attnres.upcycle(model, mode, block_size)
+    def upcycle_and_damage(model, mode, block_size, family):
+        target = attnres.upcycle(model, mode, block_size, family=family)
         with torch.no_grad():
             target.lm_head.weight.mul_(100)  # another function: far outside the epsilon tolerance
         return target

@@ -1,10 +1,12 @@
-"""A folder's family read from its config.json (tools side), and the Kimi-Linear-only trainers' refusal."""
+"""A folder's family read from its config.json (tools side), a GGUF file's from the config transformers reads out of
+it (`family_of_source`, the one resolver of a convert), and the Kimi-Linear-only trainers' refusal."""
 import json
+import re
 
 import pytest
 
 from attnres.folders.checkpoint_files import CheckpointFileError
-from attnres.folders.model_family import family_of_folder, require_kimi_linear
+from attnres.folders.model_family import family_of_folder, family_of_source, require_kimi_linear
 
 
 def folder_with(tmp_path, config) -> str:
@@ -40,3 +42,24 @@ def test_require_kimi_linear(tmp_path):
         require_kimi_linear(folder_with(tmp_path / "q", {"model_type": "qwen3_attnres"}), "--model", "it")
     with pytest.raises(ValueError, match=r"^--model .*config\.json"):
         require_kimi_linear(folder_with(tmp_path / "none", None), "--model", "it")
+
+
+def test_family_of_source_reads_a_folder_or_a_gguf_file(tmp_path):
+    from tests.families.tiny import source_model
+    from tests.helpers.tiny_gguf import write_llama_gguf
+
+    assert family_of_source(folder_with(tmp_path / "q", {"model_type": "qwen3"})) == ("qwen3", None)
+    gguf = write_llama_gguf(source_model("llama"), tmp_path / "tiny.gguf")
+    family, config = family_of_source(gguf)
+    assert family == "llama" and config.model_type == "llama" and config.num_hidden_layers == 4
+
+
+@pytest.mark.parametrize(("damage", "named"), [
+    (lambda path: None, "not found (a GGUF file)"),
+    (lambda path: path.write_bytes(b"GGUF\x03\x00"), "not a readable GGUF file"),
+])
+def test_family_of_a_bad_gguf_file_named(tmp_path, damage, named):
+    path = tmp_path / "bad.gguf"
+    damage(path)
+    with pytest.raises(ValueError, match="^" + re.escape(f"{path}: {named}")):
+        family_of_source(path)

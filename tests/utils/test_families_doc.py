@@ -2,7 +2,7 @@
 names the file and writes nothing, a file without its markers is one line naming the marker."""
 import pytest
 
-from attnres.families.registry import REFUSED, SUPPORTED
+from attnres.families.registry import REFUSED, SUPPORTED, declaration
 from attnres.utils import families_doc
 
 
@@ -36,3 +36,13 @@ def test_a_missing_marker_is_named(doc_copy, capsys, marker):
     doc_copy.write_text(text)
     assert families_doc.main([]) == 2
     assert "marker" in capsys.readouterr().err and doc_copy.read_text() == text
+
+
+def test_how_a_layer_differs_is_written_from_the_declarations_data():
+    gemma = families_doc.differences(declaration("gemma3_text"))
+    for name in ("`pre_feedforward_layernorm`", "`post_feedforward_layernorm`", "`Gemma3TextScaledWordEmbedding`",
+                 "`sqrt_hidden_size`", "rotary base per layer type", "`use_bidirectional_attention` is refused"):
+        assert name in gemma
+    assert "`resid_mlp_dropout`" in families_doc.differences(declaration("phi3"))
+    assert families_doc.differences(declaration("llama")) == ""
+    assert "- Gemma 3: " + gemma in families_doc.tables() and "- Llama:" not in families_doc.tables()

@@ -22,16 +22,12 @@ from .configuration_gemma3_attnres import Gemma3TextAttnResConfig
 
 
 class Gemma3TextAttnResDecoderLayer(AttnResDecoderLayerMixin, Gemma3DecoderLayer):
-    """Gemma 3's decoder layer reading its input from the depth sources; its post-norms end each sub-layer."""
+    """Gemma 3's decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`):
+    `input_layernorm` / `pre_feedforward_layernorm` read the mixes, and `post_attention_layernorm` /
+    `post_feedforward_layernorm` end each sub-layer's output."""
 
     attn_res_input_norms = ("input_layernorm", "pre_feedforward_layernorm")
-
-    def attention(self, hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs):
-        out = super().attention(hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
-        return self.post_attention_layernorm(out)
-
-    def feed_forward(self, hidden_states):
-        return self.post_feedforward_layernorm(self.mlp(hidden_states))
+    attn_res_output_modules = ("post_attention_layernorm", "post_feedforward_layernorm")
 
 
 class Gemma3TextAttnResPreTrainedModel(AttnResPreTrainedMixin, Gemma3PreTrainedModel):
@@ -41,18 +37,12 @@ class Gemma3TextAttnResPreTrainedModel(AttnResPreTrainedMixin, Gemma3PreTrainedM
     # hidden states are collected by the model itself: what a layer "outputs" depends on the AttnRes mode
     _can_record_outputs = {"attentions": Gemma3Attention}
 
-    input_modalities = ("text",)
-
 
 class Gemma3TextAttnResModel(AttnResDecoderModel, Gemma3TextAttnResPreTrainedModel):
     decoder_layer_class, norm_class, rotary_class = Gemma3TextAttnResDecoderLayer, Gemma3RMSNorm, Gemma3RotaryEmbedding
-
-    rotary_per_layer_type = True  # local (sliding) and global layers have their own rotary bases
-
-    def build_embedding(self, config):
-        return Gemma3TextScaledWordEmbedding(
-            config.vocab_size, config.hidden_size, self.padding_idx, embed_scale=config.hidden_size**0.5
-        )
+    rotary_per_layer_type = True  # a rotary base per type of `config.layer_types`
+    embedding_class = Gemma3TextScaledWordEmbedding
+    embedding_scale = "sqrt_hidden_size"
 
 
 class Gemma3TextAttnResForCausalLM(AttnResDecoderForCausalLM, Gemma3TextAttnResPreTrainedModel, Gemma3ForCausalLM):

@@ -21,16 +21,11 @@ from .configuration_phi3_attnres import Phi3AttnResConfig
 
 
 class Phi3AttnResDecoderLayer(AttnResDecoderLayerMixin, Phi3DecoderLayer):
-    """Phi-3's decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`)."""
+    """Phi-3's decoder layer reading its input from the depth sources (`attnres.core.decoder_layer`):
+    `resid_attn_dropout` / `resid_mlp_dropout` end each sub-layer's output."""
 
     fusable_norm = Phi3RMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
-
-    def attention(self, hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs):
-        out = super().attention(hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
-        return self.resid_attn_dropout(out)  # Phi-3's residual dropout: part of the sub-layer's output
-
-    def feed_forward(self, hidden_states):
-        return self.resid_mlp_dropout(self.mlp(hidden_states))
+    attn_res_output_modules = ("resid_attn_dropout", "resid_mlp_dropout")
 
 
 class Phi3AttnResPreTrainedModel(AttnResPreTrainedMixin, Phi3PreTrainedModel):

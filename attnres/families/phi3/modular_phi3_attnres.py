@@ -19,13 +19,5 @@ FAMILY = Family(
     config=Phi3Config, decoder_layer=Phi3DecoderLayer, pretrained_model=Phi3PreTrainedModel,
     causal_lm=Phi3ForCausalLM, norm=Phi3RMSNorm, rotary=Phi3RotaryEmbedding, attention=Phi3Attention,
     fusable_norm=True,  # Llama's RMSNorm formula
+    output_modules=("resid_attn_dropout", "resid_mlp_dropout"),
 )
-
-
-class Phi3AttnResDecoderLayer:
-    def attention(self, hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs):
-        out = super().attention(hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
-        return self.resid_attn_dropout(out)  # Phi-3's residual dropout: part of the sub-layer's output
-
-    def feed_forward(self, hidden_states):
-        return self.resid_mlp_dropout(self.mlp(hidden_states))

@@ -1,5 +1,7 @@
-"""The config validator of a family checkpoint (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text; its own config.json or
-the config transformers reads from a GGUF file), run on the plain fields before any model is built.
+"""Every check of a convert before work: the request (paths, flags, output folder, shard size, and the source's
+family, resolved here once and handed down), and the config validator of a family checkpoint (Llama, Mistral, Qwen2,
+Qwen3, Gemma 3, Phi-3; its own config.json or the config transformers reads from a GGUF file), run on the plain
+fields before any model is built.
 
 transformers' config classes accept what their constructors cannot use: a missing layer count becomes the class
 default (32 layers, most of them random), 0 layers a model without layers, heads 0 a ZeroDivisionError, an unknown
@@ -11,8 +13,17 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 from ..core.buildable import ALLOW_LARGE_ENV
+from ..families.upcycle import UpcycleError, check_source_mode, resolve_block_size
+from ..folders.checkpoint_files import CheckpointFileError
+from ..folders.model_family import family_of_source
+from ..utils.safe_paths import UnsafeOutputError, check_output_folder
+from .errors import ConversionError
+
+KIMI = "kimi_linear"
 
 # read by every family's build; a missing one would silently take the class default
 REQUIRED_COUNTS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size")
@@ -139,4 +150,99 @@ def check_fits_in_memory(fields: dict, bytes_per_parameter: int, copies: int, av
             f"{fields['num_hidden_layers']}); check the config, or set {ALLOW_LARGE_ENV}=1 to try anyway")
 
 
-__all__ = ["check_layer_count", "check_source_fields", "parameter_count", "check_fits_in_memory", "MAX_LAYERS"]
+@dataclass
+class Request:
+    """A convert request that passed every check needing no weights read: the family resolved once."""
+    input: Path  # absolute
+    output: Path  # literal absolute (a link stays the link)
+    family: str  # the family's own model_type ("kimi_linear" also for a folder whose config.json its converter names)
+    gguf_config: object | None  # transformers' config of a GGUF input, read once
+
+
+def check_request(args) -> Request:
+    """The checks of `attnres convert` (a ConvertArgs) in the order a user fixes them: paths, the source's family,
+    the flags that family takes, the output, the shard size. ConversionError naming the flag, file or field."""
+    for flag, path in (("input", args.input), ("output", args.output)):
+        check_utf8_path(path, flag)
+    input = Path(args.input).resolve()
+    family, gguf_config = resolve_family(input)
+    if family == KIMI:
+        if args.check:
+            raise ConversionError("--check applies to the other families (Kimi Linear's upcycle is checked by the "
+                                  "tests: tests/conversion/test_convert.py)")
+    else:
+        if args.to != "hf":
+            raise ConversionError("--to moonshot is Kimi Linear's layout; other families are written as model "
+                                  "folders")
+        if args.upcycle is None and args.block_size is not None:
+            raise ConversionError("--block-size applies with --upcycle block only (it sets the new block size)")
+    output = check_output(args.output, args.force, inputs=[input])
+    check_max_shard_size(args.max_shard_size)
+    return Request(input, output, family, gguf_config)
+
+
+def resolve_family(input: Path):
+    """(family, GGUF config or None) of a convert's input, the one place a convert works it out
+    (`folders.model_family.family_of_source`). A folder whose config.json is missing or damaged goes to Kimi
+    Linear's converter, which names the damage; a refused family is a ConversionError with the reason."""
+    try:
+        return family_of_source(input)
+    except CheckpointFileError:
+        return KIMI, None
+    except ValueError as error:
+        if input.suffix == ".gguf":
+            raise ConversionError(str(error)) from None
+        raise ConversionError(f"{input / 'config.json'}: {error}") from None
+
+
+def check_utf8_path(path: Path, flag: str) -> None:
+    """A path that is not valid UTF-8 (a byte string the shell passed through) cannot be named in config files, logs
+    or messages: refused by the flag, with its printable form."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = str(path).encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise ConversionError(f"{flag} {shown}: the path is not valid UTF-8; rename it") from None
+
+
+def check_output(output: Path, force: bool, inputs=(), flag: str = "output") -> Path:
+    """The output folder as a literal absolute path (a link stays the link), or a ConversionError: see
+    `attnres.utils.safe_paths.check_output_folder`."""
+    try:
+        return check_output_folder(output, inputs, force, flag)
+    except UnsafeOutputError as error:
+        raise ConversionError(str(error)) from None
+
+
+def check_max_shard_size(max_shard_size: int | str) -> int:
+    """Bytes of --max-shard-size ("5GB", "500MB", an int), or a ConversionError naming the flag."""
+    from huggingface_hub.serialization._base import parse_size_to_int
+
+    try:
+        size = max_shard_size if isinstance(max_shard_size, int) else parse_size_to_int(max_shard_size)
+    except (ValueError, TypeError, AttributeError):
+        size = 0
+    if size <= 0:
+        raise ConversionError(f"--max-shard-size {max_shard_size!r}: expected a positive size such as 5GB or 500MB")
+    return size
+
+
+def check_family_source(fields: dict, where, upcycle: str | None, block_size: int | None) -> None:
+    """A family checkpoint's config fields: its residual stream (standard: what is upcycled or written plain),
+    `check_source_fields`, and the upcycle flags against its depth. ValueError naming `where` and the field, or a
+    ConversionError naming the flag."""
+    try:
+        check_source_mode(fields.get("model_type"), fields.get("attn_res_mode"))
+        check_source_fields(fields)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+    if upcycle is not None:
+        try:
+            resolve_block_size(upcycle, block_size, fields["num_hidden_layers"])
+        except UpcycleError as error:
+            raise ConversionError(str(error)) from None
+
+
+__all__ = ["Request", "check_request", "resolve_family", "check_output", "check_max_shard_size", "check_utf8_path",
+           "check_family_source", "check_layer_count", "check_source_fields", "parameter_count",
+           "check_fits_in_memory", "MAX_LAYERS"]
