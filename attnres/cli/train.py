@@ -37,9 +37,9 @@ def main(argv=None) -> dict:
 
     require("datasets", why="the prepared dataset")
     from ..training.args import SetupError
+    from ..training.checkpoints import interrupted_message
     from ..training.guard import EXIT_CODE, NonFiniteError
     from ..training.loop import train
-    from ..training.state import interrupted_message
     from ..utils.safe_paths import interrupt_signal, signals_interrupt
 
     try:

@@ -30,7 +30,7 @@ from ..training.recipe import add_recipe_args
 from ..utils.flags import seed as seed_flag
 from . import command_main
 from .combos import refuse_conflicts
-from .train_pipeline import add_model_and_data_args
+from .train_pipeline import add_checkpoint_args, add_model_and_data_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,9 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "stop the run with exit code 3 and no saved model (default 3)")
     out = parser.add_argument_group("output")
     out.add_argument("--output-dir", type=Path, default=Path("runs/interleaved"))
-    out.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (and at the end)")
-    out.add_argument("--keep-checkpoints", type=int, default=2)
-    out.add_argument("--resume", default="auto", help="auto (latest checkpoint of --output-dir), never, or a folder")
+    add_checkpoint_args(out, "checkpoint every N steps (and at the end)")
     out.add_argument("--no-save", action="store_true", help="skip writing the trained model")
     return parser
 

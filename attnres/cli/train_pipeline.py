@@ -16,7 +16,8 @@ GPU (NCCL), 4 stages x 2 data-parallel replicas on 8 GPUs, bf16, a prepared data
       --data data/packed --micro-batch-size 4 --grad-accum 16 --bf16 --steps 1000 --output-dir runs/pp4
 
 Outputs (--output-dir): log.jsonl (loss per step), comms.json (bytes per stage boundary against the minimum, with
---report-comms), and the trained model as a Hugging Face folder `model/` (one safetensors shard per stage, the code
+--report-comms), with --save-every N checkpoints/step-N/ (DeepSpeed's files; --resume auto continues from the
+latest), and the trained model as a Hugging Face folder `model/` (one safetensors shard per stage, the code
 files and the tokenizer of --data or --model: loads with
 AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True) and AutoTokenizer, like a save_pretrained folder).
 Pipeline parallelism combines with ZeRO-1 at most (DeepSpeed refuses ZeRO-2/3 with pipelines). Batches must be packed,
@@ -51,6 +52,14 @@ def add_model_and_data_args(parser: argparse.ArgumentParser, block_size: int, la
     data.add_argument("--seq-len", type=int, default=32, help="tokens per synthetic sequence (--data: its own length)")
 
 
+def add_checkpoint_args(out, save_every_help: str) -> None:
+    """Checkpoints and resume, as both pipeline trainers take them (`attnres.training.checkpoints`)."""
+    out.add_argument("--save-every", type=int, default=0, help=save_every_help)
+    out.add_argument("--keep-checkpoints", type=int, default=2, help="newest checkpoints kept (default 2)")
+    out.add_argument("--resume", default="auto", help="auto (latest checkpoint of --output-dir), never, or a folder; "
+                     "a resume must match the checkpoint's run settings")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_and_data_args(parser, block_size=2, layers=5)
@@ -78,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     out = parser.add_argument_group("output")
     out.add_argument("--output-dir", type=Path, default=Path("runs/pipeline"))
     out.add_argument("--report-comms", action="store_true", help="count bytes per stage boundary -> comms.json")
+    add_checkpoint_args(out, "checkpoint every N steps and at the end (checkpoints/step-N/: DeepSpeed's files); "
+                        "default 0: no checkpoints")
     out.add_argument("--no-save", action="store_true", help="skip writing the trained model")
     return parser
 

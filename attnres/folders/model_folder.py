@@ -7,12 +7,37 @@ model loaded, then its config compared with the weights record (a mismatch refus
 """
 from __future__ import annotations
 
-from .saved_model import RECORD_FIELDS, check_folder_before_load, check_weights_record, save_folder
+from pathlib import Path
+
+from .saved_model import (
+    RECORD_FIELDS,
+    check_folder_before_load,
+    check_weights_record,
+    save_folder,
+    write_weights_record,
+)
+
+
+def write_model(model, folder: Path, tokenizer=None, *args, **save_kwargs) -> None:
+    """The one way a model is written into a folder being built (`save`, convert, push-to-hub):
+    `model.save_pretrained(folder, *args, **save_kwargs)`, the tokenizer beside it, and for an AttnRes model its
+    weights record (`attnres_weights.json`: what the weights were saved as, checked by `load`). A plain transformers
+    model's folder is transformers' own, nothing of ours."""
+    model.save_pretrained(folder, *args, **save_kwargs)
+    if hasattr(model.config, "attn_res_mode"):
+        write_weights_record(folder, model.config)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
 
 
 def save(model, folder, *args, **kwargs) -> None:
-    """`model.save_pretrained(folder, *args, **kwargs)`, crash-safe and with the weights record."""
-    save_folder(model.save_pretrained, folder, model.config, *args, **kwargs)
+    """`model.save_pretrained(folder, *args, **kwargs)`, crash-safe and with the weights record (`write_model` into a
+    temporary sibling swapped into place). Off the writing process, or with transformers' own `push_to_hub`, it is
+    transformers' save as it is."""
+    if not kwargs.get("is_main_process", True) or kwargs.get("push_to_hub"):
+        model.save_pretrained(folder, *args, **kwargs)
+        return
+    save_folder(lambda building: write_model(model, building, None, *args, **kwargs), folder)
 
 
 def load(folder, *args, model_class=None, **kwargs):
@@ -28,4 +53,4 @@ def load(folder, *args, model_class=None, **kwargs):
     return loaded
 
 
-__all__ = ["save", "load"]
+__all__ = ["save", "load", "write_model"]

@@ -70,12 +70,9 @@ def check_weights_record(config, folder: str | Path, explicit: set[str] = frozen
     raise ValueError(message + f"\nFix config.json, pass the fields explicitly, or delete {RECORD_FILE} to load anyway")
 
 
-def save_folder(save, save_directory: str | Path, config, *args, **kwargs) -> None:
-    """`save(folder, *args, **kwargs)` (a save_pretrained) into a temporary sibling, then the files into place."""
-    if not kwargs.get("is_main_process", True) or kwargs.get("push_to_hub"):
-        # not the writing process, or transformers' Hub flow: as transformers does
-        save(save_directory, *args, **kwargs)
-        return
+def save_folder(write, save_directory: str | Path) -> None:
+    """`write(folder)` (a model's files: `model_folder.write_model`) into a temporary sibling, the entries of an
+    existing folder that the write did not replace carried over, then the whole folder swapped into place."""
     output = Path(save_directory)
     if output.exists() and not output.is_dir():
         raise ValueError(f"save_pretrained: {output} is a file, not a folder")
@@ -84,8 +81,7 @@ def save_folder(save, save_directory: str | Path, config, *args, **kwargs) -> No
     output.parent.mkdir(parents=True, exist_ok=True)
     recover_interrupted(output)
     with temporary_folder(output) as tmp:
-        save(tmp, *args, **kwargs)
-        write_weights_record(tmp, config)
+        write(tmp)
         if output.exists():
             _carry_over(output, tmp)
         move_into_place(tmp, output, replace=True)  # save_pretrained overwrites, as transformers' does

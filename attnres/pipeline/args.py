@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..training.recipe import DEFAULTS as RECIPE_DEFAULTS
+from ..training.recipe import Recipe
 from ..utils.refusals import combined, needs
 
 
@@ -35,6 +36,32 @@ class PipelineModelArgs:
     max_nonfinite_steps: int = 3
     output_dir: Path = Path("runs/pipeline")
     no_save: bool = False
+    save_every: int = 0
+    keep_checkpoints: int = 2
+    resume: str = "auto"
+
+    def count_error(self, *more: str) -> str | None:
+        """The first count flag out of range, as one line: these and `more` must be >= 1, --save-every >= 0 (0: no
+        periodic checkpoints)."""
+        for name in ("micro_batch_size", "grad_accum", "steps", "seq_len", "max_nonfinite_steps", "keep_checkpoints",
+                     *more):
+            if getattr(self, name) < 1:
+                return f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
+        if self.save_every < 0:
+            return f"error: --save-every must be >= 0, got {self.save_every}"
+        return None
+
+    def signature(self, config, world: int) -> dict:
+        """What a checkpoint records of its run (a resume must match it): the model, data, batch plan, recipe and
+        the trainer's layout over the `world` processes."""
+        return dict(attn_res=config.attn_res_mode, block_size=config.attn_res_block_size,
+                    layers=config.num_hidden_layers, model=str(self.model), data=str(self.data),
+                    micro_batch_size=self.micro_batch_size, grad_accum=self.grad_accum, seq_len=self.seq_len,
+                    seed=self.seed, recipe=Recipe.from_args(self, max_steps=self.steps).record(),
+                    **self.layout(world))
+
+    def layout(self, world: int) -> dict:
+        raise NotImplementedError
 
     def conflicts(self, given: set[str]) -> list[str | None]:
         """The tiny model's flags against --model, --seq-len against --data (`given`: the flags on the command line;
@@ -66,6 +93,10 @@ class PipelineArgs(PipelineModelArgs):
     cpu_shm_comm: bool = False
     report_comms: bool = False
 
+    def layout(self, world: int) -> dict:
+        return dict(stages=self.num_stages or world, processes=world, partition_method=self.partition_method,
+                    optimizer=self.optimizer, zero_stage=self.zero_stage, bf16=self.bf16)
+
 
 @dataclass
 class InterleavedArgs(PipelineModelArgs):
@@ -76,6 +107,6 @@ class InterleavedArgs(PipelineModelArgs):
     output_dir: Path = Path("runs/interleaved")
     virtual_stages: int = 2
     no_caching: bool = False
-    save_every: int = 0
-    keep_checkpoints: int = 2
-    resume: str = "auto"
+
+    def layout(self, world: int) -> dict:
+        return dict(stages=world, virtual_stages=self.virtual_stages)

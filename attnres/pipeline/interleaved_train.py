@@ -46,9 +46,8 @@ def check_model_family(args: InterleavedArgs) -> None:
 def check_args(args: InterleavedArgs, world: int) -> None:
     if world < 2:
         raise SystemExit("error: an interleaved pipeline needs >= 2 processes (torchrun --nproc_per_node 2 ...)")
-    for name in ("micro_batch_size", "grad_accum", "steps", "seq_len", "virtual_stages", "max_nonfinite_steps"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if (error := args.count_error("virtual_stages")) is not None:
+        raise SystemExit(error)
     check_recipe_args(args, args.steps)
     rounds = max(1, args.grad_accum // world)  # PyTorch's interleaved 1F1B runs whole rounds of micro-batches
     if args.grad_accum % rounds:
@@ -56,67 +55,29 @@ def check_args(args: InterleavedArgs, world: int) -> None:
                          f"round of {world} stages)")
 
 
-def run_signature(args: InterleavedArgs, config, world: int) -> dict:
-    """What a checkpoint records of its run (a resume must match it): the model, data, layout and the recipe."""
-    return dict(attn_res=config.attn_res_mode, block_size=config.attn_res_block_size, layers=config.num_hidden_layers,
-                model=str(args.model), data=str(args.data), stages=world, virtual_stages=args.virtual_stages,
-                micro_batch_size=args.micro_batch_size, grad_accum=args.grad_accum, seq_len=args.seq_len,
-                seed=args.seed, recipe=Recipe.from_args(args, max_steps=args.steps).record())
+class PipelineState:
+    """This rank's share of a checkpoint (`checkpoints.TrainingState`): its chunks' weights, the AdamW and schedule
+    state, in one plain-data file per rank."""
 
+    def __init__(self, pipe, optimizer, scheduler):
+        self.pipe, self.optimizer, self.scheduler = pipe, optimizer, scheduler
+        self.is_main = pipe.rank == 0
 
-def matching_checkpoint(args: InterleavedArgs, config, world: int) -> Path | None:
-    """The checkpoint to resume from (None: start fresh); refused when it was made with other settings."""
-    from ..training.resume import check_run_state, resume_folder
-    from ..training.state import read_state
+    def barrier(self) -> None:
+        dist.barrier()
 
-    folder = resume_folder(args.resume, args.output_dir)
-    try:  # train's rule: never prune or replace a newer state that the folder's own run holds
-        check_run_state(args.output_dir, folder)
-    except ValueError as error:
-        raise SystemExit(f"error: {error}") from None
-    if folder is None:
-        return None
-    saved, now = read_state(folder)["signature"], run_signature(args, config, world)
-    mismatch = differences(saved, now)
-    if mismatch:
-        raise SystemExit(f"error: --resume {folder}: checkpoint was made with other settings {mismatch} (saved, "
-                         f"now); use another --output-dir")
-    return folder
+    def save(self, folder: Path) -> None:
+        torch.save({"model": self.pipe.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict()}, folder / CHECKPOINT_FILE.format(rank=self.pipe.rank))
 
+    def load(self, folder: Path) -> None:
+        from ..training.state import load_weights_only
 
-def differences(saved: dict, now: dict, prefix: str = "") -> dict:
-    """{key: (saved, now)} of the signature entries that differ, nested ones (the recipe) by their own keys."""
-    found = {}
-    for key, value in now.items():
-        if isinstance(value, dict) and isinstance(saved.get(key), dict):
-            found.update(differences(saved[key], value, f"{prefix}{key}."))
-        elif saved.get(key) != value:
-            found[f"{prefix}{key}"] = (saved.get(key), value)
-    return found
-
-
-def load_checkpoint(folder: Path, pipe, optimizer, scheduler) -> int:
-    """This rank's weights, optimizer and schedule state (plain data: `weights_only=True`); returns the checkpoint's
-    step."""
-    from ..training.state import load_weights_only, read_state
-
-    saved = load_weights_only(folder / CHECKPOINT_FILE.format(rank=pipe.rank))
-    for chunk in pipe.chunks:
-        chunk.load_state_dict({name: saved["model"][chunk.model_name(name)] for name in chunk.state_dict()})
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    return read_state(folder)["step"]
-
-
-def save_checkpoint(args: InterleavedArgs, step: int, state: dict, pipe, optimizer, scheduler) -> None:
-    from ..training.state import save_checkpoint as save_atomic
-
-    def write(tmp: Path) -> None:
-        torch.save({"model": pipe.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict()}, tmp / CHECKPOINT_FILE.format(rank=pipe.rank))
-
-    save_atomic(args.output_dir / "checkpoints", step, state, write, pipe.rank == 0, dist.barrier,
-                args.keep_checkpoints)
+        saved = load_weights_only(folder / CHECKPOINT_FILE.format(rank=self.pipe.rank))
+        for chunk in self.pipe.chunks:
+            chunk.load_state_dict({name: saved["model"][chunk.model_name(name)] for name in chunk.state_dict()})
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
 
 
 def global_grad_norm(params) -> float:
@@ -187,8 +148,10 @@ def model_and_data(args: InterleavedArgs):
 
 def train_interleaved(args: InterleavedArgs) -> dict:
     """One run; call on every process of a torchrun launch (each process is one physical stage)."""
+    from ..training.checkpoints import checkpoints_root, remove_partial, resume_training, save_checkpoint
     from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard
-    from ..training.state import is_rank_zero, output_lock, remove_partial
+    from ..training.state import is_rank_zero, output_lock
+    from .train import matching_checkpoint
 
     check_model_family(args)  # before torchrun's check: the same answer launched or not
     if "WORLD_SIZE" not in os.environ:
@@ -210,12 +173,13 @@ def train_interleaved(args: InterleavedArgs) -> dict:
         recipe = Recipe.from_args(args, max_steps=args.steps)  # the one every engine uses
         optimizer = recipe.build_optimizer(pipe.named_parameters().items())
         scheduler = recipe.build_scheduler(optimizer)
-        state = {"signature": run_signature(args, config, world)}
-        folder = matching_checkpoint(args, config, world)
-        start = load_checkpoint(folder, pipe, optimizer, scheduler) if folder is not None else 0
+        record = {"signature": args.signature(config, world)}
+        trainer = PipelineState(pipe, optimizer, scheduler)
+        start = resume_training(trainer, *matching_checkpoint(args, record))
+        root = checkpoints_root(args.output_dir)
         if rank == 0:
-            remove_partial(args.output_dir / "checkpoints")
-            write_json_atomic(args.output_dir / "run.json", dict(state["signature"], world_size=world))
+            remove_partial(root)
+            write_json_atomic(args.output_dir / "run.json", dict(record["signature"], world_size=world))
         log = open(args.output_dir / "log.jsonl", "a" if start else "w") if rank == 0 else None
         guard, loss = NonFiniteGuard(args.max_nonfinite_steps), None
         try:
@@ -229,7 +193,7 @@ def train_interleaved(args: InterleavedArgs) -> dict:
                 if guard.check(step, loss, norm) and rank == 0:
                     print(guard.message(step, loss, norm), file=sys.stderr)
                 if (args.save_every and step % args.save_every == 0) or step == args.steps:
-                    save_checkpoint(args, step, state, pipe, optimizer, scheduler)
+                    save_checkpoint(root, step, record, trainer, args.keep_checkpoints)
         except NonFiniteError as error:  # no model is saved from these weights
             if rank == 0:
                 print(f"error: {error}", file=sys.stderr)

@@ -1,6 +1,8 @@
 """The pipeline training run behind `attnres train-pipeline` (scripts/train_pipeline.py): DeepSpeed's 1F1B
 `train_batch` over the stages of `attnres.pipeline.stages`, ZeRO stage 0 or 1, a loss log, the boundary traffic
-report and the trained model saved as one Hugging Face folder (a shard per stage).
+report and the trained model saved as one Hugging Face folder (a shard per stage). With --save-every, atomic
+checkpoints of DeepSpeed's state and `--resume auto|never|DIR` (`attnres.training.checkpoints`, refused when the
+settings differ); data is a pure function of the step, so a resumed run continues bit for bit.
 
 Every process of the launch runs `train_pipeline(args)` with the same arguments (the flags of
 `attnres.cli.train_pipeline`); the number of processes is a multiple of the stages (the quotient: data-parallel
@@ -15,6 +17,7 @@ import contextlib
 import json
 import os
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -26,11 +29,20 @@ from ..folders.atomic_io import write_json_atomic
 from ..folders.checkpoint_files import check_model_folder
 from ..folders.model_family import require_kimi_linear
 from ..training.args import check_finite_flags
+from ..training.checkpoints import (
+    checkpoints_root,
+    choose_checkpoint,
+    remove_partial,
+    resume_training,
+    save_checkpoint,
+    signature_rule,
+)
+from ..training.engines import DeepSpeedState
 from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps, step_is_finite
 from ..training.recipe import Recipe, check_recipe_args
-from ..training.state import is_rank_zero, output_lock
+from ..training.state import check_checkpoint, is_rank_zero, output_lock
 from ..utils.tiny import tiny_config
-from .args import PipelineArgs
+from .args import PipelineArgs, PipelineModelArgs
 from .comms import P2PTraffic, boundary_report, format_report, report_rows
 from .data import micro_batches, synthetic_micro_batch
 from .export import save_pipeline_checkpoint
@@ -46,9 +58,8 @@ def check_args(args: PipelineArgs, world_size: int) -> int:
     if stages < 2:
         raise SystemExit("error: pipeline parallelism needs >= 2 stages: launch >= 2 processes (torchrun "
                          "--nproc_per_node 2 ...)")
-    for name in ("micro_batch_size", "grad_accum", "steps", "seq_len", "max_nonfinite_steps"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if (error := args.count_error()) is not None:
+        raise SystemExit(error)
     if args.grad_accum < stages:
         print(f"warning: --grad-accum {args.grad_accum} < {stages} stages leaves the pipeline mostly idle",
               file=sys.stderr)
@@ -122,6 +133,18 @@ def batch_source(args: PipelineArgs, config, train, dp_world: int):
     return lambda step, micro, rank: train[plan.indices(step, micro, rank)]["input_ids"]
 
 
+def matching_checkpoint(args: PipelineModelArgs, record: dict,
+                        check_files=None) -> tuple[Path | None, dict | None]:
+    """(checkpoint, its state) both pipeline trainers continue from ((None, None): start fresh): one of this run
+    (`record`'s signature) with a valid step and, checked by `check_files`, intact files; refused in one line naming
+    what differs, or when it would prune or replace a newer state of the folder's run."""
+    try:
+        return choose_checkpoint(args.resume, args.output_dir,
+                                 signature_rule(record["signature"], args.steps, check_files))
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
+
+
 def ds_config(args: PipelineArgs) -> dict:
     return {
         "train_micro_batch_size_per_gpu": args.micro_batch_size,
@@ -145,6 +168,11 @@ def write_run_record(args: PipelineArgs, recipe: Recipe, world: int) -> None:
     write_json_atomic(args.output_dir / "run.json", dict(recipe=recipe.record(), settings=settings, world_size=world))
 
 
+def checkpoint_due(args: PipelineArgs, step: int) -> bool:
+    """Every --save-every steps and at the last step; never with --save-every 0."""
+    return bool(args.save_every) and (step % args.save_every == 0 or step == args.steps)
+
+
 def skip_cpu_shm_build() -> None:
     """On CPU DeepSpeed JIT-compiles a shared-memory allreduce op at init (minutes on a small machine, once per
     cache). The pipeline's point-to-point sends never use it, so by default mark it unavailable: DeepSpeed then uses
@@ -152,14 +180,15 @@ def skip_cpu_shm_build() -> None:
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
-def train_steps(args: PipelineArgs, engine, data, traffic: P2PTraffic, is_rank0: bool) -> None:
-    """`args.steps` pipeline steps, each logged to log.jsonl (rank 0); too many non-finite steps in a row end the run
-    with exit code 3, before any model is saved."""
-    log = open(args.output_dir / "log.jsonl", "w") if is_rank0 else None
+def train_steps(args: PipelineArgs, engine, data, traffic: P2PTraffic, is_rank0: bool, start: int, save) -> None:
+    """The pipeline steps after `start` up to `args.steps`, each logged to log.jsonl (rank 0), `save(step)` when a
+    checkpoint is due; too many non-finite steps in a row end the run with exit code 3, before any model is saved."""
+    log = open(args.output_dir / "log.jsonl", "a" if start else "w") if is_rank0 else None
     guard = NonFiniteGuard(args.max_nonfinite_steps)
     try:
         with traffic.counting():
-            for step in (progress := tqdm(range(1, args.steps + 1), desc="pipeline steps", disable=not is_rank0)):
+            steps = range(start + 1, args.steps + 1)
+            for step in (progress := tqdm(steps, desc="pipeline steps", disable=not is_rank0)):
                 loss = float(engine.train_batch(data_iter=data))  # the mean micro-batch loss, broadcast to every stage
                 norm, applied = engine.get_global_grad_norm(), engine.was_step_applied()  # norm: None if not measured
                 finite = step_is_finite(loss, norm, applied)  # alike on every rank: the skip is agreed across stages
@@ -169,6 +198,8 @@ def train_steps(args: PipelineArgs, engine, data, traffic: P2PTraffic, is_rank0:
                     log.flush()
                 if guard.check(step, loss, norm, applied) and is_rank0:
                     progress.write(guard.message(step, loss, norm))
+                if checkpoint_due(args, step):
+                    save(step)
     except NonFiniteError as error:  # no model is saved from these weights
         if is_rank0:
             print(f"error: {error}", file=sys.stderr)
@@ -178,12 +209,14 @@ def train_steps(args: PipelineArgs, engine, data, traffic: P2PTraffic, is_rank0:
             log.close()
 
 
-def report_comms(args: PipelineArgs, config, pipe, traffic: P2PTraffic, dp_rank: int, is_rank0: bool) -> None:
-    """Bytes sent per stage boundary (replica 0's, gathered) against the minimum -> comms.json, printed."""
+def report_comms(args: PipelineArgs, config, pipe, traffic: P2PTraffic, dp_rank: int, is_rank0: bool,
+                 steps: int) -> None:
+    """Bytes sent per stage boundary (replica 0's, gathered, over the `steps` this run made) against the minimum ->
+    comms.json, printed."""
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, traffic.sent if dp_rank == 0 else {})
     sent = {key: value for part in gathered for key, value in part.items()}
-    rows = boundary_report(config, pipe.parts, sent, args.steps * args.grad_accum, args.micro_batch_size,
+    rows = boundary_report(config, pipe.parts, sent, steps * args.grad_accum, args.micro_batch_size,
                            args.seq_len, torch.bfloat16 if args.bf16 else torch.float32)
     if is_rank0:
         write_json_atomic(args.output_dir / "comms.json", {"parts": [int(p) for p in pipe.parts],
@@ -224,21 +257,30 @@ def train_pipeline(args: PipelineArgs) -> None:
     # DeepSpeed's ZeRO-1 and bf16 optimizers skip a non-finite gradient norm themselves; a plain fp32 one is guarded
     check_grads = args.zero_stage == 0 and not args.bf16
     optimizer = skip_nonfinite_steps(optimizer, check_grads=check_grads)
+    record = {"signature": args.signature(config, dist.get_world_size())}
+    # DeepSpeed's files of the checkpoint are checked before any state changes
+    folder, state = matching_checkpoint(args, record, lambda folder: check_checkpoint(folder, deepspeed=True))
     engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=optimizer, lr_scheduler=scheduler,
                                            config=ds_config(args))
+    trainer = DeepSpeedState(engine)
+    start = resume_training(trainer, folder, state)
     grid = engine.grid
     stage, dp_rank = grid.get_stage_id(), grid.get_data_parallel_id()
     fetch = batch_source(args, config, train, grid.get_data_parallel_world_size())
-    data = micro_batches(fetch, 0, args.grad_accum, dp_rank)
+    data = micro_batches(fetch, start, args.grad_accum, dp_rank)  # data is a pure function of the step
 
     is_rank0 = dist.get_rank() == 0
+    root = checkpoints_root(args.output_dir)
     if is_rank0:
         args.output_dir.mkdir(parents=True, exist_ok=True)
+        remove_partial(root)
         write_run_record(args, recipe, dist.get_world_size())
+    dist.barrier()
     traffic = P2PTraffic(stage)
-    train_steps(args, engine, data, traffic, is_rank0)
-    if args.report_comms:
-        report_comms(args, config, pipe, traffic, dp_rank, is_rank0)
+    train_steps(args, engine, data, traffic, is_rank0, start,
+                lambda step: save_checkpoint(root, step, record, trainer, args.keep_checkpoints))
+    if args.report_comms and args.steps > start:  # a finished run resumed makes no step: nothing to report
+        report_comms(args, config, pipe, traffic, dp_rank, is_rank0, args.steps - start)
     if not args.no_save:
         save_pipeline_checkpoint(pipe, config, args.output_dir / "model", stage, stages, dp_rank == 0,
                                  tokenizer=tokenizer)

@@ -11,8 +11,9 @@ diagnostics. One job per module:
               groups, pseudo-query LR, schedule, clipping, data order; recorded with each run
 - `engines`:  accelerate (one process, DDP or FSDP2) and DeepSpeed ZeRO behind one small interface
 - `fsdp2`:    FSDP2 units for AttnRes models and what accelerate needs to run them (on CPU too)
-- `state`:    checkpoints (written atomically, removed on a failed write or an interrupt), reading them back, the
-              output folder's lock
+- `checkpoints`: every resuming trainer's checkpoints: folder names, the atomic save (removed on a failed write or
+              an interrupt), pruning, which one a run continues from
+- `state`:    reading checkpoint files back as plain data, RNG state, the output folder's lock
 - `resume`:   the resume rule: a resume continues exactly the recorded run (flags left out take the recorded
               values, conflicting ones are refused by name), one provenance record per segment
 - `logs`:     metrics.jsonl / TensorBoard, depth diagnostics, their plots, training_info.json (provenance)

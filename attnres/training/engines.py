@@ -153,10 +153,36 @@ class AccelerateEngine:
             save_model_folder(self.module, folder, state_dict=state)
 
 
-class DeepSpeedEngine:
-    """DeepSpeed ZeRO stage 0-3 with our AdamW and schedule (a torch optimizer: no fused-Adam JIT build on CPU)."""
+class DeepSpeedState:
+    """A DeepSpeed engine's share of a checkpoint (`checkpoints.TrainingState`), for ZeRO and pipeline engines alike:
+    DeepSpeed's own files under the `deepspeed/` tag, read back as plain data only, and this process's RNG state."""
 
     TAG = "deepspeed"
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    rank = property(lambda self: torch.distributed.get_rank())
+    is_main = property(lambda self: torch.distributed.get_rank() == 0)
+
+    def barrier(self) -> None:
+        torch.distributed.barrier()
+
+    def save(self, folder: Path) -> None:
+        self.engine.save_checkpoint(str(folder), tag=self.TAG)
+        torch.save(rng_state(), Path(folder) / f"rng_state_{self.rank}.pt")
+
+    def load(self, folder: Path) -> None:
+        load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt")  # a damaged file fails before any state changes
+        read_deepspeed_weights_only(self.engine.checkpoint_engine)  # never unpickle objects from the checkpoint
+        path, _ = self.engine.load_checkpoint(str(folder), tag=self.TAG)
+        if path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {self.TAG!r}) in {folder}")
+        set_rng_state(load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt"))
+
+
+class DeepSpeedEngine(DeepSpeedState):
+    """DeepSpeed ZeRO stage 0-3 with our AdamW and schedule (a torch optimizer: no fused-Adam JIT build on CPU)."""
 
     def __init__(self, model, optimizer, scheduler, args, world: int):
         from ..utils.extras import require
@@ -183,9 +209,7 @@ class DeepSpeedEngine:
         )
 
     device = property(lambda self: self.engine.device)
-    rank = property(lambda self: torch.distributed.get_rank())
     world_size = property(lambda self: torch.distributed.get_world_size())
-    is_main = property(lambda self: torch.distributed.get_rank() == 0)
     module = property(lambda self: self.engine.module)
 
     def forward(self, input_ids, labels=None, **kwargs):
@@ -240,21 +264,6 @@ class DeepSpeedEngine:
 
     def mean(self, value: torch.Tensor) -> float:
         return float(self.mean_tensor(value))
-
-    def barrier(self) -> None:
-        torch.distributed.barrier()
-
-    def save(self, folder: Path) -> None:
-        self.engine.save_checkpoint(str(folder), tag=self.TAG)
-        torch.save(rng_state(), Path(folder) / f"rng_state_{self.rank}.pt")
-
-    def load(self, folder: Path) -> None:
-        load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt")  # a damaged file fails before any state changes
-        read_deepspeed_weights_only(self.engine.checkpoint_engine)  # never unpickle objects from the checkpoint
-        path, _ = self.engine.load_checkpoint(str(folder), tag=self.TAG)
-        if path is None:
-            raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {self.TAG!r}) in {folder}")
-        set_rng_state(load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt"))
 
     def save_model(self, folder: Path) -> None:
         import deepspeed

@@ -17,6 +17,16 @@ import torch
 from ..folders.atomic_io import move_into_place, recover_interrupted
 from ..utils import finite_weights
 from .args import SetupError, TrainArgs, fill_settings, given_settings, world_size
+from .checkpoints import (
+    check_written_weights,
+    checkpoints_root,
+    choose_checkpoint,
+    remove_partial,
+    resume_training,
+    save_checkpoint,
+    write_error,
+    written_or_removed,
+)
 from .data import BatchPlan, batch_tensors, check_prepared, load_prepared, loss_normalizer
 from .fsdp2 import fsdp_launch, shard_for_accelerate
 from .guard import NonFiniteError, NonFiniteGuard, is_finite, step_is_finite
@@ -34,27 +44,8 @@ from .models import (
     write_plain_family_folder,
 )
 from .recipe import RES_PROJ_SUFFIX, Recipe  # noqa: F401  (RES_PROJ_SUFFIX: importers take it from here too)
-from .resume import (
-    apply_recorded,
-    check_resolved,
-    check_run_state,
-    checked_step,
-    new_segment,
-    read_recorded,
-    resume_folder,
-    run_record,
-)
-from .state import (
-    check_checkpoint,
-    check_not_foreign,
-    check_written_weights,
-    is_rank_zero,
-    output_lock,
-    remove_partial,
-    save_checkpoint,
-    write_error,
-    written_or_removed,
-)
+from .resume import check_resolved, continue_recorded, new_segment, run_record
+from .state import check_checkpoint, check_not_foreign, is_rank_zero, output_lock
 
 # --- optimizer and schedule: the recipe every engine shares (recipe.py) -----------------------------------------
 
@@ -93,13 +84,12 @@ def _prepare(args: TrainArgs):
     world, given = world_size(), set(given_settings(args))  # the run flags on the command line (before a resume)
     if args.output_dir is None:  # named after the model: found with the flags as given (or defaulted), before a resume
         args.output_dir = _default_output_dir(args.copy())
-    folder = resume_folder(args.resume, args.output_dir)
     check_not_foreign(args.output_dir)  # a run writes only into a new or empty folder, or a run's own
-    state = read_recorded(folder) if folder is not None else None
-    apply_recorded(args, state, folder)
-    if state is not None:
-        checked_step(folder, state)
-    check_run_state(args.output_dir, folder)  # never over a newer state: another run's, or a later checkpoint
+    # never over a newer state (another run's, or a later checkpoint); a resume continues the recorded run
+    folder, state = choose_checkpoint(args.resume, args.output_dir,
+                                      lambda folder, state: continue_recorded(args, folder, state))
+    if state is None:
+        fill_settings(args)  # a fresh start: the defaults
     meta = _checked_flags_and_data(args, world)
     if args.init_from is not None:
         finite_weights.check_folder(args.init_from)  # a NaN weight is named, never trained from
@@ -248,7 +238,7 @@ def save_final_model(engine, tokenizer, output_dir: Path, write_info, plain_fami
 def clean_run_folder(output_dir: Path) -> None:
     """What a killed run left in its folder: half-written checkpoints and final model builds go, a final/ caught
     mid-swap is settled (the old one back if the new one never arrived). Main process, under the output lock."""
-    remove_partial(output_dir / "checkpoints")
+    remove_partial(checkpoints_root(output_dir))
     recover_interrupted(output_dir / FINAL_BUILD)  # save_pretrained's own build folder inside a killed final save
     shutil.rmtree(output_dir / FINAL_BUILD, ignore_errors=True)
     recover_interrupted(output_dir / "final")
@@ -323,15 +313,12 @@ def run(args: TrainArgs, world, config, train_set, val_set, tokenizer, folder, s
         model = shard_for_accelerate(model, cpu=not torch.cuda.is_available())
     optimizer = build_optimizer(model, args)
     engine = make_engine(model, optimizer, build_scheduler(optimizer, args), args, world)
-    output_dir, root = Path(args.output_dir), Path(args.output_dir) / "checkpoints"
+    output_dir, root = Path(args.output_dir), checkpoints_root(args.output_dir)
     if engine.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
         clean_run_folder(output_dir)
     engine.barrier()
-    start_step = 0
-    if folder is not None:
-        engine.load(folder)
-        start_step = state["step"]
+    start_step = resume_training(engine, folder, state)
     segments = [*(state or {}).get("segments", []), new_segment(start_step, argv, record["data_fingerprint"])]
 
     def checkpoint_state(step: int) -> dict:  # the run record and its segments, this one ending at `step`
@@ -366,8 +353,7 @@ def run(args: TrainArgs, world, config, train_set, val_set, tokenizer, folder, s
                 scalars.update({"val/heldout_loss": summary["heldout_loss"], "val/heldout_sequences": len(val_set)})
             logger.log(step, **scalars)
         if (args.save_every and step % args.save_every == 0) or step == args.max_steps:
-            save_checkpoint(root, step, checkpoint_state(step), engine.save, engine.is_main, engine.barrier,
-                            args.keep_checkpoints)
+            save_checkpoint(root, step, checkpoint_state(step), engine, args.keep_checkpoints)
     progress.close()
     logger.close()
 

@@ -10,13 +10,10 @@ resolved to (the data's fingerprint, a digest of the model config, the process c
 - in particular a larger or smaller --max-steps is refused: the warmup + cosine schedule was built for the recorded
   total, so a longer one would make the learning rate jump and a shorter one end a run midway through its schedule.
   To train further, start a new --output-dir with --init-from <run>/final (a fresh optimizer and schedule).
-A run never outlives or overwrites a newer state in its --output-dir (`check_run_state`): a fresh start
-(`--resume never`, or `auto` with no checkpoint) into a folder that holds another run's checkpoints or final/ is
-refused (its pruning would delete the newer checkpoints, its final/ replace theirs), and so is a resume from a
-checkpoint older than the folder's latest or from another folder's checkpoint into a folder with a run of its own.
-The checkpoint's step is checked (an integer in [0, recorded --max-steps] matching its folder name), and the state
-keeps one record per segment (start and end step, command line, start time, data fingerprint): the provenance
-training_info.json copies them.
+Which checkpoint, and that a run never outlives or overwrites a newer state in its --output-dir, is every trainer's
+rule (`checkpoints.choose_checkpoint`). The checkpoint's step is checked (an integer in [0, recorded --max-steps]
+matching its folder name), and the state keeps one record per segment (start and end step, command line, start
+time, data fingerprint): the provenance training_info.json copies them.
 """
 from __future__ import annotations
 
@@ -26,71 +23,26 @@ import json
 import os
 from pathlib import Path
 
-from ..folders.checkpoint_files import read_json_file
 from .args import PATH_SETTINGS, RUN_SETTINGS, fill_settings, given_settings
+from .checkpoints import STATE_FILE, ResumeFileError, checked_step
 from .fsdp2 import fsdp_launch
 from .recipe import Recipe
-from .state import (
-    STATE_FILE,
-    STEP_DIR,
-    ResumeFileError,
-    checkpoint_step,
-    complete_checkpoints,
-    latest_checkpoint,
-    resolve_checkpoint,
-)
 
 
-def resume_folder(resume: str, output_dir: Path) -> Path | None:
-    """The checkpoint `--resume` names, for every trainer (None: start fresh): 'never', 'auto' (the latest complete
-    checkpoint in `output_dir`/checkpoints, if any) or a checkpoint folder; ValueError naming the path when there is
-    none."""
-    if resume == "never":
-        return None
-    if resume == "auto":
-        return latest_checkpoint(Path(output_dir) / "checkpoints")
-    return resolve_checkpoint(resume)  # also accepts checkpoints/step-100 for step-00000100
+def continue_recorded(args, folder: Path, state: dict) -> None:
+    """The train command's rule for the checkpoint `checkpoints.choose_checkpoint` found: it records its run's
+    settings; the flags given must match them and those left out take them (`apply_recorded`); its step is valid."""
+    if not isinstance(state.get("settings"), dict):
+        raise ResumeFileError(f"{Path(folder) / STATE_FILE}: no recorded run settings (a checkpoint of an older "
+                              "version, or edited): resume it with the version that wrote it, or start a new "
+                              "--output-dir")
+    apply_recorded(args, state, folder)
+    checked_step(folder, state, state["settings"].get("max_steps"))
 
 
-def check_run_state(output_dir: Path, folder: Path | None) -> None:
-    """Refuse a start (`folder` None) or a resume that would prune, overwrite or replace a newer state that the
-    run in `output_dir` already holds: its checkpoints and final/ belong to the run that wrote them."""
-    output_dir = Path(output_dir)
-    found = complete_checkpoints(output_dir / "checkpoints")
-    held = ([f"checkpoints up to {found[-1].name}"] if found else []) + (
-        ["final/"] if os.path.lexists(output_dir / "final") else [])
-    if not held:
-        return
-    if folder is None:
-        raise ValueError(f"--output-dir {output_dir} holds another run ({' and '.join(held)}): a new run there would "
-                         "prune its checkpoints and replace its final/; continue it with --resume auto, or start the "
-                         "new run in a new --output-dir")
-    inside = Path(folder).resolve().parent == (output_dir / "checkpoints").resolve() and STEP_DIR.match(folder.name)
-    if not inside:
-        raise ValueError(f"--resume {folder}: a checkpoint of another folder, but --output-dir {output_dir} holds a "
-                         f"run of its own ({' and '.join(held)}): resume into a new --output-dir")
-    if found and checkpoint_step(folder) < checkpoint_step(found[-1]):
-        raise ValueError(f"--resume {folder}: --output-dir {output_dir} holds the newer checkpoint {found[-1].name}, "
-                         "which continuing from an older one would prune or overwrite: resume from the latest "
-                         "(--resume auto), or move the newer checkpoints out of the folder first")
-
-
-def read_recorded(folder: Path) -> dict:
-    """trainer_state.json of a checkpoint, with its recorded settings; messages name the file."""
-    path = Path(folder) / STATE_FILE
-    state = read_json_file(path, "training state")
-    if not isinstance(state, dict) or not isinstance(state.get("settings"), dict):
-        raise ResumeFileError(f"{path}: no recorded run settings (a checkpoint of an older version, or edited): "
-                              "resume it with the version that wrote it, or start a new --output-dir")
-    return state
-
-
-def apply_recorded(args, state: dict | None, folder: Path | None = None) -> None:
-    """Fill the flags left out from the recorded run (or the defaults when starting fresh); refuse given flags that
-    differ from it, all named in one message."""
-    if state is None:
-        fill_settings(args)
-        return
+def apply_recorded(args, state: dict, folder: Path) -> None:
+    """Fill the flags left out from the recorded run; refuse given flags that differ from it, all named in one
+    message."""
     recorded, given = state["settings"], given_settings(args)
     # files and folders are compared by content, once read (`check_resolved`): a moved or copied one is the same
     conflicts = [(name, recorded.get(name), value) for name, value in given.items()
@@ -113,18 +65,6 @@ def conflict_message(folder, conflicts) -> str:
                 "--output-dir with --init-from <this run>/final)")
     return (f"--resume {folder}: {flags}: resume continues the recorded run{hint}; start a new --output-dir to "
             "change it, or leave the flag out")
-
-
-def checked_step(folder: Path, state: dict) -> int:
-    """The checkpoint's step: an integer in [0, recorded --max-steps], the one its folder is named after."""
-    step, limit = state.get("step"), state["settings"].get("max_steps")
-    match = STEP_DIR.match(Path(folder).name)
-    valid = isinstance(step, int) and not isinstance(step, bool) and isinstance(limit, int) and 0 <= step <= limit
-    if not valid or (match and int(match.group(1)) != step):
-        expected = f" (its folder is {Path(folder).name})" if match else ""
-        raise ResumeFileError(f"{Path(folder) / STATE_FILE}: step {step!r} is not an integer in [0, {limit}] "
-                              f"matching the checkpoint{expected}: the file is damaged or was edited")
-    return step
 
 
 # --- what the settings resolved to, and the segments ---------------------------------------------------------------

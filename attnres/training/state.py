@@ -1,14 +1,9 @@
-"""Run state on disk, and every step of resuming from it.
+"""A run's state files read back safely, its RNG state, and the output folder's lock (checkpoint folders, their
+atomic save and the choice of one to resume: `checkpoints.py`).
 
-- Atomic checkpoint folders: every process writes into `.tmp-step-N/`, then the main process renames it to
-  `step-N/` once everything (including `trainer_state.json`, written last) is on disk. A process killed mid-write
-  leaves only a `.tmp-*` folder, which is ignored and cleaned up at the next start; the previous `step-*` folder
-  stays complete and loadable. A rename within one folder is atomic on POSIX file systems. A failed write (disk
-  full) or an interrupt (Ctrl-C, SIGTERM) removes the `.tmp-*` folder on the way out (`written_or_removed`).
-- Resuming (which checkpoint, and the rule that a resume continues the recorded run: `resume.py`): reading the
-  checkpoint back without ever running code from it: torch files load with `weights_only=True` (tensors, numbers,
-  strings, numpy arrays: no pickled objects), and every file is checked first, so a damaged or missing one gets a
-  message naming it instead of a traceback or, as accelerate does for RNG states, silence.
+- Reading a checkpoint back without ever running code from it: torch files load with `weights_only=True` (tensors,
+  numbers, strings, numpy arrays: no pickled objects), and every file is checked first, so a damaged or missing one
+  gets a message naming it instead of a traceback or, as accelerate does for RNG states, silence.
 - One run per output folder: the run that writes to a folder holds an exclusive lock on `<folder>/.lock` until it
   ends. A second run in the same folder stops at once with a message naming the holder. The lock is the kernel's
   (`flock`): it disappears with its process, so a killed run never leaves a stale lock behind.
@@ -16,187 +11,34 @@
   run's folder (`is_run_folder`); in any other folder, an entry with a name that a run writes (final/, checkpoints/,
   its logs) is refused by name (`check_not_foreign`): a run replaces final/ and deletes `checkpoints/.tmp-*`, which
   must never hit a user's `final/` (or `--output-dir .` in a folder holding one). Other files there are left alone.
-  Pruning deletes only checkpoints at or below the step just saved, never a newer one (`resume.check_run_state`
-  keeps newer ones from being there).
 """
 from __future__ import annotations
 
-import errno
 import fcntl
-import json
 import os
 import random
 import re
-import shutil
 import socket
 import time
 import zipfile
-from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..folders.atomic_io import move_into_place, recover_interrupted
-from ..folders.checkpoint_files import CheckpointFileError, check_safetensors, read_json_file
+from ..folders.checkpoint_files import check_safetensors, read_json_file
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
-from ..utils.safe_paths import settle_interrupted, write_failure
 from . import SetupError
-from .guard import NonFiniteError
+from .checkpoints import STATE_FILE, ResumeFileError, complete_checkpoints
 
-STATE_FILE = "trainer_state.json"
-STEP_DIR = re.compile(r"^step-(\d+)$")
-# Fault injection for the kill test: seconds to sleep after the files are written, before the rename
-PAUSE_ENV = "ATTNRES_CHECKPOINT_PAUSE_S"
 # The scheduler's state (a plain dict of numbers), saved by torch.save and read back with weights_only=True
 SCHEDULER_FILE = "lr_scheduler.pt"
 LOCK_FILE = ".lock"
 
 
-def checkpoint_dir(root: Path, step: int) -> Path:
-    return Path(root) / f"step-{step:08d}"
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A `--resume` folder: as given, or `step-N` naming the zero-padded `step-0000000N` beside it
-    (`checkpoints/step-100` finds `checkpoints/step-00000100`). Raises ValueError naming the path when neither is a
-    complete checkpoint."""
-    path = Path(path)
-    match = STEP_DIR.match(path.name)
-    candidates = [path] + ([checkpoint_dir(path.parent, int(match.group(1)))] if match else [])
-    for folder in candidates:
-        if (folder / STATE_FILE).is_file():
-            return folder
-    existing = [d.name for d in complete_checkpoints(path.parent)]
-    hint = f"; checkpoints there: {', '.join(existing)}" if existing else ""
-    if path.is_dir():
-        raise ValueError(f"--resume {path}: not a checkpoint (no {STATE_FILE}){hint}")
-    raise ValueError(f"--resume {path}: no such checkpoint folder{hint}")
-
-
-def complete_checkpoints(root: Path) -> list[Path]:
-    """Finished checkpoints under `root`, oldest first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = [d for d in root.iterdir() if STEP_DIR.match(d.name) and (d / STATE_FILE).is_file()]
-    return sorted(found, key=checkpoint_step)
-
-
-def checkpoint_step(folder: Path) -> int:
-    """The step a `step-N` checkpoint folder is named after."""
-    return int(STEP_DIR.match(Path(folder).name).group(1))
-
-
-def latest_checkpoint(root: Path) -> Path | None:
-    found = complete_checkpoints(root)
-    return found[-1] if found else None
-
-
-def remove_partial(root: Path) -> None:
-    """Delete `.tmp-*` folders left by a killed run, and settle a checkpoint swap it left midway (main process only,
-    before training)."""
-    root = Path(root)
-    if not root.is_dir():
-        return
-    for leftover in root.glob(".tmp-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    for old in root.glob(".step-*.replaced-*"):  # `move_into_place` of a re-saved step: the old copy goes back or goes
-        recover_interrupted(root / old.name[1:].rsplit(".replaced-", 1)[0])
-
-
-def _fsync_tree(folder: Path) -> None:
-    """Flush every file so the rename never publishes data still in the page cache."""
-    for path in folder.rglob("*"):
-        if path.is_file():
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-
-
-class OutputWriteError(SetupError):
-    """Writing a run output failed on the filesystem (disk full, no permission): commands print its message alone.
-    The half-written folder is gone; the previous checkpoint or model stays as it was."""
-
-
-def write_error(output: Path, error: BaseException) -> OutputWriteError | None:
-    """One error naming the OS error and `output`, for a failed write; None for other errors. torch.save reports a
-    short write without an errno ("unexpected pos"): on a filesystem with (nearly) no space left that is ENOSPC."""
-    message = write_failure(output, error) if isinstance(error, Exception) else None
-    if message is None and isinstance(error, RuntimeError) and "unexpected pos" in str(error):
-        full = shutil.disk_usage(Path(output).parent).free < 64 * 2**20
-        message = write_failure(output, OSError(errno.ENOSPC if full else errno.EIO, ""))
-    return None if message is None else OutputWriteError(message)
-
-
-def check_written_weights(files, output: Path) -> None:
-    """The weights just written for `output` (a checkpoint, final/) must be finite before they take its name: a NaN
-    weight stops the run (NonFiniteError, exit code 3) and the previous `output` stays as it was."""
-    try:
-        finite_weights.check_files(files)
-    except NonFiniteWeightsError as error:
-        raise NonFiniteError(f"{error}; {output} was not written (the previous one, if any, is kept)") from None
-
-
-@contextmanager
-def written_or_removed(folder: Path, output: Path):
-    """Around the writing of `folder` (the build folder of `output`): on any failure or interrupt it is removed, and
-    a filesystem error becomes one OutputWriteError naming it and `output`."""
-    try:
-        yield
-    except BaseException as error:
-        shutil.rmtree(folder, ignore_errors=True)
-        settle_interrupted(output)  # caught mid-swap: the old copy that stepped aside goes back
-        failure = write_error(output, error)
-        if failure is None:
-            raise
-        raise failure from None
-
-
-def save_checkpoint(root: Path, step: int, state: dict, write: Callable[[Path], None], is_main: bool,
-                    barrier: Callable[[], None], keep: int) -> Path:
-    """Collective: every process calls it. `write(tmp)` saves the process's share of model/optimizer/RNG state."""
-    root, final = Path(root), checkpoint_dir(root, step)
-    tmp = root / f".tmp-{final.name}"
-    if is_main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    barrier()
-    with written_or_removed(tmp, final) if is_main else nullcontext():
-        write(tmp)
-        barrier()
-        if is_main:
-            check_written_weights(sorted(tmp.glob("model*.safetensors")), final)
-            (tmp / STATE_FILE).write_text(json.dumps(dict(state, step=step), indent=2))
-            _fsync_tree(tmp)
-            time.sleep(float(os.environ.get(PAUSE_ENV, "0")))
-            # the same step saved again (a resume from an older checkpoint): the old copy steps aside, then goes
-            move_into_place(tmp, final, replace=True)
-    if is_main:  # this run's line of checkpoints only: a newer one (another run's) is never pruned
-        for old in [d for d in complete_checkpoints(root) if checkpoint_step(d) <= step][:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-    barrier()
-    return final
-
-
-def interrupted_message(output_dir, signal) -> str:
-    """The one line of a run stopped by Ctrl-C or SIGTERM: where it can continue from."""
-    latest = latest_checkpoint(Path(output_dir) / "checkpoints") if output_dir is not None else None
-    where = (f"the last complete checkpoint is {latest} (step {read_state(latest)['step']}): rerun the same command "
-             "to continue from it" if latest else "no checkpoint was written yet: rerunning starts over")
-    return f"interrupted ({signal.name}): {where}"
-
-
-def read_state(folder: Path) -> dict:
-    return json.loads((Path(folder) / STATE_FILE).read_text())
-
-
 # --- resuming: reading the files back as plain data ----------------------------------------------------------------
-
-
-class ResumeFileError(CheckpointFileError, SetupError):
-    """A damaged checkpoint file found while resuming: scripts print its message alone."""
 
 
 def load_weights_only(path: str | Path):

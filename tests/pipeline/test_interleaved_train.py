@@ -92,19 +92,21 @@ def test_bad_flags_are_one_line_errors(monkeypatch):
 def test_a_new_or_older_start_never_prunes_the_folders_newer_run(tmp_path, resume):
     """`--resume never` into a folder holding another run (or a resume from an older checkpoint of it)
     would prune that run's checkpoints: refused by name, as `attnres train` refuses it, before any state changes."""
-    import argparse
+    from attnres.pipeline.args import InterleavedArgs
+    from attnres.pipeline.train import matching_checkpoint
+    from attnres.utils.tiny import tiny_config
 
-    from attnres.pipeline.interleaved_train import matching_checkpoint
-
-    for step in (2, 4):
+    older = str(tmp_path / "checkpoints" / "step-00000002")
+    args = InterleavedArgs(output_dir=tmp_path, resume="never" if resume == "never" else older)
+    config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers)
+    record = {"signature": args.signature(config, 2)}
+    for step in (2, 4):  # checkpoints of this very run: only the newer state stands in the way
         folder = tmp_path / "checkpoints" / f"step-{step:08d}"
         folder.mkdir(parents=True)
-        (folder / "trainer_state.json").write_text(json.dumps({"step": step}))
-    older = str(tmp_path / "checkpoints" / "step-00000002")
-    args = argparse.Namespace(output_dir=tmp_path, resume="never" if resume == "never" else older)
+        (folder / "trainer_state.json").write_text(json.dumps(dict(record, step=step)))
     expected = "holds another run" if resume == "never" else "holds the newer checkpoint step-00000004"
     with pytest.raises(SystemExit, match=expected):
-        matching_checkpoint(args, config=None, world=2)
+        matching_checkpoint(args, record)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]
 
 

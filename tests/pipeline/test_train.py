@@ -145,3 +145,55 @@ def test_another_familys_folder_is_refused_by_name(tmp_path, monkeypatch, upcycl
             main(["--model", str(tmp_path / "llama"), "--output-dir", str(tmp_path / "out")])
         assert "--init-from" in str(info.value)
     assert not (tmp_path / "out").exists()
+
+
+# each argv in turn; a refusal (SystemExit) is printed as one REFUSED line and the next run goes on
+RESUME_LAUNCH = ("import json, sys\nfrom attnres.cli.train_pipeline import main\nfor argv in json.loads(sys.argv[1]):\n"
+                 "    try:\n        main(argv)\n    except SystemExit as error:\n"
+                 "        print('REFUSED', error, flush=True)\n")
+
+
+def test_resume_continues_bit_for_bit_and_other_settings_are_refused(tmp_path):
+    """A 4-step run checkpointing every 2 steps; a run resumed from its step-2 checkpoint (in another folder) logs the
+    same losses for steps 3-4 and saves the same weights; the same folder with --steps 6 is refused by name (the
+    schedule spans --steps), its checkpoints untouched."""
+    from safetensors.torch import load_file
+
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    flags = ["--steps", "4", "--save-every", "2", "--seq-len", "8", "--lr", "1e-2"]
+    argvs = [[*flags, "--output-dir", str(straight)],
+             [*flags, "--output-dir", str(split), "--resume", str(straight / "checkpoints" / "step-00000002")],
+             ["--steps", "6", *flags[2:], "--output-dir", str(straight), "--no-save"]]
+    # the eager mix in every run: the fused CPU kernel, built on first use, could be ready for one run and not for
+    # the other, and its last bits differ from the eager path's
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "ATTNRES_BACKEND": "torch"}
+    cmd = ["torchrun", "--standalone", "--nproc_per_node", "2", "--no-python", sys.executable, "-c", RESUME_LAUNCH,
+           json.dumps(argvs)]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+
+    def losses(folder):
+        return [(r["step"], r["loss"]) for r in map(json.loads, (folder / "log.jsonl").read_text().splitlines())]
+
+    assert [step for step, _ in losses(split)] == [3, 4]
+    assert losses(split) == losses(straight)[2:]
+    shards = sorted(p.name for p in (straight / "model").glob("*.safetensors"))
+    assert shards and shards == sorted(p.name for p in (split / "model").glob("*.safetensors"))
+    for name in shards:
+        mine, ref = load_file(split / "model" / name), load_file(straight / "model" / name)
+        assert mine.keys() == ref.keys() and all(torch.equal(mine[k], ref[k]) for k in ref), name
+    refused = [line for line in result.stdout.splitlines() if line.startswith("REFUSED")]
+    assert len(refused) == 2 and all("recipe.max_steps': (4, 6)" in line for line in refused), result.stdout[-3000:]
+    assert sorted(p.name for p in (straight / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]
+
+
+@pytest.mark.parametrize("flags, named", [(["--keep-checkpoints", "0"], "--keep-checkpoints must be >= 1, got 0"),
+                                          (["--save-every", "-1"], "--save-every must be >= 0, got -1")],
+                         ids=["keep_checkpoints", "save_every"])
+def test_checkpoint_flags_out_of_range_are_one_line(tmp_path, monkeypatch, flags, named):
+    from attnres.cli.train_pipeline import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit, match=named):
+        main([*flags, "--output-dir", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()

@@ -172,7 +172,7 @@ def test_signal_stops_both_train_runs(tmp_path, sig):
     import sys
     import time
 
-    from attnres.training.state import latest_checkpoint
+    from attnres.training.checkpoints import latest_checkpoint
     from tests.helpers.processes import sigint_at_default
     from tests.helpers.train_fixtures import REPO
 

@@ -12,7 +12,7 @@ import pytest
 
 from attnres.training import engines
 from attnres.training.args import SetupError
-from attnres.training.state import latest_checkpoint, read_state
+from attnres.training.checkpoints import latest_checkpoint, read_state
 from tests.helpers.bad_input_fixtures import snapshot
 from tests.helpers.train_fixtures import train_args, write_documents
 

@@ -11,8 +11,8 @@ import pytest
 
 from attnres.folders.atomic_io import recover_interrupted
 from attnres.folders.checkpoint_files import check_safetensors
+from attnres.training.checkpoints import latest_checkpoint, read_state
 from attnres.training.logs import INFO_FILE, read_jsonl
-from attnres.training.state import latest_checkpoint, read_state
 from tests.helpers.processes import pause_line, signal_when_paused
 from tests.helpers.train_fixtures import train_args
 

@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from attnres.training.args import SetupError
+from attnres.training.checkpoints import STATE_FILE, checkpoint_dir
 from attnres.training.logs import INFO_FILE, data_fingerprint, read_jsonl
-from attnres.training.state import STATE_FILE, checkpoint_dir
 from tests.helpers.bad_input_fixtures import expect_refused, overwrite_json
 from tests.helpers.train_fixtures import crash_after_step, prepare_tiny_dataset, train_args
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from attnres.training.state import STATE_FILE, checkpoint_dir, resolve_checkpoint
+from attnres.training.checkpoints import STATE_FILE, checkpoint_dir, resolve_checkpoint
 
 
 def make_checkpoint(root, step):
@@ -53,7 +53,8 @@ def fsdp2_checkpoint(root):
 
 
 def test_fsdp2_checkpoint_is_complete_and_a_damaged_model_file_is_named(tmp_path):
-    from attnres.training.state import ResumeFileError, check_accelerate_checkpoint
+    from attnres.training.checkpoints import ResumeFileError
+    from attnres.training.state import check_accelerate_checkpoint
 
     folder = fsdp2_checkpoint(tmp_path)
     check_accelerate_checkpoint(folder)  # no model.safetensors: FSDP's model file stands for it

@@ -16,8 +16,8 @@ from safetensors.torch import load_file
 
 from attnres.training import loop
 from attnres.training.args import SetupError
+from attnres.training.checkpoints import PAUSE_ENV, latest_checkpoint, read_state
 from attnres.training.logs import read_jsonl
-from attnres.training.state import PAUSE_ENV, latest_checkpoint, read_state
 from tests.helpers.train_fixtures import REPO, crash_after_step, train_args, train_losses
 
 # The run every resume test compares against: accumulation, eval, diagnostics, its own pseudo-query LR

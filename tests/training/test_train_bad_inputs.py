@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from attnres.training.args import SetupError
-from attnres.training.state import LOCK_FILE, latest_checkpoint, load_weights_only, output_lock
+from attnres.training.checkpoints import latest_checkpoint
+from attnres.training.state import LOCK_FILE, load_weights_only, output_lock
 from tests.helpers.bad_input_fixtures import damaged_copy, expect_refused, nan_weight, truncate
 from tests.helpers.prepared_damage import PREPARED_DAMAGE
 from tests.helpers.train_fixtures import train_args
@@ -201,7 +202,7 @@ def test_damaged_deepspeed_checkpoint_named(tmp_path, damage, named):
 
 
 # --- what a run may delete or replace: only what a run wrote, never a newer state (attnres/training/state.py,
-# resume.py). Each folder below holds files a run would replace (final/) or clean up (checkpoints/.tmp-*).
+# checkpoints.py). Each folder below holds files a run would replace (final/) or clean up (checkpoints/.tmp-*).
 
 
 def _users_final(out: Path) -> None:
@@ -263,21 +264,6 @@ def test_resume_from_another_folder_into_a_run_refused(prepared_data, train, che
                    ["--resume", "another folder", "new --output-dir"], untouched=[out, checkpoint], errors=SetupError)
 
 
-def test_pruning_never_deletes_a_newer_checkpoint(tmp_path):
-    """A save keeps the newest of its own line of checkpoints; one at a later step (another run's) is not its own."""
-    from attnres.training.state import save_checkpoint
-
-    root = tmp_path / "checkpoints"
-
-    def save(step):
-        return save_checkpoint(root, step, {}, lambda tmp: None, is_main=True, barrier=lambda: None, keep=1)
-
-    newer = save(10)
-    save(1)
-    mine = save(2)
-    assert newer.is_dir() and mine.is_dir() and not (root / "step-00000001").exists()
-
-
 # --- the numeric guard (attnres/utils/finite_weights.py): NaN weights are named where a run reads or writes them
 
 
@@ -295,24 +281,3 @@ def test_init_from_nan_weights_refused(prepared_data, train, saved_model, tmp_pa
                                             **FAST)),
                    ["model.safetensors", name, "non-finite"], untouched=[model], absent=[tmp_path / "run"],
                    errors=SetupError)
-
-
-def test_nan_weights_are_never_saved_over_a_finite_checkpoint(tmp_path):
-    """A checkpoint whose written weights are not finite never takes its name; the finite one before it stays."""
-    from safetensors.torch import save_file
-
-    from attnres.training.guard import NonFiniteError
-    from attnres.training.state import save_checkpoint
-
-    root = tmp_path / "checkpoints"
-
-    def weights(value):
-        return lambda tmp: save_file({"w": torch.full((2,), value)}, str(tmp / "model.safetensors"))
-
-    def save(step, value):
-        return save_checkpoint(root, step, {}, weights(value), is_main=True, barrier=lambda: None, keep=2)
-
-    good = save(1, 1.0)
-    with pytest.raises(NonFiniteError, match="tensor w .*step-00000002 was not written"):
-        save(2, float("nan"))
-    assert [p.name for p in root.iterdir()] == [good.name]
