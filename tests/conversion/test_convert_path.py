@@ -11,6 +11,8 @@ The rule, exactly:
   `attnres.folders.*` (reading, checking and writing model folders), called as one calls safetensors. Module-level
   code (an import running a module body) is not a call on the path. Excluded frames are transparent: a tool frame's
   caller is its nearest tool-module ancestor on the stack, through any other frames (transformers, torch, the model).
+  What the model runs is the model's: a frame called, directly or through other frames, from a model frame (the
+  code files the model's own `save_pretrained` writes through the package's `code_writer`) is not on the path.
 - (i) *modules crossed*: the distinct tool modules in which a frame runs.
 - (ii) *returns upward*: a tool frame of module A returns to its caller's module B (B != A), and the next call that
   B's activation (the B frames in one unbroken run of B calls) makes into another module goes to a module C with
@@ -39,8 +41,8 @@ from attnres.folders import model_family
 from tests.families.tiny import source_model
 
 MAX_MODULES, MAX_RETURNS_UP = 8, 3
-EXCLUDED = re.compile(r"^attnres\.(core|kernels|utils|folders)(\.|$)"
-                      r"|^attnres\.families\.[^.]+\.(modeling|configuration)_")
+MODEL = re.compile(r"^attnres\.(core|kernels)(\.|$)|^attnres\.families\.[^.]+\.(modeling|configuration)_")
+EXCLUDED = re.compile(MODEL.pattern + r"|^attnres\.(utils|folders)(\.|$)")
 RESOLVERS = {function.__code__ for function in (
     model_family.family_of_source, model_family.family_of_folder, registry.family_of_model_type,
     registry.source_family, registry.source_family_of)}
@@ -53,11 +55,15 @@ def tool_module(frame) -> str | None:
     return None if EXCLUDED.match(name) else name
 
 
+def model_frame(frame) -> bool:
+    return bool(MODEL.match(frame.f_globals.get("__name__") or ""))
+
+
 class PathTrace:
     """A profile hook keeping a stack of (frame's tool module or None, its activation); see the module docstring."""
 
     def __init__(self):
-        self.stack: list[tuple[str | None, int | None, bool]] = []
+        self.stack: list[tuple[str | None, int | None, bool, bool]] = []  # (module, activation, resolver, in model)
         self.modules: set[str] = set()
         self.returns_up: list[tuple[str, str, str]] = []
         self.pending: dict[int, str] = {}  # activation -> the module that last returned into it
@@ -73,7 +79,8 @@ class PathTrace:
             if resolver:
                 self.resolutions += self.resolving == 0
                 self.resolving += 1
-            module, parent = tool_module(frame), self.caller()
+            in_model = model_frame(frame) or bool(self.stack and self.stack[-1][3])
+            module, parent = (None if in_model else tool_module(frame)), self.caller()
             activation = None
             if module is not None:
                 self.modules.add(module)
@@ -85,9 +92,9 @@ class PathTrace:
                         back = self.pending.pop(parent[1], None)
                         if back is not None and module not in (back, parent[0]):
                             self.returns_up.append((back, parent[0], module))
-            self.stack.append((module, activation, resolver))
+            self.stack.append((module, activation, resolver, in_model))
         elif event == "return" and self.stack:
-            module, activation, resolver = self.stack.pop()
+            module, activation, resolver, _ = self.stack.pop()
             self.resolving -= resolver
             parent = self.caller()
             if module is not None and parent is not None and parent[0] != module:
@@ -158,16 +165,17 @@ def test_the_counter_counts_a_ping_pong_through_the_caller():
 
 def test_the_counter_catches_a_longer_convert_path(llama_folder, tmp_path, monkeypatch):
     """The real convert with a detour: the family's source opened from a module that first asks the guards, then the
-    registry, then resolves the family a second time: each counter goes over its goal."""
+    Hub module, then the registry, then resolves the family a second time: each counter goes over its goal."""
     from attnres.conversion import family_convert
 
     detour = types.ModuleType("attnres.conversion.detour")
     exec(compile(
         "def open_source(input, family, *rest):\n"
-        "    from attnres.conversion import family_source, guards\n"
+        "    from attnres.conversion import family_source, guards, hub\n"
         "    from attnres.families import registry\n"
         "    from attnres.folders import model_family\n"
         "    guards.check_max_shard_size('5GB')\n"
+        "    hub.check_repo_id('user/model')\n"
         "    registry.family_classes(family)\n"
         "    model_family.family_of_source(input)\n"
         "    return family_source.open_source(input, family, *rest)\n", detour.__name__, "exec"), detour.__dict__)
