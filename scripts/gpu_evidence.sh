@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU evidence run of issue 43 (docs/GPU.md): the CUDA lane, the kernels beside the peers at K3's width, decode
+# The GPU evidence run (docs/GPU.md): the CUDA lane, the kernels beside the peers at K3's width, decode
 # latency and peak memory, the continued study at the GPU budget; each step capped, each leaving OUT/<step>/status.json
 # when it ends; a rerun with the same OUT skips the finished steps. Downloads nothing. Usage:
 #   bash scripts/gpu_evidence.sh OUT [--only STEP,...] [--peers DIR] [--source DIR] [--data DIR] [--cap STEP=S]

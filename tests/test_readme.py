@@ -61,7 +61,7 @@ COVERED = {
     "for m in standard block full; do": "a shell loop over the smoke run below (about 2.5 min per mode on 2 CPU cores)",
     "python scripts/train.py --data data/bpe4k": ("tests/training/test_train.py", "diagnostics_every"),
     "done": "the end of the smoke run's shell loop",
-    "python -m attnres.training.logs": ("tests/training/test_diagnostics.py", "training.logs"),
+    "python -m attnres.cli.plot_diagnostics": ("tests/cli/test_plot_diagnostics.py", "plot_diagnostics"),
     "python scripts/train.py --init-from": ("tests/training/test_finetune.py", "--init-from"),
     "python scripts/train.py --family": ("tests/training/test_train_families.py", "family=family"),
     "accelerate launch --multi_gpu": ("tests/training/test_toolchain_distributed.py", "accelerate"),

@@ -108,12 +108,3 @@ def simulate_interleaved(num_stages: int, virtual_stages: int, layers_per_chunk:
         if cache_own_blocks:
             cache[rank].update(_completed_before(first_layer + layers_per_chunk, block_size))
     return report
-
-
-if __name__ == "__main__":  # the table's command line is attnres/cli/caching_table.py, reached by name at run time
-    import importlib  # (a library module imports nothing of attnres/cli)
-
-    importlib.import_module("attnres.cli.caching_table").main()
-
-
-__all__ = ["Transition", "CachingReport", "simulate_interleaved"]

@@ -294,9 +294,3 @@ def write_training_info(folder: Path, args, global_batch: int, step: int, run: d
         world_size=run["world_size"], model_config_digest=run["model"], recipe=run.get("recipe"),
         segments=run["segments"],
     ))
-
-
-if __name__ == "__main__":  # the plot's command line is attnres/cli/plot_diagnostics.py, reached by name at run time
-    import importlib  # (a library module imports nothing of attnres/cli)
-
-    importlib.import_module("attnres.cli.plot_diagnostics").main()

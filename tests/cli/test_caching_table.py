@@ -1,5 +1,5 @@
 """The cross-stage caching table's command line (attnres/cli/caching_table.py): the simulator's table for the flags
-given, `python -m attnres.pipeline.caching` is the same command, and a count below 1 is argparse's one line."""
+given, `python -m attnres.cli.caching_table` (docs/PIPELINE.md) runs it, and a count below 1 is argparse's one line."""
 from __future__ import annotations
 
 import subprocess
@@ -29,8 +29,8 @@ def test_a_count_below_one_is_one_line_naming_the_flag(flag, capsys):
     assert stop.value.code == 2 and f"error: {flag} must be >= 1, got 0" in err and "Traceback" not in err
 
 
-def test_python_m_attnres_pipeline_caching_is_the_same_command(capsys):
-    done = subprocess.run([sys.executable, "-m", "attnres.pipeline.caching", "--stages", "2"], capture_output=True,
+def test_python_m_runs_the_documented_command(capsys):
+    done = subprocess.run([sys.executable, "-m", "attnres.cli.caching_table", "--stages", "2"], capture_output=True,
                           text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == simulate_interleaved(2, 2, 1, 2, False).table() + "\n"

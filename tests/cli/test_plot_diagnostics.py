@@ -1,5 +1,6 @@
-"""The depth-diagnostics plot's command line (attnres/cli/plot_diagnostics.py): it plots the runs it is given, `python
--m attnres.training.logs` is the same command, and a run without diagnostics is one line naming it, with no PNG."""
+"""The depth-diagnostics plot's command line (attnres/cli/plot_diagnostics.py): it plots the runs it is given,
+`python -m attnres.cli.plot_diagnostics` (docs/TRAINING.md) runs it, and a run without diagnostics is one line naming
+it, with no PNG."""
 from __future__ import annotations
 
 import json
@@ -44,9 +45,9 @@ def test_a_run_without_diagnostics_is_one_line_and_no_png(tmp_path, damage):
     assert "\n" not in str(stop.value.code) and not out.exists()
 
 
-def test_python_m_attnres_training_logs_is_the_same_command(tmp_path):
+def test_python_m_runs_the_documented_command(tmp_path):
     run, out = diagnosed_run(tmp_path / "block", "block"), tmp_path / "figure.png"
-    done = subprocess.run([sys.executable, "-m", "attnres.training.logs", str(run), "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "attnres.cli.plot_diagnostics", str(run), "--out", str(out)],
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == f"wrote {out}" and out.is_file()
