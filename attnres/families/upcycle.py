@@ -7,8 +7,8 @@ their sum divided by n, and their sum is exactly the standard residual stream h.
 sub-layer's pre-norm, and the final norm) removes the scale: norm(h / n) = w * h / sqrt(mean(h^2) + n^2 * eps). So the
 upcycled model *is* the source model with each reading norm's epsilon multiplied by n^2 at its point (the tests check
 that to rounding), and differs from the source only by that epsilon (docs/CONVERSION.md "Upcycling: why the
-function is kept": the stated tolerance, and why no exactly preserving variant is offered). `attnres convert --upcycle` reaches this same function
-from a folder or a GGUF file (`attnres.conversion.family_convert`).
+function is kept": the stated tolerance, and why no exactly preserving variant is offered). `attnres convert
+--upcycle` reaches this same function from a folder or a GGUF file (`attnres.conversion.family_convert`).
 """
 from __future__ import annotations
 
