@@ -6,6 +6,7 @@ import importlib
 import math
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,30 +16,27 @@ from attnres.families.registry import declaration
 from attnres.utils import modular
 from tests.families.tiny import SHAPE, random_ids
 
-PROBE = '''"""A test family: Llama's classes with every way a layer may differ declared."""
-from transformers import LlamaConfig
-from transformers.models.gemma3.modeling_gemma3 import Gemma3TextScaledWordEmbedding
-from transformers.models.llama.modeling_llama import (
-    LlamaAttention,
-    LlamaDecoderLayer,
-    LlamaForCausalLM,
-    LlamaPreTrainedModel,
-    LlamaRMSNorm,
-    LlamaRotaryEmbedding,
-)
-
-from attnres.families.declaration import Family
-
-FAMILY = Family(
-    model_type="llama", name="Probe", about="a test family",
-    config=LlamaConfig, decoder_layer=LlamaDecoderLayer, pretrained_model=LlamaPreTrainedModel,
-    causal_lm=LlamaForCausalLM, norm=LlamaRMSNorm, rotary=LlamaRotaryEmbedding, attention=LlamaAttention,
-    input_norms=("post_attention_layernorm", "input_layernorm"),
+LLAMA_DECLARATION = Path(modular.__file__).parents[1] / "families" / "llama" / "modular_llama_attnres.py"
+PROBE_FIELDS = """    input_norms=("post_attention_layernorm", "input_layernorm"),
     output_modules=("input_layernorm", "post_attention_layernorm"),
     embedding=Gemma3TextScaledWordEmbedding, embedding_scale="sqrt_hidden_size",
     refused_config_flags={"attention_bias": "a probe's reason"},
-)
-'''
+"""
+
+
+def probe_declaration() -> str:
+    """A test family: Llama's own declaration, renamed, its norm not fused, with every way a layer may differ declared
+    (and the embedding class it names imported)."""
+    text = LLAMA_DECLARATION.read_text()
+    for old, new in (('name="Llama"', 'name="Probe"'),
+                     ("fusable_norm=True", "fusable_norm=False"),  # the declared norms run as modules, seen by hooks
+                     ("from transformers.models.llama", "from transformers.models.gemma3.modeling_gemma3 import "
+                      "Gemma3TextScaledWordEmbedding\nfrom transformers.models.llama")):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    head, tail = text.rsplit("\n)\n", 1)  # the Family(...) call closes last
+    assert "FAMILY = Family(" in head and not tail.strip()
+    return head + "\n" + PROBE_FIELDS + ")\n"
 
 
 @pytest.fixture
@@ -46,7 +44,7 @@ def probe(tmp_path, monkeypatch):
     """The probe family generated into a package of its own, imported: (config class, causal LM class, texts)."""
     families = tmp_path / "families"
     (families / "probe").mkdir(parents=True)
-    (families / "probe" / "modular_probe_attnres.py").write_text(PROBE)
+    (families / "probe" / "modular_probe_attnres.py").write_text(probe_declaration())
     monkeypatch.setattr(modular, "FAMILIES_DIR", families)
     texts = modular.generate("probe")
     package = tmp_path / "probe_family_package"
