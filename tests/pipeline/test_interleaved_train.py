@@ -11,6 +11,7 @@ import torch.multiprocessing as mp
 from attnres.cli.train_interleaved import main
 from attnres.training.state import output_lock
 from tests.helpers.interleaved_worker import COPY, train_worker
+from tests.helpers.other_family import assert_other_familys_folder_refused
 from tests.helpers.ports import free_port
 
 TINY = ["--layers", "4", "--block-size", "3", "--seq-len", "8", "--grad-accum", "2"]
@@ -114,17 +115,4 @@ def test_a_new_or_older_start_never_prunes_the_folders_newer_run(tmp_path, resum
 def test_another_familys_folder_is_refused_by_name(tmp_path, monkeypatch, upcycled):
     """--model <a Llama folder> (plain or upcycled): refused naming its family, launched or not, never loaded as Kimi
     Linear, nothing written."""
-    from attnres import upcycle
-    from tests.families.tiny import source_model
-
-    model = source_model("llama")
-    (upcycle(model, "block", block_size=2) if upcycled else model).save_pretrained(tmp_path / "llama")
-    for world in (None, "2"):
-        if world is None:
-            monkeypatch.delenv("WORLD_SIZE", raising=False)
-        else:
-            monkeypatch.setenv("WORLD_SIZE", world)
-        with pytest.raises(SystemExit, match=r"is a llama(_attnres)? checkpoint \(llama family\).*Kimi Linear") as info:
-            main(["--model", str(tmp_path / "llama"), "--output-dir", str(tmp_path / "out")])
-        assert "--init-from" in str(info.value)
-    assert not (tmp_path / "out").exists()
+    assert_other_familys_folder_refused(main, tmp_path, monkeypatch, upcycled)

@@ -20,6 +20,7 @@ from attnres import KimiLinearAttnResForCausalLM
 from attnres.core.depth_layout import DepthLayout
 from attnres.pipeline.data import synthetic_micro_batch
 from tests.helpers.model_factory import random_ids, tiny_model
+from tests.helpers.other_family import assert_other_familys_folder_refused
 from tests.helpers.remote_loading import load_in_clean_process, write_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,21 +131,8 @@ def test_output_folder_loads_with_auto_classes_without_the_package(pipeline_runs
 def test_another_familys_folder_is_refused_by_name(tmp_path, monkeypatch, upcycled):
     """--model <a Llama folder> (plain or upcycled): refused naming its family, launched or not, never loaded as Kimi
     Linear, nothing written."""
-    from attnres import upcycle
     from attnres.cli.train_pipeline import main
-    from tests.families.tiny import source_model
-
-    model = source_model("llama")
-    (upcycle(model, "block", block_size=2) if upcycled else model).save_pretrained(tmp_path / "llama")
-    for world in (None, "2"):
-        if world is None:
-            monkeypatch.delenv("WORLD_SIZE", raising=False)
-        else:
-            monkeypatch.setenv("WORLD_SIZE", world)
-        with pytest.raises(SystemExit, match=r"is a llama(_attnres)? checkpoint \(llama family\).*Kimi Linear") as info:
-            main(["--model", str(tmp_path / "llama"), "--output-dir", str(tmp_path / "out")])
-        assert "--init-from" in str(info.value)
-    assert not (tmp_path / "out").exists()
+    assert_other_familys_folder_refused(main, tmp_path, monkeypatch, upcycled)
 
 
 # each argv in turn; a refusal (SystemExit) is printed as one REFUSED line and the next run goes on
