@@ -1,7 +1,8 @@
 """Package an AttnRes checkpoint of any family for the Hugging Face Hub and upload it.
 
-The folder it builds holds: the weights (HF-native safetensors), config.json with its `auto_map`, the family's three
-generated code files (e.g. `configuration_llama_attnres.py`, `modeling_llama_attnres.py`, `kernels_attnres.py`) so
+The folder it builds holds: the weights (HF-native safetensors), config.json with its `auto_map`, the family's
+generated code files (e.g. `configuration_llama_attnres.py`, `modeling_llama_attnres.py`, `attnres_core*.py`,
+`kernels_attnres*.py`; docs/PUBLISHING.md) so
 `AutoModelForCausalLM.from_pretrained(repo, trust_remote_code=True)` works with only torch and transformers, for every
 family alike, the tokenizer (--tokenizer, else the one in --model's folder), and a generated model card (README.md:
 architecture, AttnRes mode and block layout, parameter count, base_model, training data from --training-data or the

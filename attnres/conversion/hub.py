@@ -18,7 +18,7 @@ from ..families.registry import family_classes
 from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
 from ..folders.model_family import family_of_folder
 from ..folders.model_folder import load as load_model_folder
-from ..folders.remote_code import CORE_CONFIG_FILE, CORE_FILE, KERNELS_FILE
+from ..folders.remote_code import code_file_names
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.tokenizer_files import has_tokenizer
@@ -279,11 +279,11 @@ def block_layout(num_layers: int, block_size: int) -> str:
 def usage(repo_id: str, model) -> str:
     """How the folder loads, the same text for every family: by its own code, or by the installed package's."""
     model_class = type(model).__name__
-    files = [module.rpartition(".")[2] for module in (type(model.config).__module__, type(model).__module__)]
-    files = ", ".join(f"`{name}.py`" for name in [*files, CORE_CONFIG_FILE, CORE_FILE, KERNELS_FILE])
+    names = code_file_names(type(model).__module__)
+    files = ", ".join(f"`{name}`" for name in names)
     return (
         "## Usage\n\n"
-        f"The model code ships in this repository as five files generated from the attnres package ({files}, "
+        f"The model code ships in this repository as {len(names)} files generated from the attnres package ({files}, "
         "loaded with `trust_remote_code=True`) and needs only `torch` and `transformers>=5.23.0,<5.24`. With `triton` "
         "installed, the fused AttnRes kernels run on CUDA tensors; elsewhere their PyTorch reference does.\n\n"
         "```python\n"

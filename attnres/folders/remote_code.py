@@ -1,15 +1,16 @@
 """The model's code for a saved folder, generated flat the way transformers' modular converter generates
 `modeling_*.py`, so the folder loads with `trust_remote_code=True` where only torch and transformers are installed.
 
-Per family, exactly: `configuration_<family>_attnres.py` (the config and what it needs), `modeling_<family>_attnres.py`
-(the family's own classes), `attnres_core_config.py` and `attnres_core.py` (the family-independent AttnRes config code
-and model, attnres.core, laid out once as transformers lays out shared modeling code) and `kernels_attnres.py` (the mix
+Per family, in five groups: `configuration_<family>_attnres` (the config and what it needs), `modeling_<family>_attnres`
+(the family's own classes), `attnres_core_config` and `attnres_core` (the family-independent AttnRes config code and
+model, attnres.core, laid out once as transformers lays out shared modeling code) and `kernels_attnres` (the mix
 kernels: the PyTorch references, the lean path, the Triton kernels; the fused C++ CPU kernel and its build cache are
-registered by the installed package only, so no compiler, file lock or file IO ships). Each file is its
-modules' import closure inlined in dependency order: this package's imports removed (a name another file defines is
-imported from it, relatively), outside imports deduplicated and hoisted, a header naming the modules it was generated
-from. Generation fails, naming both modules, on a top-level name that two inlined modules define differently, and on any
-import of this package left over.
+registered by the installed package only, so no compiler, file lock or file IO ships). Each group is its modules' import
+closure inlined in dependency order, in files of at most `MAX_FILE_BYTES` (a group's last file keeps its name, the ones
+before it are numbered): this package's imports removed (a name another file defines is imported from it, relatively),
+outside imports deduplicated and hoisted, a header naming the modules it was generated from. Generation fails, naming
+both modules, on a top-level name that two inlined modules define differently, on any import of this package left
+over, and on a file over the bound.
 
 Modules that import an optional package in a top-level `try` (Triton) are reached only by imports inside functions, as
 in the package; in the file they are defined only where that package is installed, so the folder loads without it.
@@ -37,6 +38,11 @@ CORE = f"{PACKAGE}.core"
 CORE_FILE = "attnres_core"
 CORE_CONFIG_FILE = "attnres_core_config"
 LINE_LENGTH = 120  # the package's (pyproject [tool.ruff])
+# A shipped file's size bound, as transformers' own modeling files are (modeling_qwen2.py: ~21 KB): a reader opens one
+# job's code, not the package in one file. A group is split below the bound by a margin, since the names of the files
+# after a split (numbered) are known only once they are split, and each is a few bytes in an import line
+MAX_FILE_BYTES = 25_000
+SPLIT_MARGIN = 500
 
 
 class GenerationError(ValueError):
@@ -220,7 +226,8 @@ class FlatFile:
             elif isinstance(stmt, ast.Assign) and [ast.unparse(t) for t in stmt.targets] == ["__all__"]:
                 edits[stmt.lineno] = (stmt.end_lineno, [])
         for node, target in source.eager + source.lazy:
-            top = node in source.tree.body
+            # a module needing an optional package is defined inside its guard: its imports stay there with it
+            top = node in source.tree.body and module not in self.optional
             edits[node.lineno] = (node.end_lineno, self._replace_import(node, target, top, cross))
         out, skip_to = [f"# ---- {module} ----"], 0
         for number, line in enumerate(lines, start=1):
@@ -356,12 +363,12 @@ def family_modules(modeling_module: str) -> tuple[str, str]:
     return f"{package}.configuration_{leaf.removeprefix('modeling_')}", modeling_module
 
 
-def plan_files(modeling_module: str, sources: dict | None = None) -> dict[str, list[str]]:
-    """File name -> its modules in order: the kernels (everything the package's kernels need), the family-independent
-    AttnRes code (attnres.core, shared by every family as transformers lays out shared modeling code) in two files:
+def plan_groups(modeling_module: str, sources: dict | None = None) -> dict[str, list[str]]:
+    """Group name -> its modules in order: the kernels (everything the package's kernels need), the family-independent
+    AttnRes code (attnres.core, shared by every family as transformers lays out shared modeling code) in two groups:
     what the config needs (so a config loads without the model and the kernels) and the model, then the family's
-    configuration and modeling files (its own classes). A later file may import from an earlier one, never the other
-    way."""
+    configuration and modeling modules (its own classes). A later group may import from an earlier one, never the
+    other way."""
     sources = {} if sources is None else sources
     config_module, modeling_module = family_modules(modeling_module)
     everything = closure(modeling_module, sources)
@@ -383,6 +390,36 @@ def plan_files(modeling_module: str, sources: dict | None = None) -> dict[str, l
             config_module.rpartition(".")[2]: config,
             modeling_module.rpartition(".")[2]: modeling}
     return {name: dependency_order(modules, sources) for name, modules in plan.items() if modules}
+
+
+def plan_files(modeling_module: str, sources: dict | None = None) -> dict[str, list[str]]:
+    """File name -> its modules in order: each group of `plan_groups` in as few files of at most `MAX_FILE_BYTES` as
+    filling them in dependency order gives. A group's last file (its root: the family's config or model class, the
+    package module `attnres.kernels`) keeps the group's name, the ones before it are numbered
+    (`attnres_core_1.py`, ...), so `auto_map` and the imports of the files after it do not depend on the split."""
+    sources = {} if sources is None else sources
+    groups = plan_groups(modeling_module, sources)
+    optional = optional_modules([m for modules in groups.values() for m in modules], sources)
+    owner = {module: name for name, modules in groups.items() for module in modules}
+    plan = {}
+    for name, modules in groups.items():
+        parts, current = [], []
+        for module in modules:
+            candidate = current + [module]
+            part_name = f"{name}_{len(parts) + 1}"
+            trial = {**owner, **{m: part_name for m in candidate}}
+            size = len(FlatFile(part_name, candidate, trial, sources, optional).render().encode())
+            if current and size > MAX_FILE_BYTES - SPLIT_MARGIN:
+                parts.append(current)
+                owner.update({m: f"{name}_{len(parts)}" for m in current})
+                current = [module]
+            else:
+                current = candidate
+        parts.append(current)
+        owner.update({m: name for m in current})
+        plan.update({f"{name}_{k}": part for k, part in enumerate(parts[:-1], start=1)})
+        plan[name] = current
+    return plan
 
 
 def optional_modules(modules, sources: dict) -> dict[str, str]:
@@ -416,7 +453,12 @@ def generate(modeling_module: str, sources: dict | None = None) -> dict[str, str
                 if order.index(owner[target]) > order.index(name):
                     raise GenerationError(f"{module} ({name}.py) imports {target} ({owner[target]}.py) at import "
                                           "time: a file may import only from the files generated before it")
-    return {f"{name}.py": FlatFile(name, modules, owner, sources, optional).render() for name, modules in plan.items()}
+    files = {f"{name}.py": FlatFile(name, modules, owner, sources, optional).render() for name, modules in plan.items()}
+    for name, text in files.items():
+        if len(text.encode()) > MAX_FILE_BYTES:
+            raise GenerationError(f"{name} is {len(text.encode()):,} bytes, over {MAX_FILE_BYTES:,}: a single module "
+                                  f"of it is too large to ship in one file; split that module")
+    return files
 
 
 @functools.cache
@@ -424,6 +466,11 @@ def _generated(model_module: str) -> dict[str, str]:
     """`generate`, once per family and process: the package's sources do not change under a running process, and a
     training run saves a folder at every checkpoint (parsing the modules takes most of a second)."""
     return generate(model_module)
+
+
+def code_file_names(model_module: str) -> list[str]:
+    """The code files (with .py) a folder of the family of `model_module` ships, in generation order."""
+    return list(_generated(model_module))
 
 
 def write_code_files(folder, model_module: str) -> list[Path]:

@@ -52,9 +52,7 @@ def test_folder_has_weights_config_code_tokenizer_card(hub_folder):
     names = {p.name for p in folder.iterdir()}
     assert {"model.safetensors", "config.json", "configuration_kimi_linear_attnres.py",
             "modeling_kimi_linear_attnres.py", "README.md", "tokenizer.json", "tokenizer_config.json"} <= names
-    assert {name for name in names if name.endswith(".py")} == {  # the generated code files, nothing else
-        "configuration_kimi_linear_attnres.py", "modeling_kimi_linear_attnres.py", "attnres_core_config.py",
-        "attnres_core.py", "kernels_attnres.py"}
+    assert {name for name in names if name.endswith(".py")} == code_files("kimi_linear")["files"]  # nothing else
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "kimi_linear_attnres"
     assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_kimi_linear_attnres.KimiLinearAttnResForCausalLM"

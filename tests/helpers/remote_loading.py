@@ -80,15 +80,14 @@ def load_all_in_clean_process(sources, ids: torch.Tensor, work: Path, hf_home: P
 def code_files(family: str) -> dict:
     """A family's saved folder's code file of each auto_map entry, by the package's module names, and its files."""
     from attnres.families.registry import family_classes
-    from attnres.folders.remote_code import CORE_CONFIG_FILE, CORE_FILE, KERNELS_FILE
+    from attnres.folders.remote_code import code_file_names
 
     config_class, model_class = family_classes(family)
     modeling = model_class.__module__.rpartition(".")[2]
     configuration = config_class.__module__.rpartition(".")[2]
     return {"AutoConfig": f"{configuration}.{config_class.__name__}",
             "AutoModelForCausalLM": f"{modeling}.{model_class.__name__}",
-            "files": {f"{configuration}.py", f"{modeling}.py",
-                      *(f"{name}.py" for name in (CORE_CONFIG_FILE, CORE_FILE, KERNELS_FILE))}}
+            "files": set(code_file_names(model_class.__module__))}
 
 
 def auto_map(folder: Path) -> dict:
