@@ -4,7 +4,6 @@ that reads its mixes through the declared norms, ends each sub-layer's output wi
 the declared class and scale, and refuses the declared config field; a malformed field is one error naming it."""
 import importlib
 import math
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from transformers.models.gemma3.modeling_gemma3 import Gemma3TextScaledWordEmbed
 from attnres.families.registry import declaration
 from attnres.utils import modular
 from tests.families.tiny import SHAPE, random_ids
+from tests.helpers.generated_package import forget_package, write_package
 
 LLAMA_DECLARATION = Path(modular.__file__).parents[1] / "families" / "llama" / "modular_llama_attnres.py"
 PROBE_FIELDS = """    input_norms=("post_attention_layernorm", "input_layernorm"),
@@ -47,16 +47,10 @@ def probe(tmp_path, monkeypatch):
     (families / "probe" / "modular_probe_attnres.py").write_text(probe_declaration())
     monkeypatch.setattr(modular, "FAMILIES_DIR", families)
     texts = modular.generate("probe")
-    package = tmp_path / "probe_family_package"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    for name, text in texts.items():
-        (package / name).write_text(text)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    write_package(tmp_path, "probe_family_package", texts, monkeypatch)
     yield (importlib.import_module("probe_family_package.configuration_probe_attnres").ProbeAttnResConfig,
            importlib.import_module("probe_family_package.modeling_probe_attnres").ProbeAttnResForCausalLM, texts)
-    for name in [name for name in sys.modules if name.startswith("probe_family_package")]:
-        del sys.modules[name]
+    forget_package("probe_family_package")
 
 
 def test_the_generated_files_pass_the_linter_rules_the_families_keep(probe):

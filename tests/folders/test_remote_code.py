@@ -26,6 +26,7 @@ from attnres.folders.remote_code import (
     generate,
     write_code_files,
 )
+from tests.helpers.generated_package import forget_package, write_package
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.remote_loading import auto_map as folder_auto_map
 from tests.helpers.remote_loading import fake_hub_repo, load_all_in_clean_process
@@ -115,13 +116,11 @@ def test_a_group_over_the_bound_is_split_and_loads(tmp_path, monkeypatch):
     assert list(files) == [f"{CORE_FILE}_1.py", f"{CORE_FILE}_2.py", f"{CORE_FILE}.py"], list(files)
     assert all(len(text.encode()) <= 700 for text in files.values())
     assert f"from .{CORE_FILE}_2 import B" in files[f"{CORE_FILE}.py"]
-    package = tmp_path / "flatpkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    for name, text in files.items():
-        (package / name).write_text(text)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert importlib.import_module(f"flatpkg.{CORE_FILE}").C == 3
+    write_package(tmp_path, "split_group_package", files, monkeypatch)
+    try:
+        assert importlib.import_module(f"split_group_package.{CORE_FILE}").C == 3
+    finally:
+        forget_package("split_group_package")
     monkeypatch.setattr(remote_code, "MAX_FILE_BYTES", 600)  # one module alone over the bound: refused, named
     with pytest.raises(GenerationError, match=f"{CORE_FILE}.*over 600"):
         remote_code.generate("attnres.families.x.modeling_x_attnres", sources)
