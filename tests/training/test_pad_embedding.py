@@ -86,8 +86,9 @@ def test_gradient_at_an_eos_first_sequence_stays_bounded(data):
 
 @pytest.mark.parametrize("old_zero_row", [False, True])
 def test_deep_model_at_high_lr_stays_finite(data, train, tmp_path, monkeypatch, caplog, old_zero_row):
-    """16 layers: with the padding index the first step's gradient was already NaN (fp32 overflow).
-    `old_zero_row`: the model comes with EOS's row at zero (trained before the fix): the trainer repairs it."""
+    """16 layers at a high LR stay finite: EOS (the padding token) keeps a trainable embedding row; were it the
+    padding index, the first step's gradient would be NaN (fp32 overflow). `old_zero_row`: the model comes with EOS's
+    row at zero, as a checkpoint saved with it as the padding index does: the trainer repairs it."""
     if old_zero_row:
         build = loop.build_model
 
