@@ -392,14 +392,12 @@ def plan_groups(modeling_module: str, sources: dict | None = None) -> dict[str, 
     return {name: dependency_order(modules, sources) for name, modules in plan.items() if modules}
 
 
-def plan_files(modeling_module: str, sources: dict | None = None) -> dict[str, list[str]]:
-    """File name -> its modules in order: each group of `plan_groups` in as few files of at most `MAX_FILE_BYTES` as
-    filling them in dependency order gives. A group's last file (its root: the family's config or model class, the
-    package module `attnres.kernels`) keeps the group's name, the ones before it are numbered
-    (`attnres_core_1.py`, ...), so `auto_map` and the imports of the files after it do not depend on the split."""
-    sources = {} if sources is None else sources
-    groups = plan_groups(modeling_module, sources)
-    optional = optional_modules([m for modules in groups.values() for m in modules], sources)
+def plan_files(groups: dict[str, list[str]], sources: dict, optional: dict) -> dict[str, list[str]]:
+    """File name -> its modules in order: each of `plan_groups`' groups in as few files of at most `MAX_FILE_BYTES`
+    as filling them in dependency order gives (`optional`: `optional_modules` of them all). A group's last file (its
+    root: the family's config or model class, the package module `attnres.kernels`) keeps the group's name, the ones
+    before it are numbered (`attnres_core_1.py`, ...), so `auto_map` and the imports of the files after it do not
+    depend on the split."""
     owner = {module: name for name, modules in groups.items() for module in modules}
     plan = {}
     for name, modules in groups.items():
@@ -439,9 +437,10 @@ def optional_modules(modules, sources: dict) -> dict[str, str]:
 def generate(modeling_module: str, sources: dict | None = None) -> dict[str, str]:
     """File name (with .py) -> generated source, for the family of `modeling_module`."""
     sources = {} if sources is None else sources
-    plan = plan_files(modeling_module, sources)
+    groups = plan_groups(modeling_module, sources)
+    optional = optional_modules([module for modules in groups.values() for module in modules], sources)
+    plan = plan_files(groups, sources, optional)
     owner = {module: name for name, modules in plan.items() for module in modules}
-    optional = optional_modules(list(owner), sources)
     for root in family_modules(modeling_module):
         if root in optional:
             raise GenerationError(f"{root} needs {optional[root]} at import (through the modules it imports): "
