@@ -1,7 +1,7 @@
 """The block transmissions of an interleaved pipeline, naive vs cached, as a table (attnres.pipeline.caching):
 
     python -m attnres.cli.caching_table                      # the paper's Fig. 3: P=4, V=2, a block per two chunks
-    python -m attnres.pipeline.caching --stages 8 --virtual 4  # the same command
+    python -m attnres.cli.caching_table --stages 8 --virtual 4
 """
 from __future__ import annotations
 

@@ -5,15 +5,13 @@ exit code 2).
 
 A flag counts as given when it is on the command line, whatever its value (its default included), so no default
 changes meaning. A command whose flags are a dataclass declares its rules beside its fields (`conflicts(given)`,
-refused by `refuse_conflicts`); the rules of the other commands are here.
+refused by `refuse_conflicts`); here are the parsing pieces they share.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import sys
-
-from ..utils.refusals import combined, needs
 
 
 def given_flags(parser: argparse.ArgumentParser, argv=None) -> set[str]:
@@ -23,16 +21,6 @@ def given_flags(parser: argparse.ArgumentParser, argv=None) -> set[str]:
         action.default = argparse.SUPPRESS
     namespace, _ = quiet.parse_known_args(sys.argv[1:] if argv is None else argv)
     return set(vars(namespace))
-
-
-def refuse_with(parser, given: set[str], dests, other: str, why: str) -> None:
-    """parser.error for the first of `dests` given: '--X cannot be combined with OTHER: WHY'."""
-    refuse_first(parser, [combined(given, dests, other, why)])
-
-
-def refuse_without(parser, given: set[str], dests, needed: str, why: str) -> None:
-    """parser.error for the first of `dests` given: '--X needs NEEDED: WHY'."""
-    refuse_first(parser, [needs(given, dests, needed, why)])
 
 
 def refuse_first(parser, lines) -> None:

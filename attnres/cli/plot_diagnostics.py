@@ -2,7 +2,6 @@
 layer, and the depth-attention heatmap of each AttnRes run, from their diagnostics.jsonl.
 
     python -m attnres.cli.plot_diagnostics runs/small-standard runs/small-block --out figure5.png
-    python -m attnres.training.logs ...   # the same command
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The one writer of a conversion's output folder (convert, export, push-to-hub): built in a hidden sibling, renamed
-into place all at once, so a failure or a kill leaves no half-written folder; and the model written into it by
+into place all at once, so a failure or a kill leaves no half-written folder. The model is written into it by
 `folders.model_folder.write_model`, the writer `attnres.save` uses too."""
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..folders.atomic_io import OutputConflictError, move_into_place, temporary_folder  # noqa: F401  (re-exported)
-from ..folders.model_folder import write_model  # noqa: F401  (re-exported: the one model writer)
 from ..utils.safe_paths import write_failure
 from .errors import ConversionError
 

@@ -98,13 +98,15 @@ def export_checkpoint(
 def refuse_other_families(input: Path) -> None:
     """The serving runtimes (vLLM, SGLang, llama.cpp, TensorRT-LLM, MLX) read AttnRes only in Kimi K3's layout: a
     model of another family (Llama, Qwen, ... with AttnRes, or without) is refused by its model_type."""
+    from ..folders.model_family import GGUF_SUFFIX
     from .guards import KIMI, resolve_family
 
-    try:
-        if resolve_family(input)[0] == KIMI:
-            return
-    except ConversionError:
-        pass  # a refused family: named below as any other family
+    if input.suffix != GGUF_SUFFIX:  # a GGUF file is never in K3's layout: refused without parsing it
+        try:
+            if resolve_family(input)[0] == KIMI:
+                return
+        except ConversionError:
+            pass  # a refused family: named below as any other family
     model_type = read_config_dict(input).get("model_type") if input.is_dir() else "a GGUF file"
     raise ExportRefused(f"{input}: model_type {model_type!r}: export for serving writes Kimi K3's layout, the only "
                         "AttnRes layout the runtimes read, so only Kimi Linear / K3 models export; other families "

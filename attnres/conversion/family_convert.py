@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from ..families.upcycle import UpcycleError, is_attn_res_tensor, plain_family_model, upcycle
-from ..folders.model_folder import load
-from .atomic import move_into_place, output_folder, write_model
+from ..folders.model_folder import load, write_model
+from .atomic import move_into_place, output_folder
 from .errors import ConversionError
 from .family_source import FamilySource, open_source
 from .guards import Request

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..core.buildable import ALLOW_LARGE_ENV
 from ..families.upcycle import UpcycleError, check_source_mode, resolve_block_size
 from ..folders.checkpoint_files import CheckpointFileError
-from ..folders.model_family import family_of_source
+from ..folders.model_family import GGUF_SUFFIX, family_of_source
 from ..utils.safe_paths import UnsafeOutputError, check_output_folder
 from .errors import ConversionError
 
@@ -190,7 +190,7 @@ def resolve_family(input: Path):
     except CheckpointFileError:
         return KIMI, None
     except ValueError as error:
-        if input.suffix == ".gguf":
+        if input.suffix == GGUF_SUFFIX:
             raise ConversionError(str(error)) from None
         raise ConversionError(f"{input / 'config.json'}: {error}") from None
 

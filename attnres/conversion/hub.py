@@ -18,12 +18,13 @@ from ..families.registry import family_classes
 from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
 from ..folders.model_family import family_of_folder
 from ..folders.model_folder import load as load_model_folder
+from ..folders.model_folder import write_model
 from ..folders.remote_code import code_file_names
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.tokenizer_files import has_tokenizer
 from ..utils.trust import load_kwargs
-from .atomic import move_into_place, output_folder, write_model
+from .atomic import move_into_place, output_folder
 from .config import drop_moonshot_fields
 from .errors import ConversionError
 from .guards import check_output

@@ -106,21 +106,23 @@ def checked_family(config, family: str | None) -> str:
 def check_source_mode(model_type, mode) -> None:
     """A config.json to upcycle, or to write as the family's own model: an AttnRes mode it names is a mode, and the
     standard one (what is rebuilt has the standard residual stream); ValueError naming the field."""
-    from attnres.core.config import ATTN_RES_MODES
     from attnres.families.registry import check_standard_residual
 
-    if str(model_type).endswith("_attnres") and mode is not None and mode not in ATTN_RES_MODES:
-        raise UpcycleError(f"field attn_res_mode={mode!r} is not a mode (one of {ATTN_RES_MODES})")
+    if mode is not None:
+        _check_mode(model_type, mode, "field ")
     check_standard_residual(model_type, mode if mode is not None else "standard")
 
 
 def check_mode(config) -> None:
     """An AttnRes config's mode must be one of the modes (a mistyped "Block" is named as such, not as AttnRes)."""
+    _check_mode(getattr(config, "model_type", ""), getattr(config, "attn_res_mode", None))
+
+
+def _check_mode(model_type, mode, prefix: str = "") -> None:
     from attnres.core.config import ATTN_RES_MODES
 
-    mode = getattr(config, "attn_res_mode", None)
-    if str(getattr(config, "model_type", "")).endswith("_attnres") and mode not in ATTN_RES_MODES:
-        raise UpcycleError(f"attn_res_mode={mode!r} is not a mode (one of {ATTN_RES_MODES})")
+    if str(model_type).endswith("_attnres") and mode not in ATTN_RES_MODES:
+        raise UpcycleError(f"{prefix}attn_res_mode={mode!r} is not a mode (one of {ATTN_RES_MODES})")
 
 
 def check_model(model) -> None:

@@ -172,6 +172,15 @@ class FlatFile:
     optional: dict  # module -> the optional package it needs (optional_modules)
 
     def render(self) -> str:
+        """The file's text, checked: no top-level name defined differently by two modules, no import of the package
+        left over."""
+        self._check_collisions()
+        generated = self.text()
+        check_no_package_import(self.name, generated)
+        return generated
+
+    def text(self) -> str:
+        """The file's text, unchecked (what `plan_files` measures while it splits a group)."""
         hoisted, body, cross, future = [], [], {}, True
         guarded = {}  # optional package -> the texts of the modules needing it
         for module in self.modules:
@@ -186,7 +195,6 @@ class FlatFile:
                 body.append(text)
         for package, texts in guarded.items():
             body.append(_guarded(package, "\n\n".join(texts)))
-        self._check_collisions()
         lines = [self._header(), *(["from __future__ import annotations", ""] if future else [])]
         lines += _import_lines(hoisted)
         if cross:
@@ -195,9 +203,7 @@ class FlatFile:
         used = {node.id for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Name)}
         for file_name, names in sorted(cross.items()):
             lines += _cross_lines(f".{file_name}", names, used)
-        generated = "\n".join(lines) + "\n\n" + text
-        check_no_package_import(self.name, generated)
-        return generated
+        return "\n".join(lines) + "\n\n" + text
 
     def _header(self) -> str:
         listed = "\n".join(f"#   {m}" for m in self.modules)
@@ -403,21 +409,25 @@ def plan_files(groups: dict[str, list[str]], sources: dict, optional: dict) -> d
     for name, modules in groups.items():
         parts, current = [], []
         for module in modules:
-            candidate = current + [module]
             part_name = f"{name}_{len(parts) + 1}"
-            trial = {**owner, **{m: part_name for m in candidate}}
-            size = len(FlatFile(part_name, candidate, trial, sources, optional).render().encode())
-            if current and size > MAX_FILE_BYTES - SPLIT_MARGIN:
+            if current and _text_bytes(part_name, current + [module], owner, sources, optional) > (
+                    MAX_FILE_BYTES - SPLIT_MARGIN):
                 parts.append(current)
-                owner.update({m: f"{name}_{len(parts)}" for m in current})
+                owner.update(dict.fromkeys(current, part_name))
                 current = [module]
             else:
-                current = candidate
+                current.append(module)
         parts.append(current)
         owner.update({m: name for m in current})
         plan.update({f"{name}_{k}": part for k, part in enumerate(parts[:-1], start=1)})
         plan[name] = current
     return plan
+
+
+def _text_bytes(name: str, modules: list[str], owner: dict, sources: dict, optional: dict) -> int:
+    """The size of the file `name` would be holding `modules`."""
+    trial = {**owner, **dict.fromkeys(modules, name)}
+    return len(FlatFile(name, modules, trial, sources, optional).text().encode())
 
 
 def optional_modules(modules, sources: dict) -> dict[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..training.recipe import DEFAULTS as RECIPE_DEFAULTS
 from ..training.recipe import Recipe
-from ..utils.refusals import combined, needs
+from ..utils.refusals import below, combined, needs
 
 
 @dataclass
@@ -43,13 +43,9 @@ class PipelineModelArgs:
     def count_error(self, *more: str) -> str | None:
         """The first count flag out of range, as one line: these and `more` must be >= 1, --save-every >= 0 (0: no
         periodic checkpoints)."""
-        for name in ("micro_batch_size", "grad_accum", "steps", "seq_len", "max_nonfinite_steps", "keep_checkpoints",
-                     *more):
-            if getattr(self, name) < 1:
-                return f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
-        if self.save_every < 0:
-            return f"error: --save-every must be >= 0, got {self.save_every}"
-        return None
+        lines = below(self, ("micro_batch_size", "grad_accum", "steps", "seq_len", "max_nonfinite_steps",
+                             "keep_checkpoints", *more), 1) + below(self, ("save_every",), 0)
+        return f"error: {lines[0]}" if lines else None
 
     def signature(self, config, world: int) -> dict:
         """What a checkpoint records of its run (a resume must match it): the model, data, batch plan, recipe and

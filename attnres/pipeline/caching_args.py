@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..utils.refusals import below
+
 
 @dataclass
 class CachingArgs:
@@ -16,5 +18,4 @@ class CachingArgs:
 
     def problems(self) -> list[str]:
         """The refusal line of each count below 1."""
-        return [f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
-                for name in ("stages", "virtual", "layers_per_chunk", "block_size") if getattr(self, name) < 1]
+        return below(self, ("stages", "virtual", "layers_per_chunk", "block_size"), 1)

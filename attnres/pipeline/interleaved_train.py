@@ -11,7 +11,6 @@ plan and the caching simulator), the trained model `model/` (a `from_pretrained`
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import sys
@@ -148,8 +147,15 @@ def model_and_data(args: InterleavedArgs):
 
 def train_interleaved(args: InterleavedArgs) -> dict:
     """One run; call on every process of a torchrun launch (each process is one physical stage)."""
-    from ..training.checkpoints import checkpoints_root, remove_partial, resume_training, save_checkpoint
+    from ..training.checkpoints import (
+        checkpoint_due,
+        checkpoints_root,
+        remove_partial,
+        resume_training,
+        save_checkpoint,
+    )
     from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard
+    from ..training.logs import JsonlLog
     from ..training.state import is_rank_zero, output_lock
     from .train import matching_checkpoint
 
@@ -180,27 +186,23 @@ def train_interleaved(args: InterleavedArgs) -> dict:
         if rank == 0:
             remove_partial(root)
             write_json_atomic(args.output_dir / "run.json", dict(record["signature"], world_size=world))
-        log = open(args.output_dir / "log.jsonl", "a" if start else "w") if rank == 0 else None
+        log = JsonlLog(args.output_dir / "log.jsonl", start) if rank == 0 else None
         guard, loss = NonFiniteGuard(args.max_nonfinite_steps), None
         try:
             for step in range(start + 1, args.steps + 1):
                 ids = torch.cat([fetch(step - 1, micro) for micro in range(args.grad_accum)])
                 loss, norm, finite = train_step(pipe, optimizer, scheduler, ids, args.grad_clip)
                 if log is not None:
-                    log.write(json.dumps({"step": step, "loss": loss, "grad_norm": norm,
-                                          **({} if finite else {"skipped/nonfinite": 1})}) + "\n")
-                    log.flush()
+                    log.write({"step": step, "loss": loss, "grad_norm": norm,
+                               **({} if finite else {"skipped/nonfinite": 1})})
                 if guard.check(step, loss, norm) and rank == 0:
                     print(guard.message(step, loss, norm), file=sys.stderr)
-                if (args.save_every and step % args.save_every == 0) or step == args.steps:
+                if checkpoint_due(step, args.save_every, args.steps):
                     save_checkpoint(root, step, record, trainer, args.keep_checkpoints)
         except NonFiniteError as error:  # no model is saved from these weights
             if rank == 0:
                 print(f"error: {error}", file=sys.stderr)
             return {"exit_code": EXIT_CODE}
-        finally:
-            if log is not None:
-                log.close()
         report = traffic_report(args, config, pipe, (args.steps - start) * args.grad_accum)
         if rank == 0:
             write_json_atomic(args.output_dir / "comms.json", report)

@@ -14,7 +14,6 @@ from __future__ import annotations
 from .ds import deepspeed  # isort: skip
 
 import contextlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ from ..folders.checkpoint_files import check_model_folder
 from ..folders.model_family import require_kimi_linear
 from ..training.args import check_finite_flags
 from ..training.checkpoints import (
+    checkpoint_due,
     checkpoints_root,
     choose_checkpoint,
     remove_partial,
@@ -39,6 +39,7 @@ from ..training.checkpoints import (
 )
 from ..training.engines import DeepSpeedState
 from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps, step_is_finite
+from ..training.logs import JsonlLog
 from ..training.recipe import Recipe, check_recipe_args
 from ..training.state import check_checkpoint, is_rank_zero, output_lock
 from ..utils.tiny import tiny_config
@@ -168,11 +169,6 @@ def write_run_record(args: PipelineArgs, recipe: Recipe, world: int) -> None:
     write_json_atomic(args.output_dir / "run.json", dict(recipe=recipe.record(), settings=settings, world_size=world))
 
 
-def checkpoint_due(args: PipelineArgs, step: int) -> bool:
-    """Every --save-every steps and at the last step; never with --save-every 0."""
-    return bool(args.save_every) and (step % args.save_every == 0 or step == args.steps)
-
-
 def skip_cpu_shm_build() -> None:
     """On CPU DeepSpeed JIT-compiles a shared-memory allreduce op at init (minutes on a small machine, once per
     cache). The pipeline's point-to-point sends never use it, so by default mark it unavailable: DeepSpeed then uses
@@ -183,7 +179,7 @@ def skip_cpu_shm_build() -> None:
 def train_steps(args: PipelineArgs, engine, data, traffic: P2PTraffic, is_rank0: bool, start: int, save) -> None:
     """The pipeline steps after `start` up to `args.steps`, each logged to log.jsonl (rank 0), `save(step)` when a
     checkpoint is due; too many non-finite steps in a row end the run with exit code 3, before any model is saved."""
-    log = open(args.output_dir / "log.jsonl", "a" if start else "w") if is_rank0 else None
+    log = JsonlLog(args.output_dir / "log.jsonl", start) if is_rank0 else None
     guard = NonFiniteGuard(args.max_nonfinite_steps)
     try:
         with traffic.counting():
@@ -194,19 +190,15 @@ def train_steps(args: PipelineArgs, engine, data, traffic: P2PTraffic, is_rank0:
                 finite = step_is_finite(loss, norm, applied)  # alike on every rank: the skip is agreed across stages
                 if log is not None:
                     record = {"step": step, "loss": loss, **({} if finite else {"skipped/nonfinite": 1})}
-                    log.write(json.dumps(record) + "\n")
-                    log.flush()
+                    log.write(record)
                 if guard.check(step, loss, norm, applied) and is_rank0:
                     progress.write(guard.message(step, loss, norm))
-                if checkpoint_due(args, step):
+                if args.save_every and checkpoint_due(step, args.save_every, args.steps):  # 0: no checkpoints
                     save(step)
     except NonFiniteError as error:  # no model is saved from these weights
         if is_rank0:
             print(f"error: {error}", file=sys.stderr)
         raise SystemExit(EXIT_CODE) from None
-    finally:
-        if log is not None:
-            log.close()
 
 
 def report_comms(args: PipelineArgs, config, pipe, traffic: P2PTraffic, dp_rank: int, is_rank0: bool,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..families.kimi_linear.configuration_kimi_linear_attnres import ATTN_RES_MODES
 from ..utils.flags import seed as seed_flag
-from ..utils.refusals import combined, needs
+from ..utils.refusals import below, combined, needs
 from ..utils.trust import add_trust_flag
 from . import SetupError  # noqa: F401  (defined once for the package; importers take it from here too)
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
@@ -124,13 +124,9 @@ class TrainArgs:
             problems.append(f"--output-dir {self.output_dir} is a file, not a folder")
         positive = ("max_steps", "micro_batch_size", "grad_accum", "log_every", "keep_checkpoints", "eval_batches",
                     "max_nonfinite_steps")
-        for name in positive:
-            if getattr(self, name) < 1:
-                problems.append(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in ("save_every", "eval_every", "diagnostics_every", "warmup_steps", "weight_decay",
-                     "res_proj_weight_decay", "grad_clip"):
-            if getattr(self, name) < 0:
-                problems.append(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        problems += below(self, positive, 1)
+        problems += below(self, ("save_every", "eval_every", "diagnostics_every", "warmup_steps", "weight_decay",
+                                 "res_proj_weight_decay", "grad_clip"), 0)
         if self.warmup_steps > self.max_steps >= 1:
             problems.append(f"--warmup-steps {self.warmup_steps} exceeds --max-steps {self.max_steps}")
         for name in ("lr", "res_proj_lr", "attn_res_lr_multiplier"):

@@ -194,6 +194,11 @@ def _fsync_tree(folder: Path) -> None:
                 os.fsync(f.fileno())
 
 
+def checkpoint_due(step: int, every: int, last_step: int) -> bool:
+    """Every `every` steps (0: none periodic) and at the last step, so a run can always be continued."""
+    return (every > 0 and step % every == 0) or step == last_step
+
+
 def save_checkpoint(root: Path, step: int, record: dict, trainer: TrainingState, keep: int) -> Path:
     """Collective: every process calls it. `trainer.save(tmp)` writes the process's share; `record` (the run record)
     goes into trainer_state.json with the step, last. Keeps the `keep` newest of this run's line."""

@@ -173,12 +173,12 @@ class DeepSpeedState:
         torch.save(rng_state(), Path(folder) / f"rng_state_{self.rank}.pt")
 
     def load(self, folder: Path) -> None:
-        load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt")  # a damaged file fails before any state changes
+        rng = load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt")  # a damaged file fails before any change
         read_deepspeed_weights_only(self.engine.checkpoint_engine)  # never unpickle objects from the checkpoint
         path, _ = self.engine.load_checkpoint(str(folder), tag=self.TAG)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {self.TAG!r}) in {folder}")
-        set_rng_state(load_weights_only(Path(folder) / f"rng_state_{self.rank}.pt"))
+        set_rng_state(rng)
 
 
 class DeepSpeedEngine(DeepSpeedState):

@@ -10,7 +10,7 @@
                       source averaged over batch and positions (the model returns them with output_attn_res_weights).
 - PNG plots of them: one run, or standard vs AttnRes runs side by side (the paper's Figure 5):
 
-      python -m attnres.training.logs runs/small-standard runs/small-block runs/small-full --out figure5.png
+      python -m attnres.cli.plot_diagnostics runs/small-standard runs/small-block runs/small-full --out figure5.png
 
 - training_info.json in a run's final/ folder (provenance): what the model saw, so an evaluation can tell whether two
   models are matched (same tokens trained, same data) without the run folder around it, and how: the run's settings

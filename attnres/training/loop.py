@@ -19,6 +19,7 @@ from ..utils import finite_weights
 from .args import SetupError, TrainArgs, fill_settings, given_settings, world_size
 from .checkpoints import (
     check_written_weights,
+    checkpoint_due,
     checkpoints_root,
     choose_checkpoint,
     remove_partial,
@@ -352,7 +353,7 @@ def run(args: TrainArgs, world, config, train_set, val_set, tokenizer, folder, s
                 summary["heldout_loss"] = evaluate_whole(engine, val_set, args)
                 scalars.update({"val/heldout_loss": summary["heldout_loss"], "val/heldout_sequences": len(val_set)})
             logger.log(step, **scalars)
-        if (args.save_every and step % args.save_every == 0) or step == args.max_steps:
+        if checkpoint_due(step, args.save_every, args.max_steps):
             save_checkpoint(root, step, checkpoint_state(step), engine, args.keep_checkpoints)
     progress.close()
     logger.close()

@@ -31,7 +31,7 @@ from ..folders.checkpoint_files import check_safetensors, read_json_file
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
 from . import SetupError
-from .checkpoints import STATE_FILE, ResumeFileError, complete_checkpoints
+from .checkpoints import STATE_FILE, ResumeFileError, checkpoints_root, complete_checkpoints
 
 # The scheduler's state (a plain dict of numbers), saved by torch.save and read back with weights_only=True
 SCHEDULER_FILE = "lr_scheduler.pt"
@@ -166,7 +166,7 @@ def is_run_folder(folder: Path) -> bool:
             return True
     except (OSError, UnicodeDecodeError):
         pass
-    return bool(complete_checkpoints(Path(folder) / "checkpoints"))
+    return bool(complete_checkpoints(checkpoints_root(folder)))
 
 
 # What a run (train, pipeline train) writes, replaces or cleans up in its folder: loop.py, logs.py, pipeline/

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..utils.refusals import below
+
 
 @dataclass
 class PlanMemoryArgs:
@@ -18,9 +20,7 @@ class PlanMemoryArgs:
 
     def problems(self) -> list[str]:
         """The refusal line of each count below 1 (a count left out has a valid default)."""
-        return [f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
-                for name in ("batch", "context", "stages", "micro_batch")
-                if getattr(self, name) is not None and getattr(self, name) < 1]
+        return below(self, ("batch", "context", "stages", "micro_batch"), 1)
 
 
 @dataclass

@@ -48,9 +48,8 @@ def tables() -> str:
         folder = package.rpartition(".")[2]
         rows.append(f"| {family.title} (`{model_type}`) | `{family.attn_res_model_type}` | {family.about} | {classes} "
                     f"| {'yes' if family.fusable_norm else 'no'} | {code}: `attnres/families/{folder}/` |")
-    differing = [f"- {family.title}: {differences(family)}." for _, family in sorted(DECLARATIONS.values(),
-                                                                                     key=lambda item: item[1].title)
-                 if differences(family)]
+    by_title = sorted((family for _, family in DECLARATIONS.values()), key=lambda family: family.title)
+    differing = [f"- {family.title}: {text}." for family in by_title if (text := differences(family))]
     refused = ["| `model_type` | Why not |", "|---|---|"]
     refused += [f"| `{model_type}` | {reason} |" for model_type, reason in sorted(REFUSED.items())]
     return "\n".join(["### Supported", "", *rows, "", "### Where a layer differs from Llama's", "",

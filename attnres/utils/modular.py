@@ -93,15 +93,6 @@ def class_bodies(path: Path) -> dict[str, tuple[str | None, str]]:
     return bodies
 
 
-def extra_imports(path: Path, module: str, declared: set[str]) -> list[str]:
-    """Names the modular file imports from the family's transformers modeling module, beyond the declared ones."""
-    names = []
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.ImportFrom) and node.module == module:
-            names += [alias.name for alias in node.names if alias.name not in declared]
-    return names
-
-
 def fit(line: str) -> str:
     """`a, b, c = X, Y, Z` in the line length, wrapped in parentheses where it is longer."""
     if len(line) <= LINE_LENGTH:
@@ -283,7 +274,8 @@ def generate(folder: str) -> dict[str, str]:
             raise DeclarationError(f"{path}: {name}={cls!r} is not a class the file imports by name")
     bodies = class_bodies(path)
     declared = {getattr(family, name) for name in CLASS_FIELDS}
-    extras = extra_imports(path, family.module, declared)
+    # what else the file imports from the family's transformers modeling module
+    extras = [name for name, module in family.imports.items() if module == family.module and name not in declared]
     return {f"configuration_{folder}_attnres.py": configuration_text(family, folder, bodies),
             f"modeling_{folder}_attnres.py": modeling_text(family, folder, bodies, extras)}
 

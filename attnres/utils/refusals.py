@@ -9,6 +9,13 @@ def flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
+def below(args, dests, minimum) -> list[str]:
+    """'--X must be >= MINIMUM, got V' for each of `dests` whose value on `args` is below `minimum` (None: left out,
+    a default fills it)."""
+    return [f"{flag(dest)} must be >= {minimum}, got {getattr(args, dest)}" for dest in dests
+            if getattr(args, dest) is not None and getattr(args, dest) < minimum]
+
+
 def combined(given: set[str], dests, other: str, why: str) -> str | None:
     """'--X cannot be combined with OTHER: WHY' for the first of `dests` given, else None."""
     for dest in dests:

@@ -124,6 +124,13 @@ def test_a_group_over_the_bound_is_split_and_loads(tmp_path, monkeypatch):
     monkeypatch.setattr(remote_code, "MAX_FILE_BYTES", 600)  # one module alone over the bound: refused, named
     with pytest.raises(GenerationError, match=f"{CORE_FILE}.*over 600"):
         remote_code.generate("attnres.families.x.modeling_x_attnres", sources)
+    # a collision is named in the file that would hold it (a group of one file: its own name, not a trial part's)
+    clash = {"attnres.core.synthetic_d": "X = 1\n", "attnres.core.synthetic_e": "X = 2\n"}
+    sources.update({name: Source.read(name, text) for name, text in clash.items()})
+    monkeypatch.setattr(remote_code, "MAX_FILE_BYTES", 25_000)
+    monkeypatch.setattr(remote_code, "plan_groups", lambda module, sources: {CORE_FILE: sorted(clash)})
+    with pytest.raises(GenerationError, match=rf"^{CORE_FILE}\.py: top-level name 'X'"):
+        remote_code.generate("attnres.families.x.modeling_x_attnres", sources)
 
 
 # The family's own classes only: the shared AttnRes model is in the core files
