@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from ..core.depth_layout import DepthLayout
 from ..folders.atomic_io import write_json_atomic
+from ..training.process_group import start_process_group
 from ..training.recipe import Recipe, check_recipe_args
 from .args import InterleavedArgs
 from .caching import simulate_interleaved
@@ -167,9 +168,8 @@ def train_interleaved(args: InterleavedArgs) -> dict:
     check_args(args, world)
     lock = contextlib.ExitStack()  # one run per output folder, held until the run returns (or the process ends)
     lock.enter_context(output_lock(args.output_dir, enabled=is_rank_zero()))
-    owns_group = not dist.is_initialized()
-    if owns_group:
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    start_process_group(lambda: dist.init_process_group(backend))  # ended at exit (process_group.py)
     try:
         model, fetch, tokenizer = model_and_data(args)
         config, rank = model.config, dist.get_rank()
@@ -215,8 +215,6 @@ def train_interleaved(args: InterleavedArgs) -> dict:
         return {"start_step": start, "step": args.steps, "loss": loss, "output_dir": str(args.output_dir),
                 "traffic": report["measured_per_micro_batch"]}
     finally:
-        if owns_group:
-            dist.destroy_process_group()
         lock.close()
 
 

@@ -40,6 +40,7 @@ from ..training.checkpoints import (
 from ..training.engines import DeepSpeedState
 from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard, skip_nonfinite_steps, step_is_finite
 from ..training.logs import JsonlLog
+from ..training.process_group import start_process_group
 from ..training.recipe import Recipe, check_recipe_args
 from ..training.state import check_checkpoint, is_rank_zero, output_lock
 from ..utils.tiny import tiny_config
@@ -239,7 +240,8 @@ def train_pipeline(args: PipelineArgs) -> None:
         raise SystemExit(f"error: --num-stages {stages} exceeds the model's {config.num_hidden_layers} decoder layers")
     if not torch.cuda.is_available() and not args.cpu_shm_comm:
         skip_cpu_shm_build()
-    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    start_process_group(lambda: deepspeed.init_distributed(dist_backend=backend))  # ended at exit (process_group.py)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
     pipe = build_pipeline(config, initial_weights(args, config), stages, args.partition_method,
                           args.activation_checkpoint_interval)

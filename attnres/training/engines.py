@@ -16,6 +16,7 @@ import torch
 from ..folders.model_folder import save as save_model_folder
 from .args import SetupError
 from .guard import is_finite, skip_nonfinite_steps
+from .process_group import end_process_group_at_exit, start_process_group
 from .recipe import clip_by_group, group_grad_norms
 from .state import (
     SCHEDULER_FILE,
@@ -56,6 +57,7 @@ class AccelerateEngine:
             cpu=not torch.cuda.is_available(),
             mixed_precision="bf16" if wants_bf16(args.mixed_precision) else "no",
         )
+        end_process_group_at_exit()  # accelerate's group (if launched as several processes), as the others'
         # The scheduler is not `prepare`d: accelerate would step it once per process. Nor is it registered for
         # accelerate's checkpointing, which unpickles custom state with weights_only=False: see save/load
         self.model, self.optimizer = prepare_sharded(self.accelerator, model, optimizer)  # FSDP2: see fsdp2.py
@@ -197,8 +199,8 @@ class DeepSpeedEngine(DeepSpeedState):
             # a small machine, silently, once per cache); marked unavailable, it uses plain gloo, its documented
             # fallback
             deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
-                                   auto_mpi_discovery=False)
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        start_process_group(lambda: deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False))
         self.config = resolve_deepspeed_config(json.loads(Path(args.deepspeed).read_text()), args, world)
         self.zero_stage = self.config.get("zero_optimization", {}).get("stage", 0)
         # ZeRO and DeepSpeed's bf16 optimizer skip a non-finite gradient norm themselves; a plain fp32 one is guarded
