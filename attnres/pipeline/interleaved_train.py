@@ -168,8 +168,7 @@ def train_interleaved(args: InterleavedArgs) -> dict:
     check_args(args, world)
     lock = contextlib.ExitStack()  # one run per output folder, held until the run returns (or the process ends)
     lock.enter_context(output_lock(args.output_dir, enabled=is_rank_zero()))
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    start_process_group(lambda: dist.init_process_group(backend))  # ended at exit (process_group.py)
+    start_process_group(dist.init_process_group)  # ended at exit (process_group.py)
     try:
         model, fetch, tokenizer = model_and_data(args)
         config, rank = model.config, dist.get_rank()

@@ -240,8 +240,7 @@ def train_pipeline(args: PipelineArgs) -> None:
         raise SystemExit(f"error: --num-stages {stages} exceeds the model's {config.num_hidden_layers} decoder layers")
     if not torch.cuda.is_available() and not args.cpu_shm_comm:
         skip_cpu_shm_build()
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    start_process_group(lambda: deepspeed.init_distributed(dist_backend=backend))  # ended at exit (process_group.py)
+    start_process_group(lambda backend: deepspeed.init_distributed(dist_backend=backend))  # ended at exit
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
     pipe = build_pipeline(config, initial_weights(args, config), stages, args.partition_method,
                           args.activation_checkpoint_interval)

@@ -199,8 +199,7 @@ class DeepSpeedEngine(DeepSpeedState):
             # a small machine, silently, once per cache); marked unavailable, it uses plain gloo, its documented
             # fallback
             deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        start_process_group(lambda: deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False))
+        start_process_group(lambda backend: deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False))
         self.config = resolve_deepspeed_config(json.loads(Path(args.deepspeed).read_text()), args, world)
         self.zero_stage = self.config.get("zero_optimization", {}).get("stage", 0)
         # ZeRO and DeepSpeed's bf16 optimizer skip a non-finite gradient norm themselves; a plain fp32 one is guarded

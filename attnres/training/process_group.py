@@ -17,17 +17,18 @@ import atexit
 import sys
 from collections.abc import Callable
 
+import torch
 import torch.distributed as dist
 
 _hook = []  # the registered exit hook, at most one
 
 
-def start_process_group(start: Callable[[], object]) -> bool:
-    """Call `start()` unless a default process group exists; return whether it did. Either way the group is ended
-    at exit (`end_process_group_at_exit`)."""
+def start_process_group(start: Callable[[str], object]) -> bool:
+    """Call `start(backend)` unless a default process group exists (nccl with CUDA, else gloo); return whether it
+    did. Either way the group is ended at exit (`end_process_group_at_exit`)."""
     started = not dist.is_initialized()
     if started:
-        start()
+        start("nccl" if torch.cuda.is_available() else "gloo")
     end_process_group_at_exit()
     return started
 
