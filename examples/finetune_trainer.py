@@ -15,7 +15,7 @@ from transformers import (
     TrainingArguments,
 )
 
-import attnres  # noqa: F401  registers every family's Auto classes: a folder loads without trust_remote_code
+import hf_attnres  # noqa: F401  registers every family's Auto classes: a folder loads without trust_remote_code
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("model_dir")

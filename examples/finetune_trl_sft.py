@@ -10,8 +10,8 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
-import attnres  # noqa: F401  registers every family's Auto classes: a folder loads without trust_remote_code
-from attnres.training.chat import ensure_chat_template
+import hf_attnres  # noqa: F401  registers every family's Auto classes: a folder loads without trust_remote_code
+from hf_attnres.training.chat import ensure_chat_template
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("model_dir")

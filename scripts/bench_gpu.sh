@@ -23,8 +23,8 @@ echo "== 1. CUDA parity" | tee "$out/parity.log"
 parity=0
 timeout "${BENCH_STEP_TIMEOUT:-0}" python3 - <<'EOF' 2>&1 | tee -a "$out/parity.log" || parity=1
 import torch
-from attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
-from attnres.kernels.two_phase import phase1, phase1_naive
+from hf_attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
+from hf_attnres.kernels.two_phase import phase1, phase1_naive
 
 def run(impl, sources, query, norm, out_norm):
     params = [t.detach().clone().requires_grad_() for t in (*sources, query, norm, out_norm)]

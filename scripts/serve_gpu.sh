@@ -22,7 +22,7 @@ python3 scripts/train.py --data "$out/data" --model-size k3-small --max-steps 40
 
 echo "== 2. export" | tee "$out/export.log"
 for to in kimi-linear k3; do
-    python3 -m attnres export "$out/run/final" "$out/export-$to" --to "$to" --verify --force --no-progress \
+    python3 -m hf_attnres export "$out/run/final" "$out/export-$to" --to "$to" --verify --force --no-progress \
         2>&1 | tee -a "$out/export.log"
 done
 
@@ -31,7 +31,7 @@ OUT_DIR="$out" python3 - <<'EOF' 2>&1 | tee -a "$out/serve.log"
 import gc, json, os, sys
 import torch
 from transformers import AutoTokenizer
-from attnres import KimiLinearAttnResForCausalLM
+from hf_attnres import KimiLinearAttnResForCausalLM
 
 out = os.environ["OUT_DIR"]
 prompts = ["the king walks over the river", "a queen sees the light of the", "The history of the city"]

@@ -6,7 +6,7 @@
 #   einops                fla's naive reference imports it (pure Python)
 # Why a separate folder: with fla importable, transformers' Kimi Linear binds fla's kernels when its modeling module is
 # imported and then fails on CPU. The benchmark puts this folder on sys.path inside its own process only, after
-# transformers and attnres are imported (attnres/bench/peers.py). --no-deps: torch and triton are the environment's.
+# transformers and attnres are imported (hf_attnres/bench/peers.py). --no-deps: torch and triton are the environment's.
 #   $ATTNRES_PEERS (default ~/.cache/attnres/peers)/   the --target folder; a rerun with it in place does nothing
 # A failed install leaves no folder (installed into a temporary folder, renamed at the end) and exits non-zero.
 # Usage: scripts/setup_peers.sh        prints the folder (pass it to `attnres bench-kernels --peers-path`)

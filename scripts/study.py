@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """`attnres study`, run from a checkout without installing. Its documentation: `python scripts/study.py --help`
-(attnres/cli/study.py)."""
+(hf_attnres/cli/study.py)."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnres.cli import command_main  # noqa: E402
+from hf_attnres.cli import command_main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(command_main("study"))

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """`attnres train-pipeline`, run from a checkout without installing. Its documentation:
-`python scripts/train_pipeline.py --help` (attnres/cli/train_pipeline.py)."""
+`python scripts/train_pipeline.py --help` (hf_attnres/cli/train_pipeline.py)."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnres.cli import command_main  # noqa: E402
+from hf_attnres.cli import command_main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(command_main("train-pipeline"))

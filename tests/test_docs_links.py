@@ -73,14 +73,16 @@ TRANSFORMERS_SDIST = {"tests/test_modeling_common.py", "tests/generation/", "tes
 
 
 def named_paths(text: str) -> list[str]:
-    """Checkout paths a page names in inline code (`attnres/...`, `tests/...`, ...), placeholders and globs left out."""
-    found = re.findall(r"`((?:attnres|tests|scripts|configs|examples|eval|docs)/[^`\s]*)`", text)
+    """Checkout paths a page names in inline code (`hf_attnres/...`, `tests/...`, ...), placeholders and globs left
+    out."""
+    found = re.findall(r"`((?:hf_attnres|tests|scripts|configs|examples|eval|docs)/[^`\s]*)`", text)
     return [path.split("::")[0] for path in found if not any(c in path for c in "<*{")]
 
 
 def test_named_paths_are_read_from_inline_code():
-    assert named_paths("`attnres/core/model.py` `tests/x.py::test_y` `attnres/families/<f>/` `ls attnres/`") == [
-        "attnres/core/model.py", "tests/x.py"]
+    text = "`hf_attnres/core/model.py` `tests/x.py::test_y` `hf_attnres/families/<f>/` `ls hf_attnres/`"
+    assert named_paths(text) == [
+        "hf_attnres/core/model.py", "tests/x.py"]
 
 
 @pytest.mark.parametrize("page", PATH_CHECKED)

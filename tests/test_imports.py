@@ -3,7 +3,7 @@
 
 A lazy `from .corpora import DEFAULT_CACHE` inside a function kept pointing at a module that had moved;
 it ran only on a fresh machine (benchmark data not yet prepared), so the suite and CI stayed green while the README's
-first command failed for every new user. This test reads the source (AST) of every module under attnres/ without
+first command failed for every new user. This test reads the source (AST) of every module under hf_attnres/ without
 importing any of it, so it sees every import statement, whichever branch or function it sits in.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "attnres"
+PACKAGE = ROOT / "hf_attnres"
 
 
 def module_name(path: Path) -> str:
@@ -26,7 +26,7 @@ def module_name(path: Path) -> str:
 
 
 def module_file(name: str) -> Path | None:
-    """The source file of module `name` under attnres/ (a .py file or a package's __init__.py), None when absent."""
+    """The source file of module `name` under hf_attnres/ (a .py file or a package's __init__.py), None when absent."""
     base = ROOT.joinpath(*name.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
@@ -74,10 +74,10 @@ def top_level_names(name: str) -> frozenset[str] | None:
 
 def resolve_relative(importer: str, is_package: bool, level: int, module: str | None) -> str:
     """The absolute name of `from <level dots><module> import ...` in module `importer`; one that climbs above the
-    attnres package comes back as "attnres.<beyond the package>" (never a module, so it is reported)."""
+    attnres package comes back as "hf_attnres.<beyond the package>" (never a module, so it is reported)."""
     package = importer.split(".") if is_package else importer.split(".")[:-1]
     if level - 1 >= len(package):
-        return "attnres.<beyond the package>"
+        return "hf_attnres.<beyond the package>"
     base = package[: len(package) - (level - 1)]
     return ".".join([*base, *([module] if module else [])])
 
@@ -88,12 +88,12 @@ def imports_of(path: Path):
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] == "attnres":
+                if alias.name.split(".")[0] == "hf_attnres":
                     yield node.lineno, alias.name, []
         elif isinstance(node, ast.ImportFrom):
             target = (resolve_relative(importer, is_package, node.level, node.module) if node.level
                       else node.module)
-            if target.split(".")[0] == "attnres":
+            if target.split(".")[0] == "hf_attnres":
                 yield node.lineno, target, [alias.name for alias in node.names]
 
 
@@ -124,10 +124,10 @@ def test_every_import_resolves(path):
 
 # The checker itself: each kind of broken import is caught (a test that cannot fail would prove nothing).
 @pytest.mark.parametrize("source, problem", [
-    ("def f():\n    from .corpora import DEFAULT_CACHE\n", "no module attnres.study.corpora"),
-    ("from ..training.corpora import NO_SUCH_NAME\n", "attnres.training.corpora has no name 'NO_SUCH_NAME'"),
-    ("import attnres.no_such_module\n", "no module attnres.no_such_module"),
-    ("from attnres.training import no_such_submodule\n", "attnres.training has no name 'no_such_submodule'"),
+    ("def f():\n    from .corpora import DEFAULT_CACHE\n", "no module hf_attnres.study.corpora"),
+    ("from ..training.corpora import NO_SUCH_NAME\n", "hf_attnres.training.corpora has no name 'NO_SUCH_NAME'"),
+    ("import hf_attnres.no_such_module\n", "no module hf_attnres.no_such_module"),
+    ("from hf_attnres.training import no_such_submodule\n", "hf_attnres.training has no name 'no_such_submodule'"),
     ("class A:\n    def f(self):\n        from ... import nothing_here\n", "no module"),
 ])
 def test_the_checker_catches_a_broken_import(tmp_path, monkeypatch, source, problem):
@@ -138,7 +138,7 @@ def test_the_checker_catches_a_broken_import(tmp_path, monkeypatch, source, prob
 
 
 def test_the_checker_accepts_good_imports(monkeypatch):
-    source = ("from ..training.corpora import DEFAULT_CACHE\nfrom . import main_job\nimport attnres.utils.tiny\n"
+    source = ("from ..training.corpora import DEFAULT_CACHE\nfrom . import main_job\nimport hf_attnres.utils.tiny\n"
               "def f():\n    from ..training import corpora\n")
     fake = PACKAGE / "study" / "_import_check_probe.py"
     monkeypatch.setattr(Path, "read_text", _read_text_with(fake, source))

@@ -23,11 +23,11 @@ IN_VENV = textwrap.dedent("""
     import sys
     from pathlib import Path
 
-    import attnres
-    from attnres.evaluation.tasks import render_tasks
+    import hf_attnres
+    from hf_attnres.evaluation.tasks import render_tasks
 
     venv, work = Path(sys.argv[1]).resolve(), Path(sys.argv[2])
-    assert Path(attnres.__file__).resolve().is_relative_to(venv), f"not the installed copy: {attnres.__file__}"
+    assert Path(hf_attnres.__file__).resolve().is_relative_to(venv), f"not the installed copy: {hf_attnres.__file__}"
 
     # the lm-eval task YAMLs, rendered from the templates the wheel ships
     (work / "eval" / "mmlu" / "anatomy").mkdir(parents=True)
@@ -42,8 +42,8 @@ IN_VENV = textwrap.dedent("""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from attnres import KimiLinearAttnResForCausalLM
-    from attnres.utils.tiny import tiny_config
+    from hf_attnres import KimiLinearAttnResForCausalLM
+    from hf_attnres.utils.tiny import tiny_config
 
     torch.manual_seed(0)
     model = KimiLinearAttnResForCausalLM(tiny_config("block", num_layers=2, layer_types=["full_attention"] * 2)).eval()
@@ -65,7 +65,7 @@ def run(command, **kwargs) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_wheel_installed_in_a_fresh_venv_works(tmp_path):
     src = tmp_path / "src"  # a copy of the sources: the build writes nothing into the checkout
-    shutil.copytree(REPO / "attnres", src / "attnres", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "hf_attnres", src / "hf_attnres", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, src / name)
     run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(src)])

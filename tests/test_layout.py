@@ -11,24 +11,24 @@ from pathlib import Path
 
 import pytest
 
-import attnres
-from attnres.families.registry import SUPPORTED, family_classes
-from attnres.folders.remote_code import generate
+import hf_attnres
+from hf_attnres.families.registry import SUPPORTED, family_classes
+from hf_attnres.folders.remote_code import generate
 
-PACKAGE_DIR = Path(attnres.__file__).parent
+PACKAGE_DIR = Path(hf_attnres.__file__).parent
 # The model side, lowest first: a module imports its own part and the parts before it. The kernels need nothing of the
 # package, the core only the kernels, a family the core and the kernels
-MODEL = ["attnres.kernels", "attnres.core", "attnres.families"]
+MODEL = ["hf_attnres.kernels", "hf_attnres.core", "hf_attnres.families"]
 # Tools, lowest layer first: a module may import the model, its own layer and the layers before it, never after
 LAYERS = [
-    {"attnres.folders"},
-    {"attnres.utils"},
-    {"attnres.conversion"},
-    {"attnres.training"},
-    {"attnres.pipeline"},
-    {"attnres.evaluation"},
-    {"attnres.study", "attnres.bench"},
-    {"attnres.cli", "attnres.__main__"},
+    {"hf_attnres.folders"},
+    {"hf_attnres.utils"},
+    {"hf_attnres.conversion"},
+    {"hf_attnres.training"},
+    {"hf_attnres.pipeline"},
+    {"hf_attnres.evaluation"},
+    {"hf_attnres.study", "hf_attnres.bench"},
+    {"hf_attnres.cli", "hf_attnres.__main__"},
 ]
 
 
@@ -60,10 +60,10 @@ def imports_of(name: str, path: Path, lazy: bool = True) -> set[str]:
 
     def targets(node):
         if isinstance(node, ast.Import):
-            return {a.name for a in node.names if a.name.split(".")[0] == "attnres"}
+            return {a.name for a in node.names if a.name.split(".")[0] == "hf_attnres"}
         base = ("." * node.level + (node.module or "")) if node.level else node.module
         target = importlib.util.resolve_name(base, package) if node.level else base
-        if target.split(".")[0] != "attnres":
+        if target.split(".")[0] != "hf_attnres":
             return set()
         return {target} | {f"{target}.{a.name}" for a in node.names}
 
@@ -88,17 +88,17 @@ def import_graph(lazy: bool = True) -> dict[str, set[str]]:
 
 
 def test_every_top_level_package_has_a_place():
-    tops = {top_package(name) for name in all_modules() if name != "attnres"}
+    tops = {top_package(name) for name in all_modules() if name != "hf_attnres"}
     placed = set(MODEL).union(*LAYERS)
     assert tops == placed, f"unplaced: {sorted(tops - placed)}; listed but absent: {sorted(placed - tops)}"
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """Every edge to a higher part or layer, but the package root's (`attnres/__init__`: the user's entry points)."""
+    """Every edge to a higher part or layer, but the package root's (`hf_attnres/__init__`: the user's entry points)."""
     found = []
     for name, targets in graph.items():
         for target in targets:
-            if name == "attnres" or target == "attnres":
+            if name == "hf_attnres" or target == "hf_attnres":
                 continue
             if rank_of(target) > rank_of(name):
                 found.append(f"{name} -> {target}")
@@ -113,21 +113,22 @@ def test_every_module_imports_only_downward():
 def test_the_core_imports_only_the_core_and_the_kernels_and_the_kernels_only_themselves():
     graph = import_graph()
     for name, targets in graph.items():
-        if top_package(name) == "attnres.kernels":
-            assert {top_package(t) for t in targets} <= {"attnres.kernels"}, (name, sorted(targets))
-        elif top_package(name) == "attnres.core":
-            assert {top_package(t) for t in targets} <= {"attnres.core", "attnres.kernels"}, (name, sorted(targets))
+        if top_package(name) == "hf_attnres.kernels":
+            assert {top_package(t) for t in targets} <= {"hf_attnres.kernels"}, (name, sorted(targets))
+        elif top_package(name) == "hf_attnres.core":
+            allowed = {"hf_attnres.core", "hf_attnres.kernels"}
+            assert {top_package(t) for t in targets} <= allowed, (name, sorted(targets))
 
 
 def test_the_root_reaches_the_tools_only_inside_functions():
-    eager = imports_of("attnres", PACKAGE_DIR / "__init__.py", lazy=False)
+    eager = imports_of("hf_attnres", PACKAGE_DIR / "__init__.py", lazy=False)
     assert {top_package(t) for t in eager} <= set(MODEL), sorted(eager)
 
 
 def test_no_import_cycles():
     graph = import_graph()
-    # `attnres/__init__` re-exports the model: edges into the package root itself are not dependencies
-    graph = {name: {t for t in targets if t != "attnres"} for name, targets in graph.items()}
+    # `hf_attnres/__init__` re-exports the model: edges into the package root itself are not dependencies
+    graph = {name: {t for t in targets if t != "hf_attnres"} for name, targets in graph.items()}
     state, cycles = {}, []
 
     def visit(node, stack):
@@ -154,10 +155,10 @@ def shipped_modules(modeling_module: str) -> set[str]:
 @pytest.mark.slow  # a fresh Python process: over 10 s (docs/TESTING.md)
 def test_import_attnres_loads_the_model_side_only_and_folders_ship_model_modules_only():
     code = ("import json, sys, attnres; "
-            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'attnres')))")
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'hf_attnres')))")
     loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                            check=True, timeout=300).stdout))
-    assert {top_package(m) for m in loaded - {"attnres"}} <= set(MODEL), sorted(loaded)
+    assert {top_package(m) for m in loaded - {"hf_attnres"}} <= set(MODEL), sorted(loaded)
     for family in SUPPORTED:
         shipped = shipped_modules(family_classes(family)[1].__module__)
         assert {top_package(m) for m in shipped} <= set(MODEL), (family, sorted(shipped))
@@ -168,15 +169,17 @@ def test_the_checks_see_lazy_relative_and_upward_imports(tmp_path):
     and a core module importing a tool is an upward import."""
     source = tmp_path / "mod.py"
     source.write_text("from .depth_layout import DepthLayout\n"
-                      "def f():\n    from attnres.training import loop\n    import attnres.evaluation.tasks\n")
-    found = imports_of("attnres.core.fake_core_module", source)
-    assert {"attnres.core.depth_layout", "attnres.training", "attnres.training.loop",
-            "attnres.evaluation.tasks"} <= found
-    assert imports_of("attnres.core.fake_core_module", source, lazy=False) == {"attnres.core.depth_layout"}
-    assert upward_imports({"attnres.core.fake_core_module": found}) == [
-        "attnres.core.fake_core_module -> attnres.evaluation.tasks",
-        "attnres.core.fake_core_module -> attnres.training", "attnres.core.fake_core_module -> attnres.training.loop"]
-    assert upward_imports({"attnres.kernels.mix.fake": {"attnres.core.model"}}) == [
-        "attnres.kernels.mix.fake -> attnres.core.model"]
-    assert rank_of("attnres.cli.train") > rank_of("attnres.evaluation.report") > rank_of("attnres.folders.saved_model")
-    assert rank_of("attnres.folders.atomic_io") > rank_of("attnres.families.llama.modeling_llama_attnres")
+                      "def f():\n    from hf_attnres.training import loop\n    import hf_attnres.evaluation.tasks\n")
+    found = imports_of("hf_attnres.core.fake_core_module", source)
+    assert {"hf_attnres.core.depth_layout", "hf_attnres.training", "hf_attnres.training.loop",
+            "hf_attnres.evaluation.tasks"} <= found
+    assert imports_of("hf_attnres.core.fake_core_module", source, lazy=False) == {"hf_attnres.core.depth_layout"}
+    assert upward_imports({"hf_attnres.core.fake_core_module": found}) == [
+        "hf_attnres.core.fake_core_module -> hf_attnres.evaluation.tasks",
+        "hf_attnres.core.fake_core_module -> hf_attnres.training",
+        "hf_attnres.core.fake_core_module -> hf_attnres.training.loop"]
+    assert upward_imports({"hf_attnres.kernels.mix.fake": {"hf_attnres.core.model"}}) == [
+        "hf_attnres.kernels.mix.fake -> hf_attnres.core.model"]
+    assert (rank_of("hf_attnres.cli.train") > rank_of("hf_attnres.evaluation.report")
+            > rank_of("hf_attnres.folders.saved_model"))
+    assert rank_of("hf_attnres.folders.atomic_io") > rank_of("hf_attnres.families.llama.modeling_llama_attnres")

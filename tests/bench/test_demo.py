@@ -4,9 +4,9 @@ printed as `blk0` / `blk1`, the output mix's names), in the printout and the plo
 
 import pytest
 
-from attnres.bench.args import DemoArgs
-from attnres.bench.demo import demo, point_source_names
-from attnres.utils.tiny import tiny_config
+from hf_attnres.bench.args import DemoArgs
+from hf_attnres.bench.demo import demo, point_source_names
+from hf_attnres.utils.tiny import tiny_config
 
 
 def test_each_point_names_its_own_sources():

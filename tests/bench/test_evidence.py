@@ -1,4 +1,5 @@
-"""The GPU evidence run (attnres/bench/evidence.py; its command line attnres/cli/gpu_evidence.py) on CPU with stand-in
+"""The GPU evidence run (hf_attnres/bench/evidence.py; its command line hf_attnres/cli/gpu_evidence.py) on CPU with
+stand-in
 steps: steps run in order, each writes its status the moment it ends, a rerun skips the finished ones and reruns a
 failed or capped one, a cap kills the step's whole process group, and bad flags are one line with nothing written."""
 import json
@@ -8,8 +9,8 @@ import time
 
 import pytest
 
-from attnres.bench.evidence import STATUS_FILE, Step, default_steps, read_status, run_steps
-from attnres.cli.gpu_evidence import main
+from hf_attnres.bench.evidence import STATUS_FILE, Step, default_steps, read_status, run_steps
+from hf_attnres.cli.gpu_evidence import main
 
 PY = sys.executable
 
@@ -119,7 +120,7 @@ def test_out_that_is_a_file_refused(tmp_path, capsys):
 
 def test_help_names_every_step():
     done = subprocess.run(["bash", "scripts/gpu_evidence.sh", "--help"], capture_output=True, text=True,
-                          cwd=str(__import__("attnres.bench.evidence", fromlist=["REPO"]).REPO), timeout=120)
+                          cwd=str(__import__("hf_attnres.bench.evidence", fromlist=["REPO"]).REPO), timeout=120)
     assert done.returncode == 0
     for name in ("cuda_lane", "kernels", "decode_b1", "decode_b32", "continued", "OUT"):
         assert name in done.stdout

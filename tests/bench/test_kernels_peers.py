@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnres.bench.kernels import case_inputs, case_rows, check, outputs_and_grads, timer
-from attnres.bench.peers import NOT_INSTALLED, peer_implementations
-from attnres.cli.bench_kernels import CPU_IMPLS, parse_args
-from attnres.kernels.mix.naive import attn_res_naive
+from hf_attnres.bench.kernels import case_inputs, case_rows, check, outputs_and_grads, timer
+from hf_attnres.bench.peers import NOT_INSTALLED, peer_implementations
+from hf_attnres.cli.bench_kernels import CPU_IMPLS, parse_args
+from hf_attnres.kernels.mix.naive import attn_res_naive
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "TRITON_INTERPRET": "1"}
@@ -32,9 +32,9 @@ def peers_path() -> str:
 # Run in the child: every implementation against the reference, fp32 and bf16, a small and a K3-width shape
 PARITY = """
 import inspect, json, sys, torch
-from attnres.bench.kernels import case_inputs, check, float32_truth, implementations, outputs_and_grads
-from attnres.cli.bench_kernels import parse_args
-from attnres.kernels.mix.naive import attn_res_naive
+from hf_attnres.bench.kernels import case_inputs, check, float32_truth, implementations, outputs_and_grads
+from hf_attnres.cli.bench_kernels import parse_args
+from hf_attnres.kernels.mix.naive import attn_res_naive
 from transformers.models.kimi_linear import modeling_kimi_linear
 args = parse_args(["--device", "cpu", "--peers-path", sys.argv[1], "--impls", sys.argv[2]])
 verdicts = {}

@@ -1,11 +1,12 @@
-"""`attnres bench-model`'s arguments (attnres.cli.bench_model: the comparison modes it accepts, the clear error for an
-unknown one), the models attnres.bench.model builds for them, and scripts/bench_gpu.sh's refusal without a GPU."""
+"""`attnres bench-model`'s arguments (hf_attnres.cli.bench_model: the comparison modes it accepts, the clear error for
+an
+unknown one), the models hf_attnres.bench.model builds for them, and scripts/bench_gpu.sh's refusal without a GPU."""
 from pathlib import Path
 
 import pytest
 
-from attnres.bench.model import build_model
-from attnres.cli.bench_model import parse_args
+from hf_attnres.bench.model import build_model
+from hf_attnres.cli.bench_model import parse_args
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,8 +42,8 @@ def test_gpu_script_refuses_without_cuda_and_writes_nothing(tmp_path):
 def test_the_mix_call_phase_times_each_modes_mix_at_the_last_mlp_point(monkeypatch):
     """standard: the RMSNorm alone (its one-source point); block / full: the mix over that point's sources and the
     fused RMSNorm, served by the same `mix` the model calls, with the settings the model's forward hands down."""
-    from attnres.bench.model import mix_call_workload
-    from attnres.core.mix_point import AttnResMixing
+    from hf_attnres.bench.model import mix_call_workload
+    from hf_attnres.core.mix_point import AttnResMixing
 
     args = parse_args(["--device", "cpu", "--modes", "standard,block,full", "--hidden", "64", "--layers", "4",
                        "--block-size", "2", "--phases", "mix_call", "--skip-memory"])
@@ -60,7 +61,7 @@ def test_the_mix_call_phase_times_each_modes_mix_at_the_last_mlp_point(monkeypat
 def test_overheads_pair_each_round_and_keep_the_minimum():
     """A load that drifts between rounds moves both modes of a round alike: the paired ratio (median of per-round
     ratios) sees through it where the ratio of medians does not."""
-    from attnres.bench.model import overheads
+    from hf_attnres.bench.model import overheads
 
     def row(mode, rounds):
         ordered = sorted(rounds)
@@ -88,7 +89,7 @@ def test_retain_allocator_reuses_freed_pages_where_the_system_one_faults_them_in
     import sys
 
     probe = ("import sys, torch\n"
-             "from attnres.bench.model import minor_faults, retain_freed_memory\n"
+             "from hf_attnres.bench.model import minor_faults, retain_freed_memory\n"
              "if sys.argv[1] == 'retain': retain_freed_memory()\n"
              "counts = []\n"
              "for _ in range(8):\n"
@@ -101,7 +102,7 @@ def test_retain_allocator_reuses_freed_pages_where_the_system_one_faults_them_in
 
 
 def test_overheads_give_the_page_fault_ratio():
-    from attnres.bench.model import overheads
+    from hf_attnres.bench.model import overheads
 
     def row(mode, faults):
         return dict(mode=mode, phase="prefill", tokens=1, tokens_per_s=1.0, cpu_seconds=1.0, cpu_seconds_min=1.0,
@@ -119,7 +120,7 @@ def test_unknown_allocator_is_named(capsys):
 def test_retain_without_glibc_says_so_before_any_work_and_writes_nothing(tmp_path, monkeypatch):
     """On a C library that is not glibc, `--allocator retain` ends with one line naming the flag, before a model is
     built, and no results file is written."""
-    import attnres.bench.model as bench
+    import hf_attnres.bench.model as bench
 
     monkeypatch.setattr(bench, "glibc", lambda: None)
     monkeypatch.setattr(bench, "build_model", lambda *a: pytest.fail("a model was built"))

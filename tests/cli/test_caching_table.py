@@ -1,5 +1,6 @@
-"""The cross-stage caching table's command line (attnres/cli/caching_table.py): the simulator's table for the flags
-given, `python -m attnres.cli.caching_table` (docs/PIPELINE.md) runs it, and a count below 1 is argparse's one line."""
+"""The cross-stage caching table's command line (hf_attnres/cli/caching_table.py): the simulator's table for the flags
+given, `python -m hf_attnres.cli.caching_table` (docs/PIPELINE.md) runs it, and a count below 1 is argparse's one
+line."""
 from __future__ import annotations
 
 import subprocess
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from attnres.cli.caching_table import main
-from attnres.pipeline.caching import simulate_interleaved
+from hf_attnres.cli.caching_table import main
+from hf_attnres.pipeline.caching import simulate_interleaved
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,7 +31,7 @@ def test_a_count_below_one_is_one_line_naming_the_flag(flag, capsys):
 
 
 def test_python_m_runs_the_documented_command(capsys):
-    done = subprocess.run([sys.executable, "-m", "attnres.cli.caching_table", "--stages", "2"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "hf_attnres.cli.caching_table", "--stages", "2"], capture_output=True,
                           text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == simulate_interleaved(2, 2, 1, 2, False).table() + "\n"

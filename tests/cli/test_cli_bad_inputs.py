@@ -1,14 +1,14 @@
 """Bad input every command shares, refused as one line naming the flag or path, with nothing written:
 seeds numpy cannot take, a path no file system accepts, benchmark sizes the kernels cannot use, a results file that
 is a folder. Flags are checked by argparse (exit 2, `argument --flag: ...`); a path too long is the dispatcher's one
-line (`attnres.cli.command_main`)."""
+line (`hf_attnres.cli.command_main`)."""
 from __future__ import annotations
 
 import importlib
 
 import pytest
 
-from attnres.cli import command_main
+from hf_attnres.cli import command_main
 
 # command -> the smallest argument list its parser accepts
 SEED_COMMANDS = {
@@ -24,9 +24,9 @@ SEED_COMMANDS = {
 
 
 def parser_of(command: str):
-    from attnres.cli import COMMANDS
+    from hf_attnres.cli import COMMANDS
 
-    return importlib.import_module(f"attnres.cli.{COMMANDS[command][0]}").build_parser()
+    return importlib.import_module(f"hf_attnres.cli.{COMMANDS[command][0]}").build_parser()
 
 
 def refused_by_argparse(parse, capsys, *named) -> str:
@@ -56,7 +56,7 @@ def test_seed_range_edges_accepted():
 
 @pytest.mark.parametrize("hidden", ["-64", "33", "0"])
 def test_bench_model_hidden_the_kernels_cannot_use(hidden, capsys, tmp_path):
-    from attnres.cli.bench_model import parse_args
+    from hf_attnres.cli.bench_model import parse_args
 
     refused_by_argparse(lambda: parse_args(["--hidden", hidden, "--output", str(tmp_path / "b.json")]), capsys,
                         "argument --hidden", hidden, "multiple of 8")
@@ -64,7 +64,7 @@ def test_bench_model_hidden_the_kernels_cannot_use(hidden, capsys, tmp_path):
 
 @pytest.mark.parametrize("module", ["bench_model", "bench_kernels"])
 def test_bench_output_that_is_a_folder_refused_before_any_work(module, capsys, tmp_path):
-    parse_args = importlib.import_module(f"attnres.cli.{module}").parse_args
+    parse_args = importlib.import_module(f"hf_attnres.cli.{module}").parse_args
     refused_by_argparse(lambda: parse_args(["--output", str(tmp_path), "--device", "cpu"]), capsys,
                         "--output", str(tmp_path), "is a folder")
     assert list(tmp_path.iterdir()) == []

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from attnres.cli import COMMANDS, main
+from hf_attnres.cli import COMMANDS, main
 from tests.helpers.base_install import run_on_base_install
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,10 +17,10 @@ def test_every_command_is_a_module_and_a_console_script():
     import importlib
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts.pop("attnres") == "attnres.cli:main"
-    assert scripts == {f"attnres-{name}": f"attnres.cli.{module}:run" for name, (module, _) in COMMANDS.items()}
+    assert scripts.pop("attnres") == "hf_attnres.cli:main"
+    assert scripts == {f"attnres-{name}": f"hf_attnres.cli.{module}:run" for name, (module, _) in COMMANDS.items()}
     for name, (module, _) in COMMANDS.items():
-        command = importlib.import_module(f"attnres.cli.{module}")
+        command = importlib.import_module(f"hf_attnres.cli.{module}")
         assert callable(command.build_parser) and callable(command.main) and callable(command.run), name
 
 
@@ -33,7 +33,7 @@ def test_dispatcher_lists_commands_and_refuses_unknown_ones(capsys):
 
 HELP_ALL = """
 import contextlib, io, json, sys
-from attnres.cli import COMMANDS, command_main
+from hf_attnres.cli import COMMANDS, command_main
 codes = {}
 for name in COMMANDS:
     with contextlib.redirect_stdout(io.StringIO()) as out:
@@ -75,17 +75,17 @@ def models(tmp_path_factory):
 @pytest.mark.parametrize("argv, extra", NEEDS_EXTRA.items(), ids=[a[0] for a in NEEDS_EXTRA])
 def test_a_missing_extra_is_one_line_naming_it(argv, extra, models):
     argv = [arg.format(models=models) for arg in argv]
-    code = f"import sys; from attnres.cli import main; sys.exit(main({argv!r}))"
+    code = f"import sys; from hf_attnres.cli import main; sys.exit(main({argv!r}))"
     result = run_on_base_install(code)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
-    assert lines[0].startswith(f"attnres {argv[0]}: needs ") and f'pip install "attnres[{extra}]"' in lines[0]
+    assert lines[0].startswith(f"attnres {argv[0]}: needs ") and f'pip install "hf-attnres[{extra}]"' in lines[0]
 
 
 def test_python_dash_m_attnres_runs_the_dispatcher():
     import subprocess
 
-    result = subprocess.run([sys.executable, "-m", "attnres", "--help"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "hf_attnres", "--help"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "plan-memory" in result.stdout
 
 
@@ -123,13 +123,13 @@ def test_a_bad_backend_variable_is_one_line_before_any_work(command, pair, tmp_p
     assert stop.value.code == 0
 def test_help_examples_use_the_installed_commands():
     """A pip install has no scripts/ or eval/ folder; every --help example runs the installed command
-    (`attnres <command>`, or `-m attnres.cli.<module>` under a launcher)."""
+    (`attnres <command>`, or `-m hf_attnres.cli.<module>` under a launcher)."""
     import re
 
     checkout_only = re.compile(r"(python3? |launch\S* .*|torchrun .*|deepspeed .*)\b(scripts|eval)/\w+\.py")
     problems = []
     for name, (module, _) in COMMANDS.items():
-        help_text = __import__(f"attnres.cli.{module}", fromlist=["build_parser"]).build_parser().format_help()
+        help_text = __import__(f"hf_attnres.cli.{module}", fromlist=["build_parser"]).build_parser().format_help()
         problems += [f"{name}: {line.strip()}" for line in help_text.splitlines() if checkout_only.search(line)]
     assert problems == []
     assert checkout_only.search("  torchrun --nproc_per_node 2 scripts/train_pipeline.py")  # the check can fail

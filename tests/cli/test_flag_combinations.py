@@ -1,4 +1,4 @@
-"""Flags another flag makes meaningless are refused by name, before any work (attnres/cli/combos.py): one
+"""Flags another flag makes meaningless are refused by name, before any work (hf_attnres/cli/combos.py): one
 argparse-style line naming both flags, exit code 2. One case per refused combination; a flag counts as given even at
 its default value."""
 from __future__ import annotations
@@ -61,7 +61,7 @@ PARSE_ONLY = {"bench-model", "bench-kernels"}
 
 
 def entry(command: str):
-    module = importlib.import_module(f"attnres.cli.{command.replace('-', '_')}")
+    module = importlib.import_module(f"hf_attnres.cli.{command.replace('-', '_')}")
     return module.parse_args if command in PARSE_ONLY else module.main
 
 
@@ -77,7 +77,7 @@ def test_meaningless_combination_is_refused_by_name(command, argv, refused, othe
 
 def test_flags_alone_and_meaningful_combinations_pass():
     """No false refusals: the same flags where they mean something parse (the checks run inside parse_args)."""
-    from attnres.cli.bench_model import parse_args as bench_model
+    from hf_attnres.cli.bench_model import parse_args as bench_model
 
     assert bench_model(["--modes", "standard,block", "--block-size", "3", "--phases", "decode",
                         "--decode-steps", "4"]).block_size == 3

@@ -1,5 +1,5 @@
-"""The depth-diagnostics plot's command line (attnres/cli/plot_diagnostics.py): it plots the runs it is given,
-`python -m attnres.cli.plot_diagnostics` (docs/TRAINING.md) runs it, and a run without diagnostics is one line naming
+"""The depth-diagnostics plot's command line (hf_attnres/cli/plot_diagnostics.py): it plots the runs it is given,
+`python -m hf_attnres.cli.plot_diagnostics` (docs/TRAINING.md) runs it, and a run without diagnostics is one line naming
 it, with no PNG."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attnres.cli.plot_diagnostics import main
+from hf_attnres.cli.plot_diagnostics import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ def test_a_run_without_diagnostics_is_one_line_and_no_png(tmp_path, damage):
 
 def test_python_m_runs_the_documented_command(tmp_path):
     run, out = diagnosed_run(tmp_path / "block", "block"), tmp_path / "figure.png"
-    done = subprocess.run([sys.executable, "-m", "attnres.cli.plot_diagnostics", str(run), "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "hf_attnres.cli.plot_diagnostics", str(run), "--out", str(out)],
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == f"wrote {out}" and out.is_file()

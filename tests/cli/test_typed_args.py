@@ -1,5 +1,6 @@
-"""Nothing below attnres/cli takes an argparse Namespace: the commands parse their flags into a dataclass in
-attnres/cli and pass that (or the few fields needed) down. Checked on the source (ast): no module outside attnres/cli
+"""Nothing below hf_attnres/cli takes an argparse Namespace: the commands parse their flags into a dataclass in
+hf_attnres/cli and pass that (or the few fields needed) down. Checked on the source (ast): no module outside
+hf_attnres/cli
 names `Namespace` from argparse (import, `argparse.Namespace`, an annotation). Each typed command's parser and
 dataclass hold the same flags with the same defaults, so a flag added to one alone fails here."""
 from __future__ import annotations
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import attnres
+import hf_attnres
 
-PACKAGE = Path(attnres.__file__).parent
+PACKAGE = Path(hf_attnres.__file__).parent
 
 
 def namespace_uses(tree: ast.AST) -> list[int]:
@@ -43,26 +44,26 @@ def test_the_check_sees_a_namespace():
     assert namespace_uses(ast.parse("from argparse import Namespace")) == [1]
 
 
-TYPED = {  # command module (attnres/cli) -> its dataclass
-    "train": "attnres.training.args:TrainArgs",
-    "train_pipeline": "attnres.pipeline.args:PipelineArgs",
-    "train_interleaved": "attnres.pipeline.args:InterleavedArgs",
-    "prepare_data": "attnres.training.args:PrepareArgs",
-    "main_job": "attnres.study.job_args:MainJobArgs",
-    "demo": "attnres.bench.args:DemoArgs",
-    "compare": "attnres.evaluation.args:CompareArgs",
-    "prepare_eval_data": "attnres.evaluation.args:PrepareEvalArgs",
-    "bench_model": "attnres.bench.args:BenchModelArgs",
-    "bench_kernels": "attnres.bench.args:BenchKernelsArgs",
-    "convert": "attnres.conversion.args:ConvertArgs",
-    "push_to_hub": "attnres.conversion.args:PushArgs",
-    "study": "attnres.study.study_args:StudyArgs",
-    "continued_study": "attnres.study.study_args:ContinuedStudyArgs",
-    "export": "attnres.conversion.export_args:ExportArgs",
-    "plan_memory": "attnres.training.tool_args:PlanMemoryArgs",
-    "plot_diagnostics": "attnres.training.tool_args:DiagnosticsPlotArgs",
-    "caching_table": "attnres.pipeline.caching_args:CachingArgs",
-    "gpu_evidence": "attnres.bench.args:EvidenceArgs",
+TYPED = {  # command module (hf_attnres/cli) -> its dataclass
+    "train": "hf_attnres.training.args:TrainArgs",
+    "train_pipeline": "hf_attnres.pipeline.args:PipelineArgs",
+    "train_interleaved": "hf_attnres.pipeline.args:InterleavedArgs",
+    "prepare_data": "hf_attnres.training.args:PrepareArgs",
+    "main_job": "hf_attnres.study.job_args:MainJobArgs",
+    "demo": "hf_attnres.bench.args:DemoArgs",
+    "compare": "hf_attnres.evaluation.args:CompareArgs",
+    "prepare_eval_data": "hf_attnres.evaluation.args:PrepareEvalArgs",
+    "bench_model": "hf_attnres.bench.args:BenchModelArgs",
+    "bench_kernels": "hf_attnres.bench.args:BenchKernelsArgs",
+    "convert": "hf_attnres.conversion.args:ConvertArgs",
+    "push_to_hub": "hf_attnres.conversion.args:PushArgs",
+    "study": "hf_attnres.study.study_args:StudyArgs",
+    "continued_study": "hf_attnres.study.study_args:ContinuedStudyArgs",
+    "export": "hf_attnres.conversion.export_args:ExportArgs",
+    "plan_memory": "hf_attnres.training.tool_args:PlanMemoryArgs",
+    "plot_diagnostics": "hf_attnres.training.tool_args:DiagnosticsPlotArgs",
+    "caching_table": "hf_attnres.pipeline.caching_args:CachingArgs",
+    "gpu_evidence": "hf_attnres.bench.args:EvidenceArgs",
 }
 RESOLVED = {"bench_model", "bench_kernels"}  # their parsers resolve the defaults against the device: names only
 
@@ -83,7 +84,7 @@ def test_every_flag_is_a_field_with_its_default(command):
     module, name = TYPED[command].split(":")
     typed = getattr(importlib.import_module(module), name)
     fields = {field.name: default_of(field) for field in dataclasses.fields(typed)}
-    parser = importlib.import_module(f"attnres.cli.{command}").build_parser()
+    parser = importlib.import_module(f"hf_attnres.cli.{command}").build_parser()
     flags = {action.dest: dataclasses.MISSING if required(action) else action.default
              for action in parser._actions if action.dest != "help"}
     if command in RESOLVED:
@@ -93,7 +94,7 @@ def test_every_flag_is_a_field_with_its_default(command):
 
 
 def test_every_command_line_in_cli_is_typed():
-    """A module of attnres/cli with a parser (`build_parser`) is a command line: it has its dataclass in TYPED."""
+    """A module of hf_attnres/cli with a parser (`build_parser`) is a command line: it has its dataclass in TYPED."""
     parsers = {path.stem for path in (PACKAGE / "cli").glob("*.py")
                if any(isinstance(node, ast.FunctionDef) and node.name == "build_parser"
                       for node in ast.parse(path.read_text()).body)}
@@ -101,10 +102,10 @@ def test_every_command_line_in_cli_is_typed():
 
 
 def outside_cli_names(tree: ast.AST) -> set[str]:
-    """The names a cli module imports from attnres modules outside attnres/cli (`from ..x import f`)."""
+    """The names a cli module imports from hf_attnres modules outside hf_attnres/cli (`from ..x import f`)."""
     return {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-            and (node.level >= 2 or (node.level == 0 and (node.module or "").startswith("attnres.")
-                                     and not (node.module or "").startswith("attnres.cli")))
+            and (node.level >= 2 or (node.level == 0 and (node.module or "").startswith("hf_attnres.")
+                                     and not (node.module or "").startswith("hf_attnres.cli")))
             for alias in node.names}
 
 

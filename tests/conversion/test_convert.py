@@ -9,12 +9,12 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-import attnres
-from attnres.conversion import ConversionError, convert_checkpoint, convert_tensors, verify_conversion
-from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
-from attnres.conversion.plan import plan_conversion
-from attnres.conversion.reader import CheckpointReader
-from attnres.utils.tiny import tiny_config
+import hf_attnres
+from hf_attnres.conversion import ConversionError, convert_checkpoint, convert_tensors, verify_conversion
+from hf_attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
+from hf_attnres.conversion.plan import plan_conversion
+from hf_attnres.conversion.reader import CheckpointReader
+from hf_attnres.utils.tiny import tiny_config
 from tests.helpers.remote_loading import auto_map, load_in_clean_process, write_tokenizer
 
 MODES = ("standard", "block", "full")
@@ -38,7 +38,7 @@ def kimi_linear_config():
 
 
 def load(folder):
-    return attnres.KimiLinearAttnResForCausalLM.from_pretrained(folder).eval()
+    return hf_attnres.KimiLinearAttnResForCausalLM.from_pretrained(folder).eval()
 
 
 def logits(model, seed=0):
@@ -94,7 +94,7 @@ def test_moonshot_layout_matches_kimi_linear_facts():
 
 
 def test_moonshot_config_is_one_indexed():
-    from attnres.conversion.config import moonshot_config_dict, parse_config
+    from hf_attnres.conversion.config import moonshot_config_dict, parse_config
 
     config = make_config("block")
     moonshot = moonshot_config_dict(config)
@@ -248,7 +248,7 @@ def test_existing_output_needs_force(block_folder, tmp_path):
 
 
 def test_interrupted_conversion_leaves_nothing(block_folder, tmp_path, monkeypatch):
-    from attnres.conversion import writer
+    from hf_attnres.conversion import writer
 
     folder = block_folder
     calls = []
@@ -360,7 +360,7 @@ def test_upcycle_refuses_attn_res_checkpoint(block_folder, tmp_path):
 
 
 def test_script_cli(tmp_path, capsys):
-    from attnres.cli import convert as script
+    from hf_attnres.cli import convert as script
     folder = write_moonshot_checkpoint(tmp_path / "ms", random_model(make_config("standard")))
     (folder / "tokenizer_config.json").write_text("{}")
     assert script.main([str(folder), str(tmp_path / "up"), "--upcycle", "block", "--block-size", "3", "--verify",

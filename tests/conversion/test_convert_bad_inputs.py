@@ -1,4 +1,4 @@
-"""Bad input to `attnres convert` (attnres.cli.convert, run in-process through main(), exit code and message
+"""Bad input to `attnres convert` (hf_attnres.cli.convert, run in-process through main(), exit code and message
 checked): output folders that overlap the input, damaged checkpoints of Kimi Linear and of every other family (plain
 and upcycled), bad config fields, bad flags and paths; stale temporary folders recovered."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import shutil
 import pytest
 import torch
 
-from attnres.cli import convert as convert_cli
-from attnres.folders.atomic_io import recover_interrupted
+from hf_attnres.cli import convert as convert_cli
+from hf_attnres.folders.atomic_io import recover_interrupted
 from tests.families.tiny import FAMILIES, source_model
 from tests.helpers.bad_input_fixtures import (
     CONFIG_DTYPE_DAMAGE,

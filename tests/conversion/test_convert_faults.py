@@ -13,11 +13,11 @@ import pytest
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
-from attnres.cli import convert as convert_cli
-from attnres.cli import push_to_hub as push_cli
-from attnres.conversion import writer
-from attnres.folders.atomic_io import PAUSE_ENV
-from attnres.utils.safe_paths import literal_path
+from hf_attnres.cli import convert as convert_cli
+from hf_attnres.cli import push_to_hub as push_cli
+from hf_attnres.conversion import writer
+from hf_attnres.folders.atomic_io import PAUSE_ENV
+from hf_attnres.utils.safe_paths import literal_path
 from tests.helpers.bad_input_fixtures import (
     expect_script_refused,
     snapshot,
@@ -107,7 +107,7 @@ def test_disk_full_on_a_small_tmpfs(moonshot_checkpoint, saved_model, small_tmpf
     assert os.listdir(small_tmpfs) == ["out"]
 
 
-# --- SIGINT / SIGTERM: `python -m attnres convert` stopped at each step -------------------------------------------
+# --- SIGINT / SIGTERM: `python -m hf_attnres convert` stopped at each step -------------------------------------------
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
 

@@ -2,13 +2,15 @@
 in-process (`sys.setprofile`, call and return events of every Python frame).
 
 The rule, exactly:
-- The traced call is `attnres.conversion.commands.convert(args)`, `args` the `ConvertArgs` that
-  `attnres.cli.convert.parse_args(argv)` parsed before the trace starts: the path the parsed flags take below
-  attnres/cli. (Parsing - the parser, the dataclass, its conflict rules - is every command's shared front.)
-- A frame is in a *tool module* when its module `__name__` is `attnres` or `attnres.*`, except: `attnres.core.*` and
-  `attnres.kernels.*` (the model), a family's generated `attnres.families.<f>.modeling_*` / `configuration_*` files
-  (the model), and the shared libraries below every command, `attnres.utils.*` (paths, signals, finite checks) and
-  `attnres.folders.*` (reading, checking and writing model folders), called as one calls safetensors. Module-level
+- The traced call is `hf_attnres.conversion.commands.convert(args)`, `args` the `ConvertArgs` that
+  `hf_attnres.cli.convert.parse_args(argv)` parsed before the trace starts: the path the parsed flags take below
+  hf_attnres/cli. (Parsing - the parser, the dataclass, its conflict rules - is every command's shared front.)
+- A frame is in a *tool module* when its module `__name__` is `hf_attnres` or `hf_attnres.*`, except:
+`hf_attnres.core.*` and
+  `hf_attnres.kernels.*` (the model), a family's generated `hf_attnres.families.<f>.modeling_*` / `configuration_*`
+  files
+  (the model), and the shared libraries below every command, `hf_attnres.utils.*` (paths, signals, finite checks) and
+  `hf_attnres.folders.*` (reading, checking and writing model folders), called as one calls safetensors. Module-level
   code (an import running a module body) is not a call on the path. Excluded frames are transparent: a tool frame's
   caller is its nearest tool-module ancestor on the stack, through any other frames (transformers, torch, the model).
   What the model runs is the model's: a frame called, directly or through other frames, from a model frame (the
@@ -34,15 +36,15 @@ import types
 
 import pytest
 
-from attnres.cli.convert import parse_args
-from attnres.conversion import commands
-from attnres.families import registry
-from attnres.folders import model_family
+from hf_attnres.cli.convert import parse_args
+from hf_attnres.conversion import commands
+from hf_attnres.families import registry
+from hf_attnres.folders import model_family
 from tests.families.tiny import source_model
 
 MAX_MODULES, MAX_RETURNS_UP = 8, 3
-MODEL = re.compile(r"^attnres\.(core|kernels)(\.|$)|^attnres\.families\.[^.]+\.(modeling|configuration)_")
-EXCLUDED = re.compile(MODEL.pattern + r"|^attnres\.(utils|folders)(\.|$)")
+MODEL = re.compile(r"^hf_attnres\.(core|kernels)(\.|$)|^hf_attnres\.families\.[^.]+\.(modeling|configuration)_")
+EXCLUDED = re.compile(MODEL.pattern + r"|^hf_attnres\.(utils|folders)(\.|$)")
 RESOLVERS = {function.__code__ for function in (
     model_family.family_of_source, model_family.family_of_folder, registry.family_of_model_type,
     registry.source_family, registry.source_family_of)}
@@ -50,7 +52,7 @@ RESOLVERS = {function.__code__ for function in (
 
 def tool_module(frame) -> str | None:
     name = frame.f_globals.get("__name__") or ""
-    if frame.f_code.co_name == "<module>" or not (name == "attnres" or name.startswith("attnres.")):
+    if frame.f_code.co_name == "<module>" or not (name == "hf_attnres" or name.startswith("hf_attnres.")):
         return None
     return None if EXCLUDED.match(name) else name
 
@@ -134,10 +136,10 @@ def test_convert_upcycle_takes_a_short_path(llama_folder, tmp_path):
 
 
 def synthetic_modules(chain: dict[str, str]) -> dict[str, types.ModuleType]:
-    """Modules named attnres.conversion.<name>, each defining `run()` from the source given."""
+    """Modules named hf_attnres.conversion.<name>, each defining `run()` from the source given."""
     made = {}
     for name, body in chain.items():
-        module = types.ModuleType(f"attnres.conversion.{name}")
+        module = types.ModuleType(f"hf_attnres.conversion.{name}")
         module.__dict__["made"] = made
         exec(compile(f"def run():\n{body}\n", module.__name__, "exec"), module.__dict__)
         made[name] = module
@@ -155,10 +157,10 @@ def test_the_counter_counts_a_ping_pong_through_the_caller():
         "d": "    return 4",
         "utils_like": "    return 5",
     })
-    made["utils_like"].run.__globals__["__name__"] = "attnres.utils.made_up"
+    made["utils_like"].run.__globals__["__name__"] = "hf_attnres.utils.made_up"
     trace = PathTrace()
     trace.run(made["top"].run)
-    assert trace.modules == {f"attnres.conversion.{name}" for name in ("top", "a", "b", "c", "d")}
+    assert trace.modules == {f"hf_attnres.conversion.{name}" for name in ("top", "a", "b", "c", "d")}
     assert [(a.rsplit(".")[-1], b.rsplit(".")[-1], c.rsplit(".")[-1]) for a, b, c in trace.returns_up] == [
         ("a", "top", "b"), ("b", "top", "c"), ("d", "c", "a")]
 
@@ -166,14 +168,14 @@ def test_the_counter_counts_a_ping_pong_through_the_caller():
 def test_the_counter_catches_a_longer_convert_path(llama_folder, tmp_path, monkeypatch):
     """The real convert with a detour: the family's source opened from a module that first asks the guards, then the
     Hub module, then the registry, then resolves the family a second time: each counter goes over its goal."""
-    from attnres.conversion import family_convert
+    from hf_attnres.conversion import family_convert
 
-    detour = types.ModuleType("attnres.conversion.detour")
+    detour = types.ModuleType("hf_attnres.conversion.detour")
     exec(compile(
         "def open_source(input, family, *rest):\n"
-        "    from attnres.conversion import family_source, guards, hub\n"
-        "    from attnres.families import registry\n"
-        "    from attnres.folders import model_family\n"
+        "    from hf_attnres.conversion import family_source, guards, hub\n"
+        "    from hf_attnres.families import registry\n"
+        "    from hf_attnres.folders import model_family\n"
         "    guards.check_max_shard_size('5GB')\n"
         "    hub.check_repo_id('user/model')\n"
         "    registry.family_classes(family)\n"
@@ -182,6 +184,6 @@ def test_the_counter_catches_a_longer_convert_path(llama_folder, tmp_path, monke
     monkeypatch.setattr(family_convert, "open_source", detour.open_source)
     commands.convert(parse_args([str(llama_folder), str(tmp_path / "warm"), "--upcycle", "block", "--no-progress"]))
     trace = convert_traced(llama_folder, tmp_path / "out")
-    assert "attnres.conversion.detour" in trace.modules and len(trace.modules) > MAX_MODULES
+    assert "hf_attnres.conversion.detour" in trace.modules and len(trace.modules) > MAX_MODULES
     assert trace.resolutions == 2
     assert len(trace.returns_up) > MAX_RETURNS_UP, trace.returns_up

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
-from attnres.conversion.plan import plan_conversion, unit_of
-from attnres.utils.tiny import tiny_config
+from hf_attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
+from hf_attnres.conversion.plan import plan_conversion, unit_of
+from hf_attnres.utils.tiny import tiny_config
 
 MiB = 2**20
 SHARD_BYTES = 4 * MiB
@@ -28,9 +28,9 @@ SLACK = 4 * MiB
 MEASURE = textwrap.dedent(
     """
     import json, sys, tempfile
-    import attnres.conversion as conversion
-    from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
-    from attnres.utils.tiny import tiny_config
+    import hf_attnres.conversion as conversion
+    from hf_attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
+    from hf_attnres.utils.tiny import tiny_config
 
     def status(field):
         for line in open("/proc/self/status"):

@@ -8,13 +8,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import attnres  # noqa: F401  registers the Auto classes (kimi_k3 included)
-from attnres import KimiLinearAttnResForCausalLM
-from attnres.cli.export import main as export
-from attnres.conversion.export import export_checkpoint
-from attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
-from attnres.conversion.runtimes import ExportRefused, check_representable
-from attnres.utils.tiny import K3_SMALL_PRESET
+import hf_attnres  # noqa: F401  registers the Auto classes (kimi_k3 included)
+from hf_attnres import KimiLinearAttnResForCausalLM
+from hf_attnres.cli.export import main as export
+from hf_attnres.conversion.export import export_checkpoint
+from hf_attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
+from hf_attnres.conversion.runtimes import ExportRefused, check_representable
+from hf_attnres.utils.tiny import K3_SMALL_PRESET
 from tests.helpers.toolchain_fixtures import tiny_tokenizer
 
 
@@ -131,7 +131,7 @@ def test_non_k3_pieces_refused_for_k3(field, value, named):
 
 def test_standard_residual_kimi_linear_is_not_a_k3_model(tmp_path):
     """Kimi Linear itself (SiLU, no K3 pieces) exports for vLLM only."""
-    from attnres.utils.tiny import tiny_config
+    from hf_attnres.utils.tiny import tiny_config
 
     model = KimiLinearAttnResForCausalLM(tiny_config("standard", 0, 3))
     model.save_pretrained(tmp_path / "kl")
@@ -142,7 +142,7 @@ def test_standard_residual_kimi_linear_is_not_a_k3_model(tmp_path):
 
 
 def test_k3_small_preset_is_exportable_to_k3():
-    from attnres.utils.tiny import tiny_config
+    from hf_attnres.utils.tiny import tiny_config
 
     preset = dict(K3_SMALL_PRESET)
     config = tiny_config("block", preset.pop("block_size"), preset.pop("num_layers"), **preset)
@@ -152,8 +152,8 @@ def test_k3_small_preset_is_exportable_to_k3():
 
 def test_fine_tuned_k3_folder_goes_back_to_k3(source, tmp_path):
     """K3 folder -> train.py --init-from (2 steps) -> export --to k3 -> loads back with the trained model's logits."""
-    from attnres.cli.prepare_data import main as prepare
-    from attnres.cli.train import main as train
+    from hf_attnres.cli.prepare_data import main as prepare
+    from hf_attnres.cli.train import main as train
     from tests.helpers.toolchain_fixtures import finetune_args
     from tests.helpers.train_fixtures import write_documents
 
@@ -189,7 +189,7 @@ def test_auto_classes_resolve_kimi_k3(source):
 def test_init_only_fields_do_not_block_an_export(tmp_path):
     """A model from a study arm with another initialization (attn_res_query_init_std, attn_res_key_norm_init) is an
     ordinary trained model: it exports, and the runtime's config does not carry the init fields."""
-    from attnres.utils.tiny import tiny_config
+    from hf_attnres.utils.tiny import tiny_config
 
     model = KimiLinearAttnResForCausalLM(tiny_config("block", 1, 3, attn_res_query_init_std=0.1,
                                                      attn_res_key_norm_init=4.0))

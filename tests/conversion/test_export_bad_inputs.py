@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnres.cli.export import EXIT_ERROR
-from attnres.cli.export import main as export_main
+from hf_attnres.cli.export import EXIT_ERROR
+from hf_attnres.cli.export import main as export_main
 from tests.helpers.bad_input_fixtures import damaged_copy, snapshot
 from tests.helpers.safetensors_damage import HEADER_DAMAGE
 

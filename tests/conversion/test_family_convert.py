@@ -1,4 +1,4 @@
-"""`attnres convert` of a family checkpoint (attnres.conversion.family_convert): without --upcycle the family's own
+"""`attnres convert` of a family checkpoint (hf_attnres.conversion.family_convert): without --upcycle the family's own
 plain folder (from a folder or a GGUF file: no remote code, logits equal to the source's), a config that claims tied
 weights over a file with its own lm_head (kept untied), --check's report and refusal, --verify on the function."""
 import json
@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-import attnres
-from attnres.cli.convert import main as convert_main
-from attnres.families.upcycle import UpcycleError
+import hf_attnres
+from hf_attnres.cli.convert import main as convert_main
+from hf_attnres.families.upcycle import UpcycleError
 from tests.families.tiny import FAMILIES, attn_res_model, random_ids, source_model
 from tests.helpers.smollm2 import gguf_file
 from tests.helpers.tiny_gguf import write_llama_gguf
@@ -39,7 +39,7 @@ def test_plain_convert_writes_the_family_own_folder(tmp_path, capsys, family):
 
 
 def test_a_standard_mode_attn_res_model_becomes_the_plain_family_model():
-    from attnres.families.upcycle import plain_family_model
+    from hf_attnres.families.upcycle import plain_family_model
 
     standard = attn_res_model("qwen3", mode="standard")
     plain = plain_family_model(standard)
@@ -70,7 +70,7 @@ def test_upcycle_of_a_gguf_file_says_what_it_reads_and_checks(tmp_path, capsys):
     assert f"reading {gguf} (transformers dequantizes" in captured.err and "within the tolerance" in captured.out
     ids = random_ids()
     assert torch.equal(logits(AutoModelForCausalLM.from_pretrained(tmp_path / "block"), ids),
-                       logits(attnres.upcycle(source, "block", 2), ids))
+                       logits(hf_attnres.upcycle(source, "block", 2), ids))
 
 
 def test_plain_convert_of_the_real_smollm2_gguf(tmp_path):
@@ -96,16 +96,16 @@ def test_a_config_claiming_tied_weights_keeps_the_file_own_lm_head(tmp_path, upc
     assert written.config.tie_word_embeddings is False
     assert torch.equal(written.lm_head.weight, source.lm_head.weight)
     ids = random_ids()
-    expected = attnres.upcycle(source, "block") if upcycle else source
+    expected = hf_attnres.upcycle(source, "block") if upcycle else source
     assert torch.equal(logits(written, ids), logits(expected, ids))
 
 
 @pytest.mark.parametrize("flag", ["--check", "--verify"])
 def test_a_function_outside_the_tolerance_exits_1_and_writes_nothing(tmp_path, capsys, monkeypatch, flag):
-    import attnres.conversion.family_convert as family_convert
+    import hf_attnres.conversion.family_convert as family_convert
 
     def upcycle_and_damage(model, mode, block_size, family):
-        target = attnres.upcycle(model, mode, block_size, family=family)
+        target = hf_attnres.upcycle(model, mode, block_size, family=family)
         with torch.no_grad():
             target.lm_head.weight.mul_(100)  # another function: far outside the epsilon tolerance
         return target
@@ -132,7 +132,7 @@ def test_progress_lines_say_what_convert_is_doing(tmp_path, capsys):
 ])
 def test_upcycle_refuses_a_non_model(model, named):
     with pytest.raises(UpcycleError, match=named):
-        attnres.upcycle(model())
+        hf_attnres.upcycle(model())
 
 
 def test_upcycle_refuses_a_meta_device_model():
@@ -142,11 +142,11 @@ def test_upcycle_refuses_a_meta_device_model():
     with torch.device("meta"):
         meta = model_class(source_config("llama"))
     with pytest.raises(UpcycleError, match="meta device"):
-        attnres.upcycle(meta)
+        hf_attnres.upcycle(meta)
 
 
 def test_upcycle_names_a_mistyped_mode_as_invalid():
-    model = attnres.upcycle(source_model("llama"), "full")
+    model = hf_attnres.upcycle(source_model("llama"), "full")
     model.config.attn_res_mode = "Block"
     with pytest.raises(UpcycleError, match="attn_res_mode='Block' is not a mode"):
-        attnres.upcycle(model)
+        hf_attnres.upcycle(model)

@@ -9,10 +9,10 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from attnres.conversion import ConversionError
-from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
-from attnres.conversion.hub import build_hub_folder, read_eval_results
-from attnres.utils.tiny import tiny_config
+from hf_attnres.conversion import ConversionError
+from hf_attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
+from hf_attnres.conversion.hub import build_hub_folder, read_eval_results
+from hf_attnres.utils.tiny import tiny_config
 from tests.families.tiny import FAMILIES, random_ids, source_model
 from tests.helpers.model_factory import perturb_attn_res
 from tests.helpers.remote_loading import auto_map, code_files, fake_hub_repo, load_all_in_clean_process, write_tokenizer
@@ -38,7 +38,7 @@ def hub_folder(tmp_path_factory):
 def llama_hub_folder(tmp_path_factory):
     """(model, folder): an upcycled tiny Llama (pseudo-queries off zero: the mix is no average), packaged with a
     tokenizer."""
-    from attnres import upcycle
+    from hf_attnres import upcycle
 
     root = tmp_path_factory.mktemp("llama-hub")
     model = perturb_attn_res(upcycle(source_model("llama"), "block", block_size=2))
@@ -72,7 +72,7 @@ def test_model_card_describes_the_model(hub_folder):
     assert "FineWeb-Edu sample, 2M tokens" in text
     assert "| arc_easy | acc | 0.4321 |" in text and "| hellaswag | acc_norm | 0.2875 |" in text
     assert "stderr" not in text
-    assert "pip install attnres" not in text and "only `torch` and `transformers" in text
+    assert "pip install hf-attnres" not in text and "only `torch` and `transformers" in text
     assert "trust_remote_code=True" in text
 
 
@@ -115,9 +115,9 @@ def test_eval_results_formats_and_errors(tmp_path):
 
 
 def test_script_dry_run_and_refusals(hub_folder, tmp_path, capsys, monkeypatch):
-    from attnres.cli import push_to_hub as script
+    from hf_attnres.cli import push_to_hub as script
     uploads = []
-    monkeypatch.setattr("attnres.conversion.hub.upload_folder", lambda *a, **k: uploads.append(a) or "url")
+    monkeypatch.setattr("hf_attnres.conversion.hub.upload_folder", lambda *a, **k: uploads.append(a) or "url")
     _, built = hub_folder
     out = tmp_path / "out"
     assert script.main(["--model", str(built), "--repo-id", "me/x", "--output", str(out), "--dry-run"]) == 0
@@ -143,7 +143,7 @@ def test_tokenizer_of_the_model_folder_base_model_and_training_info(tmp_path):
     are described as they are when the block size does not divide the depth."""
     from transformers import AutoTokenizer
 
-    from attnres import upcycle
+    from hf_attnres import upcycle
 
     model = upcycle(source_model("llama"), "block", block_size=3)  # 4 layers: blocks of 3 and 1
     model.save_pretrained(tmp_path / "model")
@@ -166,7 +166,7 @@ def test_tokenizer_of_the_model_folder_base_model_and_training_info(tmp_path):
 
 
 def test_block_layout_words():
-    from attnres.conversion.hub import block_layout
+    from hf_attnres.conversion.hub import block_layout
 
     assert block_layout(30, 4) == "8 blocks: 7 of 4 layers and 1 of 2"
     assert block_layout(24, 4) == "6 blocks of 4 layers"
@@ -175,12 +175,12 @@ def test_block_layout_words():
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_builds_a_folder_with_its_code(family, tmp_path, capsys):
     """An upcycled model of each other family, by the command (dry run): weights, config with auto_map, the family's
-    three code files, tokenizer, and the card Kimi Linear's has (trust_remote_code=True, or `import attnres`); with
+    three code files, tokenizer, and the card Kimi Linear's has (trust_remote_code=True, or `import hf_attnres`); with
     attnres imported it loads without the flag, the same logits back (the clean process: test above, Llama)."""
     from transformers import AutoModelForCausalLM
 
-    from attnres import upcycle
-    from attnres.cli import push_to_hub as script
+    from hf_attnres import upcycle
+    from hf_attnres.cli import push_to_hub as script
 
     model = upcycle(source_model(family), "full")
     model.save_pretrained(tmp_path / "model")
@@ -200,8 +200,8 @@ def test_every_family_builds_a_folder_with_its_code(family, tmp_path, capsys):
     assert family in card.data.tags and "custom_code" in card.data.tags
     assert "| AttnRes mode | `full` |" in card.text and f"{model.num_parameters():,}" in card.text
     assert all(f"`{name}`" in card.text for name in want["files"])
-    assert 'from_pretrained("hub", trust_remote_code=True)' in card.text and "after `import attnres`" in card.text
-    assert "pip install attnres" not in card.text
+    assert 'from_pretrained("hub", trust_remote_code=True)' in card.text and "after `import hf_attnres`" in card.text
+    assert "pip install hf-attnres" not in card.text
     ids = random_ids()
     with torch.no_grad():
         torch.testing.assert_close(AutoModelForCausalLM.from_pretrained(out)(ids).logits, model(ids).logits,

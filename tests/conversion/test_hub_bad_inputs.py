@@ -1,4 +1,4 @@
-"""Bad input to `attnres push-to-hub` (attnres.cli.push_to_hub, in-process main(), exit code and message): missing or
+"""Bad input to `attnres push-to-hub` (hf_attnres.cli.push_to_hub, in-process main(), exit code and message): missing or
 damaged --model folders, invalid repository ids (refused before the build), output folders overlapping the model, no
 network."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from attnres.cli import push_to_hub as push_cli
+from hf_attnres.cli import push_to_hub as push_cli
 from tests.helpers.bad_input_fixtures import (
     CONFIG_DTYPE_DAMAGE,
     INDEX_DAMAGE,

@@ -1,14 +1,14 @@
-"""Upcycling a standard checkpoint of every supported family: `attnres.upcycle(model)` and `attnres convert
+"""Upcycling a standard checkpoint of every supported family: `hf_attnres.upcycle(model)` and `attnres convert
 --upcycle` on its folder. The upcycled model is the source with each reading norm's epsilon times n^2 (to rounding),
-so its logits equal the source's within the tolerance that epsilon states (`attnres.conversion.upcycle_check`)."""
+so its logits equal the source's within the tolerance that epsilon states (`hf_attnres.conversion.upcycle_check`)."""
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM
 
-import attnres
-from attnres.cli.convert import main as convert_main
-from attnres.conversion.upcycle_check import compare, eps_scaled_copy
-from attnres.families.upcycle import UpcycleError
+import hf_attnres
+from hf_attnres.cli.convert import main as convert_main
+from hf_attnres.conversion.upcycle_check import compare, eps_scaled_copy
+from hf_attnres.families.upcycle import UpcycleError
 from tests.families.tiny import FAMILIES, attn_res_model, random_ids, source_model
 
 FAMILY_NAMES = sorted(FAMILIES)
@@ -19,7 +19,7 @@ UPCYCLES = [("block", 2), ("block", None), ("full", None)]
 @pytest.mark.parametrize(("mode", "block_size"), UPCYCLES)
 def test_upcycled_logits_equal_the_source_within_the_epsilon_tolerance(family, mode, block_size):
     source = source_model(family)
-    model = attnres.upcycle(source, mode, block_size)
+    model = hf_attnres.upcycle(source, mode, block_size)
     assert model.config.model_type == f"{family}_attnres" and model.config.attn_res_mode == mode
     ids = random_ids(batch=2, seq=12)
     mask = torch.ones_like(ids)
@@ -37,7 +37,7 @@ def test_upcycled_logits_equal_the_source_within_the_epsilon_tolerance(family, m
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_upcycle_keeps_dtype_weights_and_family(family):
     source = source_model(family).to(torch.bfloat16)
-    model = attnres.upcycle(source, "full")
+    model = hf_attnres.upcycle(source, "full")
     assert next(model.parameters()).dtype == torch.bfloat16
     state = model.state_dict()
     for name, tensor in source.state_dict().items():
@@ -48,21 +48,21 @@ def test_upcycle_keeps_dtype_weights_and_family(family):
 
 
 def test_upcycle_refuses_an_attn_res_model_by_name():
-    upcycled = attnres.upcycle(source_model("llama"), "block", 2)
+    upcycled = hf_attnres.upcycle(source_model("llama"), "block", 2)
     with pytest.raises(UpcycleError, match="'llama_attnres' with attn_res_mode='block' is already AttnRes"):
-        attnres.upcycle(upcycled, "full")
+        hf_attnres.upcycle(upcycled, "full")
 
 
 def test_a_standard_mode_attn_res_model_upcycles():
     standard = attn_res_model("qwen3", mode="standard")
-    assert attnres.upcycle(standard, "full").config.attn_res_mode == "full"
+    assert hf_attnres.upcycle(standard, "full").config.attn_res_mode == "full"
 
 
 def test_an_unsupported_family_is_refused_with_the_reason():
     tiny = GPTNeoXConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4)
     with pytest.raises(UpcycleError, match="'gpt_neox' is not supported by AttnRes: parallel residual"):
-        attnres.upcycle(GPTNeoXForCausalLM(tiny))
+        hf_attnres.upcycle(GPTNeoXForCausalLM(tiny))
 
 
 @pytest.mark.parametrize(("mode", "block_size", "named"), [
@@ -72,7 +72,7 @@ def test_an_unsupported_family_is_refused_with_the_reason():
 ])
 def test_bad_modes_and_block_sizes_are_refused(mode, block_size, named):
     with pytest.raises(UpcycleError, match=named):
-        attnres.upcycle(source_model("llama"), mode, block_size)
+        hf_attnres.upcycle(source_model("llama"), mode, block_size)
 
 
 def test_convert_upcycles_a_family_folder_as_the_python_call_does(tmp_path, capsys):
@@ -85,7 +85,7 @@ def test_convert_upcycles_a_family_folder_as_the_python_call_does(tmp_path, caps
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
     ids = random_ids()
     with torch.no_grad():
-        assert torch.equal(loaded(ids).logits, attnres.upcycle(source, "block", 2)(ids).logits)
+        assert torch.equal(loaded(ids).logits, hf_attnres.upcycle(source, "block", 2)(ids).logits)
 
 
 def test_convert_refusals_name_the_reason_and_write_nothing(tmp_path, capsys):
@@ -115,10 +115,10 @@ def test_convert_refusals_name_the_reason_and_write_nothing(tmp_path, capsys):
 
 
 def test_export_for_serving_refuses_other_families_by_name(tmp_path):
-    from attnres.conversion.export import export_checkpoint
-    from attnres.conversion.runtimes import ExportRefused
+    from hf_attnres.conversion.export import export_checkpoint
+    from hf_attnres.conversion.runtimes import ExportRefused
 
-    attnres.upcycle(source_model("llama"), "block", 2).save_pretrained(tmp_path / "llama-block")
+    hf_attnres.upcycle(source_model("llama"), "block", 2).save_pretrained(tmp_path / "llama-block")
     with pytest.raises(ExportRefused, match="model_type 'llama_attnres': export for serving writes Kimi K3's layout"):
         export_checkpoint(tmp_path / "llama-block", tmp_path / "out")
     assert not (tmp_path / "out").exists()

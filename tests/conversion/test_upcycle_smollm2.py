@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import attnres
-from attnres.cli.convert import main as convert_main
-from attnres.conversion.upcycle_check import compare, eps_scaled_copy
+import hf_attnres
+from hf_attnres.cli.convert import main as convert_main
+from hf_attnres.conversion.upcycle_check import compare, eps_scaled_copy
 from tests.helpers.smollm2 import gguf_file, load_smollm2
 
 PROMPT = "The capital of France is"
@@ -43,7 +43,7 @@ def greedy(model, tokenizer, new_tokens: int = 3) -> str:
 @pytest.mark.parametrize("mode", ["block", "full"])
 def test_upcycled_smollm2_keeps_its_function(smollm2, source_continuation, mode):
     source, tokenizer = smollm2
-    model = attnres.upcycle(source, mode)
+    model = hf_attnres.upcycle(source, mode)
     assert model.config.model_type == "llama_attnres" and model.config.attn_res_mode == mode
     ids = tokenizer(TEXT, return_tensors="pt").input_ids
     report = compare(source, model, ids)
@@ -68,4 +68,4 @@ def test_convert_upcycles_the_gguf_file(smollm2, tmp_path, capsys):
     tokenizer = AutoTokenizer.from_pretrained(out)
     ids = tokenizer(TEXT, return_tensors="pt").input_ids
     with torch.no_grad():  # the same dequantized weights as the cached source: the Python call's model exactly
-        assert torch.equal(loaded(ids).logits, attnres.upcycle(source, "block")(ids).logits)
+        assert torch.equal(loaded(ids).logits, hf_attnres.upcycle(source, "block")(ids).logits)

@@ -4,9 +4,9 @@ a small dtype neither wraps nor fails inside torch)."""
 import pytest
 import torch
 
-import attnres  # noqa: F401  (registers the Auto classes)
-from attnres.core.input_checks import widened
-from attnres.families.registry import SUPPORTED
+import hf_attnres  # noqa: F401  (registers the Auto classes)
+from hf_attnres.core.input_checks import widened
+from hf_attnres.families.registry import SUPPORTED
 from tests.data.unchanged.record import VOCAB, build, config_fields
 
 INTEGER_DTYPES = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]

@@ -3,11 +3,11 @@ their tensors, their validation, and that they really change the mix."""
 import pytest
 import torch
 
-from attnres import KimiLinearAttnResForCausalLM
-from attnres.core.depth_layout import DepthLayout
-from attnres.kernels.mix.naive import attn_res_naive
-from attnres.kernels.mix.variants import attn_res_variant
-from attnres.utils.tiny import tiny_config
+from hf_attnres import KimiLinearAttnResForCausalLM
+from hf_attnres.core.depth_layout import DepthLayout
+from hf_attnres.kernels.mix.naive import attn_res_naive
+from hf_attnres.kernels.mix.variants import attn_res_variant
+from hf_attnres.utils.tiny import tiny_config
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.reference_loop import assert_matches_reference
 

@@ -40,7 +40,7 @@ def test_one_source_mix_is_bit_identical_with_and_without_autograd(mode, dtype):
 def test_adamw_groups_leave_layer0_tensors_unchanged():
     from types import SimpleNamespace
 
-    from attnres.training.loop import build_optimizer
+    from hf_attnres.training.loop import build_optimizer
 
     model = tiny_model(mode="block", num_layers=3).train()
     before = {n: p.detach().clone() for n, p in model.named_parameters()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from attnres.evaluation.code_exec import (
+from hf_attnres.evaluation.code_exec import (
     ALLOW_ENV,
     MARKER,
     MEMORY_ENV,
@@ -166,7 +166,7 @@ def test_parent_environment_is_unreadable(namespaces, tmp_path):
     """The secret sits in the evaluator's initial environment (what /proc/<pid>/environ shows), so the evaluator runs
     in its own process; the program searches its environment and every /proc/*/environ it can open."""
     secret = f"attnres-secret-{secrets.token_hex(8)}"
-    code = ("import sys; from attnres.evaluation.code_exec import execute; "
+    code = ("import sys; from hf_attnres.evaluation.code_exec import execute; "
             f"print(execute(sys.stdin.read(), namespaces={namespaces}).status)")
     result = subprocess.run([sys.executable, "-c", code], input=ENV_PROBE.format(secret=secret), capture_output=True,
                             text=True, env={**os.environ, ALLOW_ENV: "1", "ATTNRES_TEST_SECRET": secret}, timeout=60)
@@ -189,4 +189,4 @@ def test_timeout_setting_is_checked_when_used(monkeypatch, value):
 
 def test_bad_settings_do_not_break_the_import():
     env = {**os.environ, MEMORY_ENV: "abc", TIMEOUT_ENV: "-5"}
-    subprocess.run([sys.executable, "-c", "import attnres.evaluation.code_exec"], env=env, check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", "import hf_attnres.evaluation.code_exec"], env=env, check=True, timeout=60)

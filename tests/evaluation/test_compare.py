@@ -1,4 +1,4 @@
-"""attnres compare (attnres.evaluation) on two tiny models and self-written benchmark items (no network, no real
+"""attnres compare (hf_attnres.evaluation) on two tiny models and self-written benchmark items (no network, no real
 data): every benchmark's task loads and scores, BPB and held-out metrics equal hand computations from the logits, the
 report is complete and resumable, bad input is one clear message."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from attnres.cli.compare import main as compare_main
-from attnres.evaluation import compare, heldout_metrics
+from hf_attnres.cli.compare import main as compare_main
+from hf_attnres.evaluation import compare, heldout_metrics
 from tests.helpers.eval_fixtures import fixture_eval_data, tiny_pair
 
 # lm-eval's task index and two tiny models over every benchmark: ~3 min on 2 CPU cores
@@ -79,7 +79,7 @@ def test_report_is_complete(full_run, setup):
     assert "Pooled over the whole split" not in markdown
     assert "Pooled over the first 2 of the split's 50 sequences" in markdown
 
-    from attnres.conversion.hub import read_eval_results  # scripts/push_to_hub.py --eval-results report.json
+    from hf_attnres.conversion.hub import read_eval_results  # scripts/push_to_hub.py --eval-results report.json
 
     rows = {(task, metric): value for task, metric, value in read_eval_results(full_run / "report.json")}
     assert ("heldout", "bpb ↓") in rows and ("attnres_mmlu", "acc") in rows
@@ -103,7 +103,7 @@ def bpb_by_hand(model, tokenizer, context: str, target: str) -> float:
 def test_bpb_equals_hand_computation(full_run, setup, task):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from attnres.evaluation import bpb
+    from hf_attnres.evaluation import bpb
 
     model = AutoModelForCausalLM.from_pretrained(str(setup["block"])).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(setup["block"]))
@@ -120,7 +120,7 @@ def test_bpb_equals_hand_computation(full_run, setup, task):
 def test_heldout_equals_training_loss_and_hand_bpb(setup):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from attnres.training.data import load_prepared
+    from hf_attnres.training.data import load_prepared
 
     model = AutoModelForCausalLM.from_pretrained(str(setup["standard"])).eval()
     _, val, _ = load_prepared(setup["data"])
@@ -159,7 +159,7 @@ def test_heldout_scores_the_loss_mask_as_training_does(setup):
     not the loss over the prompt tokens too; the report says what it scored."""
     from transformers import AutoModelForCausalLM
 
-    from attnres.training.data import batch_tensors, load_prepared
+    from hf_attnres.training.data import batch_tensors, load_prepared
 
     data = masked_copy(setup["data"], setup["root"] / "chat_data")
     model = AutoModelForCausalLM.from_pretrained(str(setup["standard"])).eval()
@@ -184,8 +184,8 @@ def test_quick_preset(setup, capsys):
     """--quick: heldout and MMLU bits per byte at --limit 4, on both models; its --help states the measured times."""
     import time
 
-    from attnres.cli.compare import build_parser
-    from attnres.evaluation.comparison import QUICK_LIMIT
+    from hf_attnres.cli.compare import build_parser
+    from hf_attnres.evaluation.comparison import QUICK_LIMIT
 
     assert "--quick" in build_parser().format_help() and "Measured" in build_parser().format_help()
     out = setup["root"] / "quick"
@@ -229,7 +229,7 @@ def test_interrupt_is_one_line(setup, tmp_path, monkeypatch, capsys, signal_name
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt(*([signal_name] if signal_name else []))
 
-    monkeypatch.setattr("attnres.cli.compare.compare", stopped)
+    monkeypatch.setattr("hf_attnres.cli.compare.compare", stopped)
     out = tmp_path / "out"
     assert compare_main([str(setup["standard"]), str(setup["block"]), "--output-dir", str(out)]) == code
     err = capsys.readouterr().err
@@ -237,7 +237,7 @@ def test_interrupt_is_one_line(setup, tmp_path, monkeypatch, capsys, signal_name
 
 
 def test_rerun_resumes_finished_tasks(full_run, setup, monkeypatch):
-    from attnres.evaluation import runner
+    from hf_attnres.evaluation import runner
 
     removed = full_run / "results" / "standard" / "attnres_gpqa_bpb.json"
     before = json.loads(removed.read_text())
@@ -245,7 +245,7 @@ def test_rerun_resumes_finished_tasks(full_run, setup, monkeypatch):
     calls = []
     real = runner.run_lm_eval_task
     monkeypatch.setattr(runner, "run_lm_eval_task", lambda lm, task, *a: calls.append(task) or real(lm, task, *a))
-    monkeypatch.setattr("attnres.evaluation.comparison.run_lm_eval_task", runner.run_lm_eval_task)
+    monkeypatch.setattr("hf_attnres.evaluation.comparison.run_lm_eval_task", runner.run_lm_eval_task)
     compare([setup["standard"], setup["block"]], ["attnres_mmlu_bpb", "attnres_gpqa_bpb"], full_run,
             eval_data=setup["eval_data"], limit=2, gen_kwargs="max_gen_toks=4", device="cpu", progress=False)
     assert calls == ["attnres_gpqa_bpb"]  # only the missing result is recomputed

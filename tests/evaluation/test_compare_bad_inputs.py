@@ -11,9 +11,9 @@ import shutil
 import pytest
 import torch
 
-from attnres.cli.compare import main as compare_main
-from attnres.evaluation.comparison import CompareError
-from attnres.evaluation.data import DataError
+from hf_attnres.cli.compare import main as compare_main
+from hf_attnres.evaluation.comparison import CompareError
+from hf_attnres.evaluation.data import DataError
 from tests.helpers.bad_input_fixtures import expect_refused, nan_weight, snapshot, truncate
 from tests.helpers.eval_fixtures import fixture_eval_data
 from tests.helpers.processes import output_held
@@ -147,7 +147,7 @@ def test_compare_refuses_before_any_work(env, tmp_path, argv, named):
 
 
 def test_second_compare_into_one_output_dir_refused(env, tmp_path):
-    """Another process writes the same --output-dir (`attnres.folders.atomic_io.claim_output`): refused at once,
+    """Another process writes the same --output-dir (`hf_attnres.folders.atomic_io.claim_output`): refused at once,
     by name."""
     out = tmp_path / "out"
     argv = [str(env["a"]), str(env["b"]), "--tasks", TASK, "--eval-data", str(env["eval"]), "--limit", "1",
@@ -218,7 +218,7 @@ def test_damaged_result_file_is_redone_on_resume(env, finished, tmp_path, damage
 
 
 DISK_FULL = {"plots": ("matplotlib.figure.Figure.savefig", "1"),
-             "results": ("attnres.evaluation.runner.write_json_atomic", "2")}
+             "results": ("hf_attnres.evaluation.runner.write_json_atomic", "2")}
 
 
 @pytest.mark.parametrize("target, limit", DISK_FULL.values(), ids=DISK_FULL.keys())
@@ -239,18 +239,20 @@ def test_disk_full_while_writing_the_report(env, finished, tmp_path, monkeypatch
 
 
 def test_code_planted_in_the_eval_data_folder_never_runs(env, tmp_path):
-    """lm-eval resolves `!function attnres.evaluation.bpb.f` first as attnres/evaluation/bpb.py beside the task YAML:
+    """lm-eval resolves `!function hf_attnres.evaluation.bpb.f` first as hf_attnres/evaluation/bpb.py beside the task
+    YAML:
     a module planted in <eval-data>/tasks ran during compare (exit 0, a normal report), and so did one an edited YAML
     named. compare reads no task file from the data folder: the data is used, the planted code never runs."""
     eval_data = shutil.copytree(env["eval"], tmp_path / "eval")
     marker = tmp_path / "ran"
-    payload = f"open({str(marker)!r}, 'a').write(__name__)\nfrom attnres.evaluation.bpb import *  # noqa\n"
+    payload = f"open({str(marker)!r}, 'a').write(__name__)\nfrom hf_attnres.evaluation.bpb import *  # noqa\n"
     for where in ("tasks", "tasks/humaneval"):  # beside the task's YAML and beside the _bpb_template_yaml it includes
-        (eval_data / where / "attnres" / "evaluation").mkdir(parents=True)
-        (eval_data / where / "attnres" / "evaluation" / "bpb.py").write_text(payload)
+        (eval_data / where / "hf_attnres" / "evaluation").mkdir(parents=True)
+        (eval_data / where / "hf_attnres" / "evaluation" / "bpb.py").write_text(payload)
     (eval_data / "tasks" / "humaneval" / "evil.py").write_text(payload)
     yaml_file = eval_data / "tasks" / "humaneval" / "attnres_humaneval_bpb.yaml"
-    yaml_file.write_text(yaml_file.read_text().replace("attnres.evaluation.bpb.humaneval_docs", "evil.humaneval_docs"))
+    yaml_text = yaml_file.read_text().replace("hf_attnres.evaluation.bpb.humaneval_docs", "evil.humaneval_docs")
+    yaml_file.write_text(yaml_text)
     out = tmp_path / "report"
     report = compare_main([str(env["a"]), str(env["b"]), "--tasks", "attnres_humaneval_bpb", "--eval-data",
                            str(eval_data), "--limit", "1", "--device", "cpu", "--output-dir", str(out)])

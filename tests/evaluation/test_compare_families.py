@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from attnres import upcycle
-from attnres.evaluation import compare
+from hf_attnres import upcycle
+from hf_attnres.evaluation import compare
 from tests.families.tiny import FAMILIES, source_model
 from tests.helpers.eval_fixtures import easy_mmlu, fixture_eval_data
 from tests.helpers.train_fixtures import prepare_tiny_dataset

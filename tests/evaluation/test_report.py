@@ -1,5 +1,5 @@
 """The evaluation report's held-out section: both bits-per-byte numbers, each named."""
-from attnres.evaluation.report import heldout_pooled_lines
+from hf_attnres.evaluation.report import heldout_pooled_lines
 
 
 def test_heldout_pooled_section_names_both_averages():

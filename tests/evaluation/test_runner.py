@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from attnres.evaluation.runner import quiet_git_probe
+from hf_attnres.evaluation.runner import quiet_git_probe
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from attnres.evaluation.stats import mean_stderr, paired_test
+from hf_attnres.evaluation.stats import mean_stderr, paired_test
 
 
 def test_paired_tests_equal_reference_computations():

@@ -1,4 +1,4 @@
-"""The lm-eval task templates are package data inside attnres.evaluation (so an installed wheel has them), every task
+"""The lm-eval task templates are package data inside hf_attnres.evaluation (so an installed wheel has them), every task
 of TASKS has its template, and render_tasks refuses a missing or empty template folder instead of writing nothing."""
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-import attnres.evaluation
-from attnres.evaluation.tasks import TASKS, TEMPLATES, render_tasks
+import hf_attnres.evaluation
+from hf_attnres.evaluation.tasks import TASKS, TEMPLATES, render_tasks
 
 
 def test_templates_ship_inside_the_package():
-    assert TEMPLATES.is_relative_to(Path(attnres.evaluation.__file__).resolve().parent)
+    assert TEMPLATES.is_relative_to(Path(hf_attnres.evaluation.__file__).resolve().parent)
     names = {p.relative_to(TEMPLATES).as_posix() for p in TEMPLATES.rglob("*") if p.is_file()}
     assert "_bpb_template_yaml" in names  # what every *_bpb task includes
     for task, (benchmark, _) in TASKS.items():
@@ -29,7 +29,7 @@ def test_render_refuses_a_missing_or_empty_template_folder(tmp_path):
 def test_compare_renders_its_own_task_folder_outside_the_data(tmp_path):
     """`private_tasks`: the same YAMLs as render_tasks writes into the data folder, in a folder of this process's own
     (user-only), reused for the same rendering (lm-eval's index of it is built once)."""
-    from attnres.evaluation.tasks import private_tasks
+    from hf_attnres.evaluation.tasks import private_tasks
 
     (tmp_path / "eval" / "mmlu" / "anatomy").mkdir(parents=True)
     in_data = render_tasks(tmp_path / "eval", ["mmlu", "gpqa"])
@@ -48,9 +48,9 @@ def test_the_documented_task_listing_lists_the_rendered_tasks(tmp_path):
     import subprocess
     import sys
 
-    from attnres.cli.compare import build_parser
-    from attnres.evaluation.data import DEFAULT_EVAL_DATA
-    from attnres.evaluation.tasks import TASKS_DIR
+    from hf_attnres.cli.compare import build_parser
+    from hf_attnres.evaluation.data import DEFAULT_EVAL_DATA
+    from hf_attnres.evaluation.tasks import TASKS_DIR
 
     documented = re.search(r"lm-eval ls tasks --include_path (\S+) \| grep attnres_", build_parser().format_help())
     assert documented and Path(documented.group(1)) == DEFAULT_EVAL_DATA / TASKS_DIR

@@ -6,8 +6,8 @@ its MLA layers (its KDA layers need flash-linear-attention, which the lane does 
 import pytest
 import torch
 
-import attnres  # noqa: F401  (registers the Auto classes)
-from attnres.families.registry import SUPPORTED
+import hf_attnres  # noqa: F401  (registers the Auto classes)
+from hf_attnres.families.registry import SUPPORTED
 from tests.families.tiny import FAMILIES, attn_res_model, random_ids, source_model
 from tests.helpers.cuda_lane import CUDA_LANE
 from tests.helpers.model_factory import perturb_attn_res, tiny_model

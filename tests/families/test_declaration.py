@@ -1,4 +1,5 @@
-"""A family's declaration (attnres/families/declaration.py): each way a layer may differ from Llama's is data that the
+"""A family's declaration (hf_attnres/families/declaration.py): each way a layer may differ from Llama's is data that
+the
 generator writes and the core runs. A test declaration on Llama's classes that uses every such field generates a model
 that reads its mixes through the declared norms, ends each sub-layer's output with the declared module, embeds with
 the declared class and scale, and refuses the declared config field; a malformed field is one error naming it."""
@@ -11,8 +12,8 @@ import pytest
 import torch
 from transformers.models.gemma3.modeling_gemma3 import Gemma3TextScaledWordEmbedding
 
-from attnres.families.registry import declaration
-from attnres.utils import modular
+from hf_attnres.families.registry import declaration
+from hf_attnres.utils import modular
 from tests.families.tiny import SHAPE, random_ids
 from tests.helpers.generated_package import forget_package, write_package
 

@@ -1,5 +1,5 @@
 """Every family's config refuses a bad base field at construction with one ValueError naming the field (the shared
-checks of `attnres.core.config.AttnResConfigMixin`; Kimi Linear's own tables add its MoE / KDA fields): each size
+checks of `hf_attnres.core.config.AttnResConfigMixin`; Kimi Linear's own tables add its MoE / KDA fields): each size
 field at 0, negative, NaN, a fraction, a string, a bool and None where it is required; `rms_norm_eps` NaN, negative,
 infinite, zero or a string; an unknown `hidden_act`; a dtype name that is not a float type. A config too large for
 this machine's memory is refused when the model is built, before allocation."""
@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-import attnres  # noqa: F401  (registers the Auto classes)
-from attnres.families.registry import SUPPORTED, family_classes
-from attnres.utils.tiny import tiny_config
+import hf_attnres  # noqa: F401  (registers the Auto classes)
+from hf_attnres.families.registry import SUPPORTED, family_classes
+from hf_attnres.utils.tiny import tiny_config
 from tests.families.tiny import FAMILIES, attn_res_config
 
 FAMILY_NAMES = sorted(SUPPORTED)

@@ -1,13 +1,13 @@
 """Every family's folder saved by a plain `save_pretrained`, as a Hub user gets it: the config, the weights, the
-generation config and the generated code files (the weights record is the tools' `attnres.save`); in a fresh
+generation config and the generated code files (the weights record is the tools' `hf_attnres.save`); in a fresh
 process where attnres and triton cannot be imported it loads with `trust_remote_code=True` and gives the package
 model's logits, and greedy generation from it gives the same tokens."""
 import json
 
 import torch
 
-import attnres  # noqa: F401  (registers the Auto classes)
-from attnres.utils.trust import folder_code
+import hf_attnres  # noqa: F401  (registers the Auto classes)
+from hf_attnres.utils.trust import folder_code
 from tests.families.tiny import FAMILIES, attn_res_model, random_ids
 from tests.helpers.model_factory import perturb_attn_res
 from tests.helpers.remote_loading import code_files, fake_hub_repo, load_all_in_clean_process

@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-import attnres  # noqa: F401  (registers the Auto classes)
-from attnres.families.registry import family_classes
+import hf_attnres  # noqa: F401  (registers the Auto classes)
+from hf_attnres.families.registry import family_classes
 from tests.families.tiny import FAMILIES, attn_res_config, attn_res_model, random_ids, source_model
 
 FAMILY_NAMES = sorted(FAMILIES)

@@ -2,8 +2,8 @@
 model_type, each declared norm policy is what its classes carry, and the refused families are not supported."""
 import pytest
 
-import attnres  # noqa: F401  (registers the Auto classes)
-from attnres.families.registry import (
+import hf_attnres  # noqa: F401  (registers the Auto classes)
+from hf_attnres.families.registry import (
     DECLARATIONS,
     FAMILIES_DIR,
     REFUSED,
@@ -51,7 +51,7 @@ def test_phi3_is_supported_and_a_refused_family_names_its_reason():
 def test_the_k3_wrapper_reads_as_kimi_linears_config():
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from attnres import KimiLinearAttnResConfig
+    from hf_attnres import KimiLinearAttnResConfig
 
     assert CONFIG_MAPPING["kimi_k3"] is KimiLinearAttnResConfig  # transformers 5.23 ships no kimi_k3 of its own
 
@@ -61,8 +61,8 @@ def test_the_k3_wrapper_reads_as_kimi_linears_config():
 def test_the_mix_fuses_the_norm_exactly_where_the_declaration_allows(family, fuse, monkeypatch):
     import torch
 
-    from attnres.core import mix_point
-    from attnres.utils.tiny import tiny_config
+    from hf_attnres.core import mix_point
+    from hf_attnres.utils.tiny import tiny_config
     from tests.families.tiny import attn_res_model, random_ids
 
     seen = []

@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import attnres  # registers the Auto classes, as a user's script does
-from attnres.families.registry import SUPPORTED, family_classes
+import hf_attnres  # registers the Auto classes, as a user's script does
+from hf_attnres.families.registry import SUPPORTED, family_classes
 from tests.data.unchanged.record import archive, pack, unpack
 from tests.helpers.remote_loading import load_all_in_clean_process
 
@@ -74,7 +74,7 @@ def test_a_recorded_folder_loads_with_the_package(family, recorded):
     _, model_class = family_classes(family)
     model = model_class.from_pretrained(recorded[family]).eval()
     assert type(model) is model_class
-    through_tools = attnres.load(recorded[family]).eval()  # the Auto class, the record checked
+    through_tools = hf_attnres.load(recorded[family]).eval()  # the Auto class, the record checked
     assert type(through_tools) is model_class
     with torch.no_grad():
         assert torch.equal(model(LOGITS["ids"]).logits, LOGITS[f"{family}.block"]), family

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from attnres.families.registry import SUPPORTED, declaration, family_classes
+from hf_attnres.families.registry import SUPPORTED, declaration, family_classes
 
 VOCAB = 96
 SHAPE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
@@ -20,7 +20,7 @@ DISTINCT = {
     "phi3": dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
                  rms_norm_eps=1e-6),
 }
-# every family of the registry but Kimi Linear (its MoE / KDA layout has its own tiny configs, attnres.utils.tiny)
+# every family of the registry but Kimi Linear (its MoE / KDA layout has its own tiny configs, hf_attnres.utils.tiny)
 FAMILIES = {family: (declaration(family).config, declaration(family).causal_lm, DISTINCT.get(family, {}))
             for family in SUPPORTED if family != "kimi_linear"}
 

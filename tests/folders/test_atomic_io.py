@@ -1,4 +1,5 @@
-"""One writer per output (`attnres.folders.atomic_io.claim_output`, `move_into_place(replace=...)`): a second writer of
+"""One writer per output (`hf_attnres.folders.atomic_io.claim_output`, `move_into_place(replace=...)`): a second writer
+of
 the same output, in another process, stops with one error naming the output and writes nothing; an output that appeared
 while a command was writing it is never silently replaced without --force. Every command that writes an output
 folder goes through it."""
@@ -8,7 +9,7 @@ import signal
 
 import pytest
 
-from attnres.folders.atomic_io import (
+from hf_attnres.folders.atomic_io import (
     OutputConflictError,
     lock_path,
     move_into_place,
@@ -53,7 +54,7 @@ def test_a_held_output_is_refused_then_free_again(tmp_path):
 
 def _writers(tmp_path, moonshot_checkpoint, saved_model, out):
     """Every command that writes an output folder: (main, argv) writing `out`."""
-    from attnres.cli import convert, export, prepare_data, prepare_eval_data, push_to_hub
+    from hf_attnres.cli import convert, export, prepare_data, prepare_eval_data, push_to_hub
 
     docs = write_documents(tmp_path / "docs", count=4)
     return {
@@ -93,7 +94,7 @@ def test_every_writer_refuses_an_output_another_process_writes(command, tmp_path
 def test_two_converts_racing_into_one_new_output(moonshot_checkpoint, tmp_path, capsys):
     """A first convert, paused just before its rename, holds the output: a second one started meanwhile is refused
     by name (it used to finish too, and one output silently replaced the other)."""
-    from attnres.cli.convert import main as convert
+    from hf_attnres.cli.convert import main as convert
 
     out = tmp_path / "out"
     first = start_paused_writer([*attnres_command("convert"), str(moonshot_checkpoint), str(out), "--no-progress"],
@@ -114,8 +115,8 @@ def test_convert_never_replaces_an_output_that_appeared_meanwhile(moonshot_check
                                                                   monkeypatch):
     """Another writer finished the same output between this command's check and its rename: it stays, this one
     reports it by name (no --force)."""
-    from attnres.cli.convert import main as convert
-    from attnres.folders import atomic_io
+    from hf_attnres.cli.convert import main as convert
+    from hf_attnres.folders import atomic_io
 
     out = tmp_path / "out"
 

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from attnres.cli.convert import main as convert_main
-from attnres.folders.atomic_io import recover_interrupted, write_json_atomic
-from attnres.training.state import OutputLockedError, output_lock
+from hf_attnres.cli.convert import main as convert_main
+from hf_attnres.folders.atomic_io import recover_interrupted, write_json_atomic
+from hf_attnres.training.state import OutputLockedError, output_lock
 from tests.helpers.bad_input_fixtures import snapshot
 from tests.helpers.processes import aside_pause_line, kill_when_paused, leftovers, pause_line
 from tests.helpers.processes import attnres_command as command
@@ -59,8 +59,8 @@ def test_kill_push_to_hub_build(saved_model, tmp_path):
 def test_kill_save_over_a_model(saved_model, tmp_path):
     folder = shutil.copytree(saved_model, tmp_path / "model")
     before = snapshot(folder)
-    code = ("import attnres; from tests.helpers.model_factory import tiny_model; "
-            f"attnres.save(tiny_model('full', num_layers=4, seed=3), {str(folder)!r})")
+    code = ("import hf_attnres; from tests.helpers.model_factory import tiny_model; "
+            f"hf_attnres.save(tiny_model('full', num_layers=4, seed=3), {str(folder)!r})")
     kill_when_paused([sys.executable, "-c", code])
     assert snapshot(folder) == before and leftovers(tmp_path)
     recover_interrupted(folder)
@@ -68,9 +68,9 @@ def test_kill_save_over_a_model(saved_model, tmp_path):
 
 
 def save_over(folder) -> list[str]:
-    """A process saving another model over the model folder `folder` with `attnres.save`."""
-    code = ("import attnres; from tests.helpers.model_factory import tiny_model; "
-            f"attnres.save(tiny_model('full', num_layers=4, seed=3), {str(folder)!r})")
+    """A process saving another model over the model folder `folder` with `hf_attnres.save`."""
+    code = ("import hf_attnres; from tests.helpers.model_factory import tiny_model; "
+            f"hf_attnres.save(tiny_model('full', num_layers=4, seed=3), {str(folder)!r})")
     return [sys.executable, "-c", code]
 
 
@@ -96,10 +96,10 @@ def test_kill_save_while_the_old_model_is_aside(saved_model, tmp_path, recovery)
         recover_interrupted(folder)
         assert snapshot(folder) == before  # the old model, complete, at its name
     else:
-        import attnres
+        import hf_attnres
         from tests.helpers.model_factory import tiny_model
 
-        attnres.save(tiny_model("full", num_layers=4, seed=3), folder)
+        hf_attnres.save(tiny_model("full", num_layers=4, seed=3), folder)
         assert json.loads((folder / "config.json").read_text())["attn_res_mode"] == "full"
     assert not leftovers(tmp_path)
 
@@ -114,7 +114,8 @@ def _only_pid(folder) -> str:
 def test_kill_atomic_write(tmp_path):
     target = tmp_path / "results.json"
     target.write_text('{"old": 1}')
-    code = f"from attnres.folders.atomic_io import write_json_atomic; write_json_atomic({str(target)!r}, {{'new': 2}})"
+    code = (f"from hf_attnres.folders.atomic_io import write_json_atomic; "
+            f"write_json_atomic({str(target)!r}, {{'new': 2}})")
     kill_when_paused([sys.executable, "-c", code])
     assert target.read_text() == '{"old": 1}' and leftovers(tmp_path, ".tmp-")
     write_json_atomic(target, {"next": 3})  # the next write cleans the dead writer's temporary file
@@ -123,7 +124,7 @@ def test_kill_atomic_write(tmp_path):
 
 def test_killed_run_leaves_no_lock(tmp_path):
     out = tmp_path / "run"
-    code = ("import sys, time; from attnres.training.state import output_lock\n"
+    code = ("import sys, time; from hf_attnres.training.state import output_lock\n"
             f"with output_lock({str(out)!r}):\n    print('LOCKED', file=sys.stderr, flush=True); time.sleep(120)")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, env=env)

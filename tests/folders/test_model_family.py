@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from attnres.folders.checkpoint_files import CheckpointFileError
-from attnres.folders.model_family import family_of_folder, family_of_source, require_kimi_linear
+from hf_attnres.folders.checkpoint_files import CheckpointFileError
+from hf_attnres.folders.model_family import family_of_folder, family_of_source, require_kimi_linear
 
 
 def folder_with(tmp_path, config) -> str:

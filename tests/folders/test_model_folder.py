@@ -1,4 +1,5 @@
-"""The tools' model folders (`attnres.save` / `attnres.load`): a damaged folder refused naming the damage, a config.json
+"""The tools' model folders (`hf_attnres.save` / `hf_attnres.load`): a damaged folder refused naming the damage, a
+config.json
 edited after saving refused against the weights record, and a save that dies leaving the previous model intact. A
 plain `save_pretrained` / `from_pretrained` is transformers' own (plus the generated code files on save)."""
 from __future__ import annotations
@@ -7,18 +8,18 @@ import json
 
 import pytest
 
-import attnres
-from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
-from attnres.folders.saved_model import RECORD_FILE
+import hf_attnres
+from hf_attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
+from hf_attnres.folders.saved_model import RECORD_FILE
 from tests.helpers.bad_input_fixtures import INDEX_DAMAGE, MODEL_FOLDER_DAMAGE, damaged_copy, expect_refused, snapshot
 from tests.helpers.model_factory import tiny_model
 
 
 def load(folder, **kwargs):
-    return attnres.load(folder, model_class=KimiLinearAttnResForCausalLM, **kwargs)
+    return hf_attnres.load(folder, model_class=KimiLinearAttnResForCausalLM, **kwargs)
 
 
-# --- saved folders: attnres.load ----------------------------------------------------------------------------------
+# --- saved folders: hf_attnres.load ----------------------------------------------------------------------------------
 FOLDER_CASES = {**MODEL_FOLDER_DAMAGE}
 INDEX_CASES = {**INDEX_DAMAGE}
 
@@ -85,19 +86,19 @@ def test_failed_save_over_a_model_keeps_the_old_one(saved_model, tmp_path, monke
 
     monkeypatch.setattr(base, "save_pretrained", dying_save)
     with pytest.raises(_Boom):
-        attnres.save(other, folder)
+        hf_attnres.save(other, folder)
     monkeypatch.setattr(base, "save_pretrained", real_save)
     assert snapshot(folder) == before
     assert not list(tmp_path.glob(".*partial*"))
     # a completed save replaces the model but keeps the unrelated file
-    attnres.save(other, folder)
+    hf_attnres.save(other, folder)
     assert (folder / "tokenizer.json").read_text() == "{}"
     assert load(folder).config.attn_res_block_size == 3
 
 
 def test_save_onto_a_file_refused(tmp_path):
     (tmp_path / "file").write_text("x")
-    expect_refused(lambda: attnres.save(tiny_model("block", 2, num_layers=2), tmp_path / "file"), ["file"],
+    expect_refused(lambda: hf_attnres.save(tiny_model("block", 2, num_layers=2), tmp_path / "file"), ["file"],
                    untouched=[tmp_path / "file"])
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnres.families.registry import SUPPORTED, family_classes
-from attnres.folders.remote_code import (
+from hf_attnres.families.registry import SUPPORTED, family_classes
+from hf_attnres.folders.remote_code import (
     CORE_CONFIG_FILE,
     CORE_FILE,
     KERNELS_FILE,
@@ -101,18 +101,19 @@ def test_every_shipped_file_is_at_most_25_kb(family, generated):
 def test_a_group_over_the_bound_is_split_and_loads(tmp_path, monkeypatch):
     """Synthetic modules over a lowered bound: the group is split in dependency order, the later file imports the
     earlier one's names relatively, the last file keeps the group's name, and the files run."""
-    import attnres.folders.remote_code as remote_code
+    import hf_attnres.folders.remote_code as remote_code
 
-    texts = {"attnres.core.synthetic_a": "A = 1\n" + "# padding\n" * 40,
-             "attnres.core.synthetic_b": "from attnres.core.synthetic_a import A\n\nB = A + 1\n" + "# padding\n" * 40,
-             "attnres.core.synthetic_c": "from attnres.core.synthetic_b import B\n\nC = B + 1\n"}
+    texts = {"hf_attnres.core.synthetic_a": "A = 1\n" + "# padding\n" * 40,
+             "hf_attnres.core.synthetic_b": ("from hf_attnres.core.synthetic_a import A\n\nB = A + 1\n"
+                                             + "# padding\n" * 40),
+             "hf_attnres.core.synthetic_c": "from hf_attnres.core.synthetic_b import B\n\nC = B + 1\n"}
     sources = {name: Source.read(name, text) for name, text in texts.items()}
     monkeypatch.setattr(remote_code, "plan_groups", lambda module, sources: {
         CORE_FILE: dependency_order(list(texts), sources)})
     monkeypatch.setattr(remote_code, "MAX_FILE_BYTES", 700)
     monkeypatch.setattr(remote_code, "SPLIT_MARGIN", 0)
     monkeypatch.setattr(remote_code, "family_modules", lambda module: ())
-    files = remote_code.generate("attnres.families.x.modeling_x_attnres", sources)
+    files = remote_code.generate("hf_attnres.families.x.modeling_x_attnres", sources)
     assert list(files) == [f"{CORE_FILE}_1.py", f"{CORE_FILE}_2.py", f"{CORE_FILE}.py"], list(files)
     assert all(len(text.encode()) <= 700 for text in files.values())
     assert f"from .{CORE_FILE}_2 import B" in files[f"{CORE_FILE}.py"]
@@ -123,14 +124,14 @@ def test_a_group_over_the_bound_is_split_and_loads(tmp_path, monkeypatch):
         forget_package("split_group_package")
     monkeypatch.setattr(remote_code, "MAX_FILE_BYTES", 600)  # one module alone over the bound: refused, named
     with pytest.raises(GenerationError, match=f"{CORE_FILE}.*over 600"):
-        remote_code.generate("attnres.families.x.modeling_x_attnres", sources)
+        remote_code.generate("hf_attnres.families.x.modeling_x_attnres", sources)
     # a collision is named in the file that would hold it (a group of one file: its own name, not a trial part's)
-    clash = {"attnres.core.synthetic_d": "X = 1\n", "attnres.core.synthetic_e": "X = 2\n"}
+    clash = {"hf_attnres.core.synthetic_d": "X = 1\n", "hf_attnres.core.synthetic_e": "X = 2\n"}
     sources.update({name: Source.read(name, text) for name, text in clash.items()})
     monkeypatch.setattr(remote_code, "MAX_FILE_BYTES", 25_000)
     monkeypatch.setattr(remote_code, "plan_groups", lambda module, sources: {CORE_FILE: sorted(clash)})
     with pytest.raises(GenerationError, match=rf"^{CORE_FILE}\.py: top-level name 'X'"):
-        remote_code.generate("attnres.families.x.modeling_x_attnres", sources)
+        remote_code.generate("hf_attnres.families.x.modeling_x_attnres", sources)
 
 
 # The family's own classes only: the shared AttnRes model is in the core files
@@ -139,21 +140,21 @@ def test_a_familys_modeling_file_holds_only_its_own_classes(family, generated):
     files = generated[family]
     modeling = files[f"{leaf(MODELING[family])}.py"]
     header = modeling.split("\n\n")[0]
-    assert "#   attnres.core." not in header, header  # the core is shared, never inlined into a family's file
+    assert "#   hf_attnres.core." not in header, header  # the core is shared, never inlined into a family's file
     core_headers = "\n".join(text.split("\n\n")[0] for name, text in files.items() if name.startswith(CORE_FILE))
-    assert "#   attnres.core.model\n" in core_headers
+    assert "#   hf_attnres.core.model\n" in core_headers
 
 
 def test_kimi_linear_files_hold_the_kernels_and_their_references(generated):
     files = generated["kimi_linear"]
     header = "\n".join(text.split("\n\n")[0] for name, text in files.items() if name.startswith(KERNELS_FILE))
-    for module in ("attnres.kernels.mix.naive", "attnres.kernels.mix.triton", "attnres.kernels.mix.kernels",
-                   "attnres.kernels.two_phase.triton", "attnres.kernels.mix.lean"):
+    for module in ("hf_attnres.kernels.mix.naive", "hf_attnres.kernels.mix.triton", "hf_attnres.kernels.mix.kernels",
+                   "hf_attnres.kernels.two_phase.triton", "hf_attnres.kernels.mix.lean"):
         assert f"#   {module}\n" in header + "\n", module
     modeling = "\n".join(text.split("\n\n")[0] for name, text in files.items() if name.startswith("modeling_kimi"))
-    assert "#   attnres.families.kimi_linear.conversion_mapping\n" in modeling
+    assert "#   hf_attnres.families.kimi_linear.conversion_mapping\n" in modeling
     headers = "\n".join(text.split("\n\n")[0] for text in files.values())
-    assert "#   attnres.folders.remote_code\n" not in headers  # the generator itself ships nowhere
+    assert "#   hf_attnres.folders.remote_code\n" not in headers  # the generator itself ships nowhere
 
 
 def test_generated_files_pass_ruff(generated, tmp_path):
@@ -188,19 +189,19 @@ def flat(texts: dict) -> str:
 
 
 def test_a_name_two_modules_define_differently_is_refused_naming_both():
-    texts = {"attnres.synthetic.a": "def helper():\n    return 1\n",
-             "attnres.synthetic.b": "from attnres.synthetic.a import helper as first\n\n\n"
+    texts = {"hf_attnres.synthetic.a": "def helper():\n    return 1\n",
+             "hf_attnres.synthetic.b": "from hf_attnres.synthetic.a import helper as first\n\n\n"
                                     "def helper():\n    return first() + 1\n"}
-    with pytest.raises(GenerationError, match=r"'helper'.*attnres\.synthetic\.a and attnres\.synthetic\.b"):
+    with pytest.raises(GenerationError, match=r"'helper'.*hf_attnres\.synthetic\.a and hf_attnres\.synthetic\.b"):
         flat(texts)
 
 
 def test_modules_are_inlined_in_dependency_order_with_imports_hoisted():
-    texts = {"attnres.synthetic.b": "import math\n\nfrom attnres.synthetic.a import TWO as two\n\n\n"
-                                    "def four():\n    from attnres.synthetic.a import TWO\n\n    return TWO * two\n",
-             "attnres.synthetic.a": '"""A."""\nimport math\nimport os\n\nTWO = 2\n__all__ = ["TWO"]\n'}
+    texts = {"hf_attnres.synthetic.b": "import math\n\nfrom hf_attnres.synthetic.a import TWO as two\n\n\n"
+                                    "def four():\n    from hf_attnres.synthetic.a import TWO\n\n    return TWO * two\n",
+             "hf_attnres.synthetic.a": '"""A."""\nimport math\nimport os\n\nTWO = 2\n__all__ = ["TWO"]\n'}
     text = flat(texts)
-    assert text.count("import math") == 1 and "import os" in text and "attnres.synthetic.a import" not in text
+    assert text.count("import math") == 1 and "import os" in text and "hf_attnres.synthetic.a import" not in text
     assert text.index("TWO = 2") < text.index("two = TWO") < text.index("def four")
     namespace = {}
     exec(compile(text, "flat.py", "exec"), namespace)
@@ -209,11 +210,11 @@ def test_modules_are_inlined_in_dependency_order_with_imports_hoisted():
 
 def test_an_import_of_the_package_left_over_is_refused():
     check_no_package_import("flat", "import torch\nfrom .kernels_attnres import x\n")
-    for leftover in ("import attnres.kernels\n", "def f():\n    from attnres.kernels import attn_res\n"):
+    for leftover in ("import hf_attnres.kernels\n", "def f():\n    from hf_attnres.kernels import attn_res\n"):
         with pytest.raises(GenerationError, match="flat.py line .*attnres is left over"):
             check_no_package_import("flat", leftover)
-    with pytest.raises(GenerationError, match="not `import attnres.x`"):
-        Source.read("attnres.synthetic.c", "def f():\n    import attnres.kernels\n")
+    with pytest.raises(GenerationError, match="not `import hf_attnres.x`"):
+        Source.read("hf_attnres.synthetic.c", "def f():\n    import hf_attnres.kernels\n")
 
 
 @pytest.mark.slow  # fresh Python processes: over 10 s (docs/TESTING.md)
@@ -258,8 +259,8 @@ def test_remote_copy_runs_its_triton_kernels_beside_the_package(tmp_path, monkey
         torch.testing.assert_close(remote(ids).logits, expected)
         copies = [m for name, m in sys.modules.items()  # the folder's file holding the Triton kernels
                   if name.startswith("transformers_modules.") and hasattr(m, "OPS")]
-        assert copies and all(m.OPS.startswith("attnres_") for m in copies)  # its kernels ran, under its own ops
-        assert torch.ops.attnres.mix_fwd.default is not getattr(torch.ops, copies[0].OPS).mix_fwd.default
+        assert copies and all(m.OPS.startswith("hf_attnres_") for m in copies)  # its kernels ran, under its own ops
+        assert torch.ops.hf_attnres.mix_fwd.default is not getattr(torch.ops, copies[0].OPS).mix_fwd.default
 
 
 def test_auto_map_points_every_family_at_its_generated_files(generated):
@@ -270,8 +271,8 @@ def test_auto_map_points_every_family_at_its_generated_files(generated):
 
 
 def tool_names() -> set[str]:
-    """Every top-level function and class of the tools' folder modules (attnres/folders): none may ship."""
-    folder = Path(__file__).resolve().parents[2] / "attnres" / "folders"
+    """Every top-level function and class of the tools' folder modules (hf_attnres/folders): none may ship."""
+    folder = Path(__file__).resolve().parents[2] / "hf_attnres" / "folders"
     return {node.name for path in folder.glob("*.py") for node in ast.parse(path.read_text()).body
             if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
 
@@ -353,14 +354,14 @@ def test_the_markers_find_the_tool_code_a_folder_saved_at_f67b060_ships(tmp_path
 
 def test_the_kernels_file_carries_no_cpp_kernel(generated):
     """The fused C++ CPU kernel (cpu_fused.py, extension_cache.py, the package data cpu_fused.cpp) is the installed
-    package's (attnres/__init__.py registers it): no folder's kernels file holds its modules or its source."""
-    from attnres.kernels.mix import cpu_fused
+    package's (hf_attnres/__init__.py registers it): no folder's kernels file holds its modules or its source."""
+    from hf_attnres.kernels.mix import cpu_fused
 
     include = next(line for line in cpu_fused.cpp_source().splitlines() if line.startswith("#include"))
     for family, files in generated.items():
         text = "\n".join(text for name, text in files.items() if name.startswith(KERNELS_FILE))
         header = "\n".join(text.split("\n\n")[0] for name, text in files.items() if name.startswith(KERNELS_FILE))
-        for module in ("attnres.kernels.mix.cpu_fused", "attnres.kernels.mix.extension_cache"):
+        for module in ("hf_attnres.kernels.mix.cpu_fused", "hf_attnres.kernels.mix.extension_cache"):
             assert f"#   {module}\n" not in header + "\n", (family, module)
         names = identifiers(text)
         assert "register_cpu_kernel" in names and not {"attn_res_cpu", "load_extension", "FusedMix"} & names, family

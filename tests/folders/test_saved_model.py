@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM, KimiLinearAttnResModel
+from hf_attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM, KimiLinearAttnResModel
 from tests.helpers.model_factory import random_ids, tiny_model
 
 

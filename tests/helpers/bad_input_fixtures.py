@@ -151,31 +151,31 @@ def words(pattern: str) -> str:
 
 @pytest.fixture(scope="session")
 def saved_model(tmp_path_factory):
-    """A tiny block-AttnRes model saved by `attnres.save` (weights record included); do not modify: copy it."""
-    import attnres
+    """A tiny block-AttnRes model saved by `hf_attnres.save` (weights record included); do not modify: copy it."""
+    import hf_attnres
     from tests.helpers.model_factory import tiny_model
 
     folder = tmp_path_factory.mktemp("bad_inputs") / "model"
-    attnres.save(tiny_model("block", 2, num_layers=4), folder)
+    hf_attnres.save(tiny_model("block", 2, num_layers=4), folder)
     return folder
 
 
 @pytest.fixture(scope="session")
 def sharded_model(tmp_path_factory):
     """The same kind of model in several shards with an index."""
-    import attnres
+    import hf_attnres
     from tests.helpers.model_factory import tiny_model
 
     folder = tmp_path_factory.mktemp("bad_inputs") / "sharded"
-    attnres.save(tiny_model("block", 2, num_layers=4), folder, max_shard_size="50KB")
+    hf_attnres.save(tiny_model("block", 2, num_layers=4), folder, max_shard_size="50KB")
     assert (folder / "model.safetensors.index.json").is_file()
     return folder
 
 
 @pytest.fixture(scope="session")
 def moonshot_checkpoint(tmp_path_factory):
-    from attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
-    from attnres.utils.tiny import tiny_config
+    from hf_attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
+    from hf_attnres.utils.tiny import tiny_config
 
     folder = tmp_path_factory.mktemp("bad_inputs") / "kimi"
     write_moonshot_checkpoint(folder, random_model(tiny_config("standard", num_layers=3)), max_shard_size="60KB")
@@ -196,7 +196,7 @@ def in_tmp_cwd(monkeypatch, tmp_path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-# -- non-finite weights (the tools' numeric guard, attnres/utils/finite_weights.py) ---------------------------
+# -- non-finite weights (the tools' numeric guard, hf_attnres/utils/finite_weights.py) ---------------------------
 def nan_weight(path: Path, value: float = float("nan")) -> str:
     """Set one value of the first floating tensor of a safetensors file (or a folder's first shard) to `value`
     (NaN by default); returns the tensor's name, which the error must give."""

@@ -1,4 +1,4 @@
-"""Run code in a fresh interpreter that behaves like a base install (`pip install attnres`, no extras): the optional
+"""Run code in a fresh interpreter that behaves like a base install (`pip install hf-attnres`, no extras): the optional
 dependencies of the `train` and `eval` extras are reported not installed, as `importlib.util.find_spec` and `import`
 see it, however much of them this machine has."""
 from __future__ import annotations

@@ -21,7 +21,7 @@ def run_example(name: str, *argv: str) -> None:
 
 
 def main(work: Path) -> None:
-    from attnres.cli.train import main as train
+    from hf_attnres.cli.train import main as train
     from tests.helpers.toolchain_fixtures import finetune_args
 
     for mode in ("block", "full"):

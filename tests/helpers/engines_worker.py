@@ -12,8 +12,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # attnres from this checkout
 
-COMMANDS = {"train": "attnres.cli.train", "train-pipeline": "attnres.cli.train_pipeline",
-            "train-interleaved": "attnres.cli.train_interleaved"}
+COMMANDS = {"train": "hf_attnres.cli.train", "train-pipeline": "hf_attnres.cli.train_pipeline",
+            "train-interleaved": "hf_attnres.cli.train_interleaved"}
 
 
 def main(runs: list) -> None:

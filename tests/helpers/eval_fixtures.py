@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from attnres.evaluation.data import PREPARED_FILE, write_jsonl
-from attnres.evaluation.tasks import render_tasks
-from attnres.utils.tiny import tiny_config
+from hf_attnres.evaluation.data import PREPARED_FILE, write_jsonl
+from hf_attnres.evaluation.tasks import render_tasks
+from hf_attnres.utils.tiny import tiny_config
 from tests.helpers.train_fixtures import prepare_tiny_dataset
 
 MMLU_SUBJECTS = ("anatomy", "astronomy")  # two of the 57 are enough to exercise the per-subject group
@@ -20,7 +20,7 @@ GPQA_HEADER = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect An
 
 def save_tiny_model(folder: Path, tokenizer, mode: str, seed: int = 0) -> Path:
     """A 2-layer MLA-only model (fast on CPU) with `tokenizer` beside it, as scripts/train.py's final/ looks."""
-    from attnres import KimiLinearAttnResForCausalLM
+    from hf_attnres import KimiLinearAttnResForCausalLM
 
     torch.manual_seed(seed)
     config = tiny_config(mode, block_size=1, num_layers=2, layer_types=["full_attention"] * 2,

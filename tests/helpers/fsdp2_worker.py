@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.helpers
 
-from attnres.training.fsdp2 import allow_fsdp_on_cpu, fully_shard_attnres  # noqa: E402
+from hf_attnres.training.fsdp2 import allow_fsdp_on_cpu, fully_shard_attnres  # noqa: E402
 from tests.helpers.model_factory import random_ids, tiny_model  # noqa: E402
 
 # SGD: AdamW's g / sqrt(v) turns summation-order noise in near-zero gradients (an expert that got no tokens) into
@@ -56,7 +56,7 @@ def reference(mode: str) -> tuple[list[float], dict]:
 
 def compare(entry: str, mode: str, losses: list[float], folder: Path, work: Path, extra: dict | None = None) -> None:
     """Rank 0: the distributed run's losses and saved folder against the one-process run."""
-    from attnres import KimiLinearAttnResForCausalLM
+    from hf_attnres import KimiLinearAttnResForCausalLM
 
     ref_losses, ref_state = reference(mode)
     loaded = KimiLinearAttnResForCausalLM.from_pretrained(folder).state_dict()
@@ -99,7 +99,7 @@ def run_accelerate(work: Path) -> None:
     assert accelerator.num_processes == 2 and accelerator.is_fsdp2, (accelerator.num_processes, accelerator.state)
     rank = accelerator.process_index
     for mode in MODES:
-        # sharded here, not by accelerate's own wrapping (see attnres/training/fsdp2.py)
+        # sharded here, not by accelerate's own wrapping (see hf_attnres/training/fsdp2.py)
         model = fully_shard_attnres(tiny_model(mode, **DENSE).train())
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
         model, optimizer = accelerator.prepare(model, optimizer)

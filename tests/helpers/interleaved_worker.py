@@ -34,7 +34,7 @@ def reference(case: dict, ids: torch.Tensor):
 
 
 def run_case(case: dict, rank: int, world: int, out: Path) -> None:
-    from attnres.pipeline.interleaved import build_interleaved
+    from hf_attnres.pipeline.interleaved import build_interleaved
     from tests.helpers.model_factory import random_ids, tiny_model
 
     ids = random_ids(MICRO_BATCH * N_MICRO, SEQ_LEN, seed=3)
@@ -78,7 +78,7 @@ def train_worker(rank: int, world: int, port: int, runs: list[list[str]]) -> Non
     value to `<its --output-dir>.rank<r>.json`. A [COPY, source, target] entry copies a folder between runs."""
     import shutil
 
-    from attnres.cli.train_interleaved import main
+    from hf_attnres.cli.train_interleaved import main
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)

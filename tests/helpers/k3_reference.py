@@ -1,5 +1,5 @@
 """Plain PyTorch references for Kimi K3's pieces, written from the formulas (README "Kimi K3"), not from
-attnres/families/kimi_linear/k3.
+hf_attnres/families/kimi_linear/k3.
 
 They read a built module's weights but none of its forward code; float64 where it is cheap.
 """

@@ -1,7 +1,7 @@
 """Inputs and runners shared by the mix-kernel tests (tests/kernels/)."""
 import torch
 
-from attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
+from hf_attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
 
 
 def make_inputs(n, hidden, dtype, seed=0, shape=(2, 5)):

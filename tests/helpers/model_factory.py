@@ -1,8 +1,8 @@
 """Tiny models for the tests, with AttnRes parameters moved away from their init so the depth softmax is not uniform."""
 import torch
 
-from attnres import KimiLinearAttnResForCausalLM
-from attnres.utils.tiny import tiny_config
+from hf_attnres import KimiLinearAttnResForCausalLM
+from hf_attnres.utils.tiny import tiny_config
 
 
 def perturb_attn_res(model, scale=1.0, seed=1):

@@ -4,7 +4,7 @@ import pytest
 
 
 def assert_other_familys_folder_refused(main, tmp_path, monkeypatch, upcycled: bool) -> None:
-    from attnres import upcycle
+    from hf_attnres import upcycle
     from tests.families.tiny import source_model
 
     model = source_model("llama")

@@ -1,5 +1,6 @@
 """Child processes for the kill and signal tests: a writer started with ATTNRES_PAUSE_BEFORE_RENAME_S set pauses
-before a rename and says so on stderr (`attnres.folders.atomic_io.pause_before_rename`); the test signals it there. The
+before a rename and says so on stderr (`hf_attnres.folders.atomic_io.pause_before_rename`); the test signals it there.
+The
 pause is kept at one step only, the N-th rename whose pause line contains a marker (`pause_at/sitecustomize.py`), so
 every step of a replace can be interrupted without waiting out the pauses before it."""
 from __future__ import annotations
@@ -13,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from attnres.folders.atomic_io import PAUSE_ENV
+from hf_attnres.folders.atomic_io import PAUSE_ENV
 from tests.helpers.train_fixtures import REPO
 
 
 def attnres_command(name: str) -> list[str]:
-    """`python -m attnres NAME`, as a user runs a command."""
-    return [sys.executable, "-m", "attnres", name]
+    """`python -m hf_attnres NAME`, as a user runs a command."""
+    return [sys.executable, "-m", "hf_attnres", name]
 
 
 # Child processes load this folder's sitecustomize.py: it keeps only the chosen pause (see there)
@@ -101,7 +102,7 @@ def leftovers(folder, *kinds) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if any(kind in p.name for kind in kinds))
 
 
-# A second process that holds an output's claim (`attnres.folders.atomic_io.claim_output`): atomic_io loaded from its
+# A second process that holds an output's claim (`hf_attnres.folders.atomic_io.claim_output`): atomic_io loaded from its
 # file alone (the standard library only), so it starts in a fraction of a second
 _HOLDER = """
 import importlib.util, sys, time
@@ -117,9 +118,9 @@ with atomic_io.claim_output(sys.argv[2]):
 @contextmanager
 def output_held(output):
     """For the body, another live process holds the claim of `output`, as a second writer of it would."""
-    import attnres.folders.atomic_io
+    import hf_attnres.folders.atomic_io
 
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, attnres.folders.atomic_io.__file__, str(output)],
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, hf_attnres.folders.atomic_io.__file__, str(output)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert holder.stdout.readline() == b"held\n", "the holder process could not claim the output"

@@ -21,7 +21,8 @@ CHILD = textwrap.dedent(
     for source in spec["sources"]:
         model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=True).eval()
         assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
-        assert not [m for m in sys.modules if m.split(".")[0] in ("attnres", "triton")], "attnres/triton got imported"
+        imported = [m for m in sys.modules if m.split(".")[0] in ("hf_attnres", "triton")]
+        assert not imported, "hf_attnres/triton got imported"
         with torch.no_grad():
             result = {"logits": model(ids).logits}
             if spec["generate"]:
@@ -34,7 +35,7 @@ CHILD = textwrap.dedent(
 )
 
 
-def block_packages(folder: Path, names=("attnres", "triton")) -> Path:
+def block_packages(folder: Path, names=("hf_attnres", "triton")) -> Path:
     """A folder put first on sys.path whose packages fail to import as missing packages do."""
     for name in names:
         (folder / name).mkdir(parents=True, exist_ok=True)
@@ -79,8 +80,8 @@ def load_all_in_clean_process(sources, ids: torch.Tensor, work: Path, hf_home: P
 
 def code_files(family: str) -> dict:
     """A family's saved folder's code file of each auto_map entry, by the package's module names, and its files."""
-    from attnres.families.registry import family_classes
-    from attnres.folders.remote_code import code_file_names
+    from hf_attnres.families.registry import family_classes
+    from hf_attnres.folders.remote_code import code_file_names
 
     config_class, model_class = family_classes(family)
     modeling = model_class.__module__.rpartition(".")[2]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 
-import attnres  # noqa: F401  registers the Auto classes and writes the code files with save_pretrained
-from attnres import KimiLinearAttnResForCausalLM
-from attnres.training.corpora import train_bpe
-from attnres.utils.tiny import tiny_config
+import hf_attnres  # noqa: F401  registers the Auto classes and writes the code files with save_pretrained
+from hf_attnres import KimiLinearAttnResForCausalLM
+from hf_attnres.training.corpora import train_bpe
+from hf_attnres.utils.tiny import tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 TEXTS = ["the river runs under the stone bridge", "a queen sees the light of the house",
@@ -46,7 +46,7 @@ def tiny_folder(path: Path, mode: str = "block", num_layers: int = 3, seed: int 
 def tiny_family_folder(path: Path, family: str) -> Path:
     """A tiny random model of a family (Llama, Mistral, ...: tests/families/tiny.py) upcycled to Block AttnRes, its
     pseudo-queries moved off zero, saved with tiny_folder's tokenizer."""
-    from attnres import upcycle
+    from hf_attnres import upcycle
     from tests.families.tiny import source_model
 
     tokenizer = tiny_tokenizer()
@@ -88,7 +88,7 @@ def write_chat_jsonl(path: Path, count: int = 60, seed: int = 0) -> Path:
 
 
 def prepare_chat(jsonl: Path, tokenizer_dir: Path, out: Path, seq_len: int = 32) -> Path:
-    from attnres.cli.prepare_data import main as prepare
+    from hf_attnres.cli.prepare_data import main as prepare
 
     prepare(["--chat", str(jsonl), "--tokenizer", str(tokenizer_dir), "--seq-len",
                                       str(seq_len), "--validation-fraction", "0.2", "--output-dir", str(out)])

@@ -15,7 +15,7 @@ from tests.helpers.model_factory import random_ids  # noqa: E402
 def main(work: Path) -> None:
     from torch.distributed.tensor import DTensor
 
-    from attnres import KimiLinearAttnResForCausalLM
+    from hf_attnres import KimiLinearAttnResForCausalLM
 
     torch.set_num_threads(1)
     for mode in ("block", "full"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from attnres.training.logs import read_jsonl
+from hf_attnres.training.logs import read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS = "the a king queen river stone light dark house tree walks runs sees finds under over with and of to in".split()
@@ -24,7 +24,7 @@ def write_documents(folder: Path, count: int = 6, lines: int = 60, seed: int = 0
 
 def prepare_tiny_dataset(root: Path, seq_len: int = 32) -> Path:
     """Text files -> BPE (vocab 300) -> packed dataset of `seq_len`-token sequences, via the prepare-data command."""
-    from attnres.cli.prepare_data import main as prepare
+    from hf_attnres.cli.prepare_data import main as prepare
 
     files = write_documents(root / "text")
     out = root / "data"
@@ -58,7 +58,7 @@ def crash_after_step(step: int, monkeypatch, run) -> None:
     """`run()` a training that crashes (KeyboardInterrupt, as a kill would) right after logging `step`."""
     import pytest
 
-    from attnres.training.logs import MetricsLogger
+    from hf_attnres.training.logs import MetricsLogger
 
     log = MetricsLogger.log
 

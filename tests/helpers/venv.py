@@ -22,7 +22,7 @@ def running_import_folders() -> list[str]:
     for entry in sys.path:
         folder = Path(entry or ".").resolve()
         if (not folder.is_dir() or folder in stdlib or folder.parent in stdlib and folder.name == "lib-dynload"
-                or (folder / "attnres" / "__init__.py").is_file() or str(folder) in folders):
+                or (folder / "hf_attnres" / "__init__.py").is_file() or str(folder) in folders):
             continue
         folders.append(str(folder))
     return folders

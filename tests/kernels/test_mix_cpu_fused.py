@@ -9,8 +9,8 @@ import warnings
 import pytest
 import torch
 
-import attnres.kernels.mix as mix_ops
-from attnres.kernels.mix import attn_res, attn_res_naive, cpu_fused, rms_norm_naive
+import hf_attnres.kernels.mix as mix_ops
+from hf_attnres.kernels.mix import attn_res, attn_res_naive, cpu_fused, rms_norm_naive
 from tests.helpers.kernel_cases import make_inputs
 from tests.helpers.model_factory import random_ids, tiny_model
 
@@ -169,7 +169,7 @@ def test_the_installed_package_registers_the_kernel():
 
 
 def test_a_package_model_on_cpu_runs_the_registered_kernel(monkeypatch, calls):
-    """`import attnres` registered the C++ kernel with the dispatcher: a package model's CPU mixes take it."""
+    """`import hf_attnres` registered the C++ kernel with the dispatcher: a package model's CPU mixes take it."""
     monkeypatch.delenv("ATTNRES_BACKEND", raising=False)
     model = tiny_model("block", 2, num_layers=4)
     assert model.config.attn_res_backend == "auto"

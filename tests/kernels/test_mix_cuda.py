@@ -7,7 +7,7 @@ as far off as the reference evaluated in the same dtype (plus 2^-7 of the gradie
 import pytest
 import torch
 
-from attnres.kernels.mix import attn_res, attn_res_naive
+from hf_attnres.kernels.mix import attn_res, attn_res_naive
 from tests.helpers.cuda_lane import CUDA_LANE
 from tests.helpers.kernel_cases import make_inputs, run
 
@@ -72,7 +72,7 @@ def test_weights_match_reference_at_k3_width():
 
 
 def test_auto_backend_takes_triton_on_cuda(monkeypatch):
-    import attnres.kernels.mix as mix_ops
+    import hf_attnres.kernels.mix as mix_ops
 
     calls = []
     original = mix_ops.use_triton

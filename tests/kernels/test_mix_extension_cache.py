@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnres.kernels.mix import cpu_fused
+from hf_attnres.kernels.mix import cpu_fused
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for the stand-in extension")
 
@@ -159,7 +159,7 @@ def test_a_folder_of_another_user_is_refused(stand_in, monkeypatch, which):
     name, folder = cpu_fused.build_directory()
     folder.mkdir(parents=True, mode=0o700)
     if which == "cache":  # this process now runs as "another user": the cache root is not its own
-        from attnres.kernels.mix import extension_cache
+        from hf_attnres.kernels.mix import extension_cache
 
         real = os.geteuid()
         monkeypatch.setattr(extension_cache, "current_user", lambda: real + 1, raising=False)
@@ -284,6 +284,6 @@ def test_the_real_kernel_loads_from_its_verified_cache(monkeypatch):
     sources = [torch.randn(2, 3, 8) for _ in range(3)]
     query, norm = torch.randn(8), torch.ones(8)
     out = module.mix_forward(sources, query, norm, 1e-6, None, 1e-6, False)[0]
-    from attnres.kernels.mix import attn_res_naive
+    from hf_attnres.kernels.mix import attn_res_naive
 
     torch.testing.assert_close(out, attn_res_naive(sources, query, norm, 1e-6), rtol=1e-5, atol=1e-5)

@@ -13,10 +13,10 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-import attnres.kernels.mix as mix_ops
-from attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
-from attnres.kernels.two_phase import phase1, phase1_naive
-from attnres.kernels.two_phase.lean import DepthBank
+import hf_attnres.kernels.mix as mix_ops
+from hf_attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
+from hf_attnres.kernels.two_phase import phase1, phase1_naive
+from hf_attnres.kernels.two_phase.lean import DepthBank
 from tests.helpers.kernel_cases import make_inputs
 from tests.helpers.model_factory import random_ids, tiny_model
 

@@ -1,8 +1,8 @@
-"""The reference op `attnres.attn_res_naive` against K3's pseudo-code, written out independently here."""
+"""The reference op `hf_attnres.attn_res_naive` against K3's pseudo-code, written out independently here."""
 import pytest
 import torch
 
-from attnres import attn_res, attn_res_naive
+from hf_attnres import attn_res, attn_res_naive
 
 
 def pseudo_code(sources, query, gain, eps):

@@ -11,8 +11,8 @@ with the fused norm, gradients at most 2x the reference's own error against floa
 import pytest
 import torch
 
-import attnres.kernels.mix as mix_ops
-from attnres.kernels.mix import attn_res, attn_res_naive, lean, rms_norm_naive
+import hf_attnres.kernels.mix as mix_ops
+from hf_attnres.kernels.mix import attn_res, attn_res_naive, lean, rms_norm_naive
 from tests.helpers.kernel_cases import bf16_ulps, make_inputs, run
 
 

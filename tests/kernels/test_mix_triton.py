@@ -3,8 +3,8 @@ RMSNorm, recompute, dtypes, odd hidden sizes, 1 to 10 sources, dispatch and torc
 import pytest
 import torch
 
-import attnres.kernels.mix as mix_ops
-from attnres.kernels.mix import attn_res, attn_res_lean, attn_res_naive, cpu_fused, rms_norm_naive
+import hf_attnres.kernels.mix as mix_ops
+from hf_attnres.kernels.mix import attn_res, attn_res_lean, attn_res_naive, cpu_fused, rms_norm_naive
 from tests.helpers.kernel_cases import bf16_ulps, make_inputs, run
 
 CASES = [  # (sources, hidden, fused norm, recompute)

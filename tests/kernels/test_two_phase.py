@@ -3,9 +3,9 @@ backends, and the whole model's no-grad forward and decode equal the plain loop.
 import pytest
 import torch
 
-from attnres.core import inference
-from attnres.kernels.mix import attn_res_naive, rms_norm_naive
-from attnres.kernels.two_phase import phase1, phase2
+from hf_attnres.core import inference
+from hf_attnres.kernels.mix import attn_res_naive, rms_norm_naive
+from hf_attnres.kernels.two_phase import phase1, phase2
 from tests.helpers.model_factory import random_ids, tiny_model
 
 

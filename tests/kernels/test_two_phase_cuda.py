@@ -5,8 +5,8 @@ it off."""
 import pytest
 import torch
 
-from attnres.kernels.mix import attn_res_naive, rms_norm_naive
-from attnres.kernels.two_phase import phase1, phase2
+from hf_attnres.kernels.mix import attn_res_naive, rms_norm_naive
+from hf_attnres.kernels.two_phase import phase1, phase2
 from tests.helpers.cuda_lane import CUDA_LANE
 from tests.helpers.model_factory import random_ids, tiny_model
 

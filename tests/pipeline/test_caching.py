@@ -1,7 +1,7 @@
 """Cross-stage caching simulator: the paper's Fig. 3 example, and properties that hold for any schedule."""
 import pytest
 
-from attnres.pipeline.caching import simulate_interleaved
+from hf_attnres.pipeline.caching import simulate_interleaved
 
 # Attention Residuals, Fig. 3 (P=4 ranks, V=2 virtual stages, each block spanning two physical stages): what each
 # receiving chunk gets as completed blocks with caching ("+[...]") and which partial sum crosses with it

@@ -1,6 +1,6 @@
-"""Interleaved pipeline with cross-stage caching (attnres/pipeline/interleaved.py) on torch.distributed.pipelining.
+"""Interleaved pipeline with cross-stage caching (hf_attnres/pipeline/interleaved.py) on torch.distributed.pipelining.
 
-- The transport plan sends, at every transition, exactly what the caching simulator (attnres/pipeline/caching.py)
+- The transport plan sends, at every transition, exactly what the caching simulator (hf_attnres/pipeline/caching.py)
   counts: completed blocks the receiver lacks, plus the partial sum.
 - Real runs (gloo, P = 2 and P = 4 processes, V = 2, two micro-batches, fp32): loss and every gradient equal the
   single-process model's, caching on and off, block boundaries inside chunks and at chunk edges; the tensors and bytes
@@ -12,9 +12,9 @@ import json
 import pytest
 import torch.multiprocessing as mp
 
-from attnres.core.depth_layout import DepthLayout
-from attnres.pipeline.caching import simulate_interleaved
-from attnres.pipeline.interleaved import chunk_layers, expected_traffic, plan_chunks
+from hf_attnres.core.depth_layout import DepthLayout
+from hf_attnres.pipeline.caching import simulate_interleaved
+from hf_attnres.pipeline.interleaved import chunk_layers, expected_traffic, plan_chunks
 from tests.helpers.interleaved_worker import MICRO_BATCH, SEQ_LEN, case_name, worker
 from tests.helpers.ports import free_port
 

@@ -1,4 +1,4 @@
-"""`attnres train-interleaved` (attnres/pipeline/interleaved_train.py) as train.py behaves: a run resumed from a
+"""`attnres train-interleaved` (hf_attnres/pipeline/interleaved_train.py) as train.py behaves: a run resumed from a
 mid-run checkpoint ends bit for bit where an uninterrupted one does; the non-finite guard skips updates and stops
 with exit code 3 and no model; a second run on a locked output folder stops at once; the saved model is a
 from_pretrained folder with the trained weights. One 2-process gloo launch runs all the training."""
@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from attnres.cli.train_interleaved import main
-from attnres.training.state import output_lock
+from hf_attnres.cli.train_interleaved import main
+from hf_attnres.training.state import output_lock
 from tests.helpers.interleaved_worker import COPY, train_worker
 from tests.helpers.other_family import assert_other_familys_folder_refused
 from tests.helpers.ports import free_port
@@ -56,7 +56,7 @@ def test_resume_guard_and_saved_model(tmp_path):
                                                       checkpoint_tensors(straight, 4)[0]["model"].values()))
 
     # the saved model: a from_pretrained folder holding the step-4 weights of both ranks
-    from attnres import KimiLinearAttnResForCausalLM
+    from hf_attnres import KimiLinearAttnResForCausalLM
 
     model = KimiLinearAttnResForCausalLM.from_pretrained(straight / "model")
     trained = {**checkpoint_tensors(straight, 4)[0]["model"], **checkpoint_tensors(straight, 4)[1]["model"]}
@@ -93,9 +93,9 @@ def test_bad_flags_are_one_line_errors(monkeypatch):
 def test_a_new_or_older_start_never_prunes_the_folders_newer_run(tmp_path, resume):
     """`--resume never` into a folder holding another run (or a resume from an older checkpoint of it)
     would prune that run's checkpoints: refused by name, as `attnres train` refuses it, before any state changes."""
-    from attnres.pipeline.args import InterleavedArgs
-    from attnres.pipeline.train import matching_checkpoint
-    from attnres.utils.tiny import tiny_config
+    from hf_attnres.pipeline.args import InterleavedArgs
+    from hf_attnres.pipeline.train import matching_checkpoint
+    from hf_attnres.utils.tiny import tiny_config
 
     older = str(tmp_path / "checkpoints" / "step-00000002")
     args = InterleavedArgs(output_dir=tmp_path, resume="never" if resume == "never" else older)

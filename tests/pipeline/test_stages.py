@@ -3,11 +3,11 @@ between them has the size `sources_before_layers` predicts (what a stage boundar
 import pytest
 import torch
 
-from attnres.core.depth_layout import DepthLayout
-from attnres.pipeline.layout import single_source_mix_params
-from attnres.pipeline.stages import CausalLMLoss, build_pipeline, pipeline_layer_specs
-from attnres.pipeline.weights import StateDictWeights
-from attnres.utils.tiny import tiny_config
+from hf_attnres.core.depth_layout import DepthLayout
+from hf_attnres.pipeline.layout import single_source_mix_params
+from hf_attnres.pipeline.stages import CausalLMLoss, build_pipeline, pipeline_layer_specs
+from hf_attnres.pipeline.weights import StateDictWeights
+from hf_attnres.utils.tiny import tiny_config
 from tests.helpers.model_factory import random_ids, tiny_model
 
 

@@ -1,6 +1,7 @@
 """A 2-stage DeepSpeed pipeline (torchrun, gloo, 1F1B `train_batch`, ZeRO-1) trains exactly like one process.
 
-One torchrun launch runs `attnres.cli.train_pipeline` for block, full and standard mode (startup is most of the cost).
+One torchrun launch runs `hf_attnres.cli.train_pipeline` for block, full and standard mode (startup is most of the
+cost).
 Each run: one SGD step over 4 micro-batches (the 1F1B schedule interleaves them) from a saved tiny model; then here,
 single-process training of the same model on the same micro-batches. SGD makes the update proportional to the
 gradient, so comparing the updated weights (read back from the pipeline's sharded checkpoint) compares every gradient
@@ -16,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnres import KimiLinearAttnResForCausalLM
-from attnres.core.depth_layout import DepthLayout
-from attnres.pipeline.data import synthetic_micro_batch
+from hf_attnres import KimiLinearAttnResForCausalLM
+from hf_attnres.core.depth_layout import DepthLayout
+from hf_attnres.pipeline.data import synthetic_micro_batch
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.other_family import assert_other_familys_folder_refused
 from tests.helpers.remote_loading import load_in_clean_process, write_tokenizer
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODES = ("block", "full", "standard")
 STEPS, GRAD_ACCUM, MICRO_BATCH, SEQ_LEN, LR, SEED = 1, 4, 2, 16, 0.5, 3
 # runs several trainings in one process pair: `main(argv)` for each argv list in the JSON argument
-LAUNCH = ("import json, sys; from attnres.cli.train_pipeline import main; "
+LAUNCH = ("import json, sys; from hf_attnres.cli.train_pipeline import main; "
           "[main(argv) for argv in json.loads(sys.argv[1])]")
 
 pytestmark = [
@@ -131,12 +132,13 @@ def test_output_folder_loads_with_auto_classes_without_the_package(pipeline_runs
 def test_another_familys_folder_is_refused_by_name(tmp_path, monkeypatch, upcycled):
     """--model <a Llama folder> (plain or upcycled): refused naming its family, launched or not, never loaded as Kimi
     Linear, nothing written."""
-    from attnres.cli.train_pipeline import main
+    from hf_attnres.cli.train_pipeline import main
     assert_other_familys_folder_refused(main, tmp_path, monkeypatch, upcycled)
 
 
 # each argv in turn; a refusal (SystemExit) is printed as one REFUSED line and the next run goes on
-RESUME_LAUNCH = ("import json, sys\nfrom attnres.cli.train_pipeline import main\nfor argv in json.loads(sys.argv[1]):\n"
+RESUME_LAUNCH = ("import json, sys\nfrom hf_attnres.cli.train_pipeline import main\n"
+                 "for argv in json.loads(sys.argv[1]):\n"
                  "    try:\n        main(argv)\n    except SystemExit as error:\n"
                  "        print('REFUSED', error, flush=True)\n")
 
@@ -179,7 +181,7 @@ def test_resume_continues_bit_for_bit_and_other_settings_are_refused(tmp_path):
                                           (["--save-every", "-1"], "--save-every must be >= 0, got -1")],
                          ids=["keep_checkpoints", "save_every"])
 def test_checkpoint_flags_out_of_range_are_one_line(tmp_path, monkeypatch, flags, named):
-    from attnres.cli.train_pipeline import main
+    from hf_attnres.cli.train_pipeline import main
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(SystemExit, match=named):

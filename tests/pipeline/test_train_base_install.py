@@ -3,7 +3,7 @@ from tests.helpers.base_install import run_on_base_install
 
 RUN = """
     import sys
-    from attnres.cli import main
+    from hf_attnres.cli import main
     sys.exit(main(["train-pipeline", *sys.argv[1:]]))
 """
 
@@ -16,7 +16,7 @@ def test_without_deepspeed_one_line_names_the_extra():
     result = command("--steps", "1")
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.splitlines() == ['attnres train-pipeline: needs deepspeed (pipeline parallelism): '
-                                          'pip install "attnres[train]"'], result.stderr[-3000:]
+                                          'pip install "hf-attnres[train]"'], result.stderr[-3000:]
 
 
 def test_without_deepspeed_help_still_works():

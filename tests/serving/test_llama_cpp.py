@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnres import KimiLinearAttnResForCausalLM
+from hf_attnres import KimiLinearAttnResForCausalLM
 from tests.helpers.llama_cpp_runner import LlamaCppCrash, run_llama_cpp
 from tests.helpers.llama_cpp_runner import cache_dir as llama_cpp_cache_dir
 
@@ -53,9 +53,9 @@ def exported(tmp_path_factory):
     k3."""
     from transformers import AutoTokenizer
 
-    from attnres.cli.export import main as export
-    from attnres.cli.prepare_data import main as prepare
-    from attnres.cli.train import main as train
+    from hf_attnres.cli.export import main as export
+    from hf_attnres.cli.prepare_data import main as prepare
+    from hf_attnres.cli.train import main as train
     from tests.helpers.train_fixtures import train_args, write_documents
 
     root = tmp_path_factory.mktemp("llama_cpp")

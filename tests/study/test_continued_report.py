@@ -1,10 +1,10 @@
-"""The continued study's verdict (attnres/study/continued/report.py): the Student-t 95% CI of the paired held-out
+"""The continued study's verdict (hf_attnres/study/continued/report.py): the Student-t 95% CI of the paired held-out
 deltas against a hand computation, and the one-line verdict it gives."""
 import math
 
 import pytest
 
-from attnres.study.continued.report import paired_ci, verdict
+from hf_attnres.study.continued.report import paired_ci, verdict
 
 
 def test_ci_matches_hand_computation():

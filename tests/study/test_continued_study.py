@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from attnres.cli import continued_study
-from attnres.study.continued import train as continued_train
-from attnres.study.continued.config import load_continued
-from attnres.study.continued.train import TRAINABLE_FILE, restore_model
+from hf_attnres.cli import continued_study
+from hf_attnres.study.continued import train as continued_train
+from hf_attnres.study.continued.config import load_continued
+from hf_attnres.study.continued.train import TRAINABLE_FILE, restore_model
 from tests.helpers.train_fixtures import prepare_tiny_dataset, write_documents
 
 
@@ -147,6 +147,6 @@ def test_one_run_flags_checked(tmp_path, source):
 
 def test_help_and_registration():
     assert "--only" in continued_study.build_parser().format_help()
-    from attnres.cli import COMMANDS
+    from hf_attnres.cli import COMMANDS
 
     assert COMMANDS["continued-study"][0] == "continued_study"

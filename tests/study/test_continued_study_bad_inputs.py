@@ -15,10 +15,10 @@ import time
 import pytest
 from transformers import AutoModelForCausalLM
 
-from attnres.cli import continued_study
-from attnres.study.continued import train as continued_train
-from attnres.study.continued.config import load_continued
-from attnres.study.runner import run_spec
+from hf_attnres.cli import continued_study
+from hf_attnres.study.continued import train as continued_train
+from hf_attnres.study.continued.config import load_continued
+from hf_attnres.study.runner import run_spec
 from tests.helpers.train_fixtures import REPO
 from tests.study.test_continued_study import grid, source  # noqa: F401  (source: the tiny Llama fixture)
 
@@ -71,7 +71,7 @@ def test_binary_grid_file(tmp_path):
 
 
 def test_already_attn_res_source(tmp_path, source):  # noqa: F811
-    from attnres.families.upcycle import upcycle
+    from hf_attnres.families.upcycle import upcycle
 
     folder = tmp_path / "upcycled"
     upcycle(AutoModelForCausalLM.from_pretrained(source[0]), "block", block_size=2).save_pretrained(folder)
@@ -144,7 +144,7 @@ def test_multiplier_moves_the_queries_further(tmp_path, source):  # noqa: F811
 def test_interrupt_one_line_and_finished_runs_survive(tmp_path, source, signum, code):  # noqa: F811
     path, out = grid(tmp_path, source), tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    process = subprocess.Popen([sys.executable, "-m", "attnres", "continued-study", "--grid", str(path),
+    process = subprocess.Popen([sys.executable, "-m", "hf_attnres", "continued-study", "--grid", str(path),
                                 "--output-dir", str(out)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 600

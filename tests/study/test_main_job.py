@@ -1,5 +1,5 @@
 """scripts/main_job.py end to end at a reduced setting (no network: a local corpus and self-written benchmark items):
-a matched pair is trained, evaluated through attnres.evaluation, compared, summarised and plotted; bad flags are
+a matched pair is trained, evaluated through hf_attnres.evaluation, compared, summarised and plotted; bad flags are
 refused before anything is written."""
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import math
 
 import pytest
 
-from attnres.study.job_args import MainJobArgs
-from attnres.training.logs import read_jsonl
+from hf_attnres.study.job_args import MainJobArgs
+from hf_attnres.training.logs import read_jsonl
 from tests.helpers.eval_fixtures import fixture_eval_data
 from tests.helpers.train_fixtures import write_documents
 
 
 @pytest.fixture(scope="module")
 def main_job():
-    from attnres.cli.main_job import main
+    from hf_attnres.cli.main_job import main
 
     return main
 
@@ -101,7 +101,7 @@ def test_missing_file_is_named(main_job, tmp_path):
 
 def test_failed_run_names_its_log(tmp_path):
     """A training run that fails stops the pair with its exit code and log (here: train.py refuses a missing --data)."""
-    from attnres.study.main_job import run_pair
+    from hf_attnres.study.main_job import run_pair
 
     run_dirs = {mode: tmp_path / mode for mode in ("standard", "block")}
     runs = {mode: ["--data", str(tmp_path / "none")] for mode in run_dirs}
@@ -114,8 +114,8 @@ def test_failed_run_names_its_log(tmp_path):
 def test_rerun_with_a_changed_training_flag_refused(main_job, tmp_path):
     """The first run recorded its settings and trained (standard/ exists): a rerun with another --lr or --steps is
     refused naming each flag, before anything is written (no summary reporting settings the models never had)."""
-    from attnres.cli.main_job import build_parser
-    from attnres.study.main_job import JOB_FILE, check_job_settings, resolve_lrs
+    from hf_attnres.cli.main_job import build_parser
+    from hf_attnres.study.main_job import JOB_FILE, check_job_settings, resolve_lrs
 
     out = tmp_path / "out"
     out.mkdir()
@@ -155,7 +155,7 @@ def train_processes(marker: str) -> list[int]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        mentioned = b"attnres.cli.train" in argv and marker.encode() in b" ".join(argv)
+        mentioned = b"hf_attnres.cli.train" in argv and marker.encode() in b" ".join(argv)
         if entry.name.isdigit() and mentioned and state != "Z":
             found.append(int(entry.name))
     return [pid for pid in found if pid != os.getpid()]
@@ -172,14 +172,14 @@ def test_signal_stops_both_train_runs(tmp_path, sig):
     import sys
     import time
 
-    from attnres.training.checkpoints import latest_checkpoint
+    from hf_attnres.training.checkpoints import latest_checkpoint
     from tests.helpers.processes import sigint_at_default
     from tests.helpers.train_fixtures import REPO
 
     out = tmp_path / "out"
     argv = small_job(tmp_path, steps=2000, eval_every=3, no_tasks=True, task_limit=None)
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    job = subprocess.Popen([sys.executable, "-m", "attnres.cli.main_job", *argv], stdout=subprocess.DEVNULL,
+    job = subprocess.Popen([sys.executable, "-m", "hf_attnres.cli.main_job", *argv], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, env=env, cwd=tmp_path, preexec_fn=sigint_at_default)
     try:
         deadline = time.time() + 600
@@ -207,21 +207,21 @@ def test_signal_stops_both_train_runs(tmp_path, sig):
 
 def test_loss_curves_say_what_their_validation_loss_covers(monkeypatch):
     """`loss_curves.png`'s end label is training's few-batch validation loss, not the table's held-out one."""
-    import attnres.training.data
-    from attnres.study.main_job import validation_subset
+    import hf_attnres.training.data
+    from hf_attnres.study.main_job import validation_subset
 
-    monkeypatch.setattr(attnres.training.data, "check_prepared", lambda data: {"num_sequences": {"validation": 491}})
+    monkeypatch.setattr(hf_attnres.training.data, "check_prepared", lambda data: {"num_sequences": {"validation": 491}})
     args = MainJobArgs(data="d", micro_batch_size=16)
     assert validation_subset(args, {"eval_batches": 4}) == ("first 64 of 491 validation sequences "
                                                              "(whole split: summary.md)")
-    monkeypatch.setattr(attnres.training.data, "check_prepared", lambda data: {"num_sequences": {"validation": 40}})
+    monkeypatch.setattr(hf_attnres.training.data, "check_prepared", lambda data: {"num_sequences": {"validation": 40}})
     assert validation_subset(args, {"eval_batches": 4}).startswith("first 32 of 40 ")  # what evaluate() can read
 
 
 def test_shared_and_given_lrs_are_labelled():
     """--lr trains both at one LR, labelled the old unfair comparison; --lr-block replaces Block's only."""
-    from attnres.cli.main_job import build_parser
-    from attnres.study.main_job import lr_paragraph, resolve_lrs
+    from hf_attnres.cli.main_job import build_parser
+    from hf_attnres.study.main_job import lr_paragraph, resolve_lrs
 
     args = MainJobArgs(**vars(build_parser().parse_args(["--lr", "0.003"])))
     lrs = resolve_lrs(args)

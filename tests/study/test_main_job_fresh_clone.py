@@ -8,7 +8,7 @@ machine while the suite (which always had the data) stayed green. tests/study/te
 offline; this test covers the path a new user takes.
 
 One deliberate exception to "empty caches": the compiled C++ mix kernel is shared with this machine's
-(ATTNRES_EXTENSIONS_DIR): its first build is minutes of CPU (attnres/kernels/mix/cpu_fused.py, tested in
+(ATTNRES_EXTENSIONS_DIR): its first build is minutes of CPU (hf_attnres/kernels/mix/cpu_fused.py, tested in
 tests/kernels/), its build key guards reuse, and a failed build only falls back to the eager path.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def installed_attnres() -> str | None:
     from importlib import metadata
 
     try:
-        return metadata.distribution("attnres").read_text("direct_url.json")
+        return metadata.distribution("hf-attnres").read_text("direct_url.json")
     except metadata.PackageNotFoundError:
         return None
 
@@ -50,7 +50,7 @@ def installed_attnres() -> str | None:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # ~2.5 CPU-minutes; on 2 cores shared with other jobs the wall time was 15+ min
 def test_main_job_from_a_fresh_clone(tmp_path):
-    from attnres.kernels.mix.cpu_fused import build_directory
+    from hf_attnres.kernels.mix.cpu_fused import build_directory
 
     clone, home, work = tmp_path / "clone", tmp_path / "home", tmp_path / "work"
     shutil.copytree(REPO, clone, ignore=NOT_IN_A_CLONE)

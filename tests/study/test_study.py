@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from attnres.cli import study
-from attnres.study import runner as study_runner
-from attnres.study.analysis import (
+from hf_attnres.cli import study
+from hf_attnres.study import runner as study_runner
+from hf_attnres.study.analysis import (
     PowerLaw,
     compute_multiplier,
     fit_power_law,
@@ -18,9 +18,9 @@ from attnres.study.analysis import (
     paired_t,
     training_flops,
 )
-from attnres.study.grid import grid_from_dict, load_grid, model_config
-from attnres.study.report import write_report
-from attnres.study.runner import RESULT_FILE, run_grid, run_spec
+from hf_attnres.study.grid import grid_from_dict, load_grid, model_config
+from hf_attnres.study.report import write_report
+from hf_attnres.study.runner import RESULT_FILE, run_grid, run_spec
 from tests.helpers.train_fixtures import REPO, prepare_tiny_dataset
 
 # --- statistics and fit: synthetic numbers, known answers ---------------------------------------------------------

@@ -9,15 +9,15 @@ import math
 import pytest
 import torch
 
-from attnres.families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
-from attnres.study import runner as study_runner
-from attnres.study.analysis import bootstrap_multiplier, fit_power_law
-from attnres.study.arms_report import lr_panels, multiplier_text
-from attnres.study.grid import best_lrs, grid_from_dict, load_grid, model_config
-from attnres.study.report import write_report
-from attnres.study.runner import RESULT_FILE, run_grid, run_spec, train_command
-from attnres.training.loop import param_groups
-from attnres.utils.tiny import tiny_config
+from hf_attnres.families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+from hf_attnres.study import runner as study_runner
+from hf_attnres.study.analysis import bootstrap_multiplier, fit_power_law
+from hf_attnres.study.arms_report import lr_panels, multiplier_text
+from hf_attnres.study.grid import best_lrs, grid_from_dict, load_grid, model_config
+from hf_attnres.study.report import write_report
+from hf_attnres.study.runner import RESULT_FILE, run_grid, run_spec, train_command
+from hf_attnres.training.loop import param_groups
+from hf_attnres.utils.tiny import tiny_config
 from tests.helpers.train_fixtures import REPO
 
 GRID = {
@@ -182,7 +182,7 @@ def test_the_screen_runs_each_change_at_the_reference_arms_best_lr(out, tmp_path
 def test_depth_sharpness_from_the_last_diagnostics(tmp_path):
     """The screen's mechanism column: over mix points with more than one source, entropy relative to uniform and
     the mean top weight, from the run's last diagnostics record."""
-    from attnres.study.arms_report import depth_sharpness
+    from hf_attnres.study.arms_report import depth_sharpness
 
     folder = tmp_path / "run" / "train"
     folder.mkdir(parents=True)

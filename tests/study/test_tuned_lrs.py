@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from attnres.study.grid import best_lrs, load_grid, model_config
-from attnres.study.runner import finished_records
-from attnres.study.tuned_lrs import BEST, BEST_LOSS, STUDY_GRID, STUDY_RECORDS, STUDY_SETTING, study_lr
+from hf_attnres.study.grid import best_lrs, load_grid, model_config
+from hf_attnres.study.runner import finished_records
+from hf_attnres.study.tuned_lrs import BEST, BEST_LOSS, STUDY_GRID, STUDY_RECORDS, STUDY_SETTING, study_lr
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,9 +33,9 @@ def test_table_is_the_studys_best_recomputed_from_its_records():
 def test_main_job_defaults_are_the_studys_setting():
     """The main job's defaults and model config are those of the study's runs (so its bests apply), except the
     special-token ids the main job sets for evaluation."""
-    from attnres.cli.main_job import build_parser
-    from attnres.study.main_job import pair_config
-    from attnres.study.tuned_lrs import differences
+    from hf_attnres.cli.main_job import build_parser
+    from hf_attnres.study.main_job import pair_config
+    from hf_attnres.study.tuned_lrs import differences
 
     args = build_parser().parse_args([])
     assert differences(args) == []
@@ -61,8 +61,8 @@ def test_settings_the_study_did_not_sweep_get_the_nearest_said_so(mode, hidden, 
 
 
 def test_differences_name_each_flag():
-    from attnres.cli.main_job import build_parser
-    from attnres.study.tuned_lrs import differences
+    from hf_attnres.cli.main_job import build_parser
+    from hf_attnres.study.tuned_lrs import differences
 
     args = build_parser().parse_args(["--steps", "60", "--layers", "4"])
     assert differences(args) == ["--layers 4 (study: 12)", "--steps 60 (study: 500)",

@@ -9,7 +9,7 @@ from tests.helpers.train_fixtures import prepare_tiny_dataset
 @pytest.fixture(scope="module")
 def train():
     """The train command in-process: main(argv) returns the run's summary; bad input raises."""
-    from attnres.cli.train import main
+    from hf_attnres.cli.train import main
 
     return main
 
@@ -17,7 +17,7 @@ def train():
 @pytest.fixture(scope="module")
 def prepare():
     """The prepare-data command in-process: main(argv); bad input raises SystemExit("error: ...")."""
-    from attnres.cli.prepare_data import main
+    from hf_attnres.cli.prepare_data import main
 
     return main
 

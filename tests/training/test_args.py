@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnres.training.args import TrainArgs, build_parser
+from hf_attnres.training.args import TrainArgs, build_parser
 
 
 def test_parsed_flags_build_the_dataclass():

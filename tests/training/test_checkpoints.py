@@ -1,4 +1,4 @@
-"""The checkpoint rules every resuming trainer shares (attnres/training/checkpoints.py): a half-written checkpoint is
+"""The checkpoint rules every resuming trainer shares (hf_attnres/training/checkpoints.py): a half-written checkpoint is
 never chosen, the latest complete one wins, a checkpoint of another run is refused naming what differs, pruning keeps
 the run's own newest and never a newer one, NaN weights never take a checkpoint's name, and a folder written in the
 layout of earlier versions resumes."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnres.folders.checkpoint_files import CheckpointFileError
-from attnres.training.checkpoints import (
+from hf_attnres.folders.checkpoint_files import CheckpointFileError
+from hf_attnres.training.checkpoints import (
     STATE_FILE,
     check_signature,
     checkpoint_dir,
@@ -124,7 +124,7 @@ def test_nan_weights_are_never_saved_over_a_finite_checkpoint(tmp_path):
     """A checkpoint whose written weights are not finite never takes its name; the finite one before it stays."""
     from safetensors.torch import save_file
 
-    from attnres.training.guard import NonFiniteError
+    from hf_attnres.training.guard import NonFiniteError
 
     class Weights(FakeTrainer):
         def save(self, folder):
@@ -167,7 +167,7 @@ def test_a_checkpoint_in_the_existing_layout_resumes(tmp_path):
                                          (dict(step=9), "step 9 is not an integer in \\[0, 8\\]")],
                          ids=["signature_not_an_object", "step_not_the_folders", "step_past_the_end"])
 def test_signature_rule_refuses_an_edited_state_by_name(tmp_path, edit, named):
-    from attnres.training.checkpoints import signature_rule
+    from hf_attnres.training.checkpoints import signature_rule
 
     folder = save(tmp_path / "checkpoints", 2)
     state = json.loads((folder / STATE_FILE).read_text())

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from attnres.training.corpora import gpt2_from_files, train_bpe
-from attnres.training.data import BatchPlan, check_prepared, load_prepared, pack_token_lists
+from hf_attnres.training.corpora import gpt2_from_files, train_bpe
+from hf_attnres.training.data import BatchPlan, check_prepared, load_prepared, pack_token_lists
 from tests.helpers.train_fixtures import write_documents
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnres.training.data import BatchPlan, load_prepared
-from attnres.training.logs import plot_runs, read_jsonl
+from hf_attnres.training.data import BatchPlan, load_prepared
+from hf_attnres.training.logs import plot_runs, read_jsonl
 from tests.families.tiny import FAMILIES
 from tests.helpers.train_fixtures import prepare_tiny_dataset, train_args
 
@@ -48,7 +48,7 @@ def check_record(data, root, run, mode, family=None):
     """The step-1 diagnostics of `root / run` against the rebuilt step-1 model (same seed) on the same batch."""
     from transformers import set_seed
 
-    from attnres.training.models import build_config, data_token_ids, model_class_of, reinit_zero_embedding_rows
+    from hf_attnres.training.models import build_config, data_token_ids, model_class_of, reinit_zero_embedding_rows
 
     (record,) = read_jsonl(root / run / "diagnostics.jsonl")
     train_set, _, tokenizer = load_prepared(data)
@@ -98,7 +98,7 @@ def test_figure5_plots_every_family(family_runs, tmp_path):
 
 def test_figure5_labels_say_each_thing_once():
     """`figure5.png` read "standard (standard, step 4)" and "Depth weights: block (block)"."""
-    from attnres.training.logs import run_label
+    from hf_attnres.training.logs import run_label
 
     assert run_label("standard", {"mode": "standard", "step": 4}, with_step=False) == "standard"
     assert run_label("block", {"mode": "block", "step": 4}, with_step=True) == "block (step 4)"
@@ -107,7 +107,7 @@ def test_figure5_labels_say_each_thing_once():
 
 def test_a_log_line_nested_100000_deep_is_a_value_error_not_a_recursion_error(tmp_path):
     """A metrics.jsonl line nested 100,000 deep raised RecursionError in read_jsonl (resume and reports)."""
-    from attnres.training.logs import JsonlLog, read_jsonl
+    from hf_attnres.training.logs import JsonlLog, read_jsonl
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n' + "[" * 100_000 + "]" * 100_000 + "\n")

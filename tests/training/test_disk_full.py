@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from attnres.training import engines
-from attnres.training.args import SetupError
-from attnres.training.checkpoints import latest_checkpoint, read_state
+from hf_attnres.training import engines
+from hf_attnres.training.args import SetupError
+from hf_attnres.training.checkpoints import latest_checkpoint, read_state
 from tests.helpers.bad_input_fixtures import snapshot
 from tests.helpers.train_fixtures import train_args, write_documents
 

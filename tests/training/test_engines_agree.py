@@ -61,9 +61,9 @@ def initial_model(data, folder):
     the pipeline engines' --model."""
     from argparse import Namespace
 
-    from attnres.training.data import load_prepared
-    from attnres.training.loop import build_model
-    from attnres.training.models import build_config
+    from hf_attnres.training.data import load_prepared
+    from hf_attnres.training.loop import build_model
+    from hf_attnres.training.models import build_config
 
     config = build_config("tiny", None, None, None, load_prepared(data)[2])
     build_model(config, Namespace(seed=RECIPE["seed"], init_from=None, gradient_checkpointing=False)) \
@@ -134,7 +134,7 @@ def test_engine_trains_like_one_process(engines, engine):
 def test_tolerance_sees_a_recipe_change(engines, data, train, tmp_path, monkeypatch):
     """torch's default betas (not the recipe's), one process: step 4's loss moves by far
     more than the tolerance, so the comparison above would catch an engine training with another recipe."""
-    monkeypatch.setattr("attnres.training.recipe.BETAS", (0.9, 0.999))
+    monkeypatch.setattr("hf_attnres.training.recipe.BETAS", (0.9, 0.999))
     train(train_args(data, tmp_path / "betas", micro_batch_size=4, **TRAIN))
     other, reference = train_losses(tmp_path / "betas"), engines["single"][0]
     assert recorded_recipe("betas", tmp_path / "betas")["betas"] == [0.9, 0.999]

@@ -8,10 +8,10 @@ import shutil
 import pytest
 import torch
 
-from attnres import KimiLinearAttnResForCausalLM
-from attnres.training.args import SetupError
-from attnres.training.chat import DEFAULT_CHAT_TEMPLATE, ensure_chat_template, tokenize_with_mask
-from attnres.training.data import BatchPlan, batch_tensors, load_prepared, pack_masked
+from hf_attnres import KimiLinearAttnResForCausalLM
+from hf_attnres.training.args import SetupError
+from hf_attnres.training.chat import DEFAULT_CHAT_TEMPLATE, ensure_chat_template, tokenize_with_mask
+from hf_attnres.training.data import BatchPlan, batch_tensors, load_prepared, pack_masked
 from tests.helpers.toolchain_fixtures import finetune_args, prepare_chat, tiny_folder, tiny_tokenizer, write_chat_jsonl
 from tests.helpers.train_fixtures import train_losses
 
@@ -117,8 +117,8 @@ def test_init_from_our_folder_trains_on_assistant_tokens(train, model_dir, chat_
 def test_init_from_moonshot_layout_and_upcycled_kimi_linear(train, model_dir, chat_data, tmp_path):
     from transformers import KimiLinearConfig, KimiLinearForCausalLM
 
-    from attnres.conversion.convert import convert_checkpoint
-    from attnres.conversion.fixtures import write_moonshot_checkpoint
+    from hf_attnres.conversion.convert import convert_checkpoint
+    from hf_attnres.conversion.fixtures import write_moonshot_checkpoint
 
     model = KimiLinearAttnResForCausalLM.from_pretrained(model_dir)
     moonshot = write_moonshot_checkpoint(tmp_path / "moonshot", model)

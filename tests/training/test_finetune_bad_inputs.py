@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from attnres.training.args import SetupError
+from hf_attnres.training.args import SetupError
 from tests.helpers.bad_input_fixtures import expect_refused, first_shard, truncate
 from tests.helpers.toolchain_fixtures import finetune_args, prepare_chat, tiny_folder, write_chat_jsonl
 

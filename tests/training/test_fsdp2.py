@@ -4,7 +4,7 @@ Each trains a tiny fp32 model (dense MLPs) 2 SGD steps on half a batch per proce
 from_pretrained folder's weights equal one process trained on the whole batch; every decoder layer is its own
 FSDP unit; with bf16 mixed precision the depth-softmax weights stay fp32 and equal a one-process bf16 model's.
 
-Two things on CPU needed care (attnres/training/fsdp2.py, docs/TRAINING.md): accelerate turns FSDP off for CPU
+Two things on CPU needed care (hf_attnres/training/fsdp2.py, docs/TRAINING.md): accelerate turns FSDP off for CPU
 processes (the worker restores the one step it skips), and accelerate's own FSDP2 wrapping puts the output mix's
 norm in a separate unit that the mix would read sharded (the model is sharded with `fully_shard_attnres`).
 """

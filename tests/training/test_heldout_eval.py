@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnres.training.logs import read_jsonl
+from hf_attnres.training.logs import read_jsonl
 from tests.helpers.train_fixtures import train_args
 
 
@@ -13,7 +13,7 @@ def reference_heldout(final, data) -> tuple[float, int]:
     """Plain PyTorch: the saved model's mean loss per target token over every validation sequence, one at a time."""
     from transformers import AutoModelForCausalLM
 
-    from attnres.training.data import load_prepared
+    from hf_attnres.training.data import load_prepared
 
     _, val_set, _ = load_prepared(data)
     model = AutoModelForCausalLM.from_pretrained(final).eval()
@@ -83,7 +83,7 @@ def test_whole_split_over_processes(n, batch, world):
     number of forward passes (ZeRO-3's collective weights), a spare one weighted 0."""
     from types import SimpleNamespace
 
-    from attnres.training.loop import evaluate_whole
+    from hf_attnres.training.loop import evaluate_whole
 
     args = SimpleNamespace(micro_batch_size=batch, seq_len=4)
     engines = [FakeEngine(rank, world) for rank in range(world)]

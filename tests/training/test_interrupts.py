@@ -9,10 +9,10 @@ import signal
 
 import pytest
 
-from attnres.folders.atomic_io import recover_interrupted
-from attnres.folders.checkpoint_files import check_safetensors
-from attnres.training.checkpoints import latest_checkpoint, read_state
-from attnres.training.logs import INFO_FILE, read_jsonl
+from hf_attnres.folders.atomic_io import recover_interrupted
+from hf_attnres.folders.checkpoint_files import check_safetensors
+from hf_attnres.training.checkpoints import latest_checkpoint, read_state
+from hf_attnres.training.logs import INFO_FILE, read_jsonl
 from tests.helpers.processes import pause_line, signal_when_paused
 from tests.helpers.train_fixtures import train_args
 
@@ -33,7 +33,7 @@ def finished(data, train, tmp_path_factory):
 def train_command(data, out) -> list[str]:
     import sys
 
-    return [sys.executable, "-m", "attnres.cli.train", *train_args(data, out, **RUN)]
+    return [sys.executable, "-m", "hf_attnres.cli.train", *train_args(data, out, **RUN)]
 
 
 def complete_model(folder) -> bool:

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from attnres import KimiLinearAttnResForCausalLM
-from attnres.utils.tiny import tiny_config
+from hf_attnres import KimiLinearAttnResForCausalLM
+from hf_attnres.utils.tiny import tiny_config
 
 
 def build(mode: str, **overrides) -> dict[str, torch.Tensor]:

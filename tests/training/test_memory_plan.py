@@ -1,4 +1,4 @@
-"""attnres.training.memory_plan and `attnres plan-memory` (attnres.cli.plan_memory):
+"""hf_attnres.training.memory_plan and `attnres plan-memory` (hf_attnres.cli.plan_memory):
 arithmetic by hand on a tiny config,
 against real models, the CLI, and a base install (no extras) running it."""
 from __future__ import annotations
@@ -8,17 +8,17 @@ import json
 import pytest
 import torch
 
-from attnres import KimiLinearAttnResForCausalLM
-from attnres.cli import plan_memory as cli
-from attnres.conversion.k3_fixtures import tiny_k3_config
-from attnres.training.memory_plan import (
+from hf_attnres import KimiLinearAttnResForCausalLM
+from hf_attnres.cli import plan_memory as cli
+from hf_attnres.conversion.k3_fixtures import tiny_k3_config
+from hf_attnres.training.memory_plan import (
     count_parameters,
     depth_bank_bytes,
     pipeline_boundaries,
     plan_counts,
     weight_bytes,
 )
-from attnres.utils.tiny import tiny_config
+from hf_attnres.utils.tiny import tiny_config
 from tests.families.tiny import FAMILIES, attn_res_config, attn_res_model, source_config
 from tests.helpers.base_install import ABSENT, run_on_base_install
 
@@ -59,8 +59,8 @@ def test_counts_match_instantiated_models(config):
 
 
 def test_k3_preset_reads_through_the_strict_k3_reader():
-    from attnres.conversion.config import parse_config
-    from attnres.conversion.k3_preset import k3_config_dict
+    from hf_attnres.conversion.config import parse_config
+    from hf_attnres.conversion.k3_preset import k3_config_dict
 
     config = parse_config(k3_config_dict())
     assert config.layer_types.count("full_attention") == 24 and config.layer_types[-1] == "full_attention"
@@ -81,7 +81,7 @@ def test_script_prints_every_section(capsys):
 
 
 def test_script_reads_a_config_file_and_folder(tmp_path, capsys):
-    from attnres.conversion.k3_fixtures import k3_config_dict
+    from hf_attnres.conversion.k3_fixtures import k3_config_dict
 
     (tmp_path / "config.json").write_text(json.dumps(k3_config_dict(tiny_k3_config())))
     assert cli.main([str(tmp_path)]) == 0 and cli.main([str(tmp_path / "config.json")]) == 0
@@ -121,7 +121,7 @@ def test_runs_on_a_base_install():
     result = run_on_base_install(f"""
         import importlib.util, json, sys
         assert all(importlib.util.find_spec(name) is None for name in {ABSENT!r})  # the extras really are hidden
-        from attnres.cli.plan_memory import main
+        from hf_attnres.cli.plan_memory import main
         code = main(["tiny-k3", "--stages", "2"])
         print(json.dumps([code, sorted(name for name in sys.modules if name.split(".")[0] in {ABSENT!r})]))
     """)
@@ -135,13 +135,13 @@ def test_runs_on_a_base_install():
                                      (3 * 2**20, "3.00 MiB"), (5177 * 2**30, "5,177.00 GiB")])
 def test_sizes_read_in_sensible_units(n, text):
     """A tiny model printed "0.00 GiB" everywhere; GiB stays the largest unit (the README's K3 tables)."""
-    from attnres.training.memory_plan import size_text
+    from hf_attnres.training.memory_plan import size_text
 
     assert size_text(n) == text
 
 
 def test_tiny_model_sizes_are_not_zero_and_no_optimizer_is_promised(capsys):
-    from attnres.cli import COMMANDS
+    from hf_attnres.cli import COMMANDS
 
     assert cli.main(["tiny", "--context", "64", "--stages", "2"]) == 0
     out = capsys.readouterr().out

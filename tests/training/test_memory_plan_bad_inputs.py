@@ -1,4 +1,4 @@
-"""Bad input to `attnres plan-memory` (attnres.cli.plan_memory, in-process main()): unreadable configs, impossible
+"""Bad input to `attnres plan-memory` (hf_attnres.cli.plan_memory, in-process main()): unreadable configs, impossible
 sizes. Every case: one message naming the flag or file, inputs untouched, nothing written. (train --init-from DIR and
 prepare-data --chat: tests/training/test_finetune_bad_inputs.py.)"""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from attnres.cli.plan_memory import main as plan_memory_main
+from hf_attnres.cli.plan_memory import main as plan_memory_main
 from tests.helpers.bad_input_fixtures import expect_script_refused
 
 
@@ -61,7 +61,7 @@ def test_plan_memory_bad_flags(plan_memory, capsys, argv, message):
 
 @pytest.mark.parametrize("family", ["llama", "gemma3_text", "kimi_linear"])
 def test_plan_memory_refuses_a_billion_layers_without_building_them(plan_memory, capsys, tmp_path, family):
-    from attnres.utils.tiny import tiny_config
+    from hf_attnres.utils.tiny import tiny_config
     from tests.families.tiny import source_config
 
     config = tiny_config("block", 2) if family == "kimi_linear" else source_config(family)

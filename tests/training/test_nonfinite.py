@@ -15,9 +15,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from attnres.training import engines
-from attnres.training.guard import NonFiniteError, NonFiniteGuard
-from attnres.training.logs import read_jsonl
+from hf_attnres.training import engines
+from hf_attnres.training.guard import NonFiniteError, NonFiniteGuard
+from hf_attnres.training.logs import read_jsonl
 from tests.helpers.train_fixtures import REPO, train_args, train_losses
 
 # 4 steps, a checkpoint after each: the weights after every step are on disk
@@ -104,8 +104,8 @@ DEEPSPEED_DRIVER = """
 import json, sys
 import torch
 sys.path[:0] = [{repo!r}]
-from attnres.cli.train import main as train
-from attnres.training import engines
+from hf_attnres.cli.train import main as train
+from hf_attnres.training import engines
 from tests.training.test_nonfinite import poison
 
 optimizer_step, sums = engines.DeepSpeedEngine.optimizer_step, []

@@ -9,11 +9,11 @@ import shutil
 import pytest
 import torch
 
-from attnres import KimiLinearAttnResForCausalLM
-from attnres.training import loop
-from attnres.training.data import DATASET_DIR, META_FILE, load_prepared
-from attnres.training.models import build_config, data_token_ids, reinit_zero_embedding_rows
-from attnres.utils.tiny import tiny_config
+from hf_attnres import KimiLinearAttnResForCausalLM
+from hf_attnres.training import loop
+from hf_attnres.training.data import DATASET_DIR, META_FILE, load_prepared
+from hf_attnres.training.models import build_config, data_token_ids, reinit_zero_embedding_rows
+from hf_attnres.utils.tiny import tiny_config
 from tests.helpers.train_fixtures import train_args, train_losses
 
 

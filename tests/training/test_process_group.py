@@ -1,5 +1,5 @@
 """A training run's process group is ended by an exit hook, not left to interpreter shutdown, and a second run in
-the same process reuses it (attnres.training.process_group)."""
+the same process reuses it (hf_attnres.training.process_group)."""
 import subprocess
 import sys
 
@@ -8,7 +8,7 @@ import pytest
 SCRIPT = """
 import atexit, sys
 import torch.distributed as dist
-from attnres.training.process_group import start_process_group
+from hf_attnres.training.process_group import start_process_group
 
 calls = []
 def start(backend="gloo"):

@@ -1,4 +1,4 @@
-"""The recipe's depth groups (attnres/training/recipe.py): the depth parameters' own LR (attn_res_lr_multiplier),
+"""The recipe's depth groups (hf_attnres/training/recipe.py): the depth parameters' own LR (attn_res_lr_multiplier),
 the gradient norm per group, and clipping per group against global clipping; then `train` with both flags: the
 optimizer's groups, the per-group norms in metrics.jsonl, and per-group clipping leaving the backbone alone."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from attnres.training.args import SetupError
-from attnres.training.logs import read_jsonl
-from attnres.training.recipe import Recipe, clip_by_group, depth_group
+from hf_attnres.training.args import SetupError
+from hf_attnres.training.logs import read_jsonl
+from hf_attnres.training.recipe import Recipe, clip_by_group, depth_group
 from tests.helpers.bad_input_fixtures import expect_refused
 from tests.helpers.train_fixtures import train_args
 

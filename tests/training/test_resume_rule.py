@@ -1,4 +1,4 @@
-"""The resume rule (attnres/training/resume.py): a resume continues exactly the recorded run. Flags left out take the
+"""The resume rule (hf_attnres/training/resume.py): a resume continues exactly the recorded run. Flags left out take the
 recorded values; a flag that would change the run is refused by name with both values, the run folder untouched; a
 hand-edited step in trainer_state.json is refused naming the file; the provenance records every segment."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from attnres.training.args import SetupError
-from attnres.training.checkpoints import STATE_FILE, checkpoint_dir
-from attnres.training.logs import INFO_FILE, data_fingerprint, read_jsonl
+from hf_attnres.training.args import SetupError
+from hf_attnres.training.checkpoints import STATE_FILE, checkpoint_dir
+from hf_attnres.training.logs import INFO_FILE, data_fingerprint, read_jsonl
 from tests.helpers.bad_input_fixtures import expect_refused, overwrite_json
 from tests.helpers.train_fixtures import crash_after_step, prepare_tiny_dataset, train_args
 

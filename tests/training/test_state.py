@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from attnres.training.checkpoints import STATE_FILE, checkpoint_dir, resolve_checkpoint
+from hf_attnres.training.checkpoints import STATE_FILE, checkpoint_dir, resolve_checkpoint
 
 
 def make_checkpoint(root, step):
@@ -44,7 +44,7 @@ def fsdp2_checkpoint(root):
     """The files an FSDP2 run's accelerate `save_state` writes (full state dict), with tiny contents."""
     import torch
 
-    from attnres.training.state import SCHEDULER_FILE
+    from hf_attnres.training.state import SCHEDULER_FILE
 
     folder = make_checkpoint(root, 2)
     for name in ("pytorch_model_fsdp.bin", "optimizer.bin", SCHEDULER_FILE, "random_states_0.pkl"):
@@ -53,8 +53,8 @@ def fsdp2_checkpoint(root):
 
 
 def test_fsdp2_checkpoint_is_complete_and_a_damaged_model_file_is_named(tmp_path):
-    from attnres.training.checkpoints import ResumeFileError
-    from attnres.training.state import check_accelerate_checkpoint
+    from hf_attnres.training.checkpoints import ResumeFileError
+    from hf_attnres.training.state import check_accelerate_checkpoint
 
     folder = fsdp2_checkpoint(tmp_path)
     check_accelerate_checkpoint(folder)  # no model.safetensors: FSDP's model file stands for it

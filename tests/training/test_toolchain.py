@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from attnres import KimiLinearAttnResForCausalLM
+from hf_attnres import KimiLinearAttnResForCausalLM
 from tests.families.tiny import FAMILIES
 from tests.helpers.toolchain_fixtures import REPO, TEXTS, tiny_family_folder, tiny_folder
 
@@ -138,7 +138,7 @@ def test_batched_pipeline_and_left_padded_sampling(folder):
 
 
 def test_auto_tokenizer_loads_without_any_prompt(folder):
-    code = ("import attnres; from transformers import AutoTokenizer; "
+    code = ("import hf_attnres; from transformers import AutoTokenizer; "
             f"t = AutoTokenizer.from_pretrained({str(folder)!r});"
             "print('pad', t.pad_token == t.eos_token)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL,

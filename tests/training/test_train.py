@@ -14,10 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from attnres.training import loop
-from attnres.training.args import SetupError
-from attnres.training.checkpoints import PAUSE_ENV, latest_checkpoint, read_state
-from attnres.training.logs import read_jsonl
+from hf_attnres.training import loop
+from hf_attnres.training.args import SetupError
+from hf_attnres.training.checkpoints import PAUSE_ENV, latest_checkpoint, read_state
+from hf_attnres.training.logs import read_jsonl
 from tests.helpers.train_fixtures import REPO, crash_after_step, train_args, train_losses
 
 # The run every resume test compares against: accumulation, eval, diagnostics, its own pseudo-query LR
@@ -65,7 +65,7 @@ def test_final_model_and_tokenizer_load_with_auto_classes(reference):
 
 
 def test_final_folder_records_tokens_and_data(reference, data):
-    from attnres.training.logs import INFO_FILE, data_fingerprint
+    from hf_attnres.training.logs import INFO_FILE, data_fingerprint
 
     info = json.loads((reference / "final" / INFO_FILE).read_text())
     global_batch = REFERENCE["micro_batch_size"] * REFERENCE["grad_accum"]

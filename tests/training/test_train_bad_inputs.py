@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnres.training.args import SetupError
-from attnres.training.checkpoints import latest_checkpoint
-from attnres.training.state import LOCK_FILE, load_weights_only, output_lock
+from hf_attnres.training.args import SetupError
+from hf_attnres.training.checkpoints import latest_checkpoint
+from hf_attnres.training.state import LOCK_FILE, load_weights_only, output_lock
 from tests.helpers.bad_input_fixtures import damaged_copy, expect_refused, nan_weight, truncate
 from tests.helpers.prepared_damage import PREPARED_DAMAGE
 from tests.helpers.train_fixtures import train_args
@@ -122,7 +122,7 @@ def test_deepspeed_state_files_are_never_unpickled(tmp_path):
     """DeepSpeed's checkpoint engine is switched to weights_only=True loading before resume."""
     from types import SimpleNamespace
 
-    from attnres.training.state import read_deepspeed_weights_only
+    from hf_attnres.training.state import read_deepspeed_weights_only
 
     marker = tmp_path / "PWNED"
     _plant(tmp_path / "mp_rank_00_model_states.pt", marker)
@@ -162,9 +162,9 @@ PIPELINE_CASES = {
 
 @pytest.mark.parametrize("argv, named", PIPELINE_CASES.values(), ids=PIPELINE_CASES.keys())
 def test_pipeline_flags_refused(tmp_path, argv, named):
-    from attnres.cli.train_pipeline import build_parser
-    from attnres.pipeline.args import PipelineArgs
-    from attnres.pipeline.train import check_args
+    from hf_attnres.cli.train_pipeline import build_parser
+    from hf_attnres.pipeline.args import PipelineArgs
+    from hf_attnres.pipeline.train import check_args
 
     (tmp_path / "empty").mkdir()
     argv = [a.format(empty=tmp_path / "empty", missing=tmp_path / "missing") for a in argv]
@@ -193,7 +193,7 @@ DEEPSPEED_RESUME_CASES = {
 
 @pytest.mark.parametrize("damage, named", DEEPSPEED_RESUME_CASES.values(), ids=DEEPSPEED_RESUME_CASES.keys())
 def test_damaged_deepspeed_checkpoint_named(tmp_path, damage, named):
-    from attnres.training.state import check_checkpoint
+    from hf_attnres.training.state import check_checkpoint
 
     folder = _deepspeed_checkpoint(tmp_path / "ckpt")
     check_checkpoint(folder, deepspeed=True)  # intact: passes
@@ -201,7 +201,7 @@ def test_damaged_deepspeed_checkpoint_named(tmp_path, damage, named):
     expect_refused(lambda: check_checkpoint(folder, deepspeed=True), named, untouched=[folder], errors=ValueError)
 
 
-# --- what a run may delete or replace: only what a run wrote, never a newer state (attnres/training/state.py,
+# --- what a run may delete or replace: only what a run wrote, never a newer state (hf_attnres/training/state.py,
 # checkpoints.py). Each folder below holds files a run would replace (final/) or clean up (checkpoints/.tmp-*).
 
 
@@ -264,7 +264,7 @@ def test_resume_from_another_folder_into_a_run_refused(prepared_data, train, che
                    ["--resume", "another folder", "new --output-dir"], untouched=[out, checkpoint], errors=SetupError)
 
 
-# --- the numeric guard (attnres/utils/finite_weights.py): NaN weights are named where a run reads or writes them
+# --- the numeric guard (hf_attnres/utils/finite_weights.py): NaN weights are named where a run reads or writes them
 
 
 def test_resume_from_nan_latest_checkpoint_refused(prepared_data, train, checkpoint, tmp_path):

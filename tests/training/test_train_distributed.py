@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from attnres.training.logs import read_jsonl
+from hf_attnres.training.logs import read_jsonl
 from tests.helpers.train_fixtures import REPO, train_args, train_losses
 
 pytestmark = pytest.mark.slow

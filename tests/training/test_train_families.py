@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from attnres import upcycle
-from attnres.training.args import SetupError
-from attnres.training.data import BatchPlan, batch_tensors, load_prepared
+from hf_attnres import upcycle
+from hf_attnres.training.args import SetupError
+from hf_attnres.training.data import BatchPlan, batch_tensors, load_prepared
 from tests.families.tiny import FAMILIES, source_model
 from tests.helpers.toolchain_fixtures import finetune_args
 from tests.helpers.train_fixtures import train_args, train_losses

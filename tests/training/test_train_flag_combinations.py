@@ -1,10 +1,10 @@
 """`attnres train` refuses flags the model's residual mode makes meaningless, the mode coming from
---attn-res, --config or --model-size: one line naming both, before any model is built (attnres/training/loop.py
+--attn-res, --config or --model-size: one line naming both, before any model is built (hf_attnres/training/loop.py
 `check_mode_flags`). The CLI-level combinations are in tests/cli/test_flag_combinations.py."""
 import pytest
 
-from attnres.training.args import SetupError
-from attnres.utils.tiny import tiny_config
+from hf_attnres.training.args import SetupError
+from hf_attnres.utils.tiny import tiny_config
 from tests.helpers.train_fixtures import train_args
 
 

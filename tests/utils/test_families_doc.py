@@ -1,14 +1,14 @@
-"""docs/FAMILIES.md's tables are the registry's (attnres/utils/families_doc.py): a stale table fails here, --check
+"""docs/FAMILIES.md's tables are the registry's (hf_attnres/utils/families_doc.py): a stale table fails here, --check
 names the file and writes nothing, a file without its markers is one line naming the marker."""
 import pytest
 
-from attnres.families.registry import REFUSED, SUPPORTED, declaration
-from attnres.utils import families_doc
+from hf_attnres.families.registry import REFUSED, SUPPORTED, declaration
+from hf_attnres.utils import families_doc
 
 
 def test_the_tables_in_the_doc_are_current():
     text = families_doc.DOC.read_text(encoding="utf-8")
-    assert families_doc.rendered(text) == text, "run `python -m attnres.utils.families_doc`"
+    assert families_doc.rendered(text) == text, "run `python -m hf_attnres.utils.families_doc`"
     for model_type in [*SUPPORTED, *REFUSED]:
         assert f"`{model_type}`" in text
 

@@ -1,4 +1,4 @@
-"""The tools' numeric guard (`attnres.utils.finite_weights`):
+"""The tools' numeric guard (`hf_attnres.utils.finite_weights`):
 a NaN or infinite weight is named, tensor and file, by every
 tool that reads weights (convert and export here; compare, push-to-hub, train --init-from and resume in their
 bad-input suites); integer tensors and finite weights pass."""
@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from attnres.utils.finite_weights import NonFiniteWeightsError, check_file, check_tensor
+from hf_attnres.utils.finite_weights import NonFiniteWeightsError, check_file, check_tensor
 from tests.helpers.bad_input_fixtures import expect_script_refused, nan_weight
 
 
@@ -30,7 +30,7 @@ def test_finite_and_integer_tensors_pass(tmp_path):
 
 
 def test_convert_names_the_nan_tensor(moonshot_checkpoint, tmp_path, capsys):
-    from attnres.cli.convert import main as convert
+    from hf_attnres.cli.convert import main as convert
 
     source = shutil.copytree(moonshot_checkpoint, tmp_path / "kimi")
     name = nan_weight(source)
@@ -39,7 +39,7 @@ def test_convert_names_the_nan_tensor(moonshot_checkpoint, tmp_path, capsys):
 
 
 def test_export_names_the_nan_tensor(moonshot_checkpoint, tmp_path, capsys):
-    from attnres.cli.export import main as export
+    from hf_attnres.cli.export import main as export
 
     source = shutil.copytree(moonshot_checkpoint, tmp_path / "kimi")
     name = nan_weight(source, float("inf"))

@@ -1,11 +1,11 @@
-"""The family code generator (attnres/utils/modular.py): every generated file is what its declaration generates now
+"""The family code generator (hf_attnres/utils/modular.py): every generated file is what its declaration generates now
 (a hand edit or a changed generator fails here), a stale or missing file is named and nothing is written under
 --check, and a modular file without a declaration is one line naming the file."""
 import shutil
 
 import pytest
 
-from attnres.utils import modular
+from hf_attnres.utils import modular
 
 GENERATED = [folder for folder in modular.modular_files() if modular.generate(folder)]
 

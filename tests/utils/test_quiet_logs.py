@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from attnres.utils.quiet_logs import declared_ties, tied_save_quiet
+from hf_attnres.utils.quiet_logs import declared_ties, tied_save_quiet
 from tests.families.tiny import source_model
 
 
@@ -51,7 +51,7 @@ def test_an_undeclared_alias_still_warns(tmp_path, caplog):
 
 def auto_detecting_env() -> dict:
     """This process's environment without DS_ACCELERATOR: DeepSpeed prints its CPU notice only when it detects the
-    accelerator itself, and a module that the suite imported earlier (attnres.pipeline.ds) sets the variable."""
+    accelerator itself, and a module that the suite imported earlier (hf_attnres.pipeline.ds) sets the variable."""
     return {key: value for key, value in os.environ.items() if key != "DS_ACCELERATOR"}
 
 
@@ -63,7 +63,7 @@ def test_deepspeed_cpu_notice(quiet):
     pytest.importorskip("deepspeed")
     if torch.cuda.is_available():
         pytest.skip("DeepSpeed finds an accelerator here: it prints no CPU notice")
-    code = ("from attnres.utils.quiet_logs import quiet_deepspeed_cpu_notice; quiet_deepspeed_cpu_notice(); "
+    code = ("from hf_attnres.utils.quiet_logs import quiet_deepspeed_cpu_notice; quiet_deepspeed_cpu_notice(); "
             if quiet else "") + "import deepspeed"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                             env=auto_detecting_env())
@@ -78,7 +78,7 @@ def test_a_command_that_saves_prints_no_deepspeed_notice(tmp_path):
     pytest.importorskip("deepspeed")
     if torch.cuda.is_available():
         pytest.skip("DeepSpeed finds an accelerator here: it prints no CPU notice")
-    result = subprocess.run([sys.executable, "-m", "attnres", "push-to-hub"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "hf_attnres", "push-to-hub"], capture_output=True, text=True,
                             timeout=600, cwd=tmp_path, env=auto_detecting_env())
     assert result.returncode == 0, result.stderr
     assert "dry run" in result.stdout and "Setting accelerator" not in result.stdout + result.stderr

@@ -1,4 +1,4 @@
-"""The one output rule (`attnres.utils.safe_paths.check_output_folder`) as
+"""The one output rule (`hf_attnres.utils.safe_paths.check_output_folder`) as
 every command that writes a folder applies it:
 convert, push-to-hub, prepare-data and export, each run in-process through its cli main(). Names are literal: an
 output that is a link is replaced as a link with --force (its target untouched), refused without; a link to the input,
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from attnres.cli import convert as convert_cli
-from attnres.cli import export as export_cli
-from attnres.cli import prepare_data as prepare_cli
-from attnres.cli import push_to_hub as push_cli
-from attnres.utils.safe_paths import UnsafeOutputError, check_output_folder, literal_path
+from hf_attnres.cli import convert as convert_cli
+from hf_attnres.cli import export as export_cli
+from hf_attnres.cli import prepare_data as prepare_cli
+from hf_attnres.cli import push_to_hub as push_cli
+from hf_attnres.utils.safe_paths import UnsafeOutputError, check_output_folder, literal_path
 from tests.helpers.bad_input_fixtures import SENTINEL, moonshot_checkpoint, saved_model, snapshot  # noqa: F401
 from tests.helpers.processes import dead_pid, leftovers
 from tests.helpers.train_fixtures import write_documents

@@ -1,4 +1,5 @@
-"""attnres.utils.trust: a folder's own code (an auto_map naming its modules) runs only with --trust-remote-code; our own
+"""hf_attnres.utils.trust: a folder's own code (an auto_map naming its modules) runs only with --trust-remote-code; our
+own
 saved folders load without it, through the registered classes, even when a planted module sits beside the weights.
 Each planted module writes a marker file when imported: the marker proves whether it ran."""
 from __future__ import annotations
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-import attnres  # noqa: F401  registers our classes, as every command does
-from attnres.utils.trust import UntrustedCodeError, check_folder_code, folder_code, load_kwargs, trust_kwargs
+import hf_attnres  # noqa: F401  registers our classes, as every command does
+from hf_attnres.utils.trust import UntrustedCodeError, check_folder_code, folder_code, load_kwargs, trust_kwargs
 from tests.helpers.toolchain_fixtures import tiny_folder
 
 
@@ -99,7 +100,7 @@ def test_our_saved_folder_loads_without_the_flag_and_never_imports_its_copy(ours
     planted_module(folder, "configuration_kimi_linear_attnres", marker)
     for trust in (False, True):
         model = AutoModelForCausalLM.from_pretrained(folder, **load_kwargs(folder, trust))
-        assert type(model) is attnres.KimiLinearAttnResForCausalLM
+        assert type(model) is hf_attnres.KimiLinearAttnResForCausalLM
         AutoTokenizer.from_pretrained(folder, **load_kwargs(folder, trust))
     assert not marker.exists()
 
@@ -121,7 +122,7 @@ def test_not_a_folder_and_odd_auto_maps(tmp_path):
 # --- every command that loads a folder's tokenizer goes through the same rule ----------------------------------------
 def test_push_to_hub_refuses_a_planted_tokenizer_and_runs_it_only_with_the_flag(ours, planted_tokenizer, tmp_path,
                                                                                 capsys):
-    from attnres.cli.push_to_hub import main
+    from hf_attnres.cli.push_to_hub import main
 
     folder, marker = planted_tokenizer
     argv = ["--model", str(ours), "--tokenizer", str(folder), "--output", str(tmp_path / "hub"), "--dry-run"]
@@ -131,7 +132,7 @@ def test_push_to_hub_refuses_a_planted_tokenizer_and_runs_it_only_with_the_flag(
 
 
 def test_prepare_data_refuses_a_planted_tokenizer(planted_tokenizer, tmp_path):
-    from attnres.cli.prepare_data import main
+    from hf_attnres.cli.prepare_data import main
 
     folder, marker = planted_tokenizer
     for name in ("a", "b", "c"):

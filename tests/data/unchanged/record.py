@@ -98,7 +98,7 @@ def unpack(family: str, destination: Path) -> Path:
 
 
 def build(family: str, fields: dict):
-    from attnres.families.registry import family_classes
+    from hf_attnres.families.registry import family_classes
 
     config_class, model_class = family_classes(family)
     torch.manual_seed(SEED)
@@ -106,8 +106,8 @@ def build(family: str, fields: dict):
 
 
 def main(only: list[str]) -> None:
-    import attnres  # noqa: F401  (registers the Auto classes, as a user's script does)
-    from attnres.families.registry import SUPPORTED
+    import hf_attnres  # noqa: F401  (registers the Auto classes, as a user's script does)
+    from hf_attnres.families.registry import SUPPORTED
 
     configs, logits = {}, {"ids": ids()}
     if only:  # beside the recorded families, which keep their fixtures

@@ -61,8 +61,8 @@ def test_model_runs_on_cpu_with_fla_bound(tmp_path):
     # 2. with attnres, the same binding is routed by device and the model matches the fla-free run exactly
     ours = run(
         f"""
-        import torch, attnres
-        from attnres import KimiLinearAttnResForCausalLM
+        import torch, hf_attnres
+        from hf_attnres import KimiLinearAttnResForCausalLM
         from transformers.models.kimi_linear import modeling_kimi_linear as kimi
         assert kimi.chunk_kimi_delta_attention.attnres_device_routed
         model = KimiLinearAttnResForCausalLM.from_pretrained({str(tmp_path / "model")!r}).eval()

@@ -3,7 +3,7 @@ every gradient) and the inference path (two-phase prefill + decode); chunked pre
 import pytest
 import torch
 
-from attnres.core import inference
+from hf_attnres.core import inference
 from tests.helpers.model_factory import random_ids, tiny_model
 
 
@@ -123,8 +123,8 @@ def test_compiled_triton_inference_is_one_graph():
 def test_the_mix_switches_are_read_once_a_forward_and_follow_config_and_environment(monkeypatch):
     """The model resolves the config's mix switches once per forward (`MixSettings`, a decode step's 2L+1 mix points
     would each pay ~10 us of config reads) and hands them down: a change between forwards still takes effect."""
-    from attnres.core import mix_point
-    from attnres.core.mix_point import MixSettings
+    from hf_attnres.core import mix_point
+    from hf_attnres.core.mix_point import MixSettings
 
     resolved, backends = [], []
     real_of, real_mix = MixSettings.of.__func__, mix_point.attn_res

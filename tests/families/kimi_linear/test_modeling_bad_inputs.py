@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
+from hf_attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
 from tests.helpers.bad_input_fixtures import damaged_copy, expect_refused
 from tests.helpers.model_factory import random_ids, tiny_model
 
@@ -70,8 +70,8 @@ HUGE_CASES = {
 def test_model_larger_than_the_machine_refused_before_allocation(fields, monkeypatch):
     import time
 
-    from attnres.families.kimi_linear.model_size import ALLOW_LARGE_ENV
-    from attnres.utils.tiny import tiny_config
+    from hf_attnres.families.kimi_linear.model_size import ALLOW_LARGE_ENV
+    from hf_attnres.utils.tiny import tiny_config
 
     monkeypatch.delenv(ALLOW_LARGE_ENV, raising=False)
     config = tiny_config(**fields)
@@ -81,7 +81,7 @@ def test_model_larger_than_the_machine_refused_before_allocation(fields, monkeyp
 
 
 def test_huge_model_builds_on_the_meta_device():
-    from attnres.utils.tiny import tiny_config
+    from hf_attnres.utils.tiny import tiny_config
 
     with torch.device("meta"):  # how from_pretrained and accelerate build: no memory, so no refusal
         model = KimiLinearAttnResForCausalLM(tiny_config(vocab_size=10**9))

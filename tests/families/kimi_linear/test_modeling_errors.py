@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from attnres import KimiLinearAttnResConfig
-from attnres.utils.tiny import tiny_config
+from hf_attnres import KimiLinearAttnResConfig
+from hf_attnres.utils.tiny import tiny_config
 from tests.helpers.model_factory import random_ids, tiny_model
 
 

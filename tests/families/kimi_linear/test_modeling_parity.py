@@ -3,7 +3,7 @@ import pytest
 import torch
 from transformers import KimiLinearConfig, KimiLinearForCausalLM
 
-from attnres.utils.tiny import tiny_config
+from hf_attnres.utils.tiny import tiny_config
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.reference_loop import assert_matches_reference, reference_logits
 
@@ -71,7 +71,7 @@ def test_parameter_names_follow_k3():
 
 
 def test_init_is_uniform_depth_softmax():
-    from attnres import KimiLinearAttnResForCausalLM
+    from hf_attnres import KimiLinearAttnResForCausalLM
 
     model = KimiLinearAttnResForCausalLM(tiny_config("full"))
     for name, param in model.named_parameters():

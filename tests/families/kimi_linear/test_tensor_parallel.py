@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from attnres import KimiLinearAttnResForCausalLM
+from hf_attnres import KimiLinearAttnResForCausalLM
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.ports import free_port
 from tests.helpers.toolchain_fixtures import REPO

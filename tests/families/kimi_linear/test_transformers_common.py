@@ -7,11 +7,11 @@ import torch
 from transformers import GenerationMixin
 from transformers.models.kimi_linear import modeling_kimi_linear
 
-from attnres import KimiLinearAttnResForCausalLM, KimiLinearAttnResModel
-from attnres.families.kimi_linear import modeling_kimi_linear_attnres as modeling_attnres
-from attnres.families.kimi_linear.conversion_mapping import LoadOnlyRenaming
-from attnres.families.kimi_linear.k3.layout import LoadOnlyConverter
-from attnres.utils.tiny import tiny_config
+from hf_attnres import KimiLinearAttnResForCausalLM, KimiLinearAttnResModel
+from hf_attnres.families.kimi_linear import modeling_kimi_linear_attnres as modeling_attnres
+from hf_attnres.families.kimi_linear.conversion_mapping import LoadOnlyRenaming
+from hf_attnres.families.kimi_linear.k3.layout import LoadOnlyConverter
+from hf_attnres.utils.tiny import tiny_config
 from tests.helpers.transformers_suite import declare_model, load_common
 
 common = load_common()

@@ -7,7 +7,7 @@ import os
 _MARKER = os.environ.get("ATTNRES_TEST_PAUSE_AT")
 
 if _MARKER:
-    from attnres.folders import atomic_io
+    from hf_attnres.folders import atomic_io
 
     _pause = atomic_io.pause_before_rename
     _wanted = int(os.environ.get("ATTNRES_TEST_PAUSE_OCCURRENCE", "1"))

@@ -11,10 +11,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import tests.helpers.k3_reference as k3_reference
-from attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
-from attnres.conversion import ConversionError, convert_checkpoint
-from attnres.conversion.fixtures import random_model
-from attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
+from hf_attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
+from hf_attnres.conversion import ConversionError, convert_checkpoint
+from hf_attnres.conversion.fixtures import random_model
+from hf_attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
 from tests.helpers.reference_loop import reference_logits
 
 P = "language_model.model.layers"

@@ -1,4 +1,4 @@
-"""Bad input of Kimi K3-format folders (attnres/families/kimi_linear/k3/) to
+"""Bad input of Kimi K3-format folders (hf_attnres/families/kimi_linear/k3/) to
 scripts/convert_checkpoint.py (exit code and message) and
 from_pretrained: the file-level damage every model folder gets (config, safetensors, index), and K3-only damage not in
 tests/test_k3_model.py (its wrapper config, MXFP4 tensors of the wrong dtype, an unknown quantization format).
@@ -13,10 +13,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-import attnres
-from attnres import KimiLinearAttnResForCausalLM
-from attnres.conversion.fixtures import random_model
-from attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
+import hf_attnres
+from hf_attnres import KimiLinearAttnResForCausalLM
+from hf_attnres.conversion.fixtures import random_model
+from hf_attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
 from tests.helpers.bad_input_fixtures import (
     INDEX_DAMAGE,
     MODEL_FOLDER_DAMAGE,
@@ -39,7 +39,7 @@ def k3_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def convert():
-    from attnres.cli.convert import main
+    from hf_attnres.cli.convert import main
 
     return main
 
@@ -100,10 +100,10 @@ LOAD_CASES = {name: CONVERT_CASES[name] for name in ("no_config", "config_invali
 
 @pytest.mark.parametrize("damage, named", LOAD_CASES.values(), ids=LOAD_CASES.keys())
 def test_load_damaged_k3_folder_refused(k3_folder, tmp_path, damage, named):
-    """The tools' load (`attnres.load`) names the damage before transformers reads a file."""
+    """The tools' load (`hf_attnres.load`) names the damage before transformers reads a file."""
     folder = damaged_copy(k3_folder, tmp_path, damage)
-    expect_refused(lambda: attnres.load(folder, model_class=KimiLinearAttnResForCausalLM, dtype=torch.float32), named,
-                   untouched=[folder], errors=(ValueError, OSError, RuntimeError))
+    expect_refused(lambda: hf_attnres.load(folder, model_class=KimiLinearAttnResForCausalLM, dtype=torch.float32),
+                   named, untouched=[folder], errors=(ValueError, OSError, RuntimeError))
 
 
 def test_intact_k3_copy_converts(convert, capsys, k3_folder, tmp_path):

@@ -1,5 +1,5 @@
 """Kimi K3's pieces, each against a plain PyTorch reference written from its formula
-(attnres/families/kimi_linear/k3)."""
+(hf_attnres/families/kimi_linear/k3)."""
 from __future__ import annotations
 
 import pytest
@@ -9,11 +9,11 @@ from torch.nn import functional as F
 from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearAttention, KimiLinearDeltaAttention
 
 import tests.helpers.k3_reference as k3_reference
-from attnres.conversion.k3_fixtures import quantize, tiny_k3_config
-from attnres.families.kimi_linear.k3 import mxfp4
-from attnres.families.kimi_linear.k3.activation import K3Experts, SiTUMLP, situ_glu
-from attnres.families.kimi_linear.k3.attention import BoundedForgetGate, GatedMLA, K3DeltaAttention
-from attnres.families.kimi_linear.k3.moe import LatentMoE
+from hf_attnres.conversion.k3_fixtures import quantize, tiny_k3_config
+from hf_attnres.families.kimi_linear.k3 import mxfp4
+from hf_attnres.families.kimi_linear.k3.activation import K3Experts, SiTUMLP, situ_glu
+from hf_attnres.families.kimi_linear.k3.attention import BoundedForgetGate, GatedMLA, K3DeltaAttention
+from hf_attnres.families.kimi_linear.k3.moe import LatentMoE
 
 BETA, LINEAR_BETA = 4.0, 25.0
 

@@ -1,5 +1,0 @@
-import sys
-
-from attnres.cli import main
-
-sys.exit(main())

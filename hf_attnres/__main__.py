@@ -1,0 +1,5 @@
+import sys
+
+from hf_attnres.cli import main
+
+sys.exit(main())

@@ -1,0 +1,129 @@
+"""Benchmark the AttnRes depth mix, ours beside the public peers: forward and forward+backward, time,
+effective GB/s and % of the device's copy bandwidth measured in the same run.
+
+Every implementation is first checked against our reference on the very inputs it is timed on (output and the
+gradients of every source, the query and the key-norm gain; max |diff| / max |reference| per tensor, tolerance 1e-4
+fp32, 1e-2 fp16, 3e-2 bf16). A mismatch is printed, marked in its rows ("check": "MISMATCH") and makes the command
+exit 1 once the results are written.
+
+Ours:
+  torch_eager      the PyTorch reference (hf_attnres/kernels/mix/naive.py)
+  torch_lean       the PyTorch path of backend "torch" (hf_attnres/kernels/mix/lean.py: no stacked copy, recompute)
+  torch_compile    torch.compile of the reference (dynamic=False: one graph per shape)
+  attnres_triton   the fused Triton kernel (hf_attnres/kernels/mix/triton.py); on CPU it runs in the Triton
+                   *interpreter*, whose timings say nothing about GPU speed (recorded only to show the path runs)
+Peers (pinned versions, installed apart from the environment by scripts/setup_peers.sh; --peers-path):
+  fla              fla-core 0.6.0 fla.ops.attnres.fused_attnres (Triton; CUDA only, raises on CPU tensors)
+  fla_naive        fla-core 0.6.0 fla/ops/attnres/naive.py naive_attnres (PyTorch)
+  far_triton       flash-attn-res 0.1.12 phase-1 Triton op with one query (its output is always bf16, so it is
+                   checked at the bf16 tolerance; power-of-two hidden sizes only)
+  far_torch        flash-attn-res experimental/torch.py naive_attention_residual, torch.compile'd as shipped
+                   (mode max-autotune-no-cudagraphs)
+  far_torch_eager  the same function, not compiled
+  far_phase1       flash-attn-res experimental/torch.py phase_1_fn (one query), torch.compile'd as shipped
+fla scores RMSNorm(v) * gain . query, as we do. flash-attn-res has no key-norm gain: it gets query * gain as its
+pseudo-query (the same scores; gradients reach query and gain through that product) and the stacked [N, 1, T, D]
+bank; the stack is inside the timed call, as ours and fla's naive path stack inside theirs. hf_attnres/bench/peers.py
+says what had to be supplied for flash-attn-res 0.1.12 to import at all.
+
+Effective bytes (the least a fused kernel must move): forward reads n sources and writes the mix,
+(n + 1) * T * d * itemsize; the backward reads the n sources, the upstream gradient and the mix and writes n
+gradients, (2n + 2) * T * d * itemsize more. GB/s = those bytes / median time; % of copy = that / the GB/s of a large
+`dst.copy_(src)` (read + write) timed the same way in the same run (JSON meta "copy_gbps").
+
+Timing: on a GPU triton's do_bench (CUDA events, median); on CPU the median of --repeats runs after one warm-up
+(and compilation), in process CPU time by default (--clock cpu: least disturbed by other jobs on the machine; with
+several threads it sums them, so use --threads 1 to compare with wall time) or wall time (--clock wall).
+
+Defaults: on a CUDA GPU every implementation, hidden 1024 and the Kimi K3 width 7168, 2/5/9 sources, 4k/16k/32k
+tokens, bf16; on CPU the PyTorch paths of all three (ours, fla_naive, far_*torch*/far_phase1), hidden 256 and 1024,
+256/1024 tokens, fp32. The JSON has one row per implementation, shape and pass (with its check; in 16-bit runs also
+"max_rel_err_vs_fp32", its error against the reference computed in fp32 throughout), "ratios": ms of each of ours /
+ms of each peer on the same shape and pass (below 1: ours is faster), and "ratio_geomeans" over the shapes.
+
+    scripts/setup_peers.sh                                  # once: the peers into ~/.cache/attnres/peers
+    attnres bench-kernels                                   # CPU or GPU defaults, writes bench_kernels.json
+    attnres bench-kernels --hidden 7168 --tokens 4096 --sources 9 --output k3.json
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..bench.args import BenchKernelsArgs
+from ..utils.flags import check_output_file
+from . import command_main
+from .combos import refuse_conflicts
+
+GPU_IMPLS = ("torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_naive,far_triton,far_torch,far_torch_eager,"
+             "far_phase1")
+CPU_IMPLS = "torch_eager,torch_lean,torch_compile,attnres_cpp,fla_naive,far_torch,far_torch_eager,far_phase1"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..bench.peers import DEFAULT_PEERS_PATH
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda when available")
+    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
+                        help="default: bfloat16 on GPU, float32 on CPU")
+    parser.add_argument("--hidden", help="comma-separated hidden sizes (default: 1024,7168 GPU; 256,1024 CPU)")
+    parser.add_argument("--sources", help="comma-separated source counts (default: 2,5,9)")
+    parser.add_argument("--tokens", help="comma-separated token counts (default: 4096,16384,32768 GPU; 256,1024 CPU)")
+    parser.add_argument("--impls", help=f"comma-separated implementations (default GPU: {GPU_IMPLS}; CPU: {CPU_IMPLS})")
+    parser.add_argument("--repeats", type=int, help="timed repetitions per case (default: 50 GPU, 5 CPU)")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="CPU runs: process CPU time or wall")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, i.e. OMP_NUM_THREADS)")
+    parser.add_argument("--peers-path", default=DEFAULT_PEERS_PATH,
+                        help="folder holding fla-core and flash-attn-res (scripts/setup_peers.sh's target; "
+                             "default %(default)s, or $ATTNRES_PEERS); put on sys.path in this process only")
+    parser.add_argument("--output", default="bench_kernels.json", help="JSON results file (written atomically)")
+    return parser
+
+
+def int_list(parser, flag, text) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        parser.error(f"{flag}: comma-separated integers, got {text!r}")
+    if min(values) < 1:
+        parser.error(f"{flag} must be positive")
+    return values
+
+
+def parse_args(argv=None) -> BenchKernelsArgs:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_output_file(parser, "--output", args.output)
+    if args.device == "auto":
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    gpu = args.device == "cuda"
+    args.dtype = args.dtype or ("bfloat16" if gpu else "float32")
+    args.hidden = int_list(parser, "--hidden", args.hidden or ("1024,7168" if gpu else "256,1024"))
+    args.sources = int_list(parser, "--sources", args.sources or "2,5,9")
+    args.tokens = int_list(parser, "--tokens", args.tokens or ("4096,16384,32768" if gpu else "256,1024"))
+    args.impls = (args.impls or (GPU_IMPLS if gpu else CPU_IMPLS)).split(",")
+    args.repeats = args.repeats or (50 if gpu else 5)
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be positive")
+    args = BenchKernelsArgs(**vars(args))
+    refuse_conflicts(parser, argv, args)  # a flag another makes meaningless is refused
+    return args
+
+
+def main(argv=None) -> dict:
+    """Run the benchmark; returns its results (also written to --output)."""
+    args = parse_args(argv)
+    from ..bench.kernels import bench_kernels
+
+    return bench_kernels(args)
+
+
+def run():
+    sys.exit(command_main("bench-kernels"))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,34 @@
+"""The depth-diagnostics plot of training runs (hf_attnres.training.logs.plot_runs): output RMS and gradient norm per
+layer, and the depth-attention heatmap of each AttnRes run, from their diagnostics.jsonl.
+
+    python -m hf_attnres.cli.plot_diagnostics runs/small-standard runs/small-block --out figure5.png
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..training import logs
+from ..training.tool_args import DiagnosticsPlotArgs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=logs.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dirs", nargs="+", type=Path,
+                        help="run folders of scripts/train.py (with diagnostics.jsonl)")
+    parser.add_argument("--out", type=Path, default=Path("depth_diagnostics.png"), help="PNG to write")
+    return parser
+
+
+def main(argv=None) -> None:
+    """A run without diagnostics (no or an empty diagnostics.jsonl): one `error:` line naming it (exit 1), no PNG."""
+    args = DiagnosticsPlotArgs(**vars(build_parser().parse_args(argv)))
+    try:
+        print(f"wrote {logs.plot_runs(args.run_dirs, args.out)}")
+    except (FileNotFoundError, ValueError) as error:
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()

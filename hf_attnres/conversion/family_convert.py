@@ -1,0 +1,155 @@
+"""`attnres convert IN OUT [--upcycle block|full]` for a checkpoint of any supported family but Kimi Linear (which
+streams tensor by tensor, `hf_attnres.conversion.convert`): a model folder or a GGUF file that transformers reads, its
+family resolved once by `guards.check_request` and handed down.
+
+Without --upcycle the output is the family's own plain folder (model_type `llama`, ..., dequantized weights, the
+tokenizer beside it, no remote code): the matched baseline of an upcycled model, from one command. With --upcycle it
+is the Block or Full AttnRes model of the Python call `hf_attnres.upcycle(model)`. Every check of `family_source` runs
+before a model is built; the output is written by the one folder writer (`atomic`): built in a hidden sibling, it
+appears all at once, by rename.
+
+`--verify` reloads the written folder and checks its function: its logits on fixed ids equal the converted model's,
+bit for bit, every tensor written equals the model's, and its logits are within the tolerance of the source's (0 for
+a plain folder; the epsilon argument's bound for an upcycled one, `upcycle_check`). `--check` prints that comparison:
+the max |logit difference|, the tolerance and the top-1 agreement. Outside the tolerance either refuses, with
+nothing written.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..families.upcycle import UpcycleError, is_attn_res_tensor, plain_family_model, upcycle
+from ..folders.model_folder import load, write_model
+from .atomic import move_into_place, output_folder
+from .errors import ConversionError
+from .family_source import FamilySource, open_source
+from .guards import Request
+
+# the fixed ids --verify and --check run: 2 sequences of 16 tokens, seeded, within the vocabulary
+CHECK_SHAPE, CHECK_SEED = (2, 16), 0
+
+
+@dataclass
+class FamilyConversion:
+    source_type: str
+    target_type: str
+    mode: str  # "standard" for the family's own plain folder
+    block_size: int
+    tensors: int
+    bytes: int
+    check: dict | None = None  # the comparison with the source (--verify, --check)
+
+
+def convert_family(request: Request, upcycle_mode: str | None = None, block_size: int | None = None,
+                   verify: bool = False, check: bool = False, force: bool = False, max_shard_size="5GB",
+                   progress: bool = True) -> FamilyConversion:
+    """Convert the checked request's input (folder or .gguf, of the family `guards.check_request` resolved) into its
+    output folder: the family's own plain folder, or upcycled with `upcycle_mode`. ConversionError naming the
+    problem, with nothing written."""
+    input, output = request.input, request.output
+    source = open_source(input, request.family, request.gguf_config, upcycle_mode, block_size)
+    say = _progress(progress)
+    model = source.load(progress)
+    tokenizer = source.tokenizer()
+    say(f"upcycling to {upcycle_mode} AttnRes" if upcycle_mode else "building the family's own model")
+    try:
+        target = upcycle(model, upcycle_mode, block_size, family=source.family) if upcycle_mode else \
+            plain_family_model(model, family=source.family)
+    except UpcycleError as error:
+        raise ConversionError(str(error)) from None
+    report = None
+    with output_folder(output) as building:
+        say(f"writing {output}")
+        write_model(target, building, tokenizer, max_shard_size=max_shard_size)
+        if verify or check:
+            written = _reload(building)
+            if verify:
+                verify_saved(target, written, building)
+            report = check_against_source(model, written, upcycle_mode is not None)
+            if check:
+                print(check_line(report), flush=True)
+            if not report["within"]:
+                flag = "--check" if check else "--verify"
+                raise ConversionError(f"{flag}: {output} computes another function than {input}: {check_line(report)}")
+        move_into_place(building, output, replace=force)
+    state = target.state_dict()
+    return FamilyConversion(
+        source_type=source.config.model_type, target_type=target.config.model_type, mode=upcycle_mode or "standard",
+        block_size=getattr(target.config, "attn_res_block_size", 0), tensors=len(state),
+        bytes=sum(t.numel() * t.element_size() for t in state.values()), check=report,
+    )
+
+
+def _progress(enabled: bool):
+    def say(line: str) -> None:
+        if enabled:
+            print(line, file=sys.stderr, flush=True)
+    return say
+
+
+def _reload(folder: Path):
+    """The written folder as anyone loads it, through the folder layer's checks (files, weights record)."""
+    return load(folder, dtype="auto").eval()
+
+
+def check_ids(model) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(CHECK_SEED)
+    return torch.randint(0, model.config.vocab_size, CHECK_SHAPE, generator=generator)
+
+
+@torch.no_grad()
+def verify_saved(model, written, folder: Path) -> None:
+    """The written folder computes the model's function (logits on fixed ids, bit for bit) and holds its tensors
+    (tied copies are written once)."""
+    from safetensors.torch import load_file
+
+    state = model.state_dict()
+    tensors = {}
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        tensors.update(load_file(path))
+    problems = [f"{name}: not written" for name in state if name not in tensors and not _tied(model, name)]
+    problems += [f"{name}: differs from the converted model" for name, tensor in tensors.items()
+                 if name not in state or not torch.equal(tensor, state[name])]
+    if getattr(model.config, "attn_res_mode", "standard") != "standard" and not any(map(is_attn_res_tensor, tensors)):
+        problems.append("no AttnRes tensor written")
+    ids = check_ids(model)
+    if not torch.equal(written(ids).logits, model.eval()(ids).logits):
+        problems.append("the reloaded folder's logits differ from the converted model's")
+    if problems:
+        raise ConversionError.from_problems(problems, f"--verify: {folder}")
+
+
+@torch.no_grad()
+def check_against_source(source, written, upcycled: bool) -> dict:
+    """max |logit difference| of the written model against the source on the fixed ids, the logit scale, the top-1
+    agreement and the tolerance (0 for a plain folder), with `within`."""
+    from .upcycle_check import compare
+
+    ids = check_ids(source)
+    if upcycled:
+        report = compare(source, written, ids)
+    else:
+        expected, got = source(ids).logits.float(), written(ids).logits.float()
+        report = {"max_abs_diff": float((got - expected).abs().max()), "max_abs_logit": float(expected.abs().max()),
+                  "top1_agreement": float((got.argmax(-1) == expected.argmax(-1)).float().mean()),
+                  "tolerance": 0.0, "tokens": ids.numel()}
+    report["within"] = report["max_abs_diff"] <= report["tolerance"]
+    return report
+
+
+def check_line(report: dict) -> str:
+    return (f"check: max |logit difference| {report['max_abs_diff']:.3g} (logits up to "
+            f"{report['max_abs_logit']:.3g}), tolerance {report['tolerance']:.3g}, top-1 agreement "
+            f"{report['top1_agreement']:.1%} over {report['tokens']} tokens: "
+            f"{'within' if report['within'] else 'OUTSIDE'} the tolerance")
+
+
+def _tied(model, name: str) -> bool:
+    return name == "lm_head.weight" and getattr(model.config, "tie_word_embeddings", False)
+
+
+__all__ = ["convert_family", "FamilyConversion", "FamilySource", "check_against_source", "verify_saved"]

@@ -1,0 +1,16 @@
+"""The family-independent AttnRes core: what any PreNorm decoder needs to read its depth sources.
+
+- `config`: the AttnRes fields of a config and their checks (`AttnResConfigMixin`).
+- `decoder_layer`: a decoder layer that mixes the depth sources before its two sub-layers (`AttnResDecoderLayerMixin`).
+- `model`: every family's base-model forward (input checks, embeddings, cache, positions; the loop over the layers
+  carrying the sources, the output mix before the final norm), its causal LM head, the AttnRes tensors' initialization
+  (`AttnResModelMixin`, `AttnResForCausalLMMixin`, `AttnResPreTrainedMixin`).
+- `decoder_model`: a rotary PreNorm decoder (every generated family of `hf_attnres.families`) built from its family's
+  own modules (masks, rotary embeddings), and its causal LM head with Gemma's soft-capping (`AttnResDecoderModel`,
+  `AttnResDecoderForCausalLM`).
+
+Beside them: the mix point (`mix_point`), the depth rule (`depth_layout`), the two-phase schedule (`inference`), the
+input checks (`input_checks`). The core reads and writes no file: the folder reader, the weights record, atomic saves
+and the code files of a saved folder are the tools' (`hf_attnres.folders`); the kernels are `hf_attnres.kernels`.
+Families live in `hf_attnres.families`; Kimi Linear (`hf_attnres.families.kimi_linear`) is one.
+"""

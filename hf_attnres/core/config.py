@@ -1,0 +1,280 @@
+"""The AttnRes fields of a config and their checks, for any PreNorm decoder family.
+
+A family's AttnRes config is the family's own config plus these fields (`hf_attnres/families/<family>/`):
+`class LlamaAttnResConfig(AttnResConfigMixin, LlamaConfig)`. The mixin adds the fields (declared once, in
+`ATTN_RES_FIELDS`) to the subclass before transformers turns it into a dataclass, validates them and the family's own
+sizes, signs, finite values, activation and dtype name at construction (one ValueError naming the field, before
+anything compares or allocates) and resolves `attn_res_mode`. A family with more fields to check (Kimi Linear's MoE
+and KDA sizes) names them in its own tables (`count_fields`, `float_fields`).
+"""
+import functools
+import math
+import os
+
+ATTN_RES_MODES = ("standard", "block", "full")
+ATTN_RES_BACKENDS = ("auto", "torch", "triton", "cpp")
+ATTN_RES_SCORES = ("softmax", "sigmoid")
+BACKEND_ENV_VAR = "ATTNRES_BACKEND"
+
+# name: (annotation, default), as in KimiLinearAttnResConfig (its docstring documents each field). Annotations are
+# strings, as that file's (`from __future__ import annotations`): `@strict` then leaves their types to our checks,
+# which name the field in a ValueError (strict's own error is not one)
+ATTN_RES_FIELDS = {
+    "attn_res_mode": ("str | None", None),
+    "attn_res_block_size": ("int", 0),
+    "attn_res_backend": ("str", "auto"),
+    "attn_res_two_phase": ("bool | None", None),
+    "attn_res_fuse_norm": ("bool", True),
+    "attn_res_recompute": ("bool", False),
+    "attn_res_static_mixing": ("bool", False),
+    "attn_res_score": ("str", "softmax"),
+    "attn_res_key_norm": ("bool", True),
+    "attn_res_query_init_std": ("float", 0.0),
+    "attn_res_key_norm_init": ("float", 1.0),
+}
+# The size fields of every decoder family's config: name -> smallest valid value (None allowed where optional)
+BASE_COUNTS = dict(num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1, hidden_size=1,
+                   intermediate_size=1, vocab_size=1, max_position_embeddings=1, head_dim=1)
+OPTIONAL_BASE_COUNTS = ("num_key_value_heads", "head_dim")
+# Float fields: name -> (smallest valid value, whether the smallest itself is allowed, optional)
+BASE_FLOATS = dict(rms_norm_eps=(0.0, False, False), initializer_range=(0.0, True, True),
+                   attention_dropout=(0.0, True, True))
+# The dtypes a model computes in; float8 and the like are storage formats of quantized checkpoints
+DTYPES = ("float32", "float16", "bfloat16", "auto")
+_SWITCHES = {"attn_res_two_phase": True, "attn_res_fuse_norm": False, "attn_res_recompute": False,
+             "attn_res_static_mixing": False, "attn_res_key_norm": False}  # name: may be None
+
+
+class AttnResConfigChecks:
+    """The family-independent checks and derived values of the AttnRes fields."""
+
+    def check_attn_res_layout(self):
+        if self.attn_res_mode not in ATTN_RES_MODES:
+            raise ValueError(f"attn_res_mode must be one of {ATTN_RES_MODES}, got {self.attn_res_mode!r}")
+        if self.attn_res_mode == "block" and self.attn_res_block_size < 1:
+            raise ValueError(
+                "attn_res_block_size must be >= 1 in block mode (decoder layers per block), "
+                f"got {self.attn_res_block_size}"
+            )
+        if self.attn_res_block_size < 0:
+            raise ValueError(f"attn_res_block_size must be >= 0, got {self.attn_res_block_size}")
+        if self.attn_res_backend not in ATTN_RES_BACKENDS:
+            raise ValueError(f"attn_res_backend must be one of {ATTN_RES_BACKENDS}, got {self.attn_res_backend!r}")
+        self.check_attn_res_ablations()
+
+    def check_attn_res_ablations(self):
+        if self.attn_res_score not in ATTN_RES_SCORES:
+            raise ValueError(f"attn_res_score must be one of {ATTN_RES_SCORES}, got {self.attn_res_score!r}")
+        for field in ("attn_res_static_mixing", "attn_res_key_norm"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"{field} must be True or False, got {getattr(self, field)!r}")
+        if not self.attn_res_ablation:
+            return
+        if self.attn_res_mode == "standard":
+            raise ValueError("attn_res_static_mixing / attn_res_score / attn_res_key_norm ablate the depth mix: "
+                             "they need attn_res_mode 'block' or 'full', got 'standard'")
+        if self.attn_res_static_mixing and not self.attn_res_key_norm:
+            raise ValueError("attn_res_key_norm=False has no effect with attn_res_static_mixing=True "
+                             "(no keys are scored)")
+        if self.attn_res_backend == "triton":
+            raise ValueError("attn_res_backend 'triton' has no fused kernel for the ablations (attn_res_static_mixing, "
+                             "attn_res_score, attn_res_key_norm): use 'auto' or 'torch' (the PyTorch reference)")
+        if self.attn_res_two_phase:
+            raise ValueError("attn_res_two_phase=True batches pseudo-query softmaxes: it does not apply to the "
+                             "ablations (attn_res_static_mixing, attn_res_score, attn_res_key_norm)")
+
+    @property
+    def attn_res_ablation(self) -> bool:
+        """Whether a paper ablation changes the mix (then it runs on the PyTorch reference, not the fused kernels)."""
+        return self.attn_res_static_mixing or self.attn_res_score != "softmax" or not self.attn_res_key_norm
+
+    @property
+    def attn_res_num_blocks(self) -> int:
+        """Number of depth blocks: N in the paper (the embedding is one more source); `hf_attnres.core.depth_layout`."""
+        from hf_attnres.core.depth_layout import DepthLayout
+
+        return DepthLayout.of(self).num_blocks
+
+    def resolved_backend(self) -> str:
+        """The backend in force: the environment variable wins over the config field."""
+        backend = os.environ.get(BACKEND_ENV_VAR, self.attn_res_backend)
+        if backend not in ATTN_RES_BACKENDS:
+            raise ValueError(f"{BACKEND_ENV_VAR} must be one of {ATTN_RES_BACKENDS}, got {backend!r}")
+        return backend
+
+
+class AttnResConfigMixin(AttnResConfigChecks):
+    """The AttnRes fields added to a family's config class (first base, before the family's config), and the checks
+    of its fields at construction. `count_fields` / `optional_counts` / `float_fields`: the family's size and float
+    fields (the shared ones by default); `extra_activations`: `hidden_act` values beyond transformers' `ACT2FN`;
+    `attn_res_refused_flags`: the family's config fields that AttnRes refuses set (truthy), each with the reason."""
+
+    attn_res_family = None  # the family's own model_type (e.g. "llama"): what an upcycled checkpoint came from
+    attn_res_refused_flags = {}  # read only: a class attribute, not a config field
+    count_fields = BASE_COUNTS
+    optional_counts = OPTIONAL_BASE_COUNTS
+    float_fields = BASE_FLOATS
+    extra_activations = ()
+
+    def __init_subclass__(cls, **kwargs):
+        # declared on the subclass itself, before transformers' PreTrainedConfig.__init_subclass__ makes it a
+        # dataclass: a plain mixin's annotations are not dataclass fields. The AttnRes fields come first.
+        own = cls.__dict__.get("__annotations__", {})
+        added = {name: annotation for name, (annotation, _) in ATTN_RES_FIELDS.items() if name not in own}
+        cls.__annotations__ = added | own
+        for name in added:
+            setattr(cls, name, ATTN_RES_FIELDS[name][1])
+        super().__init_subclass__(**kwargs)
+        cls.__init__ = _field_errors_as_value_errors(cls.__init__)
+
+
+    def __post_init__(self, **kwargs):
+        self.check_field_types()
+        self.check_init_kwargs(kwargs)
+        super().__post_init__(**kwargs)
+        if self.attn_res_mode is None:
+            self.attn_res_mode = "block" if self.attn_res_block_size > 0 else "standard"
+        self.check_attn_res()
+        self.check_refused_flags()
+
+    def check_refused_flags(self) -> None:
+        """A ValueError naming the first of the family's refused fields that is set, and why it is refused."""
+        for field, reason in self.attn_res_refused_flags.items():
+            value = getattr(self, field, None)
+            if value:
+                raise ValueError(f"{field}={value!r} is not supported with AttnRes: {reason}")
+
+    def check_field_types(self) -> None:
+        """Types, sizes, signs, finite values, the activation and dtype name of the config's fields, checked first
+        (2.5, True or "4" as a layer count, NaN as an epsilon, a misspelt activation): a ValueError naming the field."""
+        check_attn_res_types(self)
+        check_counts(self, self.count_fields, self.optional_counts)
+        check_floats(self, self.float_fields)
+        for field in ("hidden_act", "hidden_activation"):  # Gemma's name for it is the second
+            check_activation(getattr(self, field, None), self.extra_activations, field)
+        check_dtype(getattr(self, "dtype", None))
+
+    def check_init_kwargs(self, kwargs: dict) -> None:
+        """The constructor arguments transformers reads without checking: `torch_dtype`, the old name of `dtype`."""
+        check_dtype(kwargs.get("torch_dtype"), "torch_dtype")
+
+    def check_attn_res(self) -> None:
+        """The AttnRes layout (mode, block size, backend, ablations), once the family's config is built."""
+        self.check_attn_res_layout()
+
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if not config_dict:  # transformers would build the family's default (billions of parameters) from nothing
+            raise OSError(f"{pretrained_model_name_or_path}: no config.json there, so the model's size and AttnRes "
+                          "layout are unknown (a saved model folder holds config.json beside its weights)")
+        return config_dict, kwargs
+
+
+def _field_errors_as_value_errors(init):
+    """The dataclass `__init__`, with `@strict`'s type error on a field ("4" or 2.5 as a layer count, NaN as a
+    vocabulary size), which is no ValueError, raised as one line naming the field."""
+    from huggingface_hub.errors import StrictDataclassFieldValidationError
+
+    if getattr(init, "_attn_res_wrapped", False):
+        return init
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except StrictDataclassFieldValidationError as error:
+            field = getattr(error, "field", None) or str(error).split("'")[1]
+            value = kwargs.get(field, "?")
+            raise ValueError(f"{field} must be of the type its config declares ({_declared(type(self), field)}), "
+                             f"got {value!r} ({type(value).__name__})") from None
+
+    __init__._attn_res_wrapped = True
+    return __init__
+
+
+def _declared(cls, field: str) -> str:
+    annotation = cls.__dataclass_fields__[field].type if field in getattr(cls, "__dataclass_fields__", {}) else "?"
+    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+
+
+def check_counts(config, fields: dict, optional=()) -> None:
+    """Each integer field of `fields` (name -> smallest valid value) an int >= its minimum (None where optional)."""
+    for field, minimum in fields.items():
+        if not hasattr(config, field):  # a field this family's config does not have
+            continue
+        value = getattr(config, field)
+        if value is None and field in optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{field} must be an integer, got {value!r} ({type(value).__name__})")
+        if value < minimum:
+            raise ValueError(f"{field} must be >= {minimum}, got {value}")
+
+
+def check_floats(config, fields: dict) -> None:
+    """Each float field (name -> (minimum, minimum allowed, optional)) a finite number in range; dropout < 1."""
+    for field, (minimum, inclusive, optional) in fields.items():
+        if not hasattr(config, field):
+            continue
+        value = getattr(config, field)
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{field} must be a number, got {value!r} ({type(value).__name__})")
+        if not math.isfinite(value):
+            raise ValueError(f"{field} must be finite, got {value}")
+        if value < minimum or (value == minimum and not inclusive):
+            raise ValueError(f"{field} must be {'>=' if inclusive else '>'} {minimum}, got {value}")
+    if (getattr(config, "attention_dropout", None) or 0) >= 1:
+        raise ValueError(f"attention_dropout must be < 1, got {config.attention_dropout}")
+
+
+def check_activation(value, extra=(), field: str = "hidden_act") -> None:
+    """`hidden_act` (or `field`): a name transformers' `ACT2FN` knows (or one the family adds), not a typo found only
+    at the first forward."""
+    if value is None:
+        return
+    from transformers.activations import ACT2FN
+
+    if not isinstance(value, str) or (value not in ACT2FN and value not in extra):
+        known = sorted([*ACT2FN, *extra])
+        raise ValueError(f"{field} must be one of {known}, got {value!r}")
+
+
+def check_dtype(value, field: str = "dtype") -> None:
+    """`dtype` / `torch_dtype`: a name (or torch dtype) of a floating type this model computes in."""
+    if value is None:
+        return
+    name = str(value).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ValueError(f"{field} must be one of {DTYPES} (or unset), got {value!r}"
+                         + ("; float8 is a storage format of quantized checkpoints, not one this model computes in"
+                            if "float8" in name else ""))
+
+
+def check_attn_res_types(config) -> None:
+    """ValueError naming the field for a wrong type, sign or non-finite value of an AttnRes field (2.5 or "2" as a
+    block size, a truthy "no" as a switch, NaN as an init scale), before anything compares or allocates."""
+    size = config.attn_res_block_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"attn_res_block_size must be an integer >= 0, got {size!r}")
+    for field, optional in _SWITCHES.items():
+        value = getattr(config, field)
+        if not isinstance(value, bool) and not (optional and value is None):
+            raise ValueError(f"{field} must be {'True, False or None' if optional else 'True or False'}, "
+                             f"got {value!r} ({type(value).__name__})")
+    for field, strictly in (("attn_res_query_init_std", False), ("attn_res_key_norm_init", True)):
+        value = getattr(config, field)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value < 0 or (strictly and value == 0):
+            raise ValueError(f"{field} must be a finite number {'> 0' if strictly else '>= 0'}, got {value!r}")
+    for field in ("attn_res_mode", "attn_res_backend", "attn_res_score"):
+        value = getattr(config, field)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{field} must be a string, got {value!r} ({type(value).__name__})")
+
+
+__all__ = ["AttnResConfigMixin", "AttnResConfigChecks", "ATTN_RES_FIELDS", "BASE_COUNTS", "BASE_FLOATS", "DTYPES",
+           "check_counts", "check_floats", "check_activation", "check_dtype", "ATTN_RES_MODES", "ATTN_RES_BACKENDS",
+           "ATTN_RES_SCORES", "BACKEND_ENV_VAR", "check_attn_res_types"]

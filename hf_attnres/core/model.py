@@ -1,0 +1,304 @@
+"""The family-independent parts of an AttnRes model: the loop that carries the depth sources through the decoder
+layers and mixes them before the final norm, the input checks, and the AttnRes tensors' initialization.
+
+A family's model is `class XAttnResModel(AttnResModelMixin, XAttnResPreTrainedModel)`: it prepares what its layers
+need (masks, rotary embeddings) the family's own way and hands the layers' keyword arguments to `run_depth`.
+"""
+import functools
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.modeling_outputs import ModelOutput
+from transformers.modeling_utils import slice_logits_to_keep
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs, selected_hidden_states
+
+# Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
+from hf_attnres.core.inference import chunked_causal_lm_forward, two_phase_schedule
+from hf_attnres.core.input_checks import (
+    check_backend,
+    check_chunk_size,
+    check_dtypes,
+    check_labels,
+    check_values,
+    widened,
+)
+from hf_attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
+
+
+def annotated_forward(cls) -> None:
+    """Where a class names its `output_class`, its forward is the mixin's, annotated with that class: transformers reads
+    a forward's return annotation for the outputs a model declares (Kimi Linear's `router_logits`)."""
+    if "output_class" not in cls.__dict__ or "forward" in cls.__dict__:
+        return
+    forward = next(base.__dict__["forward"] for base in cls.__mro__ if "forward" in base.__dict__)
+
+    @functools.wraps(forward)  # the signature stays the mixin's (`inspect.signature` follows `__wrapped__`)
+    def annotated(*args, **kwargs):
+        return forward(*args, **kwargs)
+
+    annotated.__annotations__ = {**forward.__annotations__, "return": cls.output_class}
+    cls.forward = annotated
+
+
+class AttnResModelMixin(AttnResMixing):
+    """The base model's forward and depth machinery; `self.layers` are `AttnResDecoderLayerMixin`s, `self.norm` the
+    final norm. A family names its output class (`output_class`, with `attn_res_weights`) and prepares what its
+    layers need (masks, rotary embeddings) in `layer_kwargs`."""
+
+    output_class = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        annotated_forward(cls)
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | int | list[int] | None = None,
+        output_attn_res_weights: bool = False,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ModelOutput:
+        inputs_embeds, past_key_values, position_ids, output_hidden_states = self.prepare_inputs(
+            input_ids, inputs_embeds, attention_mask, past_key_values, position_ids, use_cache, output_hidden_states
+        )
+        hidden_states, all_hidden_states, all_weights = self.run_depth(
+            inputs_embeds,
+            self.layer_kwargs(inputs_embeds, attention_mask, past_key_values, position_ids, use_cache),
+            output_hidden_states,
+            output_attn_res_weights,
+            **kwargs,
+        )
+        return self.output_class(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values,
+            hidden_states=all_hidden_states,
+            attn_res_weights=all_weights,
+        )
+
+    def layer_kwargs(self, inputs_embeds, attention_mask, past_key_values, position_ids, use_cache):
+        """The family's per-layer keyword arguments: a function of the layer index (mask, positions, cache)."""
+        raise NotImplementedError
+
+    def init_output_mix(self, config) -> None:
+        """The mix before the final norm (`model.output_attn_res_*`), in the block and full modes."""
+        if config.attn_res_mode != "standard":
+            self.add_mix_point("output_attn", config)
+
+    def check_inputs(self, input_ids, inputs_embeds, attention_mask) -> None:
+        """Clear errors for bad input, before it becomes an index error deep inside a kernel."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        reference = input_ids if input_ids is not None else inputs_embeds
+        check_dtypes(input_ids, inputs_embeds, self.embed_tokens.weight.dtype)
+        check_backend(self.config.resolved_backend(), reference.device)
+        if input_ids is not None and input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape [batch, seq_len], got {tuple(input_ids.shape)}")
+        if inputs_embeds is not None and (
+            inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size
+        ):
+            raise ValueError(
+                f"inputs_embeds must have shape [batch, seq_len, {self.config.hidden_size}], "
+                f"got {tuple(inputs_embeds.shape)}"
+            )
+        if reference.shape[0] == 0 or reference.shape[1] == 0:
+            raise ValueError(f"empty input: batch and sequence length must be >= 1, got shape {tuple(reference.shape)}")
+        # one host sync per forward (each decode step): ids in the vocabulary, a 0/1 padding mask
+        if not torch.compiler.is_compiling():
+            check_values(input_ids, attention_mask, self.config.vocab_size)
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
+            batch, seq_len = reference.shape[:2]
+            if attention_mask.shape[0] != batch or attention_mask.shape[1] < seq_len:
+                raise ValueError(
+                    f"attention_mask must have shape [batch={batch}, past + seq_len >= {seq_len}], "
+                    f"got {tuple(attention_mask.shape)}"
+                )
+        elif isinstance(attention_mask, torch.Tensor) and attention_mask.dim() != 4:
+            raise ValueError(f"attention_mask must be 2-D [batch, seq] (or a 4-D mask), got {attention_mask.dim()}-D")
+
+    def prepare_inputs(self, input_ids, inputs_embeds, attention_mask, past_key_values, position_ids, use_cache,
+                       output_hidden_states):
+        """Every family's forward preamble: the inputs checked, the embeddings, a new cache when one is used, the
+        positions. Returns (inputs_embeds, past_key_values, position_ids, output_hidden_states)."""
+        self.check_inputs(input_ids, inputs_embeds, attention_mask)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(widened(input_ids))
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        if position_ids is None:
+            past_seen_tokens = past_key_values.get_seq_length() if past_key_values is not None else 0
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen_tokens
+            position_ids = position_ids.unsqueeze(0)
+        return inputs_embeds, past_key_values, position_ids, output_hidden_states
+
+    def run_depth(self, inputs_embeds, layer_kwargs, output_hidden_states, output_attn_res_weights: bool, **kwargs):
+        """The decoder layers over the depth sources, then the output mix and the final norm.
+
+        `layer_kwargs(i)`: the family's per-layer keyword arguments (mask, positions, cache); `kwargs` go to every
+        layer. Returns (last hidden state, the hidden states asked for or None, the mix weights or None).
+        """
+        all_hidden_states = [inputs_embeds] if output_hidden_states else None
+        all_weights = [] if output_attn_res_weights else None
+        schedule = two_phase_schedule(self, inputs_embeds, output_attn_res_weights)
+        settings = MixSettings.of(self.config)  # read once here, not at each of the 2L+1 mix points
+        sources = (inputs_embeds,)
+        for i, layer in enumerate(self.layers[: self.config.num_hidden_layers]):
+            outputs = layer(
+                *sources,
+                output_attn_res_weights=output_attn_res_weights,
+                attn_res_schedule=schedule,
+                attn_res_settings=settings,
+                **layer_kwargs(i),
+                **kwargs,
+            )
+            sources = layer.update_sources(sources, outputs[: layer.num_new_sources])
+            if all_weights is not None:
+                all_weights.extend(outputs[layer.num_new_sources :])
+            if all_hidden_states is not None:
+                all_hidden_states.append(sources[-1])
+
+        hidden_states = self.mix("output_attn", sources, all_weights, self.norm, schedule, settings)
+        if all_hidden_states is not None:
+            all_hidden_states[-1] = hidden_states  # transformers' convention: the last one is after the final norm
+            all_hidden_states = tuple(select_hidden_states(all_hidden_states, output_hidden_states))
+        return hidden_states, all_hidden_states, tuple(all_weights) if all_weights is not None else None
+
+
+def select_hidden_states(hidden_states: list, output_hidden_states) -> list:
+    """`output_hidden_states` as transformers reads it: True for all, or the indices (negative from the end) to keep;
+    the others are None, as transformers' own output capturing returns them."""
+    selected = selected_hidden_states(output_hidden_states)
+    if selected is None:
+        return hidden_states
+    n = len(hidden_states)
+    keep = {i % n for i in selected if -n <= i < n}
+    return [h if i in keep else None for i, h in enumerate(hidden_states)]
+
+
+class AttnResForCausalLMMixin:
+    """The causal LM head of every family (first base, then the family's AttnRes PreTrainedModel and its own
+    ForCausalLM, whose tied-weight, tensor-parallel and generation settings it keeps). A family names its AttnRes base
+    model (`model_class`), its output class (`output_class`, with `attn_res_weights`) and the base model's outputs that
+    the output carries beside the logits (`model_outputs`: Kimi Linear's adds `router_logits`)."""
+
+    model_class = output_class = None
+    model_outputs = ("past_key_values", "hidden_states", "attentions", "attn_res_weights")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        annotated_forward(cls)
+
+    def __init__(self, config):
+        PreTrainedModel.__init__(self, config)  # not the family's ForCausalLM.__init__, which builds its own model
+        self.model = self.model_class(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        prefill_chunk_size: int | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ModelOutput:
+        """`prefill_chunk_size`: run a longer prompt in chunks of this many tokens, carrying the cache (long-context
+        prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs."""
+        reference = input_ids if input_ids is not None else inputs_embeds
+        check_labels(labels, reference, self.config.vocab_size)
+        check_chunk_size(prefill_chunk_size)
+        labels = widened(labels, keep=(torch.int64,))  # the loss takes torch.long targets
+        if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
+            logits, cache = chunked_causal_lm_forward(
+                self, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                past_key_values=past_key_values, chunk_size=prefill_chunk_size, logits_to_keep=logits_to_keep,
+                labels=labels, **kwargs,
+            )
+            return self.output_class(logits=self.postprocess_logits(logits), past_key_values=cache)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.postprocess_logits(self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        carried = {name: getattr(outputs, name) for name in self.model_outputs}
+        return self.output_class(loss=loss, logits=logits, **carried)
+
+    def generate(self, *args, **kwargs):
+        """transformers' `generate`, its prefill chunk size checked first (generate splits the prompt itself)."""
+        generation_config = kwargs.get("generation_config") or getattr(self, "generation_config", None)
+        check_chunk_size(kwargs.get("prefill_chunk_size", getattr(generation_config, "prefill_chunk_size", None)))
+        return super().generate(*args, **kwargs)
+
+    def postprocess_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The family's last step on the logits (Gemma's soft-capping); none by default."""
+        return logits
+
+
+class AttnResPreTrainedMixin:
+    """The AttnRes tensors' initialization, and a save that writes the code a folder needs to load without this
+    package. First base of a family's PreTrainedModel (`class XAttnResPreTrainedModel(AttnResPreTrainedMixin, ...)`).
+
+    The model reads and writes no file itself: the folder checks and the weights record belong to the tools
+    (`hf_attnres.save` / `hf_attnres.load`)."""
+
+    # writes a saved folder's generated code files: `code_writer(folder, model module)`, set by the package's
+    # registration (hf_attnres/__init__.py); None in a folder's own copy, loaded as remote code, where transformers
+    # copies
+    # the files the class came from
+    code_writer = None
+    # the AttnRes models read token ids only, whatever the family's PreTrainedModel lists (Gemma 3's lists images: it
+    # is shared with the multimodal model)
+    input_modalities = ("text",)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' save, plus the generated code files when the class is marked for remote code."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self.code_writer is not None and self.is_remote_code() and kwargs.get("is_main_process", True):
+            self.code_writer(save_directory, type(self).__module__)
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        if isinstance(module, PseudoQuery) and self.config.attn_res_query_init_std > 0:
+            # a study arm: random queries (this draws from the RNG, so the arm's other weights differ from a matched
+            # standard run's)
+            init.normal_(module.weight, std=self.config.attn_res_query_init_std)
+            return
+        if isinstance(module, (PseudoQuery, DepthLogits)):
+            init.zeros_(module.weight)  # no random draw first (see PseudoQuery.reset_parameters)
+            return
+        if isinstance(module, DepthKeyNorm):
+            init.constant_(module.weight, self.config.attn_res_key_norm_init)
+            return
+        super()._init_weights(module)
+
+
+__all__ = ["AttnResForCausalLMMixin", "AttnResModelMixin", "AttnResPreTrainedMixin", "select_hidden_states"]

@@ -1,0 +1,215 @@
+"""Upcycling a loaded model: a standard-residual causal LM of a supported family becomes Block or Full AttnRes of the
+same family. The new pseudo-queries are zero (uniform depth softmax, as at the start of AttnRes training) and the new
+key norms are ones (RMSNorm's init).
+
+Why the function is kept: with zero queries the softmax over the n sources of a mix point is uniform, so the mix is
+their sum divided by n, and their sum is exactly the standard residual stream h. The RMSNorm that reads every mix (each
+sub-layer's pre-norm, and the final norm) removes the scale: norm(h / n) = w * h / sqrt(mean(h^2) + n^2 * eps). So the
+upcycled model *is* the source model with each reading norm's epsilon multiplied by n^2 at its point (the tests check
+that to rounding), and differs from the source only by that epsilon (docs/CONVERSION.md "Upcycling: why the
+function is kept": the stated tolerance, and why no exactly preserving variant is offered). `attnres convert
+--upcycle` reaches this same function from a folder or a GGUF file (`hf_attnres.conversion.family_convert`).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+UPCYCLE_MODES = ("block", "full")
+# Paper and K3 both use about 8 blocks (K3: 12 of 93 layers per block)
+DEFAULT_NUM_BLOCKS = 8
+
+
+class UpcycleError(ValueError):
+    """A model cannot be upcycled as asked (its family, its mode, the flags); raised before anything is built."""
+
+
+def is_attn_res_tensor(name: str) -> bool:
+    return name.endswith(("_res_norm.weight", "_res_proj.weight"))
+
+
+def new_attn_res_tensor(meta: torch.Tensor, name: str) -> torch.Tensor:
+    """The starting value of an AttnRes tensor the standard checkpoint does not have."""
+    if name.endswith("_res_norm.weight"):
+        return torch.ones(meta.shape, dtype=meta.dtype)
+    return torch.zeros(meta.shape, dtype=meta.dtype)
+
+
+def default_block_size(num_layers: int) -> int:
+    return max(1, math.ceil(num_layers / DEFAULT_NUM_BLOCKS))
+
+
+def resolve_block_size(mode: str, block_size: int | None, num_layers: int) -> int:
+    """The block size of the upcycled model (0 in full mode); UpcycleError naming the flag when it is invalid."""
+    if mode not in UPCYCLE_MODES:
+        raise UpcycleError(f"--upcycle must be one of {UPCYCLE_MODES}, got {mode!r}")
+    if mode == "full":
+        if block_size is not None:
+            raise UpcycleError("--block-size applies to --upcycle block only (Full AttnRes has no blocks)")
+        return 0
+    block_size = default_block_size(num_layers) if block_size is None else block_size
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise UpcycleError(f"--block-size must be >= 1 (decoder layers per block), got {block_size!r}")
+    return block_size
+
+
+# fields of a saved config that describe the file, not the model: dropped when a config becomes another family's
+_FILE_FIELDS = ("model_type", "architectures", "auto_map", "transformers_version", "quantization_config")
+
+
+def upcycled_family_config(config, mode: str, block_size: int | None = None, family: str | None = None):
+    """(AttnRes config, causal LM class) for a standard-residual config of any supported family, Kimi Linear's
+    included (its own, or a standard-mode AttnRes one): every field kept, the AttnRes mode and block size set. The one
+    builder of an upcycled config: `hf_attnres.upcycle`, both convert paths. `family`: the family a caller resolved and
+    checked already (the converter), else read from the config."""
+    from hf_attnres.families.registry import family_classes
+
+    family = checked_family(config, family)
+    config_class, model_class = family_classes(family)
+    block_size = resolve_block_size(mode, block_size, config.num_hidden_layers)
+    fields = {key: value for key, value in config.to_dict().items() if key not in _FILE_FIELDS}
+    fields.update(attn_res_mode=mode, attn_res_block_size=block_size)
+    target = config_class.from_dict(fields)
+    target.architectures = [model_class.__name__]
+    return target, model_class
+
+
+def plain_family_config(config, family: str | None = None):
+    """The family's own transformers config (plain `llama`, ...) of a standard-mode AttnRes config or of the
+    family's own: every field but the AttnRes ones kept. UpcycleError for Block / Full configs (their weights
+    compute another function) and for Kimi Linear (its model is this package's own)."""
+    from transformers import AutoConfig
+
+    family = checked_family(config, family)
+    if family == "kimi_linear":
+        raise UpcycleError("Kimi Linear has no plain transformers model here: it stays kimi_linear_attnres")
+    fields = {key: value for key, value in config.to_dict().items()
+              if key not in _FILE_FIELDS and not key.startswith("attn_res_")}
+    return AutoConfig.for_model(family, **fields)
+
+
+def checked_family(config, family: str | None) -> str:
+    """The family of a config to rebuild: `family` when the caller resolved it, else read from the config (a
+    mistyped mode, an AttnRes mode, a refused family: UpcycleError)."""
+    from hf_attnres.families.registry import source_family
+
+    check_mode(config)
+    if family is not None:
+        return family
+    try:
+        return source_family(config)
+    except ValueError as error:
+        raise UpcycleError(str(error)) from None
+
+
+def check_source_mode(model_type, mode) -> None:
+    """A config.json to upcycle, or to write as the family's own model: an AttnRes mode it names is a mode, and the
+    standard one (what is rebuilt has the standard residual stream); ValueError naming the field."""
+    from hf_attnres.families.registry import check_standard_residual
+
+    if mode is not None:
+        _check_mode(model_type, mode, "field ")
+    check_standard_residual(model_type, mode if mode is not None else "standard")
+
+
+def check_mode(config) -> None:
+    """An AttnRes config's mode must be one of the modes (a mistyped "Block" is named as such, not as AttnRes)."""
+    _check_mode(getattr(config, "model_type", ""), getattr(config, "attn_res_mode", None))
+
+
+def _check_mode(model_type, mode, prefix: str = "") -> None:
+    from hf_attnres.core.config import ATTN_RES_MODES
+
+    if str(model_type).endswith("_attnres") and mode not in ATTN_RES_MODES:
+        raise UpcycleError(f"{prefix}attn_res_mode={mode!r} is not a mode (one of {ATTN_RES_MODES})")
+
+
+def check_model(model) -> None:
+    """A loaded causal LM with weights: not a meta-device model (nothing to copy) and not some other object."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel):
+        raise UpcycleError(f"expected a transformers causal LM (a PreTrainedModel), got {type(model).__name__}")
+    parameter = next(model.parameters(), None)
+    if parameter is None or parameter.device.type == "meta":
+        raise UpcycleError(f"{type(model).__name__} has no weights to copy (built on the meta device): load it "
+                           "with its weights first")
+
+
+def check_not_quantized(model) -> None:
+    """A quantized model's tensors are packed integers, not weights to copy: refused, naming the method. A GGUF file
+    is dequantized by transformers on load (plain float weights, only marked as GGUF), so it passes."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        return
+    method = getattr(quantizer.quantization_config, "quant_method", None)
+    method = getattr(method, "value", method)
+    if method != "gguf":
+        raise UpcycleError(f"the model is quantized ({method}): load it in float precision (or dequantize it) "
+                           "before upcycling")
+
+
+@torch.no_grad()
+def upcycle(model, mode: str = "block", block_size: int | None = None, family: str | None = None):
+    """The Block or Full AttnRes model of a loaded standard-residual causal LM of a supported family (any of
+    `hf_attnres.families.registry.SUPPORTED`, docs/FAMILIES.md), of the same family, dtype and device.
+
+    Every weight of `model` is copied; the new pseudo-queries are zero and the key norms one, so the logits equal the
+    source's up to the RMSNorm epsilon (module docstring). `block_size`: decoder layers per block (default: about 8
+    blocks, as the paper and Kimi K3). `family`: the source's family when the caller resolved and checked it (the
+    converter), else read from the config. UpcycleError (a ValueError) naming the reason for an unsupported family, a
+    model that is already AttnRes, a quantized or meta-device model, a non-model, or a bad mode / block size.
+    """
+    check_model(model)
+    check_not_quantized(model)
+    config, model_class = upcycled_family_config(model.config, mode, block_size, family)
+    return rebuild(model, config, model_class)
+
+
+@torch.no_grad()
+def plain_family_model(model, family: str | None = None):
+    """The family's own transformers causal LM (plain `llama`, no remote code) computing what a standard-mode AttnRes
+    model (or the family's own) computes: the same tensors in the family's own class (`family` as in `upcycle`)."""
+    check_model(model)
+    config = plain_family_config(model.config, family)
+    model_class = plain_family_class(config.model_type)
+    return model if type(model) is model_class else rebuild(model, config, model_class)
+
+
+def plain_family_class(model_type: str):
+    """transformers' own causal LM class of a family (LlamaForCausalLM for `llama`)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+
+
+def rebuild(model, config, model_class):
+    """`model`'s weights in a `model_class` of `config`, its dtype, device, mode and generation config; a tensor the
+    new model has and `model` lacks must be an AttnRes one (set to its start: zero queries, unit key norms)."""
+    from transformers.initialization import no_init_weights
+
+    parameter = next(model.parameters())
+    with no_init_weights():  # every tensor is copied or set below: no random draw over the whole model first
+        target = model_class._from_config(config, dtype=parameter.dtype)
+    target.tie_weights()
+    missing, unexpected = target.load_state_dict(model.state_dict(), strict=False)
+    stray = [name for name in missing if not is_attn_res_tensor(name)]
+    if unexpected or stray:
+        problems = [f"{name}: not in {model_class.__name__}" for name in unexpected] + [f"{n}: missing" for n in stray]
+        raise UpcycleError(f"{type(model).__name__} does not map onto {model_class.__name__}: " + "; ".join(problems))
+    for name in missing:  # set explicitly: the zero-query / unit-gain start the argument relies on
+        tensor = target.get_parameter(name)
+        tensor.copy_(new_attn_res_tensor(tensor, name))
+    target.to(parameter.device)
+    target.train(model.training)
+    if getattr(model, "generation_config", None) is not None:
+        target.generation_config = model.generation_config
+    return target
+
+
+__all__ = ["upcycle", "UpcycleError", "UPCYCLE_MODES", "resolve_block_size", "upcycled_family_config",
+           "plain_family_config", "plain_family_model", "plain_family_class", "rebuild", "check_model", "check_mode",
+           "check_source_mode", "checked_family",
+           "is_attn_res_tensor", "new_attn_res_tensor", "default_block_size"]

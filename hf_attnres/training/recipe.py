@@ -1,0 +1,196 @@
+"""The training recipe: one definition shared by every engine (`attnres train` in one process, DDP, ZeRO 1-3 and
+FSDP2; the DeepSpeed pipeline `train-pipeline`; the interleaved pipeline `train-interleaved`), so switching engines
+to scale out never changes what is trained.
+
+What it fixes: AdamW with betas (0.9, 0.95) and eps 1e-8; three parameter groups (matrices decayed; norm gains,
+biases and embeddings not; AttnRes pseudo-queries `*_res_proj` not, with an optional own peak LR); linear warmup then
+cosine decay to `min_lr_ratio` of each group's peak (transformers' schedule, one step per optimizer update);
+global gradient-norm clipping; the data order (`hf_attnres.training.data.BatchPlan`: a seeded permutation per epoch,
+global batch = micro-batch x accumulation x data-parallel ranks, so a step reads the same sequences whatever the
+engine). A run records `Recipe.record()` next to its settings.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+RES_PROJ_SUFFIX = "_res_proj.weight"
+RES_NORM_SUFFIX = "_res_norm.weight"
+BETAS, EPS = (0.9, 0.95), 1e-8
+OPTIMIZERS = ("adamw", "sgd")
+DATA_ORDER = ("BatchPlan (hf_attnres.training.data): seeded permutation per epoch, global batch = micro-batch x "
+              "accumulation x data-parallel ranks")
+# The flags of the recipe and their defaults (`attnres train`'s; the pipeline commands take the same flags)
+DEFAULTS = dict(lr=3e-4, weight_decay=0.1, res_proj_lr=None, res_proj_weight_decay=0.0, warmup_steps=100,
+                min_lr_ratio=0.1, grad_clip=1.0, attn_res_lr_multiplier=1.0, grad_clip_groups="global")
+# How the gradient is clipped: one global L2 norm over every parameter, or each depth group by its own norm
+CLIP_GROUPS = ("global", "per-group")
+# The depth groups of a model, by parameter name: what per-group clipping and the per-group norms split
+DEPTH_GROUPS = ("backbone", "queries", "key_norms")
+
+
+def depth_group(name: str) -> str:
+    """"queries" (`*_res_proj`, AttnRes pseudo-queries), "key_norms" (`*_res_norm`, the keys' RMSNorm gains) or
+    "backbone" (everything else: what a standard model has)."""
+    if name.endswith(RES_PROJ_SUFFIX):
+        return "queries"
+    return "key_norms" if name.endswith(RES_NORM_SUFFIX) else "backbone"
+
+
+def group_grad_norms(named_parameters, full=lambda tensor: tensor) -> dict[str, torch.Tensor]:
+    """{depth group: L2 norm of its gradients} for the groups with a gradient (no entry for a group without one).
+    `full`: a sharded square sum made whole (FSDP2's DTensors: a collective every process makes)."""
+    squares: dict[str, list] = {}
+    for name, param in named_parameters:
+        if param.grad is not None:
+            squares.setdefault(depth_group(name), []).append(full(param.grad.detach().float().pow(2).sum()))
+    return {group: torch.stack(values).sum().sqrt() for group, values in squares.items()}
+
+
+def clip_by_group(named_parameters, max_norm: float, per_group: bool) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clip the gradients in place; (the global norm before clipping, {depth group: its norm before clipping}).
+
+    Global: one factor min(1, max_norm / global norm) for every gradient (torch's clip_grad_norm_). Per group: each
+    depth group scaled by min(1, max_norm / its own norm), so the pseudo-queries' gradient (which dominates the global
+    norm of a freshly upcycled model) never shrinks the backbone's update. `max_norm` 0 or inf: measure only."""
+    named = [(n, p) for n, p in named_parameters if p.grad is not None]
+    norms = group_grad_norms(named)
+    total = torch.stack(list(norms.values())).pow(2).sum().sqrt() if norms else torch.zeros(())
+    if max_norm and math.isfinite(max_norm):
+        scales = ({g: torch.clamp(max_norm / (n + 1e-6), max=1.0) for g, n in norms.items()} if per_group
+                  else dict.fromkeys(norms, torch.clamp(max_norm / (total + 1e-6), max=1.0)))
+        for name, param in named:
+            param.grad.detach().mul_(scales[depth_group(name)].to(param.grad.device, param.grad.dtype))
+    return total, {g: float(n) for g, n in norms.items()}
+
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Optimizer, parameter groups, schedule and clipping of a run of `max_steps` optimizer steps."""
+
+    lr: float
+    max_steps: int
+    weight_decay: float = DEFAULTS["weight_decay"]
+    res_proj_lr: float | None = None
+    res_proj_weight_decay: float = 0.0
+    warmup_steps: int = 0
+    min_lr_ratio: float = DEFAULTS["min_lr_ratio"]
+    grad_clip: float = DEFAULTS["grad_clip"]
+    seed: int = 0
+    optimizer: str = "adamw"  # "sgd" (plain, no momentum): only where a test compares gradients through updates
+    attn_res_lr_multiplier: float = 1.0  # pseudo-queries' and key norms' peak LR over `lr` (res_proj_lr wins)
+    grad_clip_groups: str = "global"  # CLIP_GROUPS
+
+    @classmethod
+    def from_args(cls, args, max_steps: int | None = None) -> Recipe:
+        """From a command's flags (`max_steps`: the run's length where its flag has another name)."""
+        return cls(lr=args.lr, max_steps=max_steps if max_steps is not None else args.max_steps,
+                   weight_decay=args.weight_decay, res_proj_lr=getattr(args, "res_proj_lr", None),
+                   res_proj_weight_decay=getattr(args, "res_proj_weight_decay", 0.0) or 0.0,
+                   warmup_steps=getattr(args, "warmup_steps", 0), min_lr_ratio=getattr(args, "min_lr_ratio", 1.0),
+                   grad_clip=getattr(args, "grad_clip", 0.0), seed=getattr(args, "seed", 0),
+                   optimizer=getattr(args, "optimizer", "adamw"),
+                   attn_res_lr_multiplier=getattr(args, "attn_res_lr_multiplier", None) or 1.0,
+                   grad_clip_groups=getattr(args, "grad_clip_groups", None) or "global")
+
+    def param_groups(self, named_parameters) -> list[dict]:
+        """Three groups: decayed matrices, undecayed vectors (norm gains incl. `*_res_norm`, biases) and embeddings,
+        AttnRes pseudo-queries; a fourth, the keys' norm gains `*_res_norm`, where `attn_res_lr_multiplier` gives the
+        depth parameters a peak LR of their own (at 1 they stay among the vectors: the groups, and so the optimizer
+        state a checkpoint holds, of a run without a multiplier are unchanged). `named_parameters`: (name, parameter)
+        pairs under the full model's names or an engine's local ones (the rules read only the name's end and
+        'embed').
+
+        Pseudo-queries are [1, hidden] matrices but act like gains of the depth softmax: no weight decay (it would
+        pull them to the uniform mix; `res_proj_weight_decay` sets one for a study arm), and their own learning rate
+        when `res_proj_lr` is given."""
+        decay, no_decay, queries, key_norms = [], [], [], []
+        depth_lr = self.lr * self.attn_res_lr_multiplier
+        for name, param in named_parameters:
+            if not param.requires_grad:
+                continue
+            if name.endswith(RES_PROJ_SUFFIX):
+                queries.append(param)
+            elif name.endswith(RES_NORM_SUFFIX) and self.attn_res_lr_multiplier != 1:
+                key_norms.append(param)
+            elif param.dim() >= 2 and "embed" not in name:
+                decay.append(param)
+            else:
+                no_decay.append(param)
+        groups = [
+            dict(params=decay, lr=self.lr, weight_decay=self.weight_decay, name="decay"),
+            dict(params=no_decay, lr=self.lr, weight_decay=0.0, name="no_decay"),
+            dict(params=queries, lr=self.res_proj_lr or depth_lr, weight_decay=self.res_proj_weight_decay,
+                 name="res_proj"),
+            dict(params=key_norms, lr=depth_lr, weight_decay=0.0, name="res_norm"),
+        ]
+        return [g for g in groups if g["params"]]
+
+    def build_optimizer(self, named_parameters) -> torch.optim.Optimizer:
+        groups = self.param_groups(named_parameters)
+        if self.optimizer == "sgd":
+            return torch.optim.SGD(groups, lr=self.lr, foreach=False)
+        # foreach=False: the same arithmetic on every backend, so every engine's runs stay comparable
+        return torch.optim.AdamW(groups, betas=BETAS, eps=EPS, foreach=False)
+
+    def build_scheduler(self, optimizer):
+        """Linear warmup to each group's peak LR, cosine decay to `min_lr_ratio` of it at `max_steps`."""
+        from transformers import get_cosine_with_min_lr_schedule_with_warmup
+
+        return get_cosine_with_min_lr_schedule_with_warmup(
+            optimizer, num_warmup_steps=self.warmup_steps, num_training_steps=self.max_steps,
+            min_lr_rate=self.min_lr_ratio)
+
+    def record(self) -> dict:
+        """What a run records of its recipe (provenance): every setting, the fixed ones included."""
+        fixed = dict(betas=list(BETAS), eps=EPS) if self.optimizer == "adamw" else dict(momentum=0.0)
+        return dict(asdict(self), **fixed, schedule="linear warmup, cosine to min_lr_ratio (per optimizer update)",
+                    groups={"decay": "matrices (dim >= 2) except embeddings and pseudo-queries",
+                            "no_decay": "norm gains (incl. *_res_norm), biases, other vectors, embeddings",
+                            "res_proj": "AttnRes pseudo-queries *_res_proj (lr: res_proj_lr or lr x "
+                                        "attn_res_lr_multiplier)",
+                            "res_norm": "the keys' norm gains *_res_norm when attn_res_lr_multiplier != 1 (lr x "
+                                        "attn_res_lr_multiplier)"},
+                    grad_clip_rule=("global L2 norm over all parameters (0: off)" if self.grad_clip_groups == "global"
+                                    else "each of backbone, pseudo-queries, key norms by its own L2 norm (0: off)"),
+                    data_order=DATA_ORDER)
+
+
+def add_recipe_args(group, lr: float, warmup_steps: int) -> None:
+    """The recipe's flags for the pipeline commands, with `attnres train`'s meaning (their own LR and warmup
+    defaults: their default runs are a few steps of a tiny model)."""
+    group.add_argument("--lr", type=float, default=lr, help=f"peak learning rate (default {lr})")
+    group.add_argument("--res-proj-lr", type=float, default=None,
+                       help="peak learning rate of the AttnRes pseudo-queries (*_res_proj); default: --lr")
+    group.add_argument("--res-proj-weight-decay", type=float, default=DEFAULTS["res_proj_weight_decay"],
+                       help="weight decay of the pseudo-queries (default 0)")
+    group.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"],
+                       help=f"AdamW weight decay on matrices; norms, biases, embeddings and pseudo-queries get none "
+                            f"(default {DEFAULTS['weight_decay']})")
+    group.add_argument("--warmup-steps", type=int, default=warmup_steps,
+                       help=f"linear warmup steps (default {warmup_steps})")
+    group.add_argument("--min-lr-ratio", type=float, default=DEFAULTS["min_lr_ratio"],
+                       help=f"cosine floor as a fraction of the peak (default {DEFAULTS['min_lr_ratio']})")
+    group.add_argument("--grad-clip", type=float, default=DEFAULTS["grad_clip"],
+                       help=f"global gradient norm clip, 0 = off (default {DEFAULTS['grad_clip']})")
+
+
+def check_recipe_args(args, steps: int) -> None:
+    """SystemExit("error: ...") naming the flag, for recipe flags that cannot work (pipeline commands)."""
+    for name in ("weight_decay", "res_proj_weight_decay", "grad_clip", "warmup_steps"):
+        if getattr(args, name) < 0:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    for name in ("lr", "res_proj_lr"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    if not 0 <= args.min_lr_ratio <= 1:
+        raise SystemExit(f"error: --min-lr-ratio must be in [0, 1], got {args.min_lr_ratio}")
+    if args.warmup_steps > steps:
+        raise SystemExit(f"error: --warmup-steps {args.warmup_steps} exceeds --steps {steps}")
+
+
+__all__ = ["Recipe", "add_recipe_args", "check_recipe_args", "clip_by_group", "depth_group", "group_grad_norms",
+           "CLIP_GROUPS", "DEFAULTS", "DEPTH_GROUPS", "RES_NORM_SUFFIX", "RES_PROJ_SUFFIX", "BETAS", "EPS"]
