@@ -69,7 +69,7 @@ def test_wheel_installed_in_a_fresh_venv_works(tmp_path):
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, src / name)
     run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(src)])
-    wheel = next((tmp_path / "dist").glob("attnres-*.whl"))
+    wheel = next((tmp_path / "dist").glob("hf_attnres-*.whl"))
 
     venv = tmp_path / "venv"
     python, bin_dir = make_venv(venv)

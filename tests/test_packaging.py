@@ -49,7 +49,7 @@ def test_wheel_metadata_is_publish_ready(dist):
 
 
 def test_sdist_holds_sources_readme_and_license(dist):
-    sdist = next(dist.glob("attnres-*.tar.gz"))
+    sdist = next(dist.glob("hf_attnres-*.tar.gz"))
     with tarfile.open(sdist) as archive:
         names = {Path(*Path(n).parts[1:]).as_posix() for n in archive.getnames()}
     assert {"pyproject.toml", "README.md", "LICENSE",
