@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 import torch
 from tqdm import tqdm
 
+from ..core.cache_arg import CACHE_ARG, cache_kwargs
 from ..core.mix_point import MixSettings
 from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 from ..folders.atomic_io import write_json_atomic
@@ -96,13 +97,13 @@ def decode_workload(args: BenchModelArgs):
         model.eval()
         with torch.no_grad():
             out = model(prompt, use_cache=True)
-        return model, out.past_key_values, out.logits[:, -1:].argmax(-1)
+        return model, getattr(out, CACHE_ARG), out.logits[:, -1:].argmax(-1)
 
     def run(state):
         model, cache, token = state
         with torch.no_grad():
             for _ in range(args.decode_steps):
-                token = model(token, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+                token = model(token, use_cache=True, **cache_kwargs(cache)).logits[:, -1:].argmax(-1)
 
     return args.batch * args.decode_steps, setup, run
 

@@ -15,6 +15,7 @@ overrides `attention` / `feed_forward` where its sub-layers differ otherwise.
 """
 import torch
 
+from hf_attnres.core.cache_arg import cache_kwargs, given_cache
 from hf_attnres.core.depth_layout import DepthLayout
 from hf_attnres.core.mix_point import AttnResMixing
 
@@ -46,14 +47,14 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         """The depth sources after this layer: its outputs open new sources, or replace the running partial sum."""
         return self.depth_layout.update_sources(self.layer_idx, sources, new_sources)
 
-    def attention(self, hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs):
+    def attention(self, hidden_states, attention_mask, position_ids, cache, use_cache, **kwargs):
         """The family's attention sub-layer on its normed input, without the residual add its `forward` fuses in."""
         hidden_states, _ = self.self_attn(
             hidden_states=hidden_states,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
             use_cache=use_cache,
+            **cache_kwargs(cache),
             **kwargs,
         )
         return hidden_states
@@ -67,11 +68,12 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         *sources: torch.Tensor,
         attention_mask=None,
         position_ids=None,
-        past_key_values=None,
+        cache=None,
         use_cache: bool | None = False,
         output_attn_res_weights: bool = False,
         attn_res_schedule=None,
         attn_res_settings=None,
+        past_key_values=None,
         **kwargs,
     ) -> tuple[torch.Tensor, ...]:
         """Sources come positionally: reentrant checkpointing only tracks gradients of positional tensors.
@@ -79,11 +81,14 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         Returns the new sources (1, or 2 in full mode) followed by the mix weights when asked: a flat tuple of tensors.
         `attn_res_schedule`: how no-grad mixes are computed (`hf_attnres.core.inference.TwoPhaseSchedule`), None: plain.
         `attn_res_settings`: the config's mix switches, resolved once per model forward (`mix_point.MixSettings`).
+        `cache`: `past_key_values` before transformers 5.24 (either name; the model passes the installed one's, which
+        transformers' gradient-checkpointing layer clears under checkpointing).
         """
+        cache = given_cache(cache, past_key_values)
         weights = [] if output_attn_res_weights else None
         attn_norm, mlp_norm = (self._modules[name] for name in self.attn_res_input_norms)
         h = self.mix("self_attention", sources, weights, attn_norm, attn_res_schedule, attn_res_settings)
-        attn_out = self.attention(h, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
+        attn_out = self.attention(h, attention_mask, position_ids, cache, use_cache, **kwargs)
         # an output module belongs to its sub-layer: the output joins the sources through it, so no mix reads past it
         ends = self.attn_res_output_modules
         if ends:

@@ -19,6 +19,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from hf_attnres.core.buildable import decoder_parameters, refuse_unbuildable
+from hf_attnres.core.cache_arg import cache_kwargs
 from hf_attnres.core.model import AttnResForCausalLMMixin, AttnResModelMixin
 
 MASKS = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask}
@@ -82,11 +83,11 @@ class AttnResDecoderModel(AttnResModelMixin):
         scale = EMBEDDING_SCALES[self.embedding_scale](config)
         return self.embedding_class(config.vocab_size, config.hidden_size, self.padding_idx, embed_scale=scale)
 
-    def causal_masks(self, inputs_embeds, attention_mask, past_key_values, position_ids, types) -> dict:
+    def causal_masks(self, inputs_embeds, attention_mask, cache, position_ids, types) -> dict:
         if isinstance(attention_mask, dict):  # already prepared, e.g. by `generate`
             return attention_mask
         mask_kwargs = dict(config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                           past_key_values=past_key_values, position_ids=position_ids)
+                           position_ids=position_ids, **cache_kwargs(cache))
         return {kind: MASKS[kind](**mask_kwargs) for kind in dict.fromkeys(types)}
 
     def position_embeddings(self, inputs_embeds, position_ids, types) -> dict:
@@ -95,12 +96,12 @@ class AttnResDecoderModel(AttnResModelMixin):
         shared = self.rotary_emb(inputs_embeds, position_ids)
         return dict.fromkeys(types, shared)
 
-    def layer_kwargs(self, inputs_embeds, attention_mask, past_key_values, position_ids, use_cache):
+    def layer_kwargs(self, inputs_embeds, attention_mask, cache, position_ids, use_cache):
         types = attention_types(self.config)
-        masks = self.causal_masks(inputs_embeds, attention_mask, past_key_values, position_ids, types)
+        masks = self.causal_masks(inputs_embeds, attention_mask, cache, position_ids, types)
         rotary = self.position_embeddings(inputs_embeds, position_ids, types)
         return lambda i: dict(attention_mask=masks[types[i]], position_embeddings=rotary[types[i]],
-                              position_ids=position_ids, past_key_values=past_key_values, use_cache=use_cache)
+                              position_ids=position_ids, use_cache=use_cache, **cache_kwargs(cache))
 
 
 class AttnResDecoderForCausalLM(AttnResForCausalLMMixin):

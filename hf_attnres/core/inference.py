@@ -94,7 +94,7 @@ def two_phase_schedule(model, hidden_states: torch.Tensor, output_attn_res_weigh
     return TwoPhaseSchedule(model, backend) if enabled else None
 
 
-def chunked_causal_lm_forward(model, input_ids=None, inputs_embeds=None, attention_mask=None, past_key_values=None,
+def chunked_causal_lm_forward(model, input_ids=None, inputs_embeds=None, attention_mask=None, cache=None,
                               chunk_size: int = 4096, logits_to_keep: int | torch.Tensor = 0, **kwargs):
     """`model(...)` (an AttnRes causal LM) over the prompt in chunks of `chunk_size` tokens, cache carried.
 
@@ -112,8 +112,8 @@ def chunked_causal_lm_forward(model, input_ids=None, inputs_embeds=None, attenti
         raise ValueError("prefill_chunk_size needs a 2-D attention_mask [batch, past + seq] (it is cut per chunk)")
     reference = input_ids if input_ids is not None else inputs_embeds
     seq_len = reference.shape[1]
-    cache = past_key_values if past_key_values is not None else DynamicCache(config=model.config)
-    past = cache.get_seq_length()
+    cache = cache if cache is not None else DynamicCache(config=model.config)
+    past = int(cache.get_seq_length())  # a tensor where a linear-attention layer counts it (transformers 5.24+)
     keep_from = seq_len - logits_to_keep if isinstance(logits_to_keep, int) and logits_to_keep > 0 else 0
     position_ids = kwargs.pop("position_ids", None)
     kept = []
@@ -124,7 +124,7 @@ def chunked_causal_lm_forward(model, input_ids=None, inputs_embeds=None, attenti
             input_ids=input_ids[:, start:end] if input_ids is not None else None,
             inputs_embeds=inputs_embeds[:, start:end] if inputs_embeds is not None else None,
             attention_mask=attention_mask[:, : past + end] if attention_mask is not None else None,
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
             **kwargs,
         )

@@ -19,6 +19,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs, selected_hidden_states
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
+from hf_attnres.core.cache_arg import CACHE_ARG, cache_kwargs, given_cache
 from hf_attnres.core.inference import chunked_causal_lm_forward, two_phase_schedule
 from hf_attnres.core.input_checks import (
     check_backend,
@@ -64,32 +65,36 @@ class AttnResModelMixin(AttnResMixing):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         use_cache: bool | None = None,
         output_hidden_states: bool | int | list[int] | None = None,
         output_attn_res_weights: bool = False,
+        past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ModelOutput:
-        inputs_embeds, past_key_values, position_ids, output_hidden_states = self.prepare_inputs(
-            input_ids, inputs_embeds, attention_mask, past_key_values, position_ids, use_cache, output_hidden_states
+        """`cache` (`past_key_values` before transformers 5.24: either name is taken, `hf_attnres.core.cache_arg`)."""
+        cache = given_cache(cache, past_key_values)
+        inputs_embeds, cache, position_ids, output_hidden_states = self.prepare_inputs(
+            input_ids, inputs_embeds, attention_mask, cache, position_ids, use_cache, output_hidden_states
         )
         hidden_states, all_hidden_states, all_weights = self.run_depth(
             inputs_embeds,
-            self.layer_kwargs(inputs_embeds, attention_mask, past_key_values, position_ids, use_cache),
+            self.layer_kwargs(inputs_embeds, attention_mask, cache, position_ids, use_cache),
             output_hidden_states,
             output_attn_res_weights,
             **kwargs,
         )
         return self.output_class(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values,
             hidden_states=all_hidden_states,
             attn_res_weights=all_weights,
+            **cache_kwargs(cache),
         )
 
-    def layer_kwargs(self, inputs_embeds, attention_mask, past_key_values, position_ids, use_cache):
-        """The family's per-layer keyword arguments: a function of the layer index (mask, positions, cache)."""
+    def layer_kwargs(self, inputs_embeds, attention_mask, cache, position_ids, use_cache):
+        """The family's per-layer keyword arguments: a function of the layer index (mask, positions, and the cache
+        under the installed transformers' name, `cache_kwargs`, which its gradient-checkpointing layers clear)."""
         raise NotImplementedError
 
     def init_output_mix(self, config) -> None:
@@ -128,22 +133,22 @@ class AttnResModelMixin(AttnResMixing):
         elif isinstance(attention_mask, torch.Tensor) and attention_mask.dim() != 4:
             raise ValueError(f"attention_mask must be 2-D [batch, seq] (or a 4-D mask), got {attention_mask.dim()}-D")
 
-    def prepare_inputs(self, input_ids, inputs_embeds, attention_mask, past_key_values, position_ids, use_cache,
+    def prepare_inputs(self, input_ids, inputs_embeds, attention_mask, cache, position_ids, use_cache,
                        output_hidden_states):
         """Every family's forward preamble: the inputs checked, the embeddings, a new cache when one is used, the
-        positions. Returns (inputs_embeds, past_key_values, position_ids, output_hidden_states)."""
+        positions. Returns (inputs_embeds, cache, position_ids, output_hidden_states)."""
         self.check_inputs(input_ids, inputs_embeds, attention_mask)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(widened(input_ids))
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
         if position_ids is None:
-            past_seen_tokens = past_key_values.get_seq_length() if past_key_values is not None else 0
+            past_seen_tokens = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen_tokens
             position_ids = position_ids.unsqueeze(0)
-        return inputs_embeds, past_key_values, position_ids, output_hidden_states
+        return inputs_embeds, cache, position_ids, output_hidden_states
 
     def run_depth(self, inputs_embeds, layer_kwargs, output_hidden_states, output_attn_res_weights: bool, **kwargs):
         """The decoder layers over the depth sources, then the output mix and the final norm.
@@ -196,7 +201,7 @@ class AttnResForCausalLMMixin:
     the output carries beside the logits (`model_outputs`: Kimi Linear's adds `router_logits`)."""
 
     model_class = output_class = None
-    model_outputs = ("past_key_values", "hidden_states", "attentions", "attn_res_weights")
+    model_outputs = (CACHE_ARG, "hidden_states", "attentions", "attn_res_weights")
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -215,16 +220,19 @@ class AttnResForCausalLMMixin:
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         prefill_chunk_size: int | None = None,
+        past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ModelOutput:
         """`prefill_chunk_size`: run a longer prompt in chunks of this many tokens, carrying the cache (long-context
-        prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs."""
+        prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs.
+        `cache`: `past_key_values` before transformers 5.24 (either name is taken, `hf_attnres.core.cache_arg`)."""
+        cache = given_cache(cache, past_key_values)
         reference = input_ids if input_ids is not None else inputs_embeds
         check_labels(labels, reference, self.config.vocab_size)
         check_chunk_size(prefill_chunk_size)
@@ -232,15 +240,14 @@ class AttnResForCausalLMMixin:
         if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
             logits, cache = chunked_causal_lm_forward(
                 self, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                past_key_values=past_key_values, chunk_size=prefill_chunk_size, logits_to_keep=logits_to_keep,
-                labels=labels, **kwargs,
+                cache=cache, chunk_size=prefill_chunk_size, logits_to_keep=logits_to_keep, labels=labels, **kwargs,
             )
-            return self.output_class(logits=self.postprocess_logits(logits), past_key_values=cache)
+            return self.output_class(logits=self.postprocess_logits(logits), **cache_kwargs(cache))
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             **kwargs,
@@ -272,8 +279,7 @@ class AttnResPreTrainedMixin:
 
     # writes a saved folder's generated code files: `code_writer(folder, model module)`, set by the package's
     # registration (hf_attnres/__init__.py); None in a folder's own copy, loaded as remote code, where transformers
-    # copies
-    # the files the class came from
+    # copies the files the class came from
     code_writer = None
     # the AttnRes models read token ids only, whatever the family's PreTrainedModel lists (Gemma 3's lists images: it
     # is shared with the multimodal model)

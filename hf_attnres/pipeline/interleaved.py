@@ -196,7 +196,7 @@ class InterleavedChunk(AttnResMixing, nn.Module):
             kind = self.config.layer_types[i]
             context = contexts.setdefault(kind, layer_context(self.config, i, sources[0]))
             layer = self.layers[str(i)]
-            outputs = layer(*sources, **context, past_key_values=None, use_cache=False)
+            outputs = layer(*sources, **context, cache=None, use_cache=False)
             sources = layer.update_sources(sources, outputs[: layer.num_new_sources])
         if self.is_last:
             outputs = (self.lm_head(self.mix("output_attn", sources, None, self.norm)),)

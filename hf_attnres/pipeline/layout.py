@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
 
+from ..core.cache_arg import cache_kwargs
 from ..core.depth_layout import DepthLayout
 
 
@@ -22,8 +23,8 @@ def layer_context(config, layer_idx: int, hidden: torch.Tensor) -> dict:
     position_ids = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
     mask_fn = (create_causal_mask if config.layer_types[layer_idx] == "full_attention"
                else create_recurrent_attention_mask)
-    mask = mask_fn(config=config, inputs_embeds=hidden, attention_mask=None, past_key_values=None,
-                   position_ids=position_ids)
+    mask = mask_fn(config=config, inputs_embeds=hidden, attention_mask=None, position_ids=position_ids,
+                   **cache_kwargs(None))
     return {"attention_mask": mask, "position_ids": position_ids}
 
 

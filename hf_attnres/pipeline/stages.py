@@ -108,7 +108,7 @@ class DecoderLayerPipe(PipeLayer):
 
     def forward(self, sources) -> tuple[torch.Tensor, ...]:
         sources = as_sources(sources)
-        outputs = self.layer(*sources, **self.context(sources[0]), past_key_values=None, use_cache=False)
+        outputs = self.layer(*sources, **self.context(sources[0]), cache=None, use_cache=False)
         return self.layer.update_sources(sources, outputs[: self.layer.num_new_sources])
 
 

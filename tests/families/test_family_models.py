@@ -8,6 +8,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 import hf_attnres  # noqa: F401  (registers the Auto classes)
 from hf_attnres.families.registry import family_classes
 from tests.families.tiny import FAMILIES, attn_res_config, attn_res_model, random_ids, source_model
+from tests.helpers.cache import cache_of
 
 FAMILY_NAMES = sorted(FAMILIES)
 
@@ -74,7 +75,7 @@ def test_greedy_generation_with_the_family_cache_equals_recomputation(family, mo
         # and the cached decode's last logits equal a full forward over the whole sequence
         full = model(cached[:, :-1]).logits[:, -1]
         step = model(cached[:, :-2], use_cache=True)
-        last = model(cached[:, -2:-1], past_key_values=step.past_key_values, use_cache=True).logits[:, -1]
+        last = model(cached[:, -2:-1], cache=cache_of(step), use_cache=True).logits[:, -1]
     assert torch.equal(cached, recomputed)
     torch.testing.assert_close(last, full, rtol=1e-4, atol=1e-5)
 

@@ -5,6 +5,8 @@ bookkeeping code, so a parity test against it checks the AttnRes wiring itself.
 """
 import torch
 
+from hf_attnres.core.cache_arg import cache_kwargs
+
 
 def mix(sources, owner, point):
     """The mix at `owner`'s `point`, written from the paper's definitions, ablations included (section 5.3)."""
@@ -33,7 +35,7 @@ class KimiSublayers:
 
         self.model = model
         kwargs = dict(
-            config=model.config, inputs_embeds=embeds, attention_mask=None, past_key_values=None,
+            config=model.config, inputs_embeds=embeds, attention_mask=None, **cache_kwargs(None),
             position_ids=torch.arange(embeds.shape[1]).unsqueeze(0),
         )
         self.masks = {"full_attention": create_causal_mask(**kwargs),
@@ -66,7 +68,7 @@ class RotarySublayers:
         config = self.config = model.config
         self.model = model
         self.position_ids = torch.arange(embeds.shape[1]).unsqueeze(0)
-        kwargs = dict(config=config, inputs_embeds=embeds, attention_mask=None, past_key_values=None,
+        kwargs = dict(config=config, inputs_embeds=embeds, attention_mask=None, **cache_kwargs(None),
                       position_ids=self.position_ids)
         sliding = getattr(config, "sliding_window", None) is not None
         self.types = list(getattr(config, "layer_types", None) or

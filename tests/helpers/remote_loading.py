@@ -27,6 +27,9 @@ CHILD = textwrap.dedent(
             result = {"logits": model(ids).logits}
             if spec["generate"]:
                 result["generated"] = model.generate(ids, max_new_tokens=spec["generate"], do_sample=False)
+            if spec["recompute"]:  # greedy decoding without the cache: every step recomputes the whole sequence
+                result["recomputed"] = model.generate(ids, max_new_tokens=spec["generate"], do_sample=False,
+                                                      use_cache=False)
         if spec["tokenizer"]:  # no trust_remote_code: a plain tokenizer must load without any prompt
             result["tokens"] = AutoTokenizer.from_pretrained(source)("w5 w7 w9")["input_ids"]
         results.append(result)
@@ -60,9 +63,9 @@ def load_in_clean_process(source, ids: torch.Tensor, work: Path, hf_home: Path, 
 
 
 def load_all_in_clean_process(sources, ids: torch.Tensor, work: Path, hf_home: Path, tokenizer: bool = False,
-                              generate: int = 0) -> list[dict]:
+                              generate: int = 0, recompute: bool = False) -> list[dict]:
     """`load_in_clean_process` for several folders in one fresh interpreter (one start-up of torch and transformers);
-    `generate`: also greedy-decode that many new tokens."""
+    `generate`: also greedy-decode that many new tokens; `recompute`: and again without the cache."""
     work.mkdir(parents=True, exist_ok=True)
     torch.save(ids, work / "ids.pt")
     (work / "child.py").write_text(CHILD)
@@ -70,7 +73,7 @@ def load_all_in_clean_process(sources, ids: torch.Tensor, work: Path, hf_home: P
     env.update(PYTHONPATH=str(block_packages(work / "blocked")), HF_HOME=str(hf_home), HF_HUB_OFFLINE="1",
                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     spec = dict(sources=[str(s) for s in sources], ids=str(work / "ids.pt"), out=str(work / "out.pt"),
-                tokenizer=tokenizer, generate=generate)
+                tokenizer=tokenizer, generate=generate, recompute=recompute)
     result = subprocess.run([sys.executable, str(work / "child.py"), json.dumps(spec)], cwd=work, env=env,
                             capture_output=True, text=True, timeout=600,
                             stdin=subprocess.DEVNULL)  # an interactive prompt fails instead of hanging

@@ -11,6 +11,7 @@ import torch
 
 import hf_attnres.kernels.mix as mix_ops
 from hf_attnres.kernels.mix import attn_res, attn_res_naive, cpu_fused, rms_norm_naive
+from tests.helpers.cache import cache_of
 from tests.helpers.kernel_cases import make_inputs
 from tests.helpers.model_factory import random_ids, tiny_model
 
@@ -300,7 +301,7 @@ def test_model_prefill_and_decode_cpp_equals_torch(mode, block_size, dtype, monk
         model.config.attn_res_backend = backend
         with torch.no_grad():
             prefill = model(ids[:, :8], use_cache=True)
-            step = model(ids[:, 8:], past_key_values=prefill.past_key_values, use_cache=True)
+            step = model(ids[:, 8:], cache=cache_of(prefill), use_cache=True)
         logits[backend] = (prefill.logits.float(), step.logits.float())
     assert calls.count("cpp") == calls.count("lean") > 0
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=5e-2, atol=5e-2)

@@ -17,6 +17,7 @@ import hf_attnres.kernels.mix as mix_ops
 from hf_attnres.kernels.mix import attn_res, attn_res_naive, rms_norm_naive
 from hf_attnres.kernels.two_phase import phase1, phase1_naive
 from hf_attnres.kernels.two_phase.lean import DepthBank
+from tests.helpers.cache import cache_of
 from tests.helpers.kernel_cases import make_inputs
 from tests.helpers.model_factory import random_ids, tiny_model
 
@@ -102,7 +103,7 @@ def test_two_phase_chunked_prefill_and_decode_equal_plain_loop():
         model.config.attn_res_two_phase = enabled
         with torch.no_grad():
             prefill = model(ids[:, :8], use_cache=True, prefill_chunk_size=3)
-            step = model(ids[:, 8:], past_key_values=prefill.past_key_values, use_cache=True)
+            step = model(ids[:, 8:], cache=cache_of(prefill), use_cache=True)
         logits[enabled] = (prefill.logits, step.logits)
     torch.testing.assert_close(logits[True], logits[False], rtol=1e-4, atol=1e-4)
 

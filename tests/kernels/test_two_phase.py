@@ -6,6 +6,7 @@ import torch
 from hf_attnres.core import inference
 from hf_attnres.kernels.mix import attn_res_naive, rms_norm_naive
 from hf_attnres.kernels.two_phase import phase1, phase2
+from tests.helpers.cache import cache_of
 from tests.helpers.model_factory import random_ids, tiny_model
 
 
@@ -70,7 +71,7 @@ def test_model_two_phase_prefill_and_decode_equal_plain_loop(block_size, num_lay
         model = model_with_schedule(enabled, block_size, num_layers)
         with torch.no_grad():
             prefill = model(ids[:, :4], use_cache=True)
-            step = model(ids[:, 4:5], past_key_values=prefill.past_key_values, use_cache=True)
+            step = model(ids[:, 4:5], cache=cache_of(prefill), use_cache=True)
         results[enabled] = (prefill.logits, step.logits)
     torch.testing.assert_close(results[True], results[False], rtol=1e-4, atol=1e-4)  # fp32 rounding only
     blocks = -(-num_layers // block_size)

@@ -31,6 +31,7 @@ from transformers.models.kimi_linear.modeling_kimi_linear import (
 from transformers.utils.output_capturing import OutputRecorder
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
+from hf_attnres.core.cache_arg import LINEAR_CACHE_ARG, cache_kwargs
 from hf_attnres.core.decoder_layer import AttnResDecoderLayerMixin
 from hf_attnres.core.mix_point import AttnResMixing, PseudoQuery  # noqa: F401  (AttnResMixing: imported from here by pipeline)
 from hf_attnres.core.model import AttnResForCausalLMMixin, AttnResModelMixin, AttnResPreTrainedMixin
@@ -69,13 +70,13 @@ class KimiLinearAttnResDecoderLayer(AttnResDecoderLayerMixin, KimiLinearDecoderL
             install_k3(self, config, layer_idx)
         self.init_attn_res(config, layer_idx)
 
-    def attention(self, hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs):
+    def attention(self, hidden_states, attention_mask, position_ids, cache, use_cache, **kwargs):
         """Kimi Linear's attention dispatch (KDA or MLA), without the residual add that its `forward` fuses in."""
         if self.block_type == "linear_attention":
             return self.self_attn(
-                hidden_states=hidden_states, cache_params=past_key_values, attention_mask=attention_mask, **kwargs
+                hidden_states=hidden_states, attention_mask=attention_mask, **{LINEAR_CACHE_ARG: cache}, **kwargs
             )
-        return super().attention(hidden_states, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
+        return super().attention(hidden_states, attention_mask, position_ids, cache, use_cache, **kwargs)
 
 
 class KimiLinearAttnResPreTrainedModel(AttnResPreTrainedMixin, KimiLinearPreTrainedModel):
@@ -116,14 +117,14 @@ class KimiLinearAttnResModel(AttnResModelMixin, KimiLinearAttnResPreTrainedModel
         self.gradient_checkpointing = False
         self.post_init()
 
-    def layer_kwargs(self, inputs_embeds, attention_mask, past_key_values, position_ids, use_cache):
+    def layer_kwargs(self, inputs_embeds, attention_mask, cache, position_ids, use_cache):
         if not isinstance(causal_mask_mapping := attention_mask, dict):  # already prepared, e.g. by `generate`
             mask_kwargs = {
                 "config": self.config,
                 "inputs_embeds": inputs_embeds,
                 "attention_mask": attention_mask,
-                "past_key_values": past_key_values,
                 "position_ids": position_ids,
+                **cache_kwargs(cache),
             }
             causal_mask_mapping = {
                 "full_attention": create_causal_mask(**mask_kwargs),
@@ -131,7 +132,7 @@ class KimiLinearAttnResModel(AttnResModelMixin, KimiLinearAttnResPreTrainedModel
             }
         layer_types = self.config.layer_types
         return lambda i: dict(attention_mask=causal_mask_mapping[layer_types[i]], position_ids=position_ids,
-                              past_key_values=past_key_values, use_cache=use_cache)
+                              use_cache=use_cache, **cache_kwargs(cache))
 
 
 class KimiLinearAttnResForCausalLM(

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from hf_attnres.core import inference
+from tests.helpers.cache import cache_of
 from tests.helpers.model_factory import random_ids, tiny_model
 
 
@@ -51,7 +52,7 @@ def test_inference_triton_equals_torch(mode, block_size, monkeypatch):
         with_backend(model, backend)
         with torch.no_grad():
             prefill = model(ids[:, :4], use_cache=True)
-            step = model(ids[:, 4:], past_key_values=prefill.past_key_values, use_cache=True)
+            step = model(ids[:, 4:], cache=cache_of(prefill), use_cache=True)
         logits[backend] = (prefill.logits, step.logits)
     torch.testing.assert_close(logits["triton"], logits["torch"], rtol=1e-4, atol=1e-4)
     # block mode: 2 blocks, Phase 1 each, in prefill and decode, on the Triton backend only; full: plain loop
@@ -82,16 +83,16 @@ def test_chunked_prefill_equals_unchunked(chunk):
         last = model(ids, attention_mask=mask, use_cache=True, prefill_chunk_size=chunk, logits_to_keep=1)
     torch.testing.assert_close(chunked.logits, full.logits, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(last.logits, full.logits[:, -1:], rtol=1e-4, atol=1e-4)
-    want_state, got_state = cache_state(full.past_key_values), cache_state(chunked.past_key_values)
+    want_state, got_state = cache_state(cache_of(full)), cache_state(cache_of(chunked))
     assert len(got_state) == len(want_state) > 0
     for got, want in zip(got_state, want_state):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    assert chunked.past_key_values.get_seq_length() == full.past_key_values.get_seq_length()
+    assert cache_of(chunked).get_seq_length() == cache_of(full).get_seq_length()
     next_ids = random_ids(batch=2, seq=1, seed=3)
     next_mask = torch.cat([mask, torch.ones_like(next_ids)], dim=1)
     with torch.no_grad():
-        a = model(next_ids, attention_mask=next_mask, past_key_values=full.past_key_values, use_cache=True).logits
-        b = model(next_ids, attention_mask=next_mask, past_key_values=chunked.past_key_values, use_cache=True).logits
+        a = model(next_ids, attention_mask=next_mask, cache=cache_of(full), use_cache=True).logits
+        b = model(next_ids, attention_mask=next_mask, cache=cache_of(chunked), use_cache=True).logits
     torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
 
 
