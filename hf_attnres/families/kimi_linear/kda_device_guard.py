@@ -3,6 +3,9 @@
 transformers binds KDA and short-convolution functions to those packages at import when they are present; their
 Triton/CUDA kernels cannot take CPU tensors. We route each call by device: CUDA tensors go to the bound fast kernel,
 anything else to transformers' own PyTorch reference (the function the binding wraps).
+
+transformers 5.25 routes these calls by device itself (`hub_kernels._PACKAGE_SUPPORTED_DEVICES`); there the guard
+patches nothing, so transformers' module is left exactly as it ships.
 """
 from __future__ import annotations
 
@@ -44,9 +47,17 @@ def route_by_device(bound, reference):
     return routed
 
 
+def transformers_routes_by_device() -> bool:
+    """Whether the installed transformers sends inputs on a device a kernel package lacks to its torch path."""
+    from transformers.integrations import hub_kernels
+
+    return hasattr(hub_kernels, "_PACKAGE_SUPPORTED_DEVICES")
+
+
 def install_kda_device_guard(module=modeling_kimi_linear) -> list[str]:
-    """Route transformers' KimiLinear kernel functions by device when a fast package is installed. Idempotent."""
-    if not any(importlib.util.find_spec(package) for package in FAST_PACKAGES):
+    """Route transformers' KimiLinear kernel functions by device when a fast package is installed and transformers
+    does not route them itself. Idempotent."""
+    if transformers_routes_by_device() or not any(importlib.util.find_spec(package) for package in FAST_PACKAGES):
         return []
     routed_names = []
     for name in GUARDED_FUNCTIONS:

@@ -1,6 +1,7 @@
 """With fla installed on a CPU-only machine, transformers binds fla's Triton KDA kernels, which cannot take CPU
-tensors. attnres routes CPU calls to transformers' PyTorch reference. A stand-in `fla` package that fails on CPU
-tensors, as the real one does, makes the binding happen here without a GPU."""
+tensors. Up to transformers 5.24 hf_attnres routes CPU calls to transformers' PyTorch reference; from 5.25 transformers
+routes them itself and hf_attnres patches nothing. A stand-in `fla` package that fails on CPU tensors, as the real one
+does, makes the binding happen here without a GPU."""
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import textwrap
 
 import torch
 
+from hf_attnres.families.kimi_linear.kda_device_guard import transformers_routes_by_device
 from tests.helpers.model_factory import random_ids, tiny_model
 
 FAKE_KDA = '''
@@ -44,7 +46,9 @@ def test_model_runs_on_cpu_with_fla_bound(tmp_path):
     with torch.no_grad():
         torch.save({"ids": ids, "logits": model(ids, use_cache=False).logits}, tmp_path / "expected.pt")
 
-    # 1. without attnres, transformers' own KimiLinear is bound to the (fake) fla kernels and fails on CPU
+    # 1. without hf_attnres, transformers' own KimiLinear is bound to the (fake) fla kernels: it fails on CPU where
+    # transformers does not route by device, and runs where it does
+    routes_itself = transformers_routes_by_device()
     plain = run(
         f"""
         import torch
@@ -56,15 +60,20 @@ def test_model_runs_on_cpu_with_fla_bound(tmp_path):
         """,
         tmp_path,
     )
-    assert "FAKE_FLA" in plain.stderr, plain.stderr[-2000:]
+    if routes_itself:
+        assert plain.returncode == 0 and "FAKE_FLA" not in plain.stderr, plain.stderr[-2000:]
+    else:
+        assert "FAKE_FLA" in plain.stderr, plain.stderr[-2000:]
 
-    # 2. with attnres, the same binding is routed by device and the model matches the fla-free run exactly
+    # 2. with hf_attnres, the binding is routed by device (by hf_attnres only where transformers does not) and the
+    # model matches the fla-free run exactly
     ours = run(
         f"""
         import torch, hf_attnres
         from hf_attnres import KimiLinearAttnResForCausalLM
         from transformers.models.kimi_linear import modeling_kimi_linear as kimi
-        assert kimi.chunk_kimi_delta_attention.attnres_device_routed
+        patched = getattr(kimi.chunk_kimi_delta_attention, "attnres_device_routed", False)
+        assert patched is {not routes_itself}, patched
         model = KimiLinearAttnResForCausalLM.from_pretrained({str(tmp_path / "model")!r}).eval()
         expected = torch.load({str(tmp_path / "expected.pt")!r})
         with torch.no_grad():
