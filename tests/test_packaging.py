@@ -2,6 +2,7 @@
 version, readme as long description; plus license, classifiers, urls), the wheel holds the kernels and the task
 templates, and `import hf_attnres` stays light (no tool, no optional dependency, little time beyond transformers)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,9 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
+import tomllib  # the tests run on Python 3.11+
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 import hf_attnres
 
@@ -84,3 +88,16 @@ def test_import_attnres_is_light():
     assert not loaded, f"import hf_attnres loads {loaded}"
     # measured 0.1 s on an idle 2-core box, 0.3 s at load 10 (the stack itself: 2-7 s); a loose bound for loaded CI
     assert float(own) < 1.5, f"import hf_attnres took {float(own):.2f} s beyond transformers' model stack ({stack} s)"
+
+
+def test_the_test_lanes_cover_both_ends_of_the_supported_transformers_range():
+    """scripts/run_tests.sh installs the oldest transformers pyproject allows for the full suite and the newest for
+    the version lane: a range widened or narrowed in one place and not the other is caught here."""
+    requirements = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    spec = next(r.specifier for r in map(Requirement, requirements) if r.name == "transformers")
+    script = (REPO / "scripts" / "run_tests.sh").read_text()
+    oldest, newest = (Version(re.search(rf"^{end}_TRANSFORMERS=(\S+)$", script, re.M).group(1))
+                      for end in ("OLDEST", "NEWEST"))
+    assert oldest in spec and newest in spec, (str(spec), oldest, newest)
+    assert Version(f"{oldest.major}.{oldest.minor - 1}.99") not in spec  # nothing older is allowed
+    assert Version(f"{newest.major}.{newest.minor + 1}.0") not in spec  # nor any newer minor release
