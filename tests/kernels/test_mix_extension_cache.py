@@ -1,11 +1,14 @@
 """The C++ kernel's cache (kernels/mix/extension_cache.py through cpu_fused.load_extension): what may be loaded and
 run. A tiny stand-in extension (plain C, compiled in a fraction of a second) replaces torch's ~1-minute build, built
 the way torch's `load_inline` treats its folder: a library already there is imported as up to date, and a `lock`
-file there makes it wait. One test loads the real kernel from its verified cache entry.
+file there makes it wait (torch <= 2.13's FileBaton); as torch >= 2.14's FileLock does, it can leave its `lock`
+behind after a successful build. One test builds the stand-in with torch's own JIT build (whatever lock this torch
+leaves), one loads the real kernel from its verified cache entry.
 
 Each test fails on a cache without that guard: a library planted in the build folder ran, the cache was keyed without
 the torch installation, compiler or Python ABI, folders were created for anyone to read and were used whoever owned
-them or could write them, and a lock left by a killed build hung every later load.
+them or could write them, a lock left by a killed build hung every later load, and the lock torch >= 2.14 leaves
+after every successful build was reported as an interrupted build.
 """
 from __future__ import annotations
 
@@ -54,12 +57,14 @@ def compile_c(source: str, library: Path) -> Path:
 
 
 class StandIn:
-    """torch's `load_inline` for these tests: counts builds, waits on no lock (a `lock` present would make torch wait
-    forever: an error here) and imports a library already in the folder, as torch's no-op rebuild does."""
+    """torch's `load_inline` for these tests: counts builds, waits on no lock (a `lock` present would make torch <= 2.13
+    wait forever: an error here) and imports a library already in the folder, as torch's no-op rebuild does. With
+    `leaves_lock` its build leaves its `lock` behind, as torch >= 2.14's FileLock does after every build."""
 
     def __init__(self, tmp_path: Path):
         self.builds = 0
         self.marker = tmp_path / "planted-ran"
+        self.leaves_lock = False
 
     def __call__(self, name, build_directory, **kwargs):
         folder = Path(build_directory)
@@ -69,6 +74,8 @@ class StandIn:
         if not library.exists():
             self.builds += 1
             compile_c(STAND_IN % dict(name=name), library)
+        if self.leaves_lock:
+            (folder / "lock").touch(mode=0o644)
         import importlib.util
 
         spec = importlib.util.spec_from_file_location(name, library)
@@ -191,23 +198,32 @@ def test_a_folder_others_can_write_is_refused(stand_in, which, mode):
 
 KILLED_BUILDER = """
 import fcntl, os, signal, sys
-folder, lock = sys.argv[1], sys.argv[2]
+folder, lock, name, torch_lock = sys.argv[1:]
 os.makedirs(folder, mode=0o700)
 fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
 fcntl.flock(fd, fcntl.LOCK_EX)  # the attnres build lock, held while building
-open(os.path.join(folder, "lock"), "w").close()  # torch's FileBaton, removed only when the build ends
+baton = os.open(os.path.join(folder, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+if torch_lock == "FileLock":  # torch >= 2.14: an flock on the file, which stays; the library half written
+    fcntl.flock(baton, fcntl.LOCK_EX)
+    with open(os.path.join(folder, name + ".so"), "wb") as library:
+        library.write(b"\\x7fELF")
+# else torch <= 2.13's FileBaton: the file's existence is the lock, removed only when the build ends
 os.kill(os.getpid(), signal.SIGKILL)  # killed mid-build
 """
 
 
 @needs_cc
-def test_a_lock_left_by_a_killed_build_is_broken_with_one_warning(stand_in, tmp_path):
-    """torch's `lock` file outlives a SIGKILLed build, and torch waits on it forever; the attnres build lock is
-    released by the kernel when its holder dies, so holding it proves the file stale."""
+@pytest.mark.parametrize("torch_lock", ["FileBaton", "FileLock"])
+def test_a_lock_left_by_a_killed_build_is_broken_with_one_warning(stand_in, tmp_path, torch_lock):
+    """torch's `lock` file outlives a SIGKILLed build (torch <= 2.13 waits on it forever), and no manifest records a
+    build; the attnres build lock is released by the kernel when its holder dies, so holding it proves the file
+    stale."""
     name, folder = cpu_fused.build_directory()
     folder.parent.mkdir(mode=0o700)
-    killed = subprocess.run([sys.executable, "-c", KILLED_BUILDER, str(folder), str(folder.parent / f"{name}.lock")])
+    killed = subprocess.run([sys.executable, "-c", KILLED_BUILDER, str(folder), str(folder.parent / f"{name}.lock"),
+                             name, torch_lock])
     assert killed.returncode == -signal.SIGKILL and (folder / "lock").exists()
+    assert (folder / f"{name}.so").exists() == (torch_lock == "FileLock")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         module = load()
@@ -215,6 +231,82 @@ def test_a_lock_left_by_a_killed_build_is_broken_with_one_warning(stand_in, tmp_
     assert messages == [f"attnres: removed a stale build lock {folder / 'lock'} (an earlier C++ kernel build was "
                         "interrupted)"]
     assert module is not None and stand_in.builds == 1 and not (folder / "lock").exists()
+
+
+@needs_cc
+def test_the_lock_a_successful_build_leaves_is_removed_silently(stand_in):
+    """torch >= 2.14 leaves its `lock` after every successful build: no warning, neither right after the build nor in
+    a later load that finds it beside the verified build (as a cache that kept it left the folder), and no rebuild."""
+    stand_in.leaves_lock = True
+    assert no_warning(load) is not None and stand_in.builds == 1
+    name, folder = cpu_fused.build_directory()
+    assert (folder / "manifest.json").exists() and not (folder / "lock").exists()
+    (folder / "lock").touch(mode=0o644)  # beside the complete, recorded build
+    module = no_warning(load)
+    assert module is not None and Path(module.__file__) == folder / f"{name}.so" and stand_in.builds == 1
+    assert not (folder / "lock").exists()
+
+
+@needs_cc
+def test_a_lock_beside_a_build_that_does_not_verify_warns_only_the_mismatch(stand_in):
+    """A `lock` beside a recorded build whose library no longer matches: the build had finished (its manifest is
+    written only then), so the one warning is the mismatch, and the folder is rebuilt."""
+    stand_in.leaves_lock = True
+    assert load() is not None
+    name, folder = cpu_fused.build_directory()
+    (folder / "lock").touch(mode=0o644)
+    (folder / f"{name}.so").unlink()  # not rewritten in place: this process has it mapped
+    (folder / f"{name}.so").write_bytes(b"\x7fELF")  # a library that does not hash to the record
+    stand_in.leaves_lock = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = load()
+    messages = [str(w.message) for w in caught if "attnres" in str(w.message)]
+    assert messages == [f"attnres: the cached C++ kernel in {folder} does not match its build record; rebuilding it"]
+    assert module is not None and stand_in.builds == 2 and not (folder / "lock").exists()
+
+
+class TorchBuild(StandIn):
+    """The stand-in built by torch's own JIT build (`cpp_extension.load`: its lock, its ninja build, its import),
+    recording whether that build left its `lock` file behind."""
+
+    def __init__(self, tmp_path: Path):
+        super().__init__(tmp_path)
+        self.left_lock = None
+
+    def __call__(self, name, build_directory, **kwargs):
+        from torch.utils.cpp_extension import load as torch_load
+
+        folder = Path(build_directory)
+        source = folder.parent / f"{name}.cpp"
+        source.write_text(STAND_IN % dict(name=name))
+        self.builds += 1
+        try:
+            module = torch_load(name, sources=[str(source)], build_directory=str(folder), verbose=False)
+        finally:
+            source.unlink()
+        self.left_lock = (folder / "lock").exists()
+        return module
+
+
+@needs_cc
+@pytest.mark.skipif(shutil.which("ninja") is None, reason="torch's JIT build needs ninja")
+def test_the_lock_a_real_torch_build_leaves_is_removed_silently(stand_in, monkeypatch, tmp_path):
+    """torch's own build, whatever its lock: a FileLock (torch >= 2.14) leaves `lock` beside the built library, a
+    FileBaton (torch <= 2.13) removes it. Either way no warning, no `lock` left in the cache, and a fresh load comes
+    from the manifest without a build."""
+    import torch.utils.cpp_extension
+
+    built = TorchBuild(tmp_path)
+    monkeypatch.setattr(torch.utils.cpp_extension, "load_inline", built)
+    assert no_warning(load) is not None and built.builds == 1
+    assert built.left_lock == hasattr(torch.utils.cpp_extension, "FileLock"), "torch's lock is not what it was read as"
+    name, folder = cpu_fused.build_directory()
+    assert not (folder / "lock").exists()
+    (folder / "lock").touch(mode=0o644)  # as a torch >= 2.14 build leaves it, here under any torch
+    module = no_warning(load)
+    assert module is not None and Path(module.__file__).parent == folder and built.builds == 1
+    assert not (folder / "lock").exists()
 
 
 @needs_cc

@@ -1,9 +1,11 @@
 """Where a JIT-built C++ extension may be loaded from: a per-user cache that loads only what it verified.
 
 `torch.utils.cpp_extension.load_inline` rebuilds only what is out of date and then imports whatever library lies in
-its build folder, and it serialises builders with a `lock` file that a killed builder leaves behind (every later
-load then waits on it forever). So a library planted in a predictable folder would run as the user, and one SIGKILL
-hangs every later CPU forward. Here:
+its build folder, and it serialises builders with a `lock` file in that folder. Up to torch 2.13 that file is a
+`FileBaton`: removed when a build ends, left behind by a killed builder, and every later load waits on a leftover
+forever. From torch 2.14 it is a `filelock.FileLock` (an `flock` on the file): left behind after every build, killed
+or successful, and never waited on once its holder is gone. So a library planted in a predictable folder would run as
+the user, and under torch <= 2.13 one SIGKILL hangs every later CPU forward. Here:
 
 - the folder is named by a key over everything that makes the build (the caller's: source, flags, compiler, torch
   version and installation, Python ABI, platform), so two environments never share or rewrite each other's build;
@@ -11,7 +13,11 @@ hangs every later CPU forward. Here:
 - a library is loaded only when this process built it (into a folder it emptied first) or when a manifest written
   after a successful build of the same key records its sha256 (checked right before the load);
 - builders take an `flock` beside the folder (the kernel releases it when a builder dies), so holding it proves
-  that a leftover torch `lock` file is stale: it is removed, with one warning.
+  that a torch `lock` file in the folder is a leftover, never a live build's. The manifest is written only after a
+  build succeeded, so a `lock` beside a verified build is what a finished torch >= 2.14 build leaves: removed
+  silently. A `lock` with no manifest is a build that died: removed, with one warning, and the folder rebuilt (a
+  torch <= 2.13 builder would otherwise wait on it forever). A `lock` beside a manifest that does not verify goes
+  with the folder, which is rebuilt under the manifest's own warning.
 
 Any refusal raises `CacheRefused`; the caller falls back to its eager path.
 """
@@ -34,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 ROOT_ENV = "ATTNRES_EXTENSIONS_DIR"
 MANIFEST = "manifest.json"
-TORCH_LOCK = "lock"  # torch's FileBaton in the build folder
+TORCH_LOCK = "lock"  # torch's build lock in the build folder (a FileBaton up to 2.13, a FileLock from 2.14)
 FORMAT = 1  # of the manifest
 
 
@@ -173,13 +179,17 @@ def write_manifest(folder: Path, key: str, library: Path) -> None:
             tmp.unlink()
 
 
-def break_stale_lock(folder: Path) -> None:
-    """Remove torch's `lock` file, left by a builder that died (the caller holds the build lock: nobody is building)."""
+def discard_torch_lock(folder: Path, interrupted: bool) -> None:
+    """Remove torch's `lock` file from `folder` (the caller holds the build lock: nobody is building there). Only a
+    lock that `interrupted` marks as a dead builder's warns; one beside a completed build is torch >= 2.14's normal
+    leftover and goes silently."""
     baton = folder / TORCH_LOCK
-    if os.path.lexists(baton):
+    if not os.path.lexists(baton):
+        return
+    if interrupted:
         warnings.warn(f"attnres: removed a stale build lock {baton} (an earlier C++ kernel build was interrupted)",
                       RuntimeWarning, stacklevel=4)
-        baton.unlink()
+    baton.unlink()
 
 
 def load_or_build(prefix: str, parts: dict, build: Callable[[str, Path], ModuleType]) -> ModuleType:
@@ -192,10 +202,13 @@ def load_or_build(prefix: str, parts: dict, build: Callable[[str, Path], ModuleT
     with build_lock(root / f"{name}.lock"):
         if os.path.lexists(folder):
             check_private(folder, follow=False)
-            break_stale_lock(folder)
+            recorded = os.path.lexists(folder / MANIFEST)  # written only once a build has succeeded
             library = verified_library(folder, key)
             if library is not None:
+                discard_torch_lock(folder, interrupted=False)
                 return import_library(library)
+            # no manifest: the build that left a `lock` died; a manifest that failed verification has warned already
+            discard_torch_lock(folder, interrupted=not recorded)
             shutil.rmtree(folder)  # an unverified build (interrupted, or not ours to trust): start from nothing
         private_folder(folder, follow=False)
         logger.info("attnres: building the C++ kernel %s (once per key: about a CPU minute)", folder)
@@ -204,6 +217,7 @@ def load_or_build(prefix: str, parts: dict, build: Callable[[str, Path], ModuleT
         if library.parent != folder:
             raise CacheRefused(f"the built module {library} is not in its build folder {folder}")
         write_manifest(folder, key, library)
+        discard_torch_lock(folder, interrupted=False)  # torch >= 2.14 leaves its lock after a successful build
         return module
 
 
