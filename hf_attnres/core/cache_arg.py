@@ -24,9 +24,20 @@ def given_cache(cache, past_key_values):
     return past_key_values
 
 
+def takes_old_cache_name(forward):
+    """A model forward that takes the cache as `cache`, and `past_key_values` too: where `cache` is the installed
+    transformers' name, the old one is renamed with transformers' own deprecation warning, as its models do; before,
+    `past_key_values` is the current name (`generate` passes it every step) and is taken as it is, silently."""
+    if CACHE_ARG != "cache":
+        return forward
+    from transformers.utils.deprecation import deprecate_kwarg
+
+    return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
+
+
 def cache_kwargs(cache) -> dict:
     """`{name: cache}` under the installed transformers' name, for its modules, mask builders and outputs."""
     return {CACHE_ARG: cache}
 
 
-__all__ = ["CACHE_ARG", "LINEAR_CACHE_ARG", "given_cache", "cache_kwargs"]
+__all__ = ["CACHE_ARG", "LINEAR_CACHE_ARG", "given_cache", "cache_kwargs", "takes_old_cache_name"]

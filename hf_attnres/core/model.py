@@ -19,7 +19,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs, selected_hidden_states
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
-from hf_attnres.core.cache_arg import CACHE_ARG, cache_kwargs, given_cache
+from hf_attnres.core.cache_arg import CACHE_ARG, cache_kwargs, given_cache, takes_old_cache_name
 from hf_attnres.core.inference import chunked_causal_lm_forward, two_phase_schedule
 from hf_attnres.core.input_checks import (
     check_backend,
@@ -58,6 +58,7 @@ class AttnResModelMixin(AttnResMixing):
         super().__init_subclass__(**kwargs)
         annotated_forward(cls)
 
+    @takes_old_cache_name
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -214,6 +215,7 @@ class AttnResForCausalLMMixin:
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
+    @takes_old_cache_name
     @can_return_tuple
     def forward(
         self,
