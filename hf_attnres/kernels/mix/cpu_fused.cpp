@@ -268,3 +268,205 @@ std::vector<at::Tensor> mix_backward(std::vector<at::Tensor> sources, at::Tensor
   if (out_norm_weight.has_value()) result[1] = ggain.sum(0).to(out_norm_weight->scalar_type());
   return result;
 }
+
+// ---- Inkling-2's variant (transformers' Inkling2BlockAttentionResidual): bank [..., nb, d] plus one partial [..., d]
+// (n = nb + 1 rows per token), Q queries read the token's rows in one pass. Keys k_j = r_j v_j (unweighted RMSNorm),
+// scores s_kj = scale * (q_k . k_j), p_k = softmax_j, out_k = sum_j p_kj * (normed_values ? k_j : v_j), fp32 out.
+// With c_j = r_j (normed values) or 1, a_kj = g_k . v_j and ds_kj = p_kj (c_j a_kj - g_k . out_k), the backward is
+//   dv_j = c_j sum_k p_kj g_k + r_j scale sum_k ds_kj q_k - r_j^2 / d * (e_j + sum_k ds_kj s_kj) v_j,
+//   dq_k = scale * sum_j ds_kj r_j v_j,   e_j = normed_values ? sum_k p_kj r_j a_kj : 0.
+namespace {
+// One token's rows: the bank's nb rows (type B) and the partial (type P); `visit(j, f)` calls f with row j's pointer.
+template <typename B, typename P>
+struct TokenRows {
+  const B* bank;
+  const P* partial;
+  int64_t nb, d;
+  template <typename F>
+  inline void visit(int64_t j, F&& f) const {
+    if (j < nb) f(bank + j * d); else f(partial);
+  }
+};
+
+template <typename T>
+inline float sumsq(const T* __restrict__ v, int64_t d) {
+  float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t i = 0; i < d; ++i) { const float x = f32(v[i]); ss += x * x; }
+  return ss;
+}
+
+template <typename T>
+inline void axpy(float a, const T* __restrict__ x, float* __restrict__ y, int64_t d) {
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) y[i] += a * f32(x[i]);
+}
+
+template <typename B, typename P>
+void inkling_forward_impl(const B* bank, const P* partial, const float* q, int64_t nq, float scale, float eps,
+                          bool normed_values, float* out, float* probs, float* rstd, float* scores, int64_t tokens,
+                          int64_t nb, int64_t d) {
+  const int64_t n = nb + 1;
+  at::parallel_for(0, tokens, grain(n * nq, d), [&](int64_t begin, int64_t end) {
+    std::vector<float> r(n), s(nq * n);
+    for (int64_t t = begin; t < end; ++t) {
+      const TokenRows<B, P> rows{bank + t * nb * d, partial + t * d, nb, d};
+      for (int64_t j = 0; j < n; ++j) {  // the statistics pass: each row read once for all queries
+        rows.visit(j, [&](auto* v) {
+          r[j] = 1.f / std::sqrt(sumsq(v, d) / d + eps);
+          for (int64_t k = 0; k < nq; ++k) s[k * n + j] = scale * r[j] * dot(q + k * d, v, d);
+        });
+      }
+      float* o = out + t * nq * d;
+      std::fill(o, o + nq * d, 0.f);
+      for (int64_t k = 0; k < nq; ++k) {
+        float* sk = s.data() + k * n;
+        float top = -INFINITY, total = 0.f;
+        for (int64_t j = 0; j < n; ++j) top = std::max(top, sk[j]);
+        float* pk = probs + (t * nq + k) * n;
+        for (int64_t j = 0; j < n; ++j) { pk[j] = std::exp(sk[j] - top); total += pk[j]; }
+        for (int64_t j = 0; j < n; ++j) pk[j] /= total;
+        if (scores != nullptr) std::copy(sk, sk + n, scores + (t * nq + k) * n);
+      }
+      for (int64_t j = 0; j < n; ++j) {  // the mixing pass: the rows are cache resident
+        const float c = normed_values ? r[j] : 1.f;
+        rows.visit(j, [&](auto* v) {
+          for (int64_t k = 0; k < nq; ++k) axpy(probs[(t * nq + k) * n + j] * c, v, o + k * d, d);
+        });
+        if (rstd != nullptr) rstd[t * n + j] = r[j];
+      }
+    }
+  });
+}
+
+template <typename B, typename P>
+void inkling_backward_impl(const B* bank, const P* partial, const float* q, int64_t nq, float scale,
+                           bool normed_values, const float* grad_out, const float* probs, const float* rstd,
+                           const float* scores, B* grad_bank, P* grad_partial, float* gq_all, int64_t tokens,
+                           int64_t nb, int64_t d) {
+  const int64_t n = nb + 1;
+  at::parallel_for(0, tokens, grain(n * nq, d), [&](int64_t begin, int64_t end) {
+    float* gq = gq_all + at::get_thread_num() * nq * d;  // per-thread partial sums over tokens, added up afterwards
+    std::vector<float> a(nq * n), ds(nq * n), g_out(nq), dv(d);
+    for (int64_t t = begin; t < end; ++t) {
+      const TokenRows<B, P> rows{bank + t * nb * d, partial + t * d, nb, d};
+      const float* g = grad_out + t * nq * d;
+      const float* p = probs + t * nq * n;
+      const float* s = scores + t * nq * n;
+      const float* r = rstd + t * n;
+      for (int64_t j = 0; j < n; ++j)
+        rows.visit(j, [&](auto* v) { for (int64_t k = 0; k < nq; ++k) a[k * n + j] = dot(g + k * d, v, d); });
+      for (int64_t k = 0; k < nq; ++k) {  // g_k . out_k = sum_j p_kj c_j a_kj: the output is never saved
+        float go = 0.f;
+        for (int64_t j = 0; j < n; ++j) go += p[k * n + j] * (normed_values ? r[j] : 1.f) * a[k * n + j];
+        g_out[k] = go;
+        for (int64_t j = 0; j < n; ++j)
+          ds[k * n + j] = p[k * n + j] * ((normed_values ? r[j] : 1.f) * a[k * n + j] - go);
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const float c = normed_values ? r[j] : 1.f;
+        float e = 0.f;
+        for (int64_t k = 0; k < nq; ++k)
+          e += ds[k * n + j] * s[k * n + j] + (normed_values ? p[k * n + j] * r[j] * a[k * n + j] : 0.f);
+        const float value_coef = r[j] * r[j] * e / d;
+        rows.visit(j, [&](auto* v) {
+#pragma omp simd
+          for (int64_t i = 0; i < d; ++i) dv[i] = -value_coef * f32(v[i]);
+          for (int64_t k = 0; k < nq; ++k) {
+            const float pc = p[k * n + j] * c, qc = r[j] * scale * ds[k * n + j];
+            const float* __restrict__ gk = g + k * d;
+            const float* __restrict__ qk = q + k * d;
+            float* __restrict__ acc = dv.data();
+#pragma omp simd
+            for (int64_t i = 0; i < d; ++i) acc[i] += pc * gk[i] + qc * qk[i];
+            axpy(qc, v, gq + k * d, d);  // scale * ds_kj * r_j * v_j
+          }
+        });
+        if (j < nb) {
+          if (grad_bank == nullptr) continue;
+          B* __restrict__ dst = grad_bank + (t * nb + j) * d;
+#pragma omp simd
+          for (int64_t i = 0; i < d; ++i) dst[i] = cast<B>(dv[i]);
+        } else if (grad_partial != nullptr) {
+          P* __restrict__ dst = grad_partial + t * d;
+#pragma omp simd
+          for (int64_t i = 0; i < d; ++i) dst[i] = cast<P>(dv[i]);
+        }
+      }
+    }
+  });
+}
+
+// Calls f(B{}, P{}) with the bank's and the partial's element types (fp32 or bf16 each).
+template <typename F>
+void dispatch_pair(at::ScalarType bank, at::ScalarType partial, F&& f) {
+  const bool b16 = bank == at::kBFloat16, p16 = partial == at::kBFloat16;
+  if (b16 && p16) f(c10::BFloat16{}, c10::BFloat16{});
+  else if (b16) f(c10::BFloat16{}, float{});
+  else if (p16) f(float{}, c10::BFloat16{});
+  else f(float{}, float{});
+}
+
+bool fp32_or_bf16(const at::Tensor& t) { return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16; }
+}  // namespace
+
+// Whether the Inkling kernel takes these inputs: plain contiguous CPU tensors, bank [..., nb, d] and partial [..., d]
+// of the same leading shape (fp32 or bf16 each), fp32 queries [Q, d] contiguous.
+bool inkling_fits(at::Tensor bank, at::Tensor partial, at::Tensor queries) {
+  if (!plain_cpu(bank) || !plain_cpu(partial) || !plain_cpu(queries)) return false;
+  if (!fp32_or_bf16(bank) || !fp32_or_bf16(partial) || queries.scalar_type() != at::kFloat) return false;
+  if (!bank.is_contiguous() || !partial.is_contiguous() || !queries.is_contiguous()) return false;
+  if (partial.dim() == 0 || bank.dim() != partial.dim() + 1 || queries.dim() != 2) return false;
+  const int64_t d = partial.size(-1);
+  if (d == 0 || bank.size(-1) != d || queries.size(1) != d || queries.size(0) == 0) return false;
+  for (int64_t i = 0; i + 1 < partial.dim(); ++i)
+    if (bank.size(i) != partial.size(i)) return false;
+  return true;
+}
+
+// (out fp32 [..., Q, d], probs [..., Q, n], rstd [..., n], scores [..., Q, n]); rstd and scores undefined unless
+// keep_stats
+std::vector<at::Tensor> inkling_forward(at::Tensor bank, at::Tensor partial, at::Tensor queries, double scale,
+                                        double eps, bool normed_values, bool keep_stats) {
+  const int64_t d = partial.size(-1), tokens = partial.numel() / d, nb = bank.size(-2), nq = queries.size(0);
+  auto lead = partial.sizes().vec();
+  lead.pop_back();
+  const auto opts = partial.options().dtype(at::kFloat);
+  auto shape = [&](std::vector<int64_t> tail) { auto s = lead; s.insert(s.end(), tail.begin(), tail.end()); return s; };
+  at::Tensor out = at::empty(shape({nq, d}), opts), probs = at::empty(shape({nq, nb + 1}), opts), rstd, scores;
+  if (keep_stats) {
+    rstd = at::empty(shape({nb + 1}), opts);
+    scores = at::empty(shape({nq, nb + 1}), opts);
+  }
+  dispatch_pair(bank.scalar_type(), partial.scalar_type(), [&](auto b, auto p) {
+    using B = decltype(b);
+    using P = decltype(p);
+    inkling_forward_impl<B, P>(bank.data_ptr<B>(), partial.data_ptr<P>(), queries.data_ptr<float>(), nq, scale, eps,
+                               normed_values, out.data_ptr<float>(), probs.data_ptr<float>(),
+                               keep_stats ? rstd.data_ptr<float>() : nullptr,
+                               keep_stats ? scores.data_ptr<float>() : nullptr, tokens, nb, d);
+  });
+  return {out, probs, rstd, scores};
+}
+
+// (grad of the queries fp32 [Q, d], grad of the bank or undefined, grad of the partial or undefined)
+std::vector<at::Tensor> inkling_backward(at::Tensor bank, at::Tensor partial, at::Tensor queries, double scale,
+                                         bool normed_values, at::Tensor grad_out, at::Tensor probs, at::Tensor rstd,
+                                         at::Tensor scores, bool bank_grad, bool partial_grad) {
+  const int64_t d = partial.size(-1), tokens = partial.numel() / d, nb = bank.size(-2), nq = queries.size(0);
+  grad_out = grad_out.to(at::kFloat).contiguous();
+  at::Tensor gq = at::zeros({at::get_num_threads(), nq, d}, partial.options().dtype(at::kFloat));
+  at::Tensor grad_bank = bank_grad ? at::empty_like(bank) : at::Tensor();
+  at::Tensor grad_partial = partial_grad ? at::empty_like(partial) : at::Tensor();
+  dispatch_pair(bank.scalar_type(), partial.scalar_type(), [&](auto b, auto p) {
+    using B = decltype(b);
+    using P = decltype(p);
+    inkling_backward_impl<B, P>(bank.data_ptr<B>(), partial.data_ptr<P>(), queries.data_ptr<float>(), nq, scale,
+                                normed_values, grad_out.data_ptr<float>(), probs.data_ptr<float>(),
+                                rstd.data_ptr<float>(), scores.data_ptr<float>(),
+                                bank_grad ? grad_bank.data_ptr<B>() : nullptr,
+                                partial_grad ? grad_partial.data_ptr<P>() : nullptr, gq.data_ptr<float>(), tokens,
+                                nb, d);
+  });
+  return {gq.sum(0), grad_bank, grad_partial};
+}

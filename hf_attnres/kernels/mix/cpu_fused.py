@@ -50,10 +50,17 @@ std::vector<at::Tensor> mix_backward(std::vector<at::Tensor> sources, at::Tensor
                                      c10::optional<at::Tensor> out_norm_weight, double out_norm_eps,
                                      at::Tensor grad_out, at::Tensor probs, at::Tensor rstd, at::Tensor scores,
                                      std::vector<bool> needs_grad);
+bool inkling_fits(at::Tensor bank, at::Tensor partial, at::Tensor queries);
+std::vector<at::Tensor> inkling_forward(at::Tensor bank, at::Tensor partial, at::Tensor queries, double scale,
+                                        double eps, bool normed_values, bool keep_stats);
+std::vector<at::Tensor> inkling_backward(at::Tensor bank, at::Tensor partial, at::Tensor queries, double scale,
+                                         bool normed_values, at::Tensor grad_out, at::Tensor probs, at::Tensor rstd,
+                                         at::Tensor scores, bool bank_grad, bool partial_grad);
 """
 
 PREFIX = "attnres_mix_cpu"
-FUNCTIONS = ("mix_fits", "mix_forward", "mix_backward")
+# the Inkling-2 variant (inkling_cpu.py) shares the build: one compile, one cache entry
+FUNCTIONS = ("mix_fits", "mix_forward", "mix_backward", "inkling_fits", "inkling_forward", "inkling_backward")
 DTYPES = (torch.float32, torch.bfloat16)
 PLAIN = (torch.Tensor, torch.nn.Parameter)
 _state = {"module": None, "tried": False}
