@@ -35,7 +35,7 @@ def check_inputs(bank, partial, queries):
     if bank.dtype not in DTYPES or partial.dtype not in DTYPES:
         raise TypeError(f"Inkling mix: bank and partial must be one of {DTYPES}, got {bank.dtype}, {partial.dtype}")
     if bank.shape[:-2] != partial.shape[:-1] or bank.shape[-1] != partial.shape[-1]:
-        raise ValueError(f"Inkling mix: bank {tuple(bank.shape)} must be [..., nb, d] for partial {tuple(partial.shape)}")
+        raise ValueError(f"Inkling mix: bank {tuple(bank.shape)} must be [..., nb, d], partial {tuple(partial.shape)}")
     if queries.shape[-1] != partial.shape[-1] or bank.device != partial.device or queries.device != partial.device:
         raise ValueError(f"Inkling mix: queries {tuple(queries.shape)} must be [Q, d] on the partial's device")
 
