@@ -30,6 +30,7 @@ from tests.helpers.generated_package import forget_package, write_package
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.remote_loading import auto_map as folder_auto_map
 from tests.helpers.remote_loading import fake_hub_repo, load_all_in_clean_process
+from tests.helpers.tolerance import assert_caught, assert_logits_close, dropped_depth_source, flipped_bit
 
 MODELING = {family: family_classes(family)[1].__module__ for family in SUPPORTED}
 
@@ -229,8 +230,22 @@ def test_folder_loads_without_the_package(tmp_path):
         expected = model(ids).logits
     repo = fake_hub_repo(tmp_path / "model", tmp_path / "hf" / "hub")
     local, hub = load_all_in_clean_process([tmp_path / "model", repo], ids, tmp_path / "run", tmp_path / "hf")
-    torch.testing.assert_close(local["logits"], expected)
-    torch.testing.assert_close(hub["logits"], expected)
+    # the package mixes with its fused C++ CPU kernel, the folder with plain PyTorch: two reduction orders
+    # (tests/helpers/tolerance.py; the negative control below)
+    assert_logits_close(local["logits"], expected, model.config)
+    assert_logits_close(hub["logits"], expected, model.config)
+
+
+def test_the_folder_tolerance_catches_a_flipped_bit_and_a_dropped_source():
+    """The tolerance above is no blanket for this model either: one bit of one weight flipped, or the output mix
+    missing a depth source, moves its logits by many times that tolerance."""
+    model, ids = tiny_model("block", block_size=2, num_layers=3), random_ids()
+    with torch.no_grad():
+        expected = model(ids).logits
+        with flipped_bit(model):
+            assert_caught(model(ids).logits, expected, model.config, "a flipped bit")
+        with dropped_depth_source():
+            assert_caught(model(ids).logits, expected, model.config, "a dropped source")
 
 
 def test_write_code_files_writes_the_generated_files(tmp_path):

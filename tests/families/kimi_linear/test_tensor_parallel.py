@@ -15,6 +15,7 @@ from transformers import KimiLinearConfig
 from hf_attnres import KimiLinearAttnResForCausalLM
 from tests.helpers.model_factory import random_ids, tiny_model
 from tests.helpers.ports import free_port
+from tests.helpers.tolerance import assert_caught, assert_logits_close, dropped_depth_source, flipped_bit
 from tests.helpers.toolchain_fixtures import REPO
 
 
@@ -33,9 +34,23 @@ def test_tp_plan_auto_gives_the_unsharded_logits(tmp_path):
         with torch.no_grad():
             logits = model(random_ids(2, 8, seed=7)).logits
         assert tp["world"] == 2
-        torch.testing.assert_close(tp["logits"], logits, rtol=1e-5, atol=1e-5)
+        # a sharded MLP / head sums its partial products across ranks: another reduction order (helpers/tolerance.py)
+        assert_logits_close(tp["logits"], logits, model.config)
         sharded = set(tp["sharded"])
         routed = "model.layers.1.mlp.experts.gate_up_proj"
         assert "model.layers.0.mlp.gate_proj.weight" in sharded
         assert (routed in sharded) == ("layers.*.mlp.experts.gate_up_proj" in KimiLinearConfig.base_model_tp_plan)
         assert not any("_res_" in name or "self_attn" in name for name in sharded)  # replicated, as documented
+
+
+@pytest.mark.parametrize("mode", ["block", "full"])
+def test_the_tp_tolerance_catches_a_flipped_bit_and_a_dropped_source(mode):
+    """The tolerance above is no blanket: one bit of one weight flipped, or the output mix missing a depth source,
+    moves the unsharded model's logits by many times that tolerance."""
+    model, ids = tiny_model(mode), random_ids(2, 8, seed=7)
+    with torch.no_grad():
+        expected = model(ids).logits
+        with flipped_bit(model):
+            assert_caught(model(ids).logits, expected, model.config, f"{mode}: a flipped bit")
+        with dropped_depth_source():
+            assert_caught(model(ids).logits, expected, model.config, f"{mode}: a dropped source")
