@@ -17,8 +17,9 @@ from hf_attnres.folders.remote_code import generate
 
 PACKAGE_DIR = Path(hf_attnres.__file__).parent
 # The model side, lowest first: a module imports its own part and the parts before it. The kernels need nothing of the
-# package, the core only the kernels, a family the core and the kernels
-MODEL = ["hf_attnres.kernels", "hf_attnres.core", "hf_attnres.families"]
+# package, the core only the kernels, a family the core and the kernels; an integration (transformers' own
+# AttnRes models on the kernels) the kernels
+MODEL = ["hf_attnres.kernels", "hf_attnres.core", "hf_attnres.families", "hf_attnres.integrations"]
 # Tools, lowest layer first: a module may import the model, its own layer and the layers before it, never after
 LAYERS = [
     {"hf_attnres.folders"},

@@ -1,9 +1,10 @@
 """Inkling-2's depth mix over interchangeable backends: `attn_res_inkling`, the entry point of the Inkling paths.
 
 Backends: "torch" (the reference, `inkling.attn_res_inkling_naive`), "cpp" (the fused C++ kernel, `inkling_cpu`,
-built on first use into the package's CPU extension; the reference for inputs it does not take or where it cannot be
-built), "triton" (`inkling_triton`), "auto" (Triton on CUDA tensors, "cpp" on CPU). These modules belong to the
-installed package only: the generated code of a saved folder carries none of them.
+built on first use into the package's CPU extension; strided inputs are read through a contiguous copy; the reference
+serves inputs it does not take, or every call where it cannot be built), "triton" (`inkling_triton`), "auto" (Triton
+on CUDA tensors, "cpp" on CPU). These modules belong to the installed package only: the generated code of a saved
+folder carries none of them.
 """
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ def attn_res_inkling(
     if backend in ("auto", "cpp") and partial.is_cpu:
         from . import inkling_cpu
 
+        # transformers' partial sum is often the channel-major output of a convolution, and the looped model's
+        # message bank a slice: the kernel reads rows, so those come as one contiguous copy (of [..., d] for the
+        # partial, where transformers' own path copies the whole bank)
+        bank, partial = bank.contiguous(), partial.contiguous()
         if inkling_cpu.fits(bank, partial, rows):
             return inkling_cpu.attn_res_inkling_cpu(bank, partial, rows, scale, eps, normed_values)
     return attn_res_inkling_naive(bank, partial, rows, scale, eps, normed_values)
