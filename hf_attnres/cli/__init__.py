@@ -114,5 +114,6 @@ for _name, _module, _summary in [
     ("continued-study", "continued_study", "continued training of a pretrained checkpoint: original vs upcycled"),
     ("bench-model", "bench_model", "benchmark: model step time and memory, AttnRes modes side by side"),
     ("bench-kernels", "bench_kernels", "benchmark: the mix kernels and their peers"),
+    ("repair-folder", "repair_folder", "regenerate a saved model folder's code with this version (weights untouched)"),
 ]:
     register(_name, _module, _summary)

@@ -64,6 +64,7 @@ TYPED = {  # command module (hf_attnres/cli) -> its dataclass
     "plot_diagnostics": "hf_attnres.training.tool_args:DiagnosticsPlotArgs",
     "caching_table": "hf_attnres.pipeline.caching_args:CachingArgs",
     "gpu_evidence": "hf_attnres.bench.args:EvidenceArgs",
+    "repair_folder": "hf_attnres.folders.repair:RepairArgs",
 }
 RESOLVED = {"bench_model", "bench_kernels"}  # their parsers resolve the defaults against the device: names only
 
