@@ -68,9 +68,11 @@ def test_the_swap_covers_every_depth_mix_and_the_kernel_serves_them(kind, monkey
     assert len(served) >= len(mixes), (len(served), len(mixes))  # loop layers' mixes run once per pass
 
 
+@pytest.mark.parametrize("backend", ["auto", "triton"])  # Triton under the CPU interpreter (tests/conftest.py)
 @pytest.mark.parametrize("kind", KINDS)
-def test_logits_equal_transformers(kind):
+def test_logits_equal_transformers(kind, backend):
     model, fused = pair(kind)
+    use_attnres_kernels(fused, backend=backend)
     ids = torch.randint(0, 120, (2, 12))
     with torch.no_grad():
         torch.testing.assert_close(fused(ids).logits, model(ids).logits, rtol=1e-5, atol=1e-5)
