@@ -155,7 +155,7 @@ def shipped_modules(modeling_module: str) -> set[str]:
 
 @pytest.mark.slow  # a fresh Python process: over 10 s (docs/TESTING.md)
 def test_import_attnres_loads_the_model_side_only_and_folders_ship_model_modules_only():
-    code = ("import json, sys, attnres; "
+    code = ("import json, sys, hf_attnres; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'hf_attnres')))")
     loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                            check=True, timeout=300).stdout))
