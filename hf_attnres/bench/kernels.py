@@ -29,7 +29,7 @@ EPS = 1e-6
 OURS = ("torch_eager", "torch_lean", "torch_compile", "attnres_cpp", "attnres_triton")
 # max |got - want| / max |want| per tensor (output and each gradient); as scripts/bench_gpu.sh's CUDA parity
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 3e-2}
-TRITON_IMPLS = ("attnres_triton", "far_triton")
+TRITON_IMPLS = ("attnres_triton", "far_triton", "fast_attnres_mq")
 NO_INTERPRETER = ("on CPU needs TRITON_INTERPRET=1 in the environment before Python starts (triton compiles its own "
                   "library when imported, and transformers imports it before this command runs)")
 
@@ -230,10 +230,14 @@ def case_rows(impls, shape, inputs, measure, args: BenchKernelsArgs, dtype, copy
     return rows
 
 
-def ratios(rows) -> list[dict]:
-    """ms of each of ours / ms of each peer, same shape, pass and run (below 1: ours is faster); both_checked_ok is
-    False where either side mismatched the reference (such a ratio compares different results)."""
-    timed = {(r["impl"], r["sources"], r["tokens"], r["hidden"], r["pass_"]): r for r in rows if "ms" in r}
+def ratios(rows, skip=()) -> list[dict]:
+    """ms of each of ours / ms of each peer, same shape, pass and run (below 1: ours is faster), leaving out the
+    implementations in `skip` (those timed in the Triton interpreter, whose times say nothing about speed);
+    both_checked_ok is False where either side mismatched the reference (such a ratio compares different results).
+    Ratios keep 3 significant digits: an interpreted peer is thousands of times slower, and a ratio rounded to 0
+    would have no logarithm for the geometric mean."""
+    timed = {(r["impl"], r["sources"], r["tokens"], r["hidden"], r["pass_"]): r for r in rows
+             if "ms" in r and r["impl"] not in skip}
     out = []
     for (name, *case), row in timed.items():
         if row["peer"] != "ours":
@@ -241,7 +245,7 @@ def ratios(rows) -> list[dict]:
         for (peer_name, *peer_case), peer_row in timed.items():
             if peer_case == case and peer_row["peer"] != "ours":
                 out.append(dict(ours=name, peer_impl=peer_name, sources=case[0], tokens=case[1], hidden=case[2],
-                                pass_=case[3], ratio=round(row["ms"] / peer_row["ms"], 3),
+                                pass_=case[3], ratio=float(f"{row['ms'] / peer_row['ms']:.3g}"),
                                 both_checked_ok=row["check"] == peer_row["check"] == "ok"))
     return out
 
@@ -251,7 +255,7 @@ def geomeans(ratio_rows) -> list[dict]:
     logs = {}
     for r in ratio_rows:
         logs.setdefault((r["ours"], r["peer_impl"], r["pass_"]), []).append(math.log(r["ratio"]))
-    return [dict(ours=o, peer_impl=p, pass_=s, geomean=round(math.exp(sum(v) / len(v)), 3), shapes=len(v))
+    return [dict(ours=o, peer_impl=p, pass_=s, geomean=float(f"{math.exp(sum(v) / len(v)):.3g}"), shapes=len(v))
             for (o, p, s), v in logs.items()]
 
 
@@ -303,7 +307,7 @@ def bench_kernels(args: BenchKernelsArgs) -> dict:
         rows += case_rows(impls, shape, case_inputs(*shape, dtype, args.device), measure, args, dtype, copy_gbps)
     meta = run_meta(args, started, copy_gbps, notes)
     clean = [{k.rstrip("_"): v for k, v in r.items()} for r in rows]
-    ratio_rows = ratios(rows)
+    ratio_rows = ratios(rows, skip=TRITON_IMPLS if args.device == "cpu" else ())
     means = geomeans(ratio_rows)
     payload = dict(meta=meta, results=clean, ratios=[{k.rstrip("_"): v for k, v in r.items()} for r in ratio_rows],
                    ratio_geomeans=[{k.rstrip("_"): v for k, v in m.items()} for m in means])

@@ -1,12 +1,12 @@
-"""The two public AttnRes implementations `attnres bench-kernels` runs beside ours, loaded from their own
-installed code and mapped onto our call, mix(sources, query, norm_weight, eps) -> [..., d] in the sources' dtype.
+"""The public AttnRes implementations `attnres bench-kernels` runs beside ours, loaded from their own installed code
+and mapped onto our call, mix(sources, query, norm_weight, eps) -> [..., d] in the sources' dtype.
 
 They live in a folder outside the environment (scripts/setup_peers.sh: `pip install --no-deps --target`), because
 with `fla` importable, transformers' Kimi Linear binds fla's kernels when its modeling module is imported and then
 fails on CPU. `use_peers_path` puts that folder first on sys.path inside the benchmark process only, after transformers'
 Kimi Linear modeling is imported (it has bound the PyTorch path by then).
 
-What each peer computes, read from its source (fla-core 0.6.0, flash-attn-res 0.1.12):
+What each peer computes, read from its source (fla-core 0.6.0, flash-attn-res 0.1.12, fast-attnres 2.1.0):
   fla `naive_attnres(query, residuals, rms_weight, rms_eps=eps)` / `fused_attnres(...)`: keys = RMSNorm(v) * rms_weight,
       score = keys . query, softmax over sources, sum p v. The same as ours (the gain folds into the query: ours
       scores RMSNorm(v) . (norm_weight * query)), fp32 inside, output in the sources' dtype. `fused_attnres` is
@@ -24,6 +24,21 @@ What each peer computes, read from its source (fla-core 0.6.0, flash-attn-res 0.
         both under `torch.compile(mode="max-autotune-no-cudagraphs")` as shipped. The file imports none of the names
         it uses (torch, F, EPS, DTYPE, BLOCK_SIZE), so we execute it with them supplied: EPS = the benchmark's eps,
         DTYPE = the run's dtype (its output cast), BLOCK_SIZE unused by these two functions.
+  fast-attnres `attnres.attnres(values, query, *, eps, scale)`: keys = the last R = len(query) coordinates of each
+      source, RMS-normalised with **no gain** (t * rsqrt(mean(t^2) + eps), eps inside the root as ours), score =
+      scale * (keys . query), softmax over sources, sum p v over the raw full-width values. R == D and scale = 1 is our
+      mix with q = norm_weight * query (the same mapping as flash-attn-res); R < D ("sliced LR-AttnRes") keys on a
+      tail slice only, which ours has no form of. Its import package is `attnres` and its torch.library ops live
+      in the `attnres` namespace: why ours are `hf_attnres` (tests/test_peer_install.py installs both side by side).
+      - `fast_attnres`: the public call, given the list of sources (no stack). It takes CUDA BF16 values and query
+        only (BF16 output and gradients, fp32 inside): on CPU the row says it needs CUDA; in a CUDA fp32 run its own
+        dtype error is the row.
+      - `fast_attnres_mq`: its private multi-query launchers (`attnres._kernels.multiquery.forward` / `backward`)
+        with one query, in an autograd.Function of ours that calls them exactly as their own custom op does. Their
+        docstring says they take fp32 CPU tensors under TRITON_INTERPRET=1 "for equation checks": the only way to
+        run fast-attnres' own kernels on CPU (2.1.0 ships no PyTorch reference). Its CPU timings are the Triton
+        interpreter's and say nothing about speed; with one query the public call runs the fixed-tail kernels, not
+        these.
 """
 from __future__ import annotations
 
@@ -40,7 +55,8 @@ import torch
 
 DEFAULT_PEERS_PATH = os.environ.get("ATTNRES_PEERS", str(Path.home() / ".cache" / "attnres" / "peers"))
 NOT_INSTALLED = "not installed (run scripts/setup_peers.sh)"
-PINNED = {"fla-core": "0.6.0", "flash-attn-res": "0.1.12"}
+PINNED = {"fla-core": "0.6.0", "flash-attn-res": "0.1.12", "fast-attnres": "2.1.0"}
+NEEDS_CUDA = "needs CUDA: fast-attnres 2.1.0's attnres takes CUDA BF16 tensors only"
 
 # name -> (peer, what it is); the order the benchmark lists them in
 PEER_IMPLS = {
@@ -50,9 +66,12 @@ PEER_IMPLS = {
     "far_torch": ("flash-attn-res", "experimental/torch.py naive_attention_residual, torch.compile'd as shipped"),
     "far_torch_eager": ("flash-attn-res", "the same function uncompiled (dynamo's original callable)"),
     "far_phase1": ("flash-attn-res", "experimental/torch.py phase_1_fn, one query, torch.compile'd as shipped"),
+    "fast_attnres": ("fast-attnres", "attnres.attnres, the public call (Triton; CUDA BF16 only)"),
+    "fast_attnres_mq": ("fast-attnres", "attnres._kernels.multiquery launchers, one query (Triton; on CPU the "
+                                        "interpreter: an equation check, not a speed)"),
 }
 # the dtype a peer's output is rounded to whatever the inputs' dtype (its check uses that dtype's tolerance)
-OUTPUT_DTYPE = {"far_triton": torch.bfloat16}
+OUTPUT_DTYPE = {"far_triton": torch.bfloat16, "fast_attnres": torch.bfloat16}
 
 
 def use_peers_path(folder: str) -> bool:
@@ -178,6 +197,62 @@ def far_phase1(fn, module_eps):
     return mix
 
 
+def load_fast_attnres() -> dict:
+    """name -> mix, or name -> why not, for fast-attnres' public call and its multi-query launchers."""
+    names = [name for name, (peer, _) in PEER_IMPLS.items() if peer == "fast-attnres"]
+    if importlib.util.find_spec("attnres") is None:
+        return dict.fromkeys(names, NOT_INSTALLED)
+    try:
+        import attnres
+
+        if not callable(getattr(attnres, "attnres", None)):  # another distribution's `attnres` module
+            raise ImportError(f"{attnres.__file__} has no attnres.attnres")
+    except Exception as error:  # noqa: BLE001  an import failure is a row, not a crash
+        return dict.fromkeys(names, f"not importable: {type(error).__name__}: {error}")
+    impls = {"fast_attnres": fast_attnres_public(attnres.attnres)}
+    try:
+        impls["fast_attnres_mq"] = fast_attnres_multiquery(importlib.import_module("attnres._kernels.multiquery"))
+    except Exception as error:  # noqa: BLE001
+        impls["fast_attnres_mq"] = f"not importable: {type(error).__name__}: {error}"
+    return impls
+
+
+def fast_attnres_public(fn):
+    def mix(sources, query, norm_weight, eps):
+        if not sources[0].is_cuda:  # its own check comes after the dtype check, so a CPU fp32 run would blame dtype
+            raise RuntimeError(NEEDS_CUDA)
+        return fn(list(sources), norm_weight * query, eps=eps, scale=1.0)
+
+    return mix
+
+
+def fast_attnres_multiquery(module):
+    """fast-attnres' multi-query forward/backward launchers as one autograd op with a single query (M = 1), called
+    with the arguments, saved tensors and layout of their `attnres::_multiquery_forward_with_aux` op, whose
+    registration is CUDA-only; the sources go in as a list (no stack), as its public call takes them."""
+
+    class MultiQuery(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, eps, query, *sources):
+            queries = query.unsqueeze(0)
+            out, mixed, inv, logits, stats = module.forward(list(sources), queries, None, False, eps, 1.0, "auto",
+                                                            "query_major")
+            ctx.save_for_backward(queries, mixed, inv, logits, stats, *sources)
+            return out[0]
+
+        @staticmethod
+        def backward(ctx, grad):
+            queries, mixed, inv, logits, stats, *sources = ctx.saved_tensors
+            grads = module.backward(sources, queries, None, False, mixed, grad.unsqueeze(0).contiguous(), inv,
+                                    logits, stats, 1.0, "query_major")
+            return None, grads[-1][0], *grads[:-1]
+
+    def mix(sources, query, norm_weight, eps):
+        return MultiQuery.apply(eps, norm_weight * query, *sources)
+
+    return mix
+
+
 def peer_implementations(names, folder: str, eps: float, dtype: torch.dtype) -> tuple[dict, dict]:
     """({name: mix or reason} for the peer names among `names`, notes for the results' meta)."""
     wanted = [name for name in names if name in PEER_IMPLS]
@@ -192,10 +267,12 @@ def peer_implementations(names, folder: str, eps: float, dtype: torch.dtype) -> 
         loaded |= load_fla()
     if any(PEER_IMPLS[name][0] == "flash-attn-res" for name in wanted):
         loaded |= load_flash_attn_res(eps, dtype, notes)
-    for module in ("fla", "flash_attn_res"):
+    if any(PEER_IMPLS[name][0] == "fast-attnres" for name in wanted):
+        loaded |= load_fast_attnres()
+    for module in ("fla", "flash_attn_res", "attnres"):
         if module in sys.modules and getattr(sys.modules[module], "__file__", None):
             notes[f"{module}_file"] = sys.modules[module].__file__
     return {name: loaded[name] for name in wanted}, notes
 
 
-__all__ = ["DEFAULT_PEERS_PATH", "NOT_INSTALLED", "OUTPUT_DTYPE", "PEER_IMPLS", "peer_implementations"]
+__all__ = ["DEFAULT_PEERS_PATH", "NEEDS_CUDA", "NOT_INSTALLED", "OUTPUT_DTYPE", "PEER_IMPLS", "peer_implementations"]

@@ -21,10 +21,16 @@ Peers (pinned versions, installed apart from the environment by scripts/setup_pe
                    (mode max-autotune-no-cudagraphs)
   far_torch_eager  the same function, not compiled
   far_phase1       flash-attn-res experimental/torch.py phase_1_fn (one query), torch.compile'd as shipped
-fla scores RMSNorm(v) * gain . query, as we do. flash-attn-res has no key-norm gain: it gets query * gain as its
-pseudo-query (the same scores; gradients reach query and gain through that product) and the stacked [N, 1, T, D]
-bank; the stack is inside the timed call, as ours and fla's naive path stack inside theirs. hf_attnres/bench/peers.py
-says what had to be supplied for flash-attn-res 0.1.12 to import at all.
+  fast_attnres     fast-attnres 2.1.0 attnres.attnres, its public call (Triton; CUDA BF16 only: on CPU a row
+                   saying it needs CUDA, in an fp32 run its dtype error; bf16 output, checked at the bf16 tolerance)
+  fast_attnres_mq  fast-attnres 2.1.0's multi-query launchers with one query; on CPU they run in the Triton
+                   interpreter (fp32 or bf16), which checks its math on CPU but says nothing about speed
+fla scores RMSNorm(v) * gain . query, as we do. flash-attn-res and fast-attnres have no key-norm gain: they get
+query * gain as the pseudo-query (the same scores; gradients reach query and gain through that product).
+flash-attn-res takes the stacked [N, 1, T, D] bank, stacked inside the timed call as ours and fla's naive path stack
+inside theirs; fast-attnres takes the list of sources. fast-attnres keys on the last len(query) coordinates: with
+len(query) == hidden, scale 1 and our eps it is our mix. hf_attnres/bench/peers.py says what had to be supplied for
+flash-attn-res 0.1.12 to import at all, and how each peer's math relates to ours.
 
 Effective bytes (the least a fused kernel must move): forward reads n sources and writes the mix,
 (n + 1) * T * d * itemsize; the backward reads the n sources, the upstream gradient and the mix and writes n
@@ -35,11 +41,12 @@ Timing: on a GPU triton's do_bench (CUDA events, median); on CPU the median of -
 (and compilation), in process CPU time by default (--clock cpu: least disturbed by other jobs on the machine; with
 several threads it sums them, so use --threads 1 to compare with wall time) or wall time (--clock wall).
 
-Defaults: on a CUDA GPU every implementation, hidden 1024 and the Kimi K3 width 7168, 2/5/9 sources, 4k/16k/32k
-tokens, bf16; on CPU the PyTorch paths of all three (ours, fla_naive, far_*torch*/far_phase1), hidden 256 and 1024,
-256/1024 tokens, fp32. The JSON has one row per implementation, shape and pass (with its check; in 16-bit runs also
-"max_rel_err_vs_fp32", its error against the reference computed in fp32 throughout), "ratios": ms of each of ours /
-ms of each peer on the same shape and pass (below 1: ours is faster), and "ratio_geomeans" over the shapes.
+Defaults: on a CUDA GPU every implementation but fast_attnres_mq, hidden 1024 and the Kimi K3 width 7168, 2/5/9
+sources, 4k/16k/32k tokens, bf16; on CPU the PyTorch paths of ours, fla and flash-attn-res (ours, fla_naive,
+far_*torch*/far_phase1: fast-attnres has none), hidden 256 and 1024, 256/1024 tokens, fp32. The JSON has one row per
+implementation, shape and pass (with its check; in 16-bit runs also "max_rel_err_vs_fp32", its error against the
+reference computed in fp32 throughout), "ratios": ms of each of ours / ms of each peer on the same shape and pass
+(below 1: ours is faster), and "ratio_geomeans" over the shapes.
 
     scripts/setup_peers.sh                                  # once: the peers into ~/.cache/attnres/peers
     attnres bench-kernels                                   # CPU or GPU defaults, writes bench_kernels.json
@@ -56,7 +63,7 @@ from . import command_main
 from .combos import refuse_conflicts
 
 GPU_IMPLS = ("torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_naive,far_triton,far_torch,far_torch_eager,"
-             "far_phase1")
+             "far_phase1,fast_attnres")
 CPU_IMPLS = "torch_eager,torch_lean,torch_compile,attnres_cpp,fla_naive,far_torch,far_torch_eager,far_phase1"
 
 
@@ -75,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="CPU runs: process CPU time or wall")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, i.e. OMP_NUM_THREADS)")
     parser.add_argument("--peers-path", default=DEFAULT_PEERS_PATH,
-                        help="folder holding fla-core and flash-attn-res (scripts/setup_peers.sh's target; "
+                        help="folder holding fla-core, flash-attn-res and fast-attnres (scripts/setup_peers.sh's "
+                             "target; "
                              "default %(default)s, or $ATTNRES_PEERS); put on sys.path in this process only")
     parser.add_argument("--output", default="bench_kernels.json", help="JSON results file (written atomically)")
     return parser
