@@ -15,6 +15,7 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
+from ..core.versions import TRANSFORMERS_RANGE
 from ..families.registry import family_classes
 from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
 from ..folders.model_family import family_of_folder
@@ -285,16 +286,18 @@ def usage(repo_id: str, model) -> str:
     files = ", ".join(f"`{name}`" for name in names)
     return (
         "## Usage\n\n"
-        f"The model code ships in this repository as {len(names)} files generated from the attnres package ({files}, "
-        "loaded with `trust_remote_code=True`) and needs only `torch` and `transformers>=5.23.0,<5.24`. With `triton` "
+        f"The model code ships in this repository as {len(names)} files generated from the hf-attnres package "
+        f"({files}, loaded with `trust_remote_code=True`) and needs only `torch` and "
+        f"`transformers{TRANSFORMERS_RANGE}` (the range it was generated for: under another transformers it refuses to "
+        "load, in one line). With `triton` "
         "installed, the fused AttnRes kernels run on CUDA tensors; elsewhere their PyTorch reference does.\n\n"
         "```python\n"
         "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
         f'model = AutoModelForCausalLM.from_pretrained("{repo_id}", trust_remote_code=True)  # {model_class}\n'
         f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)\n'
         "```\n\n"
-        "Where the attnres package is installed, the model also loads without `trust_remote_code` after `import "
-        f"attnres`, which registers `{model_class}` with the Auto classes: the package's code, not the repository's."
+        "Where the hf-attnres package is installed, the model also loads without `trust_remote_code` after `import "
+        f"hf_attnres`, which registers `{model_class}` with the Auto classes: the package's code, not the repository's."
     )
 
 
