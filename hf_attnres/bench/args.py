@@ -1,14 +1,14 @@
 """The flags of `bench-model`, `bench-kernels`, `demo` and the GPU evidence run (scripts/gpu_evidence.sh) as
 dataclasses, one field per flag, with the rules that refuse a flag another one makes meaningless beside the fields.
 The benchmarks' dataclasses hold the values their parsers in hf_attnres/cli resolve (the device picked, comma lists
-split,
-per-device defaults filled), so they have no defaults: the parsers own them and resolve them against the device."""
+split, per-device defaults filled), so they have no defaults: the parsers own them and resolve them against the
+device. The Inkling-2 benchmark's flags need no resolving: its dataclass carries their defaults."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..utils.refusals import combined
+from ..utils.refusals import below, combined
 
 
 @dataclass
@@ -94,3 +94,34 @@ class EvidenceArgs:
     data: Path | None = None
     cap: list[str] = field(default_factory=list)
     dry_run: bool = False
+
+
+INKLING2_MEASUREMENTS = ("mix_q1", "mix_q3", "step")
+
+
+@dataclass
+class BenchInkling2Args:
+    """`python -m hf_attnres.cli.bench_inkling2` (hf_attnres.bench.inkling2): transformers' own Inkling-2 against the
+    same model on the Inkling kernels."""
+
+    device: str = "cpu"
+    dtype: str = "float32"
+    hidden: int = 1024
+    layers: int = 12
+    block: int = 3
+    vocab: int = 4096
+    batch: int = 1
+    seq: int = 512
+    threads: int = 1
+    repeats: int = 5
+    measurements: str = ",".join(INKLING2_MEASUREMENTS)
+    output: str | None = None
+    child: str | None = None  # "<measurement>:<arm>": the run of one arm, in a child process of the benchmark
+
+    def problems(self) -> list[str]:
+        """The refusal line of each size below 1 and of an unknown measurement."""
+        found = below(self, ("hidden", "layers", "block", "vocab", "batch", "seq", "threads", "repeats"), 1)
+        unknown = [m for m in self.measurements.split(",") if m not in INKLING2_MEASUREMENTS]
+        if unknown:
+            found.append(f"--measurements: unknown {unknown}; choose from {', '.join(INKLING2_MEASUREMENTS)}")
+        return found

@@ -12,7 +12,7 @@ transformers' own forward on the same weights and inputs (logits, or the mix), s
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -23,27 +23,10 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from ..folders.atomic_io import write_json_atomic
+
 ARMS = ("transformers", "kernels")
 MEASUREMENTS = ("mix_q1", "mix_q3", "step")
-
-
-def parse(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="bench_inkling2", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    parser.add_argument("--hidden", type=int, default=1024)
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--block", type=int, default=3, help="n_layers_per_attn_res_block")
-    parser.add_argument("--vocab", type=int, default=4096)
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--seq", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in every child (CPU)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--measurements", default=",".join(MEASUREMENTS))
-    parser.add_argument("--output", default=None, help="write the results as JSON here")
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # "<measurement>:<arm>"
-    return parser.parse_args(argv)
 
 
 def text_config(args):
@@ -164,15 +147,16 @@ def run(args) -> dict:
     import torch
     import transformers
 
+    settings = {k: v for k, v in dataclasses.asdict(args).items() if k != "child"}
     record = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "argv": sys.argv,
-              "settings": {k: v for k, v in vars(args).items() if k != "child"}, "torch": torch.__version__,
-              "transformers": transformers.__version__, "before": machine(), "results": []}
+              "settings": settings, "torch": torch.__version__, "transformers": transformers.__version__,
+              "before": machine(), "results": []}
     if args.device == "cuda":
         record["gpu"] = torch.cuda.get_device_name()
     forwarded = [f"--{k}={v}" for k, v in record["settings"].items() if k != "output" and v is not None]
     for measurement in args.measurements.split(","):
         for arm in ARMS:
-            done = subprocess.run([sys.executable, "-m", "hf_attnres.bench.inkling2", *forwarded, "--child",
+            done = subprocess.run([sys.executable, "-m", "hf_attnres.cli.bench_inkling2", *forwarded, "--child",
                                    f"{measurement}:{arm}"], capture_output=True, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"{measurement}:{arm} failed:\n{done.stderr[-3000:]}")
@@ -200,18 +184,13 @@ def table(record: dict) -> str:
     return "\n".join(rows)
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
+def main(args) -> int:
+    """`args`: a `BenchInkling2Args` (hf_attnres.cli.bench_inkling2 parses the command line into it)."""
     if args.child:
         print(json.dumps(run_child(args)))
         return 0
     record = run(args)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=1)
+        write_json_atomic(args.output, record)
     print(table(record))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -65,6 +65,7 @@ TYPED = {  # command module (hf_attnres/cli) -> its dataclass
     "caching_table": "hf_attnres.pipeline.caching_args:CachingArgs",
     "gpu_evidence": "hf_attnres.bench.args:EvidenceArgs",
     "repair_folder": "hf_attnres.folders.repair:RepairArgs",
+    "bench_inkling2": "hf_attnres.bench.args:BenchInkling2Args",
 }
 RESOLVED = {"bench_model", "bench_kernels"}  # their parsers resolve the defaults against the device: names only
 
