@@ -212,7 +212,10 @@ def _load_back_problems(plan: ConversionPlan, folder: Path, dtype, progress: boo
         if plan.source_layout != "hf":
             source = convert_tensors(source, plan.source_config, "hf")
         for name, tensor in source.items():
-            expected = tensor.to(state[name].dtype) if name in state else None
+            # the value as written (cast to `dtype`), then as loaded: transformers may keep a module above the
+            # checkpoint's dtype (Kimi Linear's `_keep_in_fp32_modules_strict`, from transformers 5.25)
+            written_value = tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
+            expected = written_value.to(state[name].dtype) if name in state else None
             if expected is None or not bitwise_equal(state[name], expected):
                 problems.append(f"{name}: from_pretrained of the export does not give the input's tensor")
     return problems
