@@ -27,16 +27,19 @@ if [[ "${1:-}" == "--newest" ]]; then
   shift
   # A venv of its own holding only that transformers (and what it adds, e.g. `kernels`), layered over the installed
   # environment by a .pth that adds its site folder after the venv's own: everything else is the full suite's install.
-  # (A --system-site-packages venv would layer over the base interpreter, not over an activated venv.)
+  # (A --system-site-packages venv would layer over the base interpreter, not over an activated venv.) Without pip of
+  # its own: the venv's bundled pip and setuptools would shadow the environment's (an old setuptools cannot build the
+  # package); the environment's pip installs into the venv it runs in.
   venv=".venvs/transformers-$NEWEST_TRANSFORMERS"
   if [[ ! -x "$venv/bin/python" ]]; then
-    python3 -m venv "$venv"
+    python3 -m venv --without-pip "$venv"
     parent=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     child=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "import site; site.addsitedir('$parent')" > "$child/_parent_environment.pth"
   fi
   "$venv/bin/python" -m pip install --quiet "transformers==$NEWEST_TRANSFORMERS"
   "$venv/bin/python" -c 'import transformers; print("transformers", transformers.__version__, "(version lane)")'
+  export PATH="$PWD/$venv/bin:$PATH"  # a test's `python` is the lane's too
   exec "$venv/bin/python" -m pytest --durations=10 "${VERSION_LANE[@]}" "$@"
 fi
 # torch first, so nothing below pulls another build. Which build pip installs depends on the index it reads:
