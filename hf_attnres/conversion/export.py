@@ -147,10 +147,26 @@ def export_name(name: str, to: str) -> str:
     return LANGUAGE_MODEL_PREFIX + name if to == "k3" else name
 
 
+def kept_in_fp32(name: str, dtype) -> bool:
+    """Whether a cast to `dtype` leaves the tensor `name` in fp32, as the installed transformers keeps it when it loads
+    Kimi Linear in 16 bits (`_keep_in_fp32_modules_strict`: `dt_bias`, the router's `gate.weight` and
+    `e_score_correction_bias` from transformers 5.25, none before); the names match in either layout."""
+    from transformers import KimiLinearForCausalLM
+
+    kept = getattr(KimiLinearForCausalLM, "_keep_in_fp32_modules_strict", None) or ()
+    return dtype in (torch.bfloat16, torch.float16) and any(pattern in name for pattern in kept)
+
+
+def cast_for_export(name: str, tensor: torch.Tensor, dtype) -> torch.Tensor:
+    """`tensor` in the export's dtype, except where transformers keeps it in fp32 (`kept_in_fp32`)."""
+    if dtype is None or not tensor.is_floating_point():
+        return tensor
+    return tensor.to(torch.float32 if kept_in_fp32(name, dtype) else dtype)
+
+
 def export_tensor(name: str, tensor: torch.Tensor, plan: ConversionPlan, to: str, dtype) -> torch.Tensor:
     """A Moonshot-layout tensor as the export stores it (works on meta tensors, to plan the shards)."""
-    if dtype is not None and tensor.is_floating_point():
-        tensor = tensor.to(dtype)
+    tensor = cast_for_export(name, tensor, dtype)
     if to == "k3" and _A_LOG.search(name):
         # K3 stores A_log as [head_dim] (SGLang and FLA's kernels index it per head; llama.cpp reads [:num_heads])
         heads = tensor.numel()
@@ -212,10 +228,8 @@ def _load_back_problems(plan: ConversionPlan, folder: Path, dtype, progress: boo
         if plan.source_layout != "hf":
             source = convert_tensors(source, plan.source_config, "hf")
         for name, tensor in source.items():
-            # the value as written (cast to `dtype`), then as loaded: transformers may keep a module above the
-            # checkpoint's dtype (Kimi Linear's `_keep_in_fp32_modules_strict`, from transformers 5.25)
-            written_value = tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
-            expected = written_value.to(state[name].dtype) if name in state else None
+            # the value as written, then as loaded (transformers may load a module in another dtype than stored)
+            expected = cast_for_export(name, tensor, dtype).to(state[name].dtype) if name in state else None
             if expected is None or not bitwise_equal(state[name], expected):
                 problems.append(f"{name}: from_pretrained of the export does not give the input's tensor")
     return problems
