@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from ..core.versions import TRANSFORMERS_RANGE, in_range
 from .atomic_io import move_into_place, recover_interrupted, temporary_folder, write_text_atomic
 from .checkpoint_files import CONFIG_NAME, read_json_file
 from .remote_code import GENERATED_MARK, auto_map, generated_files, generated_with
+from .saved_model import carry
 
 ATTN_RES_SUFFIX = "_attnres"
 AUTO_MAP = "auto_map"
@@ -160,30 +160,13 @@ def repair_folder(folder, check: bool = False) -> RepairPlan:
             if entry.name in plan.write or entry.name in plan.remove or (
                     plan.config is not None and entry.name == CONFIG_NAME):
                 continue
-            _carry(entry, building / entry.name)
+            carry(entry, building / entry.name)
         for name, text in plan.write.items():
             write_text_atomic(building / name, text)
         if plan.config is not None:  # as transformers writes config.json, the keys in the order they were read
             write_text_atomic(building / CONFIG_NAME, json.dumps(plan.config, indent=2) + "\n")
         move_into_place(building, folder, replace=True)
     return plan
-
-
-def _carry(entry: Path, target: Path) -> None:
-    """`entry` into the new folder unchanged: a link as a link, a folder and a file hard-linked where possible."""
-    if entry.is_symlink():
-        os.symlink(os.readlink(entry), target)
-    elif entry.is_dir():
-        shutil.copytree(entry, target, symlinks=True, copy_function=_link_or_copy)
-    else:
-        _link_or_copy(entry, target)
-
-
-def _link_or_copy(source, target) -> None:
-    try:
-        os.link(source, target)
-    except OSError:  # a file system without hard links: a copy keeps the bytes
-        shutil.copy2(source, target)
 
 
 def report(plan: RepairPlan, check: bool) -> str:

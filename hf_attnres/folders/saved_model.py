@@ -94,12 +94,17 @@ def _carry_over(old: Path, new: Path) -> None:
         target = new / entry.name
         if os.path.lexists(target) or entry.name == RECORD_FILE or entry.name.endswith(_WEIGHT_SUFFIXES):
             continue
-        if entry.is_symlink():
-            os.symlink(os.readlink(entry), target)
-        elif entry.is_dir():
-            shutil.copytree(entry, target, symlinks=True, copy_function=_link_or_copy)
-        else:
-            _link_or_copy(entry, target)
+        carry(entry, target)
+
+
+def carry(entry: Path, target: Path) -> None:
+    """`entry` into a new folder unchanged: a link as a link, a folder and a file hard-linked where possible."""
+    if entry.is_symlink():
+        os.symlink(os.readlink(entry), target)
+    elif entry.is_dir():
+        shutil.copytree(entry, target, symlinks=True, copy_function=_link_or_copy)
+    else:
+        _link_or_copy(entry, target)
 
 
 def _link_or_copy(source, target) -> None:
