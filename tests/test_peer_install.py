@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.venv import make_venv
+from tests.helpers.venv import build_wheel, make_venv, run
 
 REPO = Path(__file__).resolve().parent.parent
 FAST_ATTNRES = "fast-attnres==2.1.0"
@@ -76,21 +73,10 @@ IN_VENV = textwrap.dedent("""
 """)
 
 
-def run(command, **kwargs) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900, **kwargs)
-    assert result.returncode == 0, f"{command[:4]}: {result.stdout[-3000:]}{result.stderr[-3000:]}"
-    return result
-
-
 @pytest.mark.slow
 @pytest.mark.network  # pip-installs fast-attnres from the package index
 def test_fast_attnres_and_hf_attnres_install_and_import_side_by_side(tmp_path):
-    src = tmp_path / "src"  # a copy of the sources: the build writes nothing into the checkout
-    shutil.copytree(REPO / "hf_attnres", src / "hf_attnres", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy2(REPO / name, src / name)
-    run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(src)])
-    wheel = next((tmp_path / "dist").glob("hf_attnres-*.whl"))
+    wheel = build_wheel(REPO, tmp_path)
 
     venv = tmp_path / "venv"
     python, _bin = make_venv(venv)

@@ -9,6 +9,7 @@ install of attnres there (a meta-path finder that would shadow whatever the new 
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -38,3 +39,21 @@ def make_venv(path: Path) -> tuple[Path, Path]:
                          check=True, capture_output=True, text=True, timeout=60).stdout.strip()
     (Path(own) / "_attnres_tests_parent_env.pth").write_text("\n".join(running_import_folders()) + "\n")
     return python, path / "bin"
+
+
+def run(command, **kwargs) -> subprocess.CompletedProcess:
+    """`command` to completion (15 minutes at most), its output in the failure message."""
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900, **kwargs)
+    assert result.returncode == 0, f"{command[:4]}: {result.stdout[-3000:]}{result.stderr[-3000:]}"
+    return result
+
+
+def build_wheel(repo: Path, work: Path) -> Path:
+    """The package's wheel, built from a copy of the sources in `work` (the build writes nothing into the checkout),
+    without network (--no-isolation)."""
+    src = work / "src"
+    shutil.copytree(repo / "hf_attnres", src / "hf_attnres", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(repo / name, src / name)
+    run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(work / "dist"), str(src)])
+    return next((work / "dist").glob("hf_attnres-*.whl"))
