@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cache
 from pathlib import Path
 
 from ..folders.checkpoint_files import weight_files
 
-# Config fields that define the residual itself (or only how it is computed): allowed to differ in a matched pair
-RESIDUAL_FIELDS = ("attn_res_mode", "attn_res_block_size", "attn_res_backend", "attn_res_two_phase",
-                   "attn_res_fuse_norm", "attn_res_recompute", "attn_res_query_init_std", "attn_res_key_norm_init",
-                   "auto_map", "architectures", "model_type",
-                   "transformers_version", "dtype", "torch_dtype")
+# Fields a save writes about the file rather than the network (the class, its code, the versions, the storage dtype);
+# the family itself is compared under "family"
+META_FIELDS = ("auto_map", "architectures", "model_type", "transformers_version", "dtype", "torch_dtype")
 RESIDUAL_PARAM = "_res_"  # AttnRes' own tensors: {point}_res_norm / {point}_res_proj
 
 
@@ -74,8 +73,49 @@ def describe_model(model_dir: Path, label: str) -> dict:
         parameters=total, attn_res_parameters=residual,
         tokens_trained=info.get("tokens_trained"), data_fingerprint=info.get("data_fingerprint"),
         tokenizer=file_hash(model_dir / "tokenizer.json"),
-        architecture={k: v for k, v in sorted(config.items()) if k not in RESIDUAL_FIELDS},
+        architecture=architecture(config),
     )
+
+
+@cache
+def _defaults(config_class: type) -> dict:
+    return config_class().to_dict()
+
+
+@cache
+def family_fields(family: str) -> tuple[dict, dict, frozenset]:
+    """(the family's own config defaults, its AttnRes config defaults, the residual fields): read from the two config
+    classes, so a field the AttnRes config gains is covered without a list here. Residual fields are those the AttnRes
+    config adds over its family's (the mixin's `ATTN_RES_FIELDS`, and any other `attn_res_*`); another added field (Kimi
+    K3's switches) is architecture, and a plain config, which lacks it, reads as the AttnRes default: what upcycling
+    writes."""
+    from ..core.config import ATTN_RES_FIELDS
+    from ..families.registry import declaration, family_classes
+
+    own, attn_res = _defaults(declaration(family).config), _defaults(family_classes(family)[0])
+    added = set(attn_res) - set(own)
+    residual = frozenset(k for k in added if k in ATTN_RES_FIELDS or k.startswith("attn_res_"))
+    return own, attn_res, residual | frozenset(ATTN_RES_FIELDS)
+
+
+def architecture(config: dict) -> dict:
+    """The config's architecture, residual and file fields aside: a supported family's config is read over its class
+    defaults (a save omits fields at their defaults, and a plain config lacks the AttnRes config's additions), so a
+    plain model and its upcycled copy give the same dict; an unknown family's is its config.json as written."""
+    from ..families.registry import ATTN_RES_SUFFIX, SUPPORTED, family_of_model_type
+
+    model_type = config.get("model_type")
+    try:
+        family = family_of_model_type(model_type)
+    except ValueError:
+        family = None
+    if family not in SUPPORTED or model_type not in (family, family + ATTN_RES_SUFFIX):
+        return dict(sorted((k, v) for k, v in config.items() if k not in META_FIELDS and not k.startswith("attn_res_")),
+                    family=model_type)
+    own, attn_res, residual = family_fields(family)
+    base = attn_res if model_type != family else {**own, **{k: v for k, v in attn_res.items() if k not in own}}
+    full = {**base, **config}
+    return dict(sorted((k, v) for k, v in full.items() if k not in residual and k not in META_FIELDS), family=family)
 
 
 def matched_check(models: list[dict]) -> list[dict]:
