@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything to run once a CUDA GPU is available (issue 12 / BENCHMARKS.md "To be measured on a GPU"), in one go:
+# Everything to run once a CUDA GPU is available (issue 12 / docs/BENCHMARKS.md "To be measured on a GPU"), in one go:
 #   1. CUDA parity: the Triton kernels and the PyTorch paths (lean mix, grown two-phase bank) against the reference
 #      on the GPU, forward and every gradient, fp32 and bf16 (the CPU suite runs Triton only in its interpreter)
 #   2. kernel benchmark (scripts/bench_kernels.py, GPU defaults) with the peers beside ours (issue 21): fla-core 0.6.0

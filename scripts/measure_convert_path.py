@@ -1,5 +1,5 @@
-"""The convert path's counts (BENCHMARKS.md "The convert path") for a source tree: modules crossed, returns upward and
-family resolutions of `attnres convert <tiny llama> OUT --upcycle block`, by tests/conversion/test_convert_path.py's
+"""The convert path's counts (docs/BENCHMARKS.md "The convert path") for a source tree: modules crossed, returns upward
+and family resolutions of `attnres convert <tiny llama> OUT --upcycle block`, by tests/conversion/test_convert_path.py's
 `PathTrace`; `strict` also counts hf_attnres.utils and hf_attnres.folders.
 
     python3 scripts/measure_convert_path.py [ROOT] [rule|strict]

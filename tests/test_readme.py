@@ -86,7 +86,7 @@ COVERED = {
     "attnres compare A B --include-path": ("tests/evaluation/test_compare.py", '"--include-path"'),
     "python scripts/study.py": ("tests/study/test_study.py", "grid"),  # a 2-run grid; the real grids take hours
     'pip install -e ".[train]"': "CI's own install (scripts/run_tests.sh: `.[test]` includes `[train]`)",
-    "attnres continued-study --output-dir results/continued-cpu --only": ("tests/study/test_continued_study.py",
+    "attnres continued-study --output-dir docs/results/continued-cpu --only": ("tests/study/test_continued_study.py",
                                                                           "--only"),
     "attnres continued-study": ("tests/study/test_continued_study.py", "test_grid_runs_resumes_and_reports"),
     "attnres convert moonshot_ckpt/": ("tests/conversion/test_convert.py", "verify"),

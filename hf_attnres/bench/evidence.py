@@ -9,12 +9,12 @@ Steps:
   kernels       attnres bench-kernels beside fla, flash-attn-res and fast-attnres at K3's width: hidden 7168,
                 2/5/9 sources, 8k and 32k tokens, bf16, forward and forward+backward; the peers' max-autotune
                 compiled function (far_torch) is left out to stay within the cap (its eager form far_torch_eager runs)
-  decode_b1     attnres bench-model, the 24-layer bf16 model of BENCHMARKS.md's GPU run: train, prefill and cached
+  decode_b1     attnres bench-model, the 24-layer bf16 model of docs/BENCHMARKS.md's GPU run: train, prefill and cached
                 decode at batch 1 (latency per token), peak memory per phase, long-prompt prefill chunked vs unchunked
   decode_b32    the same decode at batch 32
   inkling2      scripts/bench_inkling2.py on the GPU: transformers' own Inkling-2 (hidden 2048, 12 layers, blocks of
                 3, bf16, 4k tokens) against the same model on the Inkling Triton kernels, the mix alone and the whole
-                training step, time and peak memory (BENCHMARKS.md's Inkling-2 section); not yet run
+                training step, time and peak memory (docs/BENCHMARKS.md's Inkling-2 section); not yet run
   continued     attnres continued-study on the GPU grid (configs/study/continued-gpu.json, its source and corpus
                 replaced by --source and --data); resumable by itself: a capped step keeps its finished runs
 """
@@ -26,10 +26,14 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ElementTree
+from collections import Counter
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..folders.atomic_io import write_json_atomic
+from ..kernels.mix.extension_cache import sha256_of
 from .args import EvidenceArgs
 
 STATUS_FILE = "status.json"
@@ -39,16 +43,103 @@ KERNEL_IMPLS = ("torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_nai
                 "fast_attnres")
 MODEL = ["--device", "cuda", "--dtype", "bfloat16", "--attention", "mla", "--hidden", "2048", "--layers", "24",
          "--block-size", "4", "--modes", "standard,block,full"]
+INTERRUPTED_RC = 130  # what a shell reports for a command stopped by Ctrl-C; SIGTERM ends the run the same way
+STOP_GRACE_S = 5.0  # an interrupted step's group gets SIGTERM, then SIGKILL after this many seconds
+
+
+@dataclass
+class Verdict:
+    """What a step's results show it did: `ran` False when nothing was measured or tested (`why` says what
+    stopped it: every test skipped, every implementation unavailable), else a `note` on what ran."""
+
+    ran: bool
+    why: str = ""
+    note: str = ""
+
+
+def always_ran(folder: Path) -> Verdict:
+    return Verdict(True)
 
 
 @dataclass
 class Step:
-    """One step: `command(folder)` -> its argv (run with the repository as working directory), `cap` seconds."""
+    """One step: `command(folder)` -> its argv (run with the repository as working directory), `cap` seconds.
+    `results`: the files (relative to the step's folder) an exit code of 0 must leave; their sha256 are recorded
+    with the status, and a recorded "ok" whose files are gone or changed is run again. `judge(folder)` reads them:
+    a step that exits 0 having tested or measured nothing is "not run", never "ok"."""
 
     name: str
     cap: float
     command: object
     env: dict = field(default_factory=dict)
+    results: tuple = ()
+    judge: object = always_ran
+
+
+def skip_reasons(reasons: Counter, limit: int = 2) -> str:
+    """The most common reasons, the count of the others: one short clause."""
+    top = [f"{reason} (x{count})" if count > 1 else reason for reason, count in reasons.most_common(limit)]
+    rest = len(reasons) - len(top)
+    return "; ".join(top) + (f"; {rest} other reasons" if rest > 0 else "")
+
+
+def judge_junit(name: str):
+    """A pytest step (its JUnit XML `name`): ran when at least one test was not skipped."""
+
+    def judge(folder: Path) -> Verdict:
+        try:
+            root = ElementTree.parse(folder / name).getroot()
+        except (OSError, ElementTree.ParseError) as error:
+            return Verdict(False, why=f"{name} unreadable ({error})")
+        suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+        total = sum(int(s.get("tests", 0)) for s in suites)
+        skipped = sum(int(s.get("skipped", 0)) for s in suites)
+        failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+        if total == 0:
+            return Verdict(False, why="pytest collected no tests")
+        if skipped >= total:
+            reasons = Counter(s.get("message", "").strip() or "no reason given" for s in root.iter("skipped"))
+            return Verdict(False, why=f"all {total} tests skipped: {skip_reasons(reasons)}")
+        passed = total - skipped - failed
+        return Verdict(True, note=f"{passed} passed, {failed} failed, {skipped} skipped of {total}")
+
+    return judge
+
+
+def judge_rows(name: str, measured: str, *, what: str = "rows"):
+    """A benchmark step (its JSON `name` with a "results" list): ran when at least one row has the key `measured`;
+    rows without it say why (`unavailable` / `error`)."""
+
+    def judge(folder: Path) -> Verdict:
+        try:
+            rows = json.loads((folder / name).read_text()).get("results")
+        except (OSError, ValueError, AttributeError) as error:
+            return Verdict(False, why=f"{name} unreadable ({error})")
+        rows = rows if isinstance(rows, list) else []
+        done = [r for r in rows if isinstance(r, dict) and measured in r]
+        missing = Counter(str(r.get("unavailable") or r.get("error") or "no result") if isinstance(r, dict)
+                          else "not a result" for r in rows if r not in done)
+        if not done:
+            return Verdict(False, why=f"no {what} measured" + (f": {skip_reasons(missing)}" if missing else ""))
+        return Verdict(True, note=f"{len(done)} of {len(rows)} {what} measured"
+                       + (f"; the others: {skip_reasons(missing)}" if missing else ""))
+
+    return judge
+
+
+def judge_study(name: str):
+    """The continued study (its summary JSON `name`, "runs" by id): ran when at least one run finished."""
+
+    def judge(folder: Path) -> Verdict:
+        try:
+            runs = json.loads((folder / name).read_text()).get("runs")
+        except (OSError, ValueError, AttributeError) as error:
+            return Verdict(False, why=f"{name} unreadable ({error})")
+        if not isinstance(runs, dict) or not runs:
+            return Verdict(False, why="no run of the grid finished")
+        return Verdict(True, note=f"{len(runs)} runs finished")
+
+    return judge
 
 
 def default_steps(out: Path, peers: Path | None, source: Path | None, data: Path | None,
@@ -58,24 +149,30 @@ def default_steps(out: Path, peers: Path | None, source: Path | None, data: Path
     py, caps = sys.executable, caps or {}
     steps = [
         Step("cuda_lane", 240, lambda d: [py, "-m", "pytest", "-m", "cuda", "-q", "-rs", "-p", "no:cacheprovider",
-                                          f"--junitxml={d / 'junit.xml'}", "tests"]),
+                                          f"--junitxml={d / 'junit.xml'}", "tests"],
+             results=("junit.xml",), judge=judge_junit("junit.xml")),
         Step("kernels", 420, lambda d: [py, "-m", "hf_attnres", "bench-kernels", "--device", "cuda", "--dtype",
                                         "bfloat16", "--hidden", "7168", "--sources", "2,5,9", "--tokens",
                                         "8192,32768", "--impls", KERNEL_IMPLS,
                                         *(["--peers-path", str(peers)] if peers else []),
-                                        "--output", str(d / "kernels.json")]),
+                                        "--output", str(d / "kernels.json")],
+             results=("kernels.json",), judge=judge_rows("kernels.json", "ms")),
         Step("decode_b1", 240, lambda d: [py, "-m", "hf_attnres", "bench-model", *MODEL, "--batch", "1", "--seq",
                                           "4096",
                                           "--phases", "train,prefill,decode,long_prefill", "--long-prompt", "32768",
-                                          "--output", str(d / "model_b1.json")]),
+                                          "--output", str(d / "model_b1.json")],
+             results=("model_b1.json",), judge=judge_rows("model_b1.json", "seconds")),
         Step("decode_b32", 180, lambda d: [py, "-m", "hf_attnres", "bench-model", *MODEL, "--batch", "32", "--seq",
                                            "512", "--phases", "decode", "--skip-memory",
-                                           "--output", str(d / "model_b32.json")]),
+                                           "--output", str(d / "model_b32.json")],
+             results=("model_b32.json",), judge=judge_rows("model_b32.json", "seconds")),
         Step("inkling2", 120, lambda d: [py, "scripts/bench_inkling2.py", "--device", "cuda", "--dtype", "bfloat16",
                                          "--hidden", "2048", "--layers", "12", "--block", "3", "--seq", "4096",
-                                         "--repeats", "10", "--output", str(d / "inkling2.json")]),
+                                         "--repeats", "10", "--output", str(d / "inkling2.json")],
+             results=("inkling2.json",), judge=judge_rows("inkling2.json", "wall_s")),
         Step("continued", 600, lambda d: [py, "-m", "hf_attnres", "continued-study", "--grid",
-                                          str(gpu_grid(out, source, data)), "--output-dir", str(d / "study")]),
+                                          str(gpu_grid(out, source, data)), "--output-dir", str(d / "study")],
+             results=("study/summary.md", "study/summary.json"), judge=judge_study("study/summary.json")),
     ]
     for step in steps:
         step.cap = float(caps.get(step.name, step.cap))
@@ -103,35 +200,131 @@ def read_status(folder: Path) -> dict | None:
     return status if isinstance(status, dict) else None
 
 
+def checksums(folder: Path, names) -> dict:
+    return {name: sha256_of(folder / name) for name in names}
+
+
+def not_done(folder: Path, step: Step) -> str | None:
+    """None when the step's recorded status proves it finished: "ok", exit code 0, and every result file present
+    with the checksum recorded when it ended. Otherwise why it must run (again)."""
+    status = read_status(folder)
+    if status is None:
+        return "no status"
+    if status.get("status") != "ok":
+        return f"last {status.get('status')}"
+    rc = status.get("rc")
+    if type(rc) is not int or rc != 0:
+        return f"recorded ok with exit code {rc}"
+    recorded = status.get("results")
+    if not isinstance(recorded, dict) or set(recorded) != set(step.results):
+        return "recorded ok without the checksums of its result files"
+    for name, digest in recorded.items():
+        path = folder / name
+        if not path.is_file():
+            return f"recorded ok, but {name} is missing"
+        if sha256_of(path) != digest:
+            return f"recorded ok, but {name} changed since"
+    return None
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the run (raised by `stop_on_signals`' handler, wherever the run was)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.name = signal.Signals(signum).name
+        self.step = None  # the step it stopped, if one was running
+        self.details = {}  # that step's {"rc", "seconds"}, once its process group is stopped
+
+
+@contextmanager
+def stop_on_signals():
+    """Turn SIGINT / SIGTERM into `Interrupted` for the body; a second signal while the run stops is ignored, so the
+    cleanup (stopping the step's process group, writing its status) always completes."""
+
+    def handler(signum, frame):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:  # the whole group has exited
+        pass
+
+
 def run_steps(out: Path, steps: list[Step], only: list[str] | None = None, log=print) -> dict:
-    """Run the steps not yet "ok" in OUT, in order; {step: status}. A step's process group is killed at its cap."""
+    """Run the steps not yet done in OUT (`not_done`), in order; {step: status}. A step's process group is killed at
+    its cap. On `Interrupted`, the running step's status says so, then the exception goes on to the caller."""
     results = {}
     for step in steps:
         if only and step.name not in only:
             continue
         folder = out / step.name
-        previous = read_status(folder)
-        if previous is not None and previous.get("status") == "ok":
+        why = not_done(folder, step)
+        if why is None:
+            previous = read_status(folder)
             log(f"== {step.name}: done before ({previous.get('seconds')} s), skipped")
             results[step.name] = previous
             continue
+        if why.startswith("recorded ok"):
+            log(f"== {step.name}: {why}; running it again")
         folder.mkdir(parents=True, exist_ok=True)
+        for name in step.results:  # a result left by an earlier try must not pass for this one's
+            (folder / name).unlink(missing_ok=True)
         command = [str(part) for part in step.command(folder)]
         log(f"== {step.name} (cap {step.cap:g} s): {' '.join(command)}")
-        status = run_capped(command, step.cap, folder / "log.txt", step.env)
+        try:
+            status = run_capped(command, step.cap, folder / "log.txt", step.env)
+        except Interrupted as stop:
+            stop.step = step.name
+            write_json_atomic(folder / STATUS_FILE, dict(stop.details, status="interrupted", why=f"{stop.name} "
+                                                         "stopped it", step=step.name, command=command,
+                                                         cap_s=step.cap))
+            raise
+        status.update(judged(folder, step, status))
         status.update(step=step.name, command=command, cap_s=step.cap,
                       finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         write_json_atomic(folder / STATUS_FILE, status)
-        log(f"== {step.name}: {status['status']} after {status['seconds']} s (log {folder / 'log.txt'})")
+        detail = status.get("why") or status.get("note")
+        log(f"== {step.name}: {status['status']} after {status['seconds']} s" + (f": {detail}" if detail else "")
+            + f" (log {folder / 'log.txt'})")
         results[step.name] = status
     return results
 
 
+def judged(folder: Path, step: Step, status: dict) -> dict:
+    """What an exit code of 0 proves: "ok" with the result files' checksums when the results show work done,
+    "not run" when they show none (every test skipped, nothing measured), "failed" when a result file is missing."""
+    if status["status"] != "ok":
+        return {}
+    missing = [name for name in step.results if not (folder / name).is_file()]
+    if missing:
+        return dict(status="failed", why=f"exit code 0 but no {', '.join(missing)}")
+    verdict = step.judge(folder)
+    if not verdict.ran:
+        return dict(status="not run", why=verdict.why)
+    return dict(results=checksums(folder, step.results), **(dict(note=verdict.note) if verdict.note else {}))
+
+
 def run_capped(command: list[str], cap: float, log_path: Path, env: dict) -> dict:
     """Run `command` with its output in `log_path`; its whole process group is killed at `cap` seconds.
-    {"status": "ok" | "failed" | "capped", "rc", "seconds"}."""
+    {"status": "ok" | "failed" | "capped", "rc", "seconds"}. On `Interrupted` the group gets SIGTERM, then SIGKILL
+    after STOP_GRACE_S, and the exception goes on with its `details` set."""
     started = time.time()
     environment = dict(os.environ, HF_HUB_OFFLINE="1", TRITON_INTERPRET="0", **env)
+    # the steps run in the repository and may import from it by path (pytest's rootdir, scripts/): the wrapper's
+    # PYTHONSAFEPATH guards only its own start in the caller's directory
+    environment.pop("PYTHONSAFEPATH", None)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=environment,
                                    start_new_session=True)
@@ -139,9 +332,18 @@ def run_capped(command: list[str], cap: float, log_path: Path, env: dict) -> dic
             rc = process.wait(timeout=cap)
             status = "ok" if rc == 0 else "failed"
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_group(process.pid, signal.SIGKILL)
             rc = process.wait()
             status = "capped"
+        except Interrupted as stop:
+            kill_group(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+            kill_group(process.pid, signal.SIGKILL)  # what outlived SIGTERM in the group, the leader or not
+            stop.details = dict(rc=process.wait(), seconds=round(time.time() - started, 1))
+            raise
     return dict(status=status, rc=rc, seconds=round(time.time() - started, 1))
 
 
@@ -158,6 +360,19 @@ def parse_caps(values: list[str], names: list[str]) -> dict:
     return caps
 
 
+def check_out(out: Path) -> None:
+    """ValueError naming OUT when it cannot be made or written: a file, or below one, or a folder without write
+    permission (what the kernel still refuses, such as /proc, is caught when the lock is taken)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"OUT {out} is a file, not a folder")
+    existing = next(p for p in (out, *out.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        raise ValueError(f"OUT {out}: cannot create it, {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"OUT {out}: " + ("no permission to write in it" if existing == out else
+                                           f"cannot create it, no permission to write in {existing}"))
+
+
 def check_args(args: EvidenceArgs) -> tuple[list[str], dict]:
     """(the steps to run, their caps); ValueError naming the flag, before anything runs or is written."""
     names = [s.name for s in default_steps(args.out, None, None, None)]
@@ -165,8 +380,7 @@ def check_args(args: EvidenceArgs) -> tuple[list[str], dict]:
     unknown = [n for n in only if n not in names]
     if unknown:
         raise ValueError(f"--only: unknown steps {unknown} (known: {names})")
-    if args.out.exists() and not args.out.is_dir():
-        raise ValueError(f"OUT {args.out} is a file, not a folder")
+    check_out(args.out)
     for flag in ("peers", "source", "data"):
         path = getattr(args, flag)
         if path is not None and not path.is_dir():
@@ -176,20 +390,52 @@ def check_args(args: EvidenceArgs) -> tuple[list[str], dict]:
     return only, parse_caps(args.cap, names)
 
 
-def run_evidence(args: EvidenceArgs, only: list[str], caps: dict) -> int:
-    """0 when every step run is ok (or was before), 1 otherwise (`only`, `caps`: from `check_args`)."""
+def summary(out: Path, results: dict) -> str:
+    """One line: "all ok" only when every step selected ran and passed; else each other step by its status."""
+    if all(status.get("status") == "ok" for status in results.values()):
+        return f"evidence in {out}/: all ok ({', '.join(results)})"
+    by_status = {}
+    for name, status in results.items():
+        if status.get("status") != "ok":
+            why = status.get("why") or (f"exit code {status.get('rc')}" if status.get("status") == "failed" else "")
+            by_status.setdefault(status.get("status"), []).append(name + (f" ({why})" if why else ""))
+    done = [name for name, status in results.items() if status.get("status") == "ok"]
+    parts = [f"{state}: {', '.join(names)}" for state, names in by_status.items()]
+    return (f"evidence in {out}/: " + "; ".join(parts) + (f"; ok: {', '.join(done)}" if done else "")
+            + " (a rerun into the same OUT runs the steps not ok)")
+
+
+def run_evidence(args: EvidenceArgs, only: list[str], caps: dict, steps: list[Step] | None = None) -> int:
+    """0 when every step selected ran and passed (now or before), 1 otherwise, 2 when OUT cannot be created or
+    another run holds it, 130 when SIGINT or SIGTERM stopped the run (`only`, `caps`: from `check_args`; `steps`:
+    default_steps')."""
+    steps = steps if steps is not None else default_steps(args.out, args.peers, args.source, args.data, caps)
     if args.dry_run:
-        for step in default_steps(args.out, None, None, None, caps):
-            status = (read_status(args.out / step.name) or {}).get("status", "to run")
-            print(f"{step.name:12} cap {step.cap:>5g} s  {status if step.name in only else 'not selected'}")
+        for step in steps:
+            why = not_done(args.out / step.name, step)
+            state = "ok" if why is None else "to run" if why == "no status" else f"to run ({why})"
+            print(f"{step.name:12} cap {step.cap:>5g} s  {state if step.name in only else 'not selected'}")
         return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = run_steps(args.out, default_steps(args.out, args.peers, args.source, args.data, caps), only)
-    write_json_atomic(args.out / "evidence.json", {name: read_status(args.out / name) for name in results})
-    bad = [name for name, status in results.items() if status.get("status") != "ok"]
-    print(f"evidence in {args.out}/: " + (f"not ok: {', '.join(bad)} (rerun to retry them)" if bad else "all ok"))
-    return 1 if bad else 0
+    from ..training import SetupError  # not at import: training's modules load `datasets`
+    from ..training.state import output_lock
 
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(stop_on_signals())
+            try:  # one run per OUT: the lock `train` takes on its output folder, held until the run ends
+                stack.enter_context(output_lock(args.out, flag="OUT"))
+            except SetupError as error:
+                print(f"error: {error}", file=sys.stderr)
+                return 2
+            results = run_steps(args.out, steps, only)
+            write_json_atomic(args.out / "evidence.json", {name: read_status(args.out / name) for name in results})
+            print(summary(args.out, results))
+        except Interrupted as stop:
+            print(f"evidence in {args.out}/: stopped by {stop.name}"
+                  + (f" during {stop.step} (its processes stopped, its status 'interrupted')" if stop.step else "")
+                  + "; a rerun into the same OUT goes on from there", file=sys.stderr)
+            return INTERRUPTED_RC
+    return 0 if all(status.get("status") == "ok" for status in results.values()) else 1
 
-__all__ = ["Step", "default_steps", "run_steps", "run_capped", "read_status", "check_args", "run_evidence",
-           "STATUS_FILE"]
+__all__ = ["Step", "Verdict", "default_steps", "run_steps", "run_capped", "read_status", "not_done", "check_args",
+           "run_evidence", "judge_junit", "judge_rows", "judge_study", "STATUS_FILE"]

@@ -1,7 +1,7 @@
 """transformers' own Inkling-2 against the same model on the Inkling kernels, side by side in one run: the depth mix
 alone and the whole training step, time and peak memory (hf_attnres/bench/inkling2.py says how each is measured):
 
-    python -m hf_attnres.cli.bench_inkling2 --threads 1 --output inkling2.json   # the BENCHMARKS.md run (CPU)
+    python -m hf_attnres.cli.bench_inkling2 --threads 1 --output inkling2.json   # the docs/BENCHMARKS.md run (CPU)
     python -m hf_attnres.cli.bench_inkling2 --device cuda --dtype bfloat16       # on a GPU
 """
 from __future__ import annotations

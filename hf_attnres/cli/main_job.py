@@ -5,7 +5,7 @@
     attnres main-job --no-tasks             # skip the lm-eval task subset
     (from a checkout, not installed: scripts/main_job.py takes the same flags; bash scripts/main_job.sh installs first)
 
-Time on 2 CPU cores, measured (RESULTS.md, section "Main job"), the corpus built from scratch: 14.9 min from a fresh
+Time on 2 CPU cores, measured (docs/RESULTS.md, "Main job"), the corpus built from scratch: 14.9 min from a fresh
 clone on mostly idle cores, 51 min on cores shared with ~5 other jobs (load 11-15); the earlier, 1.45x smaller model
 took 4 min 47 s idle with warm caches.
 
@@ -15,7 +15,7 @@ Steps (everything lands in --output-dir, default runs/main-job/):
   2. train: scripts/train.py twice, standard and Block AttnRes, with one model config (model_config.json), the same
      seed, data order and tokens: the models differ only by the residual and its AttnRes vectors. Each at its own
      learning rate: the best of the LR study (configs/study/cpu-lr.json, whose model, data and schedule these
-     defaults are; RESULTS.md "A fair comparison"), standard 1.2e-2 and Block 3e-3 (--lr: one shared LR instead).
+     defaults are; docs/RESULTS.md "A fair comparison"), standard 1.2e-2 and Block 3e-3 (--lr: one shared LR instead).
      Both at once, one CPU thread each (--sequential: one after the other). Logs: standard/train.log, block/train.log
   3. evaluate (hf_attnres.evaluation.compare, as eval/compare.py): held-out loss and bits per byte on the whole
      validation split (eval/heldout/), and a small lm-eval task subset, --task-limit items each (eval/tasks/;

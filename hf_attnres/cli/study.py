@@ -7,7 +7,7 @@ Resumable: each finished run is recorded (<output-dir>/runs/<id>/result.json); r
 and redoes runs that crashed or were never started. Grids: configs/study/*.json (see hf_attnres/study/grid.py).
 
   attnres study                                                      # the CPU grid, one run at a time
-  attnres study --jobs 2 --report-dir results/study-cpu              # two at a time (31 runs: ~80 min on 2 cores)
+  attnres study --jobs 2 --report-dir docs/results/study-cpu         # two at a time (31 runs: ~80 min on 2 cores)
   attnres study --grid configs/study/gpu-20m.json                    # the 20M-parameter / 1B-token replication (GPU)
   attnres study --report-only                                        # aggregate what has finished
   attnres study --grid configs/study/cpu-lr.json --output-dir runs/check \

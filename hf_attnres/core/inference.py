@@ -5,7 +5,7 @@ the residual"):
   block's pseudo-queries against the completed blocks, the bank read once) and Phase 2 per sub-layer (online-softmax
   merge with the running partial sum, following RMSNorm fused). Equal to the plain loop up to fp32 rounding. On by
   default with the Triton backend only: on the PyTorch path (bank grown in place, `kernels/two_phase/lean.py`) it
-  measured slower than the plain lean mix on CPU (BENCHMARKS.md), and off keeps inference bit-identical to training.
+  measured slower than the plain lean mix on CPU (docs/BENCHMARKS.md); off keeps inference bit-identical to training.
   Full mode keeps the plain per-point path: its bank grows by two sources per layer, so there is no block to batch.
 - `chunked_causal_lm_forward`: a long prompt through the model in sequence chunks, carrying the family's cache (its
   attention keys and values, and any recurrent state), so the depth bank only ever holds chunk-sized tensors. Logits

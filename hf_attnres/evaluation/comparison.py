@@ -30,7 +30,7 @@ from .runner import HELDOUT, evaluate_task, file_stamp, is_main_process, model_s
 from .tasks import CODE_TASKS, TASKS, private_tasks, rendered_benchmarks
 
 QUICK_LIMIT = 4  # --quick: heldout sequences, and MMLU gold answers per subject (57 x 4 = 228)
-QUICK_TIMING = ("Measured on this project's shared 2-core CPU (BENCHMARKS.md, 'compare --quick'): two SmolLM2-135M\n"
+QUICK_TIMING = ("Measured on this project's 2-core CPU (docs/BENCHMARKS.md, 'compare --quick'): two SmolLM2-135M\n"
                 "models (plain and its Block AttnRes upcycle) 6.5 min wall with OMP_NUM_THREADS=1; two tiny test\n"
                 "models 40-94 s. On a CPU shared with other jobs, set OMP_NUM_THREADS=1: two threads made a forward\n"
                 "10-100x slower there.")

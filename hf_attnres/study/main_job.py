@@ -200,9 +200,9 @@ def markdown_summary(summary: dict) -> str:
         "| | standard | block AttnRes | block - standard |", "|---|---|---|---|",
         *[f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} |" for r in rows], "",
         "Lower is better for loss and bits per byte. One seed at this scale: a difference is a hint, not a result "
-        "(the reproduction study, RESULTS.md, repeats it over seeds). Held-out bits per byte is pooled over the whole "
-        "validation split (all bits / all bytes); `eval/heldout/report.md` tabulates the mean of per-sequence values "
-        "for its paired test, and repeats the pooled number.", "",
+        "(the reproduction study, docs/RESULTS.md, repeats it over seeds). Held-out bits per byte is pooled over the "
+        "whole validation split (all bits / all bytes); `eval/heldout/report.md` tabulates the mean of per-sequence "
+        "values for its paired test, and repeats the pooled number.", "",
         "Plots: `loss_curves.png` (train and validation loss), `figure5.png` (per-layer output RMS, per-layer gradient "
         "norm, Block AttnRes depth weights: sub-layer x source). Evaluation reports: `eval/heldout/report.md`"
         + (", `eval/tasks/report.md`." if summary.get("tasks") else "."), "",
@@ -212,7 +212,7 @@ def markdown_summary(summary: dict) -> str:
 
 OLD_SHARED_LR = ("An earlier main job trained both arms at one shared LR, 3e-3 (Block's best and the "
                  "baseline's fourth best of five), and reported block - standard **-0.20** held-out loss: that is the "
-                 "old, unfair number (RESULTS.md, 'Main job').")
+                 "old, unfair number (docs/RESULTS.md, 'Main job').")
 
 
 def lr_paragraph(summary: dict) -> str:

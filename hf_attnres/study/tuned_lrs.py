@@ -11,8 +11,9 @@ from __future__ import annotations
 from .grid import RunKey
 
 STUDY_GRID = "configs/study/cpu-lr.json"
-STUDY_RECORDS = "results/study-cpu-lr/runs"
-STUDY_REPORT = "RESULTS.md, 'A fair comparison at the main job's scale, each arm at its own learning rate (issue 19)'"
+STUDY_RECORDS = "docs/results/study-cpu-lr/runs"
+STUDY_REPORT = ("docs/RESULTS.md, 'A fair comparison at the main job's scale, each arm at its own learning rate "
+                "(issue 19)'")
 STUDY_LRS = (0.0015, 0.003, 0.006, 0.012, 0.024)  # the swept axis (seed 0)
 STUDY_METRIC = "final validation loss of seed 0 on the first 384 of the 491 validation sequences (train's eval)"
 # What the study's runs share: a run of the main job with other values is not what the LRs were tuned for

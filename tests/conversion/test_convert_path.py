@@ -26,7 +26,7 @@ The rule, exactly:
 
 The goal: at most 8 modules, at most 3 returns upward, the family resolved exactly once (a path that goes down once
 per step: check the request, open the source, rebuild the model, write the folder).
-BENCHMARKS.md "The convert path" records the numbers before and after.
+docs/BENCHMARKS.md "The convert path" records the numbers before and after.
 """
 from __future__ import annotations
 

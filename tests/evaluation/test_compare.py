@@ -193,7 +193,7 @@ def test_quick_preset(setup, capsys):
     report = compare_main([str(setup["standard"]), str(setup["block"]), "--quick", "--data", str(setup["data"]),
                            "--eval-data", str(setup["eval_data"]), "--output-dir", str(out), "--device", "cpu"])
     seconds = time.perf_counter() - start
-    print(f"compare --quick, two tiny models: {seconds:.1f} s")  # BENCHMARKS.md cites this line (pytest -s)
+    print(f"compare --quick, two tiny models: {seconds:.1f} s")  # docs/BENCHMARKS.md cites this line (pytest -s)
     assert report["settings"]["tasks"] == ["heldout", "attnres_mmlu_bpb"] and report["settings"]["limit"] == QUICK_LIMIT
     assert report["tasks"]["heldout"]["bpb,none"]["models"]["block"]["n"] == QUICK_LIMIT
     assert report["tasks"]["attnres_mmlu_bpb"]["bpb,none"]["models"]["block"]["n"] == 6  # 2 subjects x 3 items: all

@@ -26,7 +26,7 @@ from tests.helpers.llama_cpp_runner import cache_dir as llama_cpp_cache_dir
 
 PROMPTS = ["the king walks over the river", "a queen sees the light of the", "stone and tree and the dark house",
            "the river runs under"]
-# max |llama.cpp - ours| / max |ours| over all positions of all prompts (measured: RESULTS.md "Serving")
+# max |llama.cpp - ours| / max |ours| over all positions of all prompts (measured: docs/RESULTS.md "Serving")
 # trains, exports and converts a model, then runs llama.cpp in child processes: minutes
 pytestmark = pytest.mark.slow
 REL_TOLERANCE = {"f32": 1e-2, "f16": 1e-2, "q8_0": 3e-2}

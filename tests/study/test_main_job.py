@@ -64,7 +64,7 @@ def test_reduced_main_job(main_job, tmp_path, capsys):
     lrs = summary["learning_rates"]
     assert summary["lr_mode"] == "per-arm" and (lrs["standard"]["lr"], lrs["block"]["lr"]) == (0.012, 0.003)
     assert lrs["standard"]["study"]["best_run"] == (
-        "results/study-cpu-lr/runs/standard-lr0.012-L12-h128-seed0/result.json")
+        "docs/results/study-cpu-lr/runs/standard-lr0.012-L12-h128-seed0/result.json")
     assert lrs["block"]["study"]["arm"] == "block-S2" and "--steps 6 (study: 500)" in lrs["block"]["differs"]
     assert summary["training_flags"]["lr"] == {"standard": 0.012, "block": 0.003}
     for mode, lr in (("standard", 0.012), ("block", 0.003)):  # the peak LR each run used at its first step

@@ -289,7 +289,7 @@ def test_committed_grid_says_its_metric_covers_the_first_384_sequences(tmp_path)
     records still match the grid, and the report says what the metric covers."""
     grid = load_grid(REPO / "configs" / "study" / "cpu-lr.json")
     assert grid.train["metric"] == "eval-batches"
-    keys, done = study_runner.grid_runs(grid, REPO / "results" / "study-cpu-lr")
+    keys, done = study_runner.grid_runs(grid, REPO / "docs" / "results" / "study-cpu-lr")
     assert len(done) >= 128
     path = write_report(grid, list(done.values())[:3], tmp_path / "report")
     assert "on the **first 384" in path.read_text() and "not the whole split" in path.read_text()
