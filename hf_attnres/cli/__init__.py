@@ -63,10 +63,8 @@ def environment_problem(args: list[str]) -> str | None:
     the model raises it mid-run, as a traceback, after data, outputs and the model are set up. `--help` still works."""
     if "-h" in args or "--help" in args or "ATTNRES_BACKEND" not in os.environ:
         return None
-    from ..families.kimi_linear.configuration_kimi_linear_attnres import (  # transformers: only when it is set
-        ATTN_RES_BACKENDS,
-        BACKEND_ENV_VAR,
-    )
+    from ..core.config import ATTN_RES_BACKENDS  # transformers: only when it is set
+    from ..core.installed import BACKEND_ENV_VAR
 
     backend = os.environ[BACKEND_ENV_VAR]
     if backend in ATTN_RES_BACKENDS:
@@ -103,7 +101,7 @@ for _name, _module, _summary in [
     ("main-job", "main_job", "the main job: a matched standard / Block AttnRes pair, trained, evaluated, compared"),
     ("train-pipeline", "train_pipeline", "train with DeepSpeed pipeline parallelism (1F1B)"),
     ("train-interleaved", "train_interleaved", "train with PyTorch's interleaved pipeline and cross-stage caching"),
-    ("convert", "convert", "convert checkpoints: Moonshot / Kimi K3 layout <-> this package's layout"),
+    ("convert", "convert", "a family's folder or GGUF to its plain or AttnRes model; Kimi's Moonshot <-> HF layout"),
     ("export", "export", "export to the layout serving runtimes read (Kimi K3, Kimi Linear)"),
     ("push-to-hub", "push_to_hub", "build (and upload) a Hub folder with a model card"),
     ("plan-memory", "plan_memory", "memory plan: weights (no optimizer state), depth bank, pipeline boundaries"),
