@@ -171,7 +171,7 @@ def init_config(init_from: Path, attn_res: str | None, block_size: int | None, t
     flag."""
     config_class = family_classes(folder_family(init_from))[0]
     try:
-        config = config_class.from_pretrained(str(init_from))
+        config = _read_init_config(init_from, config_class)
     except (OSError, ValueError, TypeError) as error:
         raise ValueError(f"--init-from {init_from}: cannot read its config.json ({error})") from error
     saved, mode = config.attn_res_mode, attn_res or config.attn_res_mode
@@ -191,6 +191,23 @@ def init_config(init_from: Path, attn_res: str | None, block_size: int | None, t
         return config_class(**fields)
     except (ValueError, TypeError) as error:
         raise ValueError(f"--init-from {init_from}: invalid model config: {error}") from error
+
+
+def _read_init_config(init_from: Path, config_class):
+    """DIR's config as an AttnRes config of its family. A family's own checkpoint (`llama`, not `llama_attnres`) is
+    read by the family's own config class and carried over field by field in standard mode: reading it with the
+    AttnRes class makes transformers warn that a `llama` checkpoint may not suit a `llama_attnres` model, which a
+    standard fine-tune of the family's own model never is."""
+    family, model_type = family_of_folder(init_from)
+    if family == "kimi_linear" or model_type != family:
+        return config_class.from_pretrained(str(init_from))
+    from transformers import AutoConfig
+
+    plain = AutoConfig.from_pretrained(str(init_from)).to_dict()
+    # the fields that name the file's class or where it was read: the digest a resume compares must not see a move
+    fields = {key: value for key, value in plain.items()
+              if key not in ("model_type", "transformers_version", "_name_or_path")}
+    return config_class.from_dict(dict(fields, attn_res_mode="standard", attn_res_block_size=0))
 
 
 def folder_family(init_from: Path) -> str:
