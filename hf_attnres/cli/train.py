@@ -1,4 +1,5 @@
-"""Train a Kimi Linear model with standard residuals or Attention Residuals (block / full) on a prepared dataset.
+"""Train a model of any family (Kimi Linear by default, or --family / --config / --init-from's) with standard
+residuals or Attention Residuals (block / full) on a prepared dataset.
 
 One process (CPU or GPU):
   attnres train --attn-res block
@@ -6,11 +7,13 @@ Several processes, DDP (accelerate):
   accelerate launch --multi_gpu --num_processes 8 -m hf_attnres.cli.train --attn-res block
 DeepSpeed ZeRO (stage 1, 2 or 3; torchrun or the deepspeed launcher):
   torchrun --nproc_per_node 8 -m hf_attnres.cli.train --deepspeed configs/deepspeed/zero2.json
-Fine-tune an existing model (final/, Moonshot's layout, an upcycled Kimi Linear), e.g. on chat data:
+Fine-tune an existing model (final/, Moonshot's layout, an upcycled checkpoint, a family's own such as a plain Llama):
   attnres train --init-from runs/small-block/final --data data/sft --lr 1e-4
 The matched baseline is the same command with --attn-res standard. Data: scripts/prepare_data.py. Details and CPU
 commands: docs/TRAINING.md. Writes <output-dir>/{metrics.jsonl, tensorboard/, diagnostics.jsonl,
-depth_diagnostics.png, checkpoints/step-00000500/ (8-digit step), final/}.
+depth_diagnostics.png, final/} and, with --checkpoints resumable (the default from scratch; a fine-tune with
+--init-from writes final/ only unless asked), checkpoints/step-00000500/ (8-digit step: the weights plus the
+optimizer state, about 3x the weights' size each). The run prints what it writes where, and how big.
 """
 from __future__ import annotations
 

@@ -36,6 +36,13 @@ RUN_SETTINGS = {
     "mixed_precision": "auto", "seed": 0, "deepspeed": None,
 }
 PATH_SETTINGS = ("data", "config", "init_from", "deepspeed")
+# What a run keeps on disk: its final weights only, or also resumable checkpoints (the weights plus the optimizer
+# state: AdamW's two moments in fp32, twice the weights again, so a checkpoint is about three times final/'s size)
+CHECKPOINT_MODES = ("resumable", "final-only")
+CHECKPOINT_DEFAULTS = dict(save_every=500, keep_checkpoints=2)
+# The largest peak learning rate any parameter group may get: above it AdamW's first updates (about lr per element,
+# whatever the gradient's scale) move every weight by more than the weights' own size
+MAX_LR = 1.0
 
 
 def given_settings(args) -> dict:
@@ -85,8 +92,9 @@ class TrainArgs:
     deepspeed: Path | None = None
     local_rank: int | None = None
     output_dir: Path | None = None
-    save_every: int = 500
-    keep_checkpoints: int = 2
+    checkpoints: str | None = None
+    save_every: int | None = None
+    keep_checkpoints: int | None = None
     resume: str = "auto"
     log_every: int = 10
     eval_every: int = 200
@@ -99,8 +107,62 @@ class TrainArgs:
         """Flags another flag makes meaningless, refused by name before any work (`given`: the flags on the command
         line). The rules that need the resolved model (--block-size, --res-proj-* against the model's mode, from
         --config or --init-from too) are `check_mode_flags` in hf_attnres/training/loop.py."""
-        return [needs(given, ("trust_remote_code",), "--init-from", "it allows the --init-from folder's code")
-                if self.init_from is None else None]
+        final_only = "--checkpoints final-only"
+        max_steps = self.max_steps if self.max_steps is not None else RUN_SETTINGS["max_steps"]
+        return [
+            needs(given, ("trust_remote_code",), "--init-from", "it allows the --init-from folder's code")
+            if self.init_from is None else None,
+            combined(given, ("save_every", "keep_checkpoints"), final_only, "it writes no checkpoint")
+            if self.checkpoints == "final-only" else None,
+            combined(given, ("no_final_model",), final_only, "the run would keep no model at all")
+            if self.checkpoints == "final-only" else None,
+            combined(given, ("grad_clip_groups",), "--grad-clip 0", "clipping is off, in every group")
+            if self.grad_clip_groups == "per-group" and self.grad_clip == 0 else None,
+            combined(given, ("eval_batches",), "--eval-every 0", "no validation runs")
+            if self.eval_every == 0 else None,
+            combined(given, ("diagnostics_every",), f"--max-steps {max_steps}",
+                     "no step of the run reaches it, so nothing would be recorded (0 turns diagnostics off)")
+            if self.diagnostics_every > max_steps else None,
+        ]
+
+    def resolve_checkpoints(self, resuming: bool) -> None:
+        """What the run keeps: `--checkpoints` as given, else final weights only for a fine-tune (`--init-from`: the
+        tuned weights are the result, and a checkpoint's optimizer state would triple the disk a short fine-tune
+        uses) unless --save-every / --keep-checkpoints ask for checkpoints or the run resumes from one; resumable
+        checkpoints from scratch, where a long run must survive a stop. Then the checkpoint flags' defaults."""
+        if self.checkpoints is None:
+            asked = self.save_every is not None or self.keep_checkpoints is not None
+            self.checkpoints = "final-only" if self.init_from is not None and not asked and not resuming \
+                else "resumable"
+        for name, default in CHECKPOINT_DEFAULTS.items():
+            if getattr(self, name) is None:
+                setattr(self, name, default)
+
+    def _rate_problems(self) -> list[str]:
+        """Each parameter group's peak LR, and what weight decay takes off its weights per step (lr x decay), must be
+        sane: a group's LR in (0, MAX_LR] (a product may overflow, or underflow to 0, from sane-looking factors), a
+        decay below 1 per step (at 1 it zeroes the weights, above it flips their sign). Named by the flag that makes
+        it so."""
+        numbers = (self.lr, self.res_proj_lr, self.attn_res_lr_multiplier, self.weight_decay,
+                   self.res_proj_weight_decay)
+        if any(value is not None and not (math.isfinite(value) and value >= 0) for value in numbers) or \
+                self.lr == 0 or self.attn_res_lr_multiplier == 0 or self.res_proj_lr == 0:
+            return []  # reported above, by name
+        problems = [f"--{name.replace('_', '-')} must be <= {MAX_LR:g} (a peak learning rate), got {value:g}"
+                    for name, value in (("lr", self.lr), ("res_proj_lr", self.res_proj_lr))
+                    if value is not None and value > MAX_LR]
+        depth_lr = self.lr * self.attn_res_lr_multiplier
+        if self.attn_res_lr_multiplier != 1 and not 0 < depth_lr <= MAX_LR:
+            problems.append(f"--attn-res-lr-multiplier {self.attn_res_lr_multiplier:g} gives the depth parameters a "
+                            f"peak learning rate of {depth_lr:g} (--lr {self.lr:g} x it): it must be in "
+                            f"(0, {MAX_LR:g}]")
+        queries_lr = self.res_proj_lr or depth_lr
+        for name, decay, lr in (("weight_decay", self.weight_decay, self.lr),
+                                ("res_proj_weight_decay", self.res_proj_weight_decay, queries_lr)):
+            if decay and lr <= MAX_LR and lr * decay >= 1:
+                problems.append(f"--{name.replace('_', '-')} {decay:g} takes lr x decay = {lr * decay:g} of every "
+                                "weight per step: it must stay below 1 (at 1 the weights are zeroed)")
+        return problems
 
     def copy(self) -> TrainArgs:
         return dataclasses.replace(self)
@@ -132,6 +194,10 @@ class TrainArgs:
         for name in ("lr", "res_proj_lr", "attn_res_lr_multiplier"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 problems.append(f"--{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
+        problems += self._rate_problems()
+        if self.checkpoints == "final-only" and self.no_final_model:
+            problems.append("--no-final-model with --init-from keeps no model at all (a fine-tune writes final "
+                            "weights only unless asked): add --checkpoints resumable, or drop --no-final-model")
         if not 0 <= self.min_lr_ratio <= 1:
             problems.append(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.block_size is not None and self.block_size < 1:
@@ -227,9 +293,17 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     g = p.add_argument_group("checkpoints and logs")
     g.add_argument("--output-dir", type=Path, default=None, help="run folder (default runs/<model-size>-<attn-res>)")
-    g.add_argument("--save-every", type=int, default=500,
-                   help="checkpoint every N steps, 0 = only at the end (default 500)")
-    g.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept (default 2)")
+    g.add_argument("--checkpoints", choices=CHECKPOINT_MODES, default=None,
+                   help="resumable: checkpoints/step-N/ (the weights plus the optimizer state, about 3x final/'s "
+                        "size each) so a stopped run continues with --resume; final-only: final/ alone. Default: "
+                        "final-only with --init-from (a fine-tune's result is its weights) unless --save-every or "
+                        "--keep-checkpoints is given or the run resumes; resumable from scratch. The run prints "
+                        "what it writes, where, and how big")
+    g.add_argument("--save-every", type=int, default=None,
+                   help="checkpoint every N steps, 0 = only at the end (default 500; asks for --checkpoints "
+                        "resumable)")
+    g.add_argument("--keep-checkpoints", type=int, default=None,
+                   help="checkpoints kept (default 2; asks for --checkpoints resumable)")
     g.add_argument("--resume", default="auto",
                    help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder "
                    "(checkpoints/step-00000100; checkpoints/step-100 also works). A resume continues exactly the "

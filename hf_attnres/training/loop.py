@@ -44,8 +44,9 @@ from .models import (
     saves_as_plain_family,
     write_plain_family_folder,
 )
+from .outputs import folder_bytes, plan_lines, say, show_bytes
 from .recipe import RES_PROJ_SUFFIX, Recipe  # noqa: F401  (RES_PROJ_SUFFIX: importers take it from here too)
-from .resume import check_resolved, continue_recorded, new_segment, run_record
+from .resume import check_resolved, check_restored_rates, continue_recorded, new_segment, run_record
 from .state import check_checkpoint, check_not_foreign, is_rank_zero, output_lock
 
 # --- optimizer and schedule: the recipe every engine shares (recipe.py) -----------------------------------------
@@ -91,9 +92,12 @@ def _prepare(args: TrainArgs):
                                       lambda folder, state: continue_recorded(args, folder, state))
     if state is None:
         fill_settings(args)  # a fresh start: the defaults
+    args.resolve_checkpoints(resuming=state is not None)
     meta = _checked_flags_and_data(args, world)
     if args.init_from is not None:
+        say(f"checking the weights of --init-from {args.init_from}", is_rank_zero())
         finite_weights.check_folder(args.init_from)  # a NaN weight is named, never trained from
+    say(f"loading --data {args.data}", is_rank_zero())
     train_set, val_set, tokenizer = load_prepared(args.data)
     config, tokenizer = _model_config(args, tokenizer)
     check_mode_flags(config, given, args)
@@ -167,19 +171,29 @@ def build_model(config, args):
     return model
 
 
+def eval_bar(total: int, desc: str, engine):
+    """A progress bar over an evaluation's batches (main process only; it goes when done: the line that matters is
+    the logged loss)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="batch", leave=False, disable=not engine.is_main)
+
+
 def evaluate(engine, val_set, args) -> float:
     """Mean loss over the first eval_batches global batches of validation (a global batch as in training: micro-batch
     x accumulation x processes). The same sequences at every eval, whatever the process count or accumulation:
     rank r reads the slices a training step would give it."""
     global_batch = args.micro_batch_size * args.grad_accum * engine.world_size
     losses = []
-    with engine.evaluation():
-        for b in range(min(args.eval_batches, len(val_set) // global_batch)):
+    batches = min(args.eval_batches, len(val_set) // global_batch)
+    with engine.evaluation(), eval_bar(batches * args.grad_accum, "validation", engine) as bar:
+        for b in range(batches):
             for micro in range(args.grad_accum):
                 start = b * global_batch + (micro * engine.world_size + engine.rank) * args.micro_batch_size
                 ids, labels = batch_tensors(val_set, slice(start, start + args.micro_batch_size), args.seq_len,
                                             engine.device)
                 losses.append(engine.forward(ids, labels).loss.float())
+                bar.update(1)
     return engine.mean(torch.stack(losses).mean())
 
 
@@ -199,14 +213,16 @@ def evaluate_whole(engine, val_set, args) -> float:
     batches = -(-len(val_set) // mbs)
     total = torch.zeros((), dtype=torch.float64)
     tokens = torch.zeros((), dtype=torch.float64)
-    with engine.evaluation():
-        for i in range(-(-batches // world)):
+    rounds = -(-batches // world)
+    with engine.evaluation(), eval_bar(rounds, f"held-out loss, {len(val_set)} sequences", engine) as bar:
+        for i in range(rounds):
             index = i * world + engine.rank
             rows = slice(index * mbs, (index + 1) * mbs) if index < batches else slice(0, mbs)
             ids, labels = batch_tensors(val_set, rows, args.seq_len, engine.device)
             count = (labels[:, 1:] != -100).sum().cpu() * (index < batches)  # the targets of the shifted loss
             total += engine.forward(ids, labels).loss.double().cpu() * count
             tokens += count
+            bar.update(1)
     # the mean over processes of (sum, count) is (total / world, tokens / world): their ratio is the global mean
     reduced = engine.mean_tensor(torch.stack([total, tokens]))
     return float(reduced[0] / reduced[1])
@@ -221,6 +237,7 @@ def save_final_model(engine, tokenizer, output_dir: Path, write_info, plain_fami
     one complete model at final/ or beside it (`clean_run_folder` puts it back). `plain_family`: written as the
     family's own folder (`models.saves_as_plain_family`)."""
     final, tmp = output_dir / "final", output_dir / FINAL_BUILD
+    say(f"writing the final weights to {final}", engine.is_main)
     if engine.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
     engine.barrier()
@@ -233,6 +250,7 @@ def save_final_model(engine, tokenizer, output_dir: Path, write_info, plain_fami
             tokenizer.save_pretrained(str(tmp))  # "next to the model": the folder loads with Auto classes alone
             write_info(tmp)
             move_into_place(tmp, final, replace=True)  # this run's own (`run_folder.py`)
+    say(f"wrote {final} ({show_bytes(folder_bytes(final))})", engine.is_main)
     engine.barrier()
 
 
@@ -308,6 +326,7 @@ def run(args: TrainArgs, world, config, train_set, val_set, tokenizer, folder, s
     from .engines import make_engine
     from .logs import DepthDiagnostics, MetricsLogger
 
+    say(f"building the model{f' from --init-from {args.init_from}' if args.init_from else ''}", is_rank_zero())
     model = build_model(config, args)
     reinit_zero_embedding_rows(model, data_token_ids(train_set), seed=args.seed)  # a no-op unless rows are zero
     if fsdp_launch():  # accelerate launch with FSDP2: one unit per decoder layer, before the optimizer (fsdp2.py)
@@ -320,6 +339,10 @@ def run(args: TrainArgs, world, config, train_set, val_set, tokenizer, folder, s
         clean_run_folder(output_dir)
     engine.barrier()
     start_step = resume_training(engine, folder, state)
+    if folder is not None:  # the rates the restored optimizer state trains with are the ones recorded
+        check_restored_rates(engine, folder, args)
+    for line in plan_lines(args, engine.module, output_dir):
+        say(line, engine.is_main)
     segments = [*(state or {}).get("segments", []), new_segment(start_step, argv, record["data_fingerprint"])]
 
     def checkpoint_state(step: int) -> dict:  # the run record and its segments, this one ending at `step`
@@ -340,6 +363,8 @@ def run(args: TrainArgs, world, config, train_set, val_set, tokenizer, folder, s
         summary["train_loss"] = loss if finite else summary["train_loss"]
         progress.update(1)
         progress.set_postfix(loss=f"{loss:.4f}")
+        if step == args.max_steps:
+            progress.close()  # its clock stops at the last step: the final evaluation and writes have their own lines
         if finite and (step % args.log_every == 0 or step == args.max_steps):
             tokens_per_s = plan.global_batch * args.seq_len * (step - start_step) / (time.time() - started)
             logger.log(step, **{"train/loss": loss, "train/grad_norm": grad_norm, "train/tokens_per_s": tokens_per_s},
@@ -353,8 +378,10 @@ def run(args: TrainArgs, world, config, train_set, val_set, tokenizer, folder, s
                 summary["heldout_loss"] = evaluate_whole(engine, val_set, args)
                 scalars.update({"val/heldout_loss": summary["heldout_loss"], "val/heldout_sequences": len(val_set)})
             logger.log(step, **scalars)
-        if checkpoint_due(step, args.save_every, args.max_steps):
-            save_checkpoint(root, step, checkpoint_state(step), engine, args.keep_checkpoints)
+        if args.checkpoints == "resumable" and checkpoint_due(step, args.save_every, args.max_steps):
+            saved = save_checkpoint(root, step, checkpoint_state(step), engine, args.keep_checkpoints)
+            say(f"checkpoint {saved} ({show_bytes(folder_bytes(saved))}; {root} holds "
+                f"{show_bytes(folder_bytes(root))})", engine.is_main)
     progress.close()
     logger.close()
 

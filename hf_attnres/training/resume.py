@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -116,3 +117,39 @@ def new_segment(start_step: int, argv: list[str], fingerprint: str) -> dict:
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return dict(start_step=start_step, end_step=start_step, argv=list(argv), started=started, pid=os.getpid(),
                 data_fingerprint=fingerprint)
+
+
+def _group_settings(args, group: str) -> dict[str, str]:
+    """{optimizer field: the recorded setting(s) that decide it} for one of the recipe's parameter groups."""
+    depth = "lr x attn_res_lr_multiplier"
+    lr = {"decay": "lr", "no_decay": "lr", "res_proj": "res_proj_lr" if args.res_proj_lr else depth,
+          "res_norm": depth}.get(group, "lr")
+    decay = {"decay": "weight_decay", "res_proj": "res_proj_weight_decay"}.get(group)
+    return dict(lr=lr, **({"weight_decay": decay} if decay else {}))
+
+
+def check_restored_rates(engine, folder: Path, args) -> None:
+    """After a resume restored the optimizer and schedule: each parameter group's peak learning rate (the schedule's
+    base) and weight decay are the ones the recorded settings give, which training_info.json then records. They
+    come from the checkpoint's optimizer state, not from trainer_state.json's settings, so an edited settings field
+    would otherwise be recorded while the old value trains. ResumeFileError naming the field and the file."""
+    recipe = Recipe.from_args(args)
+    expected = {group["name"]: group for group in recipe.param_groups(engine.module.named_parameters())}
+    groups = engine.optimizer.param_groups
+    base_lrs = getattr(engine.scheduler, "base_lrs", None) or [group.get("initial_lr") for group in groups]
+    differences: dict[tuple, list[str]] = {}  # (setting, field, recorded, restored): the groups where it differs
+    for group, peak in zip(groups, base_lrs):
+        want = expected.get(group.get("name"))
+        if want is None:
+            continue
+        restored = dict(lr=peak, weight_decay=group.get("weight_decay"))
+        for field, setting in _group_settings(args, group["name"]).items():
+            if restored[field] is not None and not math.isclose(restored[field], want[field], rel_tol=1e-6):
+                differences.setdefault((setting, field, want[field], restored[field]), []).append(group["name"])
+    if differences:
+        lines = "; ".join(f"settings.{setting} gives {field} {want:g}, the optimizer state holds {held:g} (group"
+                          f"{'s' if len(names) > 1 else ''} {', '.join(names)})"
+                          for (setting, field, want, held), names in differences.items())
+        raise ResumeFileError(f"--resume {folder}: {Path(folder) / STATE_FILE} disagrees with the optimizer state "
+                              f"beside it: {lines}: the file was edited or belongs to another run; restore it, or "
+                              "start a new --output-dir")

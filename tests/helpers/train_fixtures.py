@@ -41,6 +41,12 @@ def train_args(data: Path, output_dir: Path, **flags) -> list[str]:
                    lr=3e-3, log_every=1, eval_every=3, eval_batches=1, save_every=3, diagnostics_every=3,
                    no_tensorboard=True)
     options.update(flags)
+    # options another makes meaningless are left out (train refuses a flag that would do nothing): a refusal test
+    # appends them to the command line itself
+    if options["eval_every"] in (0, "0"):
+        options.pop("eval_batches", None)
+    if options["diagnostics_every"] and int(options["diagnostics_every"]) > int(options["max_steps"] or 2000):
+        del options["diagnostics_every"]
     argv = []
     for key, value in options.items():
         if value is True:
