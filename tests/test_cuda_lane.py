@@ -13,15 +13,14 @@ from tests.helpers.train_fixtures import REPO
 MIN_CASES = 140  # the lane's cases: kernels at 4 widths x 3 source counts x switches x dtypes, every family's model
 
 
-def test_every_lane_file_is_marked():
-    for name in LANE_FILES:
-        assert "pytestmark = CUDA_LANE" in (REPO / name).read_text(), name
-
-
 @pytest.mark.slow  # a pytest subprocess over the lane: about a minute
 def test_the_lane_collects_and_without_cuda_skips_with_the_reason():
     """One pytest run: on a GPU machine it only collects (the lane itself is `pytest -m cuda`); without CUDA it runs
-    the lane, which must skip every case, naming why."""
+    the lane, which must skip every case, naming why. A second collects what `-m "not cuda"` keeps of the lane's files:
+    nothing, so every case is marked and no lane case runs in a CPU lane."""
+    unmarked = subprocess.run([sys.executable, "-m", "pytest", "-m", "not cuda", "-q", "-p", "no:cacheprovider",
+                               "--collect-only", *LANE_FILES], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert unmarked.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, unmarked.stdout[-3000:] + unmarked.stderr[-3000:]
     collect = ["--collect-only"] if torch.cuda.is_available() else ["-rs"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", *collect,
                            *LANE_FILES], cwd=REPO, capture_output=True, text=True, timeout=600)

@@ -315,13 +315,6 @@ def test_the_inventory_matches_the_longest_prefix(command, expected):
     assert coverage_of(command) == expected
 
 
-def test_the_readme_stays_short_and_holds_both_commands():
-    """At most 250 lines: the rest lives in docs/. The main job and the test command are CI's and the README's."""
-    assert len(README.splitlines()) <= 250
-    commands = block_commands("\n".join(code_blocks("bash")))
-    assert "bash scripts/main_job.sh" in commands and "bash scripts/run_tests.sh" in commands
-
-
 def test_the_families_table_lists_every_supported_family():
     """The README's families table and the families `attnres train --family` takes are one set."""
     families = re.search(r"--family \{([a-z0-9_,]+)\}", help_text("train")).group(1).split(",")
@@ -331,12 +324,3 @@ def test_the_families_table_lists_every_supported_family():
     for family in families:
         assert f"`{family}_attnres`" in section, family
 
-
-def test_the_main_job_time_agrees_everywhere():
-    """README, main_job.sh and --help gave three different times; each now quotes the measured ones."""
-    from hf_attnres.cli.main_job import build_parser
-
-    for where, text in [("README.md", README), ("scripts/main_job.sh", (REPO / "scripts/main_job.sh").read_text()),
-                        ("attnres main-job --help", build_parser().format_help())]:
-        text = " ".join(text.split())  # wrapped lines
-        assert "51 min" in text and "load 11-15" in text and "4 min 47 s" in text and "~15 min" not in text, where
