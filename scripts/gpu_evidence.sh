@@ -4,7 +4,9 @@
 # when it ends; a rerun with the same OUT skips the finished steps. Downloads nothing. Usage:
 #   bash scripts/gpu_evidence.sh OUT [--only STEP,...] [--peers DIR] [--source DIR] [--data DIR] [--cap STEP=S]
 #   bash scripts/gpu_evidence.sh --help
+# It stays in the caller's directory, so a relative OUT (or --peers, --source, --data) means the caller's; the
+# repository is found through PYTHONPATH, and PYTHONSAFEPATH keeps a package in that directory from shadowing it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1 HF_HUB_OFFLINE=1
 exec python3 -m hf_attnres.cli.gpu_evidence "$@"

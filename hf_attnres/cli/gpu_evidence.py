@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -31,8 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """0 when every step run is ok (or was before), 1 otherwise; bad input: one `error:` line, nothing written."""
-    args = EvidenceArgs(**vars(build_parser().parse_args(argv)))
+    """0 when every step selected ran and passed (now or before), 1 otherwise, 130 when interrupted; bad input: one
+    `error:` line, exit 2, nothing written."""
+    values = vars(build_parser().parse_args(argv))
+    # the steps run in the repository: a relative path means the caller's working directory, so it is made absolute
+    # here, where that is still the working directory
+    values.update({k: Path(os.path.abspath(v)) for k in ("out", "peers", "source", "data") if (v := values[k])})
+    args = EvidenceArgs(**values)
     try:
         only, caps = evidence.check_args(args)
     except ValueError as error:

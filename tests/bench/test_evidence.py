@@ -1,16 +1,22 @@
 """The GPU evidence run (hf_attnres/bench/evidence.py; its command line hf_attnres/cli/gpu_evidence.py) on CPU with
-stand-in
-steps: steps run in order, each writes its status the moment it ends, a rerun skips the finished ones and reruns a
-failed or capped one, a cap kills the step's whole process group, and bad flags are one line with nothing written."""
+stand-in steps: steps run in order, each writes its status the moment it ends, a rerun skips the finished ones and
+reruns a failed or capped one, a cap kills the step's whole process group, a step that tested or measured nothing is
+"not run" (never "ok"), a recorded "ok" counts only with its exit code and its result files' checksums, one run per
+OUT, a relative OUT is the caller's, SIGINT / SIGTERM stop the step's group and record it, and bad flags or an OUT
+that cannot be made are one line with nothing written."""
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from hf_attnres.bench.evidence import STATUS_FILE, Step, default_steps, read_status, run_steps
+from hf_attnres.bench.args import EvidenceArgs
+from hf_attnres.bench.evidence import REPO, STATUS_FILE, Step, default_steps, read_status, run_evidence, run_steps
 from hf_attnres.cli.gpu_evidence import main
+from hf_attnres.training.state import output_lock
 
 PY = sys.executable
 
@@ -120,7 +126,194 @@ def test_out_that_is_a_file_refused(tmp_path, capsys):
 
 def test_help_names_every_step():
     done = subprocess.run(["bash", "scripts/gpu_evidence.sh", "--help"], capture_output=True, text=True,
-                          cwd=str(__import__("hf_attnres.bench.evidence", fromlist=["REPO"]).REPO), timeout=120)
+                          cwd=REPO, timeout=120)
     assert done.returncode == 0
     for name in ("cuda_lane", "kernels", "decode_b1", "decode_b32", "inkling2", "continued", "OUT"):
         assert name in done.stdout
+
+
+def default_step(name: str, out, command) -> Step:
+    """The default step `name` (its result files and how they are judged) with a stand-in command."""
+    step = next(s for s in default_steps(out, None, None, None) if s.name == name)
+    step.command = command
+    return step
+
+
+def lane_stand_in(tmp_path, body: str):
+    """The CUDA lane's command line on a test file of its own: pytest with a JUnit XML in the step's folder."""
+    tests = tmp_path / "lane_tests"
+    tests.mkdir(exist_ok=True)
+    (tests / "test_lane.py").write_text(body)
+    return lambda d: [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={d / 'junit.xml'}",
+                      str(tests)]
+
+
+SKIPPING = ("import pytest\nneeds = pytest.mark.skipif(True, reason='needs a CUDA GPU')\n"
+            "@needs\ndef test_a(): pass\n@needs\ndef test_b(): pass\n")
+
+
+def test_a_lane_whose_tests_all_skip_is_not_run_reported_so_and_run_again(tmp_path, capsys):
+    step = default_step("cuda_lane", tmp_path, lane_stand_in(tmp_path, SKIPPING))
+    args = EvidenceArgs(out=tmp_path / "out")
+    assert run_evidence(args, ["cuda_lane"], {}, steps=[step]) == 1
+    status = read_status(tmp_path / "out" / "cuda_lane")
+    assert status["status"] == "not run" and status["rc"] == 0, status
+    assert "all 2 tests skipped" in status["why"] and "needs a CUDA GPU" in status["why"], status
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "all ok" not in last and "not run: cuda_lane" in last, last
+    # a later run (the GPU machine's) runs it again: its log holds two pytest sessions
+    run_evidence(args, ["cuda_lane"], {}, steps=[step])
+    assert (tmp_path / "out" / "cuda_lane" / "log.txt").read_text().count("2 skipped") == 2
+
+
+def test_a_lane_that_ran_some_tests_is_ok_with_the_skips_noted(tmp_path):
+    body = SKIPPING + "def test_c(): pass\n"
+    step = default_step("cuda_lane", tmp_path, lane_stand_in(tmp_path, body))
+    status = run_steps(tmp_path, [step], log=quiet)["cuda_lane"]
+    assert status["status"] == "ok" and "1 passed" in status["note"] and "2 skipped" in status["note"], status
+
+
+NOTHING_MEASURED = {  # what each benchmark step writes when it measured nothing, as its command writes it
+    "kernels": {"kernels.json": {"results": [{"impl": "fla", "unavailable": "not installed"}]}},
+    "decode_b1": {"model_b1.json": {"results": []}},
+    "decode_b32": {"model_b32.json": {"results": []}},
+    "inkling2": {"inkling2.json": {"results": []}},
+    "continued": {"study/summary.json": {"runs": {}}, "study/summary.md": "no runs"},
+}
+
+
+def writer(files: dict, then: str = ""):
+    """A stand-in step that writes `files` ({relative path: JSON value or text}) into its folder (`d`), runs the code
+    `then` and exits 0."""
+    code = ("import json, sys, pathlib; d = pathlib.Path(sys.argv[1]); files = json.loads(sys.argv[2])\n"
+            "for name, value in files.items():\n"
+            "    (d / name).parent.mkdir(parents=True, exist_ok=True)\n"
+            "    (d / name).write_text(value if isinstance(value, str) else json.dumps(value))\n" + then)
+    return lambda folder: [PY, "-c", code, str(folder), json.dumps(files)]
+
+@pytest.mark.parametrize("name", NOTHING_MEASURED)
+def test_a_benchmark_step_that_measured_nothing_is_not_run(tmp_path, name):
+    step = default_step(name, tmp_path, writer(NOTHING_MEASURED[name]))
+    status = run_steps(tmp_path, [step], log=quiet)[name]
+    assert status["status"] == "not run" and status["why"], status
+
+
+def test_kernels_with_every_implementation_unavailable_is_not_run(tmp_path):
+    """The kernels step's verdict on what bench-kernels itself writes when nothing could run (a peer not installed)."""
+    step = default_step("kernels", tmp_path, lambda d: [
+        PY, "-m", "hf_attnres", "bench-kernels", "--device", "cpu", "--hidden", "64", "--sources", "2", "--tokens",
+        "64", "--impls", "fla", "--peers-path", str(tmp_path / "no-peers"), "--output", str(d / "kernels.json")])
+    status = run_steps(tmp_path, [step], log=quiet)["kernels"]
+    assert status["status"] == "not run" and "not installed" in status["why"], status
+
+
+def test_exit_code_0_without_the_result_file_is_failed(tmp_path):
+    step = default_step("decode_b1", tmp_path, script("pass"))
+    status = run_steps(tmp_path, [step], log=quiet)["decode_b1"]
+    assert status["status"] == "failed" and "model_b1.json" in status["why"], status
+
+
+MEASURED = {"model_b1.json": {"results": [{"mode": "block", "phase": "decode", "seconds": 0.5}]}}
+
+
+COUNT = "n = d / 'n'; n.write_text(str(int(n.read_text()) + 1) if n.exists() else '1')\n"  # the step's runs
+
+EDITS = {
+    "hand_written_ok": lambda d: (d / STATUS_FILE).write_text('{"status": "ok"}'),
+    "result_deleted": lambda d: (d / "model_b1.json").unlink(),
+    "result_changed": lambda d: (d / "model_b1.json").write_text('{"results": [{"seconds": 0.1}]}'),
+    "exit_code_not_0": lambda d: (d / STATUS_FILE).write_text(
+        json.dumps(dict(json.loads((d / STATUS_FILE).read_text()), rc=1))),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS.values(), ids=EDITS.keys())
+def test_a_recorded_ok_counts_only_with_exit_code_0_and_its_result_files_unchanged(tmp_path, edit):
+    step = default_step("decode_b1", tmp_path, writer(MEASURED, COUNT))
+    assert run_steps(tmp_path, [step], log=quiet)["decode_b1"]["status"] == "ok"
+    run_steps(tmp_path, [step], log=quiet)
+    assert (tmp_path / "decode_b1" / "n").read_text() == "1", "an untouched ok step ran again"
+    edit(tmp_path / "decode_b1")
+    assert run_steps(tmp_path, [step], log=quiet)["decode_b1"]["status"] == "ok"
+    assert (tmp_path / "decode_b1" / "n").read_text() == "2", "a step whose recorded ok is not proven was skipped"
+
+
+def test_a_second_run_into_the_same_out_is_refused_naming_the_holder(tmp_path, capsys):
+    out = tmp_path / "out"
+    with output_lock(out, flag="OUT"):  # what the first run holds while it runs
+        assert main([str(out), "--only", "inkling2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(out) in err and f"pid {os.getpid()}" in err, err
+    assert not (out / "inkling2").exists()
+
+
+def test_a_relative_out_is_the_callers_not_the_repositorys(tmp_path):
+    name = f"evidence-relative-{os.getpid()}"
+    done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_evidence.sh"), name, "--only", "inkling2", "--cap",
+                           "inkling2=1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr  # the step cannot finish in 1 s: capped or failed
+    assert read_status(tmp_path / name / "inkling2") is not None, done.stdout + done.stderr
+    assert not (REPO / name).exists()
+
+
+def under_a_file(tmp):
+    (tmp / "notes").write_text("x")
+    return tmp / "notes" / "out"
+
+
+UNCREATABLE = {"under_a_file": under_a_file, "in_proc": lambda tmp: "/proc/attnres-evidence/out"}
+
+
+@pytest.mark.parametrize("make", UNCREATABLE.values(), ids=UNCREATABLE.keys())
+def test_an_out_that_cannot_be_created_is_one_line_naming_it(tmp_path, capsys, make):
+    out = make(tmp_path)
+    assert main([str(out), "--only", "inkling2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: OUT ") and str(out) in err and err.count("\n") == 1, err
+    assert not os.path.exists(out)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in any folder")
+def test_an_out_without_write_permission_is_one_line_naming_it(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert main([str(locked / "out"), "--only", "inkling2"]) == 2
+    err = capsys.readouterr().err
+    assert "permission" in err and str(locked) in err and err.count("\n") == 1, err
+
+
+# A step whose process starts a child (both sleep) and records both pids; the run is stopped while they sleep.
+SLEEPER = ("import subprocess, sys, time, pathlib; d = pathlib.Path(sys.argv[1]); "
+           f"c = subprocess.Popen([{PY!r}, '-c', 'import time; time.sleep(120)']); "
+           "import os; (d / 'pids.tmp').write_text(f'{os.getpid()} {c.pid}'); (d / 'pids.tmp').rename(d / 'pids'); "
+           "time.sleep(120)")
+RUNNER = ("import sys; from pathlib import Path; from hf_attnres.bench.args import EvidenceArgs; "
+          "from hf_attnres.bench.evidence import Step, run_evidence; "
+          f"step = Step('slow', 300, lambda d: [sys.executable, '-c', {SLEEPER!r}, str(d)]); "
+          "sys.exit(run_evidence(EvidenceArgs(out=Path(sys.argv[1])), ['slow'], {}, steps=[step]))")
+
+
+def alive(pid: int) -> bool:
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+    return state not in ("", "Z", "Z+")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_steps_process_group_records_it_and_exits_130(tmp_path, sig):
+    out = tmp_path / "out"
+    run = subprocess.Popen([PY, "-c", RUNNER, str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    pids = out / "slow" / "pids"
+    deadline = time.time() + 240
+    while not pids.exists() and run.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert pids.exists(), run.communicate(timeout=60)
+    run.send_signal(sig)
+    stdout, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr and stderr.count(f"stopped by {sig.name}") == 1, stderr
+    status = read_status(out / "slow")
+    assert status["status"] == "interrupted" and sig.name in status["why"], status
+    time.sleep(0.5)
+    survivors = [pid for pid in map(int, pids.read_text().split()) if alive(pid)]
+    assert not survivors, f"the step's processes {survivors} outlived the run"
