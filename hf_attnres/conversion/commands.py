@@ -18,6 +18,7 @@ from .family_convert import FamilyConversion, convert_family
 from .fixtures import random_model, write_moonshot_checkpoint
 from .guards import KIMI, Request, check_request
 from .hub import build_hub_folder, check_repo_id
+from .writer import written_weights
 
 DEMO_INPUT, DEMO_OUTPUT = Path("outputs/tiny-moonshot"), Path("outputs/tiny-moonshot-hf")
 DEMO_MODEL = Path("outputs/tiny-attnres")
@@ -65,15 +66,16 @@ def convert(args: ConvertArgs) -> int:
 
 
 def convert_kimi(request: Request, args: ConvertArgs) -> str:
-    """Kimi Linear's streaming conversion; its one-line summary."""
+    """Kimi Linear's streaming conversion; its one-line summary (tensors and bytes as written: `written_weights`)."""
     plan = convert_checkpoint(
         request.input, request.output, to=args.to, upcycle=args.upcycle, block_size=args.block_size,
         force=args.force, verify=args.verify, max_shard_size=args.max_shard_size, progress=not args.no_progress,
     )
     skipped = f", left {len(plan.reader.skipped)} non-language tensors behind" if plan.reader.skipped else ""
+    tensors, size = written_weights(request.output)
     return (f"{args.input} ({plan.source_layout}, attn_res_mode={plan.source_config.attn_res_mode}) -> {args.output} "
-            f"({plan.target_layout}, attn_res_mode={plan.target_config.attn_res_mode}): {len(plan.target)} tensors, "
-            f"{plan.total_bytes / 2**20:.1f} MiB{skipped}{', verified' if args.verify else ''}")
+            f"({plan.target_layout}, attn_res_mode={plan.target_config.attn_res_mode}): {tensors} tensors, "
+            f"{size / 2**20:.1f} MiB{skipped}{', verified' if args.verify else ''}")
 
 
 def family_line(args: ConvertArgs, done: FamilyConversion) -> str:
@@ -111,6 +113,7 @@ def push_to_hub(args: PushArgs) -> int:
     except KeyboardInterrupt as stop:
         return interrupted(stop, output)
     print(f"built {folder}: " + ", ".join(sorted(p.name for p in folder.iterdir())))
+    print("\n".join(hub.card_notes(folder)))  # the card's license and base_model, and where each came from
     if args.dry_run or not args.repo_id:
         print("dry run: not uploaded" + ("" if args.repo_id else " (no --repo-id)"))
         return 0

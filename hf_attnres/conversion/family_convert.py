@@ -11,8 +11,11 @@ appears all at once, by rename.
 `--verify` reloads the written folder and checks its function: its logits on fixed ids equal the converted model's,
 bit for bit, every tensor written equals the model's, and its logits are within the tolerance of the source's (0 for
 a plain folder; the epsilon argument's bound for an upcycled one, `upcycle_check`). `--check` prints that comparison:
-the max |logit difference|, the tolerance and the top-1 agreement. Outside the tolerance either refuses, with
-nothing written.
+the max |logit difference|, the logit scale, the tolerance and the top-1 agreement, and passes only where all agree
+(`upcycle_check.judge`): within the tolerance, the tolerance small against the logits (else the comparison cannot
+tell this model from another: refused as inconclusive), the top-1 token the same. Outside the tolerance, or a top-1
+token that changes under a conclusive tolerance, either flag refuses; an inconclusive comparison refuses `--check`
+and is a note under `--verify` (whose bit-for-bit checks still hold). Every refusal writes nothing.
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from .atomic import move_into_place, output_folder
 from .errors import ConversionError
 from .family_source import FamilySource, open_source
 from .guards import Request
+from .upcycle_check import judge
+from .writer import written_weights
 
 # the fixed ids --verify and --check run: 2 sequences of 16 tokens, seeded, within the vocabulary
 CHECK_SHAPE, CHECK_SEED = (2, 16), 0
@@ -39,8 +44,8 @@ class FamilyConversion:
     target_type: str
     mode: str  # "standard" for the family's own plain folder
     block_size: int
-    tensors: int
-    bytes: int
+    tensors: int  # in the written weight files (a tied lm_head is written, and counted, once)
+    bytes: int  # of the written weight files
     check: dict | None = None  # the comparison with the source (--verify, --check)
 
 
@@ -53,7 +58,7 @@ def convert_family(request: Request, upcycle_mode: str | None = None, block_size
     input, output = request.input, request.output
     source = open_source(input, request.family, request.gguf_config, upcycle_mode, block_size)
     say = _progress(progress)
-    model = source.load(progress)
+    model = source.load(progress, "upcycling" if upcycle_mode else "writing it as the family's own model")
     tokenizer = source.tokenizer()
     say(f"upcycling to {upcycle_mode} AttnRes" if upcycle_mode else "building the family's own model")
     try:
@@ -65,23 +70,33 @@ def convert_family(request: Request, upcycle_mode: str | None = None, block_size
     with output_folder(output) as building:
         say(f"writing {output}")
         write_model(target, building, tokenizer, max_shard_size=max_shard_size)
+        tensors, size = written_weights(building)
         if verify or check:
             written = _reload(building)
             if verify:
                 verify_saved(target, written, building)
             report = check_against_source(model, written, upcycle_mode is not None)
+            refuse_on_comparison(report, "--check" if check else "--verify", input, output, progress)
             if check:
                 print(check_line(report), flush=True)
-            if not report["within"]:
-                flag = "--check" if check else "--verify"
-                raise ConversionError(f"{flag}: {output} computes another function than {input}: {check_line(report)}")
         move_into_place(building, output, replace=force)
-    state = target.state_dict()
     return FamilyConversion(
         source_type=source.config.model_type, target_type=target.config.model_type, mode=upcycle_mode or "standard",
-        block_size=getattr(target.config, "attn_res_block_size", 0), tensors=len(state),
-        bytes=sum(t.numel() * t.element_size() for t in state.values()), check=report,
+        block_size=getattr(target.config, "attn_res_block_size", 0), tensors=tensors, bytes=size, check=report,
     )
+
+
+def refuse_on_comparison(report: dict, flag: str, input: Path, output: Path, progress: bool) -> None:
+    """ConversionError when the comparison with the source says another function (outside the tolerance, or the
+    top-1 token changed under a conclusive tolerance), or, for --check, when it cannot tell (an inconclusive
+    tolerance); --verify notes an inconclusive comparison and goes on (module docstring)."""
+    if not report["within"] or (report["conclusive"] and not report["agrees"]):
+        raise ConversionError(f"{flag}: {output} computes another function than {input}: {check_line(report)}")
+    if not report["conclusive"]:
+        if flag == "--check":
+            raise ConversionError(f"{flag}: cannot tell whether {output} computes the function of {input}: "
+                                  f"{check_line(report)}")
+        _progress(progress)(f"note: {check_line(report)}")
 
 
 def _progress(enabled: bool):
@@ -126,7 +141,7 @@ def verify_saved(model, written, folder: Path) -> None:
 @torch.no_grad()
 def check_against_source(source, written, upcycled: bool) -> dict:
     """max |logit difference| of the written model against the source on the fixed ids, the logit scale, the top-1
-    agreement and the tolerance (0 for a plain folder), with `within`."""
+    agreement and the tolerance (0 for a plain folder), judged (`upcycle_check.judge`)."""
     from .upcycle_check import compare
 
     ids = check_ids(source)
@@ -137,15 +152,13 @@ def check_against_source(source, written, upcycled: bool) -> dict:
         report = {"max_abs_diff": float((got - expected).abs().max()), "max_abs_logit": float(expected.abs().max()),
                   "top1_agreement": float((got.argmax(-1) == expected.argmax(-1)).float().mean()),
                   "tolerance": 0.0, "tokens": ids.numel()}
-    report["within"] = report["max_abs_diff"] <= report["tolerance"]
-    return report
+    return judge(report)
 
 
 def check_line(report: dict) -> str:
     return (f"check: max |logit difference| {report['max_abs_diff']:.3g} (logits up to "
             f"{report['max_abs_logit']:.3g}), tolerance {report['tolerance']:.3g}, top-1 agreement "
-            f"{report['top1_agreement']:.1%} over {report['tokens']} tokens: "
-            f"{'within' if report['within'] else 'OUTSIDE'} the tolerance")
+            f"{report['top1_agreement']:.1%} over {report['tokens']} tokens: {report['verdict']}")
 
 
 def _tied(model, name: str) -> bool:

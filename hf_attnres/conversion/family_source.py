@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ..core.buildable import device_memory_bytes
-from ..families.upcycle import check_not_quantized
+from ..families.upcycle import check_source_model
 from ..folders.checkpoint_files import check_model_folder, weight_files
 from ..folders.model_family import transformers_config
 from ..utils import finite_weights
@@ -37,9 +37,10 @@ class FamilySource:
     family: str  # the family's own model_type
     config: object  # transformers' config of the source, checked; untied where the file holds its own lm_head
 
-    def load(self, progress: bool = True):
+    def load(self, progress: bool = True, purpose: str = "upcycling"):
         """The source causal LM, in the dtype it is stored in; ConversionError naming every tensor transformers
-        reports missing, unexpected or of another shape, a quantized model, or a non-finite weight."""
+        reports missing, unexpected or of another shape, a quantized model, or an integer or non-finite weight
+        (`purpose`: what the model is loaded for, as the refusal says it)."""
         from transformers import AutoModelForCausalLM
 
         if progress and self.gguf_file:
@@ -53,15 +54,12 @@ class FamilySource:
                      for item in info.get("mismatched_keys", ())]
         if problems:
             raise ConversionError.from_problems(sorted(problems), f"{self.path} does not match its config")
-        try:
-            check_not_quantized(model)
-            if self.gguf_file:  # a NaN weight is named, never written: by its file where there are files
-                for name, tensor in model.state_dict().items():
-                    finite_weights.check_tensor(name, tensor, self.path)
-            else:
+        try:  # a NaN weight is named, never written: by its weight file where there are files
+            if not self.gguf_file:
                 finite_weights.check_folder(self.folder)
-        except (ValueError, finite_weights.NonFiniteWeightsError) as error:
-            raise ConversionError(f"{self.path}: {error}") from None
+            check_source_model(model, purpose, where=self.path)  # what `hf_attnres.upcycle` refuses, refused here
+        except ValueError as error:  # NonFiniteWeightsError and UpcycleError name the file already
+            raise ConversionError(str(error)) from None
         if self.gguf_file:
             dequantized(model)
         return model.eval()

@@ -31,6 +31,9 @@ OPTIONAL_COUNTS = ("num_key_value_heads", "head_dim", "max_position_embeddings")
 # far above any published decoder (a few hundred layers at most); a bound that keeps a typo from building forever
 MAX_LAYERS = 10_000
 ACTIVATION_FIELDS = ("hidden_act", "hidden_activation")
+# published decoders use 1e-5 or 1e-6, far below the mean square of their hidden states; a larger epsilon dominates
+# the norm, and the upcycle check's tolerance (which grows with it) stops telling one function from another
+MAX_RMS_NORM_EPS = 1e-2
 ROPE_FIELDS = ("rope_parameters", "rope_scaling")
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 
@@ -84,6 +87,9 @@ def _check_eps(fields: dict) -> None:
     value = fields.get("rms_norm_eps", 1e-6)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"field rms_norm_eps must be a finite number > 0, got {value!r}")
+    if value > MAX_RMS_NORM_EPS:
+        raise ValueError(f"field rms_norm_eps={value!r} is far above any model's norm epsilon (at most "
+                         f"{MAX_RMS_NORM_EPS} accepted): it would outweigh the hidden states every RMSNorm divides")
 
 
 def _check_activation(fields: dict) -> None:
@@ -168,8 +174,8 @@ def check_request(args) -> Request:
     family, gguf_config = resolve_family(input)
     if family == KIMI:
         if args.check:
-            raise ConversionError("--check applies to the other families (Kimi Linear's upcycle is checked by the "
-                                  "tests: tests/conversion/test_convert.py)")
+            raise ConversionError("--check compares the logits of the other families' conversions; Kimi Linear's "
+                                  "is checked tensor by tensor: use --verify (bit for bit)")
     else:
         if args.to != "hf":
             raise ConversionError("--to moonshot is Kimi Linear's layout; other families are written as model "
@@ -232,7 +238,7 @@ def check_family_source(fields: dict, where, upcycle: str | None, block_size: in
     `check_source_fields`, and the upcycle flags against its depth. ValueError naming `where` and the field, or a
     ConversionError naming the flag."""
     try:
-        check_source_mode(fields.get("model_type"), fields.get("attn_res_mode"))
+        check_source_mode(fields.get("model_type"), fields.get("attn_res_mode"), upcycling=upcycle is not None)
         check_source_fields(fields)
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
@@ -245,4 +251,4 @@ def check_family_source(fields: dict, where, upcycle: str | None, block_size: in
 
 __all__ = ["Request", "check_request", "resolve_family", "check_output", "check_max_shard_size", "check_utf8_path",
            "check_family_source", "check_layer_count", "check_source_fields", "parameter_count",
-           "check_fits_in_memory", "MAX_LAYERS"]
+           "check_fits_in_memory", "MAX_LAYERS", "MAX_RMS_NORM_EPS"]

@@ -9,6 +9,12 @@ input per token. `tolerance` states the logit bound from it: 4 * sum_p max_token
 4 is first-order propagation through one sub-layer (a relative change delta of its input changes attention scores
 (q . k) and the gated MLP product (gate * up) by at most about 2 delta, and the stream by at most that again through
 the output projection), summed over the 2L + 1 points since the residual adds them, not multiplies them.
+
+A comparison judges only while the tolerance is small against the logits it bounds: where the source's activations
+are small against n^2 eps (tiny random models, an absurd `rms_norm_eps`) the bound exceeds the logits themselves, and
+any model, an unrelated one included, would fall within it. `judge` calls such a comparison inconclusive, and also
+asks the top-1 token to agree almost everywhere: a change a fraction of a percent of the logit scale flips only
+near-ties.
 """
 from __future__ import annotations
 
@@ -83,4 +89,35 @@ def compare(source, upcycled, input_ids, attention_mask=None) -> dict:
     }
 
 
-__all__ = ["reading_norms", "eps_scaled_copy", "tolerance", "compare"]
+# a tolerance above this fraction of max |logit| no longer tells the source's function from another one
+TOLERANCE_FRACTION = 0.05
+# an exact upcycle flips the top-1 token only at near-ties: at most 1 token in 100
+MIN_TOP1_AGREEMENT = 0.99
+
+
+def judge(report: dict) -> dict:
+    """`report` (of `compare`, or of a plain rewrite with tolerance 0) with its verdict: `within` (max |logit
+    difference| <= tolerance), `conclusive` (tolerance <= TOLERANCE_FRACTION of max |logit|), `agrees` (top-1
+    agreement >= MIN_TOP1_AGREEMENT), `passed` (all three) and `verdict`, the words that say which failed."""
+    scale = report["max_abs_logit"]
+    report["within"] = report["max_abs_diff"] <= report["tolerance"]
+    report["conclusive"] = report["tolerance"] <= TOLERANCE_FRACTION * scale
+    report["agrees"] = report["top1_agreement"] >= MIN_TOP1_AGREEMENT
+    report["passed"] = report["within"] and report["conclusive"] and report["agrees"]
+    if not report["within"]:
+        report["verdict"] = "OUTSIDE the tolerance"
+    elif not report["conclusive"]:
+        share = report["tolerance"] / scale if scale else float("inf")
+        report["verdict"] = (f"inconclusive: the tolerance is {share:.0%} of the largest logit (at most "
+                             f"{TOLERANCE_FRACTION:.0%} tells one function from another; the source's activations "
+                             "are small against its rms_norm_eps)")
+    elif not report["agrees"]:
+        report["verdict"] = (f"within the tolerance, but the top-1 token agrees at fewer than "
+                             f"{MIN_TOP1_AGREEMENT:.0%} of the tokens")
+    else:
+        report["verdict"] = "within the tolerance"
+    return report
+
+
+__all__ = ["reading_norms", "eps_scaled_copy", "tolerance", "compare", "judge", "TOLERANCE_FRACTION",
+           "MIN_TOP1_AGREEMENT"]

@@ -343,7 +343,7 @@ def test_bad_configs_are_named_and_nothing_is_written(tmp_path):
     with pytest.raises(ConversionError, match="quantization_config.*compressed-tensors"):
         convert_checkpoint(folder, tmp_path / "out", progress=False)
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ConversionError, match="--block-size must be >= 1"):
+    with pytest.raises(ConversionError, match="--block-size must be an integer >= 1"):
         convert_checkpoint(folder, tmp_path / "out", upcycle="block", block_size=0, progress=False)
     hf = make_config("block", mlp_layer_types=["dense", "sparse", "dense", "sparse", "sparse"])
     hf_folder = tmp_path / "hf"

@@ -64,6 +64,8 @@ FLAG_CASES = {
     "block_size_without_upcycle": (["--block-size", "2"], ["--block-size", "--upcycle"]),
     "block_size_with_full": (["--upcycle", "full", "--block-size", "2"], ["--block-size"]),
     "block_size_zero": (["--upcycle", "block", "--block-size", "0"], ["--block-size"]),
+    "block_size_beyond_layers": (["--upcycle", "block", "--block-size", "1000"],
+                                 ["--block-size 1000 is more than the model's", "decoder layers"]),
 }
 
 
@@ -195,6 +197,8 @@ FAMILY_CONFIG_CASES = {
     "eps_nan": (lambda f: overwrite_json(f / "config.json", rms_norm_eps=float("nan")), ["config.json"]),
     "eps_negative": (lambda f: overwrite_json(f / "config.json", rms_norm_eps=-1e-6), ["rms_norm_eps", "> 0"]),
     "eps_inf": (lambda f: overwrite_json(f / "config.json", rms_norm_eps=float("inf")), ["config.json"]),
+    "eps_absurd": (lambda f: overwrite_json(f / "config.json", rms_norm_eps=100), ["config.json", "rms_norm_eps=100",
+                                                                                  "at most 0.01"]),
     "unknown_activation": (lambda f: overwrite_json(f / "config.json", **{activation_field(f): "nope"}),
                            ["'nope'", "activation"]),
     "unknown_rope_type": (lambda f: overwrite_json(f / "config.json",
@@ -288,3 +292,21 @@ def test_a_gguf_file_stating_bad_sizes_is_refused(convert, capsys, tmp_path, met
     run_refused(convert, capsys, [gguf, tmp_path / "out"], [str(gguf), *named], untouched=[gguf],
                 absent=[tmp_path / "out"])
 
+
+
+def test_refusals_without_upcycle_name_what_was_asked(convert, capsys, moonshot_checkpoint, tmp_path):
+    """A convert without --upcycle is refused in its own words, never in an upcycle's."""
+    import hf_attnres
+
+    hf_attnres.upcycle(source_model("llama"), "block", 2).save_pretrained(tmp_path / "block")
+    out = tmp_path / "out"
+    cases = [
+        ([tmp_path / "block", out], ["'llama_attnres' with attn_res_mode='block' is Block AttnRes", "plain model"]),
+        ([moonshot_checkpoint, out, "--check"], ["--check", "Kimi Linear", "--verify"]),
+    ]
+    for argv, named in cases:
+        err = run_refused(convert, capsys, argv, named, absent=[out])
+        assert "upcycl" not in err.lower(), err
+    err = run_refused(convert, capsys, [tmp_path / "block", out, "--upcycle", "full"], ["is already AttnRes"],
+                      absent=[out])
+    assert "upcycl" in err, err

@@ -14,6 +14,10 @@ from tests.families.tiny import FAMILIES, attn_res_model, random_ids, source_mod
 from tests.helpers.smollm2 import gguf_file
 from tests.helpers.tiny_gguf import write_llama_gguf
 
+# a tiny random model's hidden states are small: against the default epsilon (1e-6) the upcycle's stated tolerance
+# exceeds its logits (an inconclusive --check); against 1e-9 it is a fraction of a percent of them
+CONCLUSIVE_EPS = 1e-9
+
 
 def logits(model, ids):
     with torch.no_grad():
@@ -62,7 +66,7 @@ def test_plain_convert_of_a_gguf_file_equals_transformers_reading_it(tmp_path):
 
 
 def test_upcycle_of_a_gguf_file_says_what_it_reads_and_checks(tmp_path, capsys):
-    source = source_model("llama")
+    source = source_model("llama", rms_norm_eps=CONCLUSIVE_EPS)
     gguf = write_llama_gguf(source, tmp_path / "tiny.gguf")
     assert convert_main([str(gguf), str(tmp_path / "block"), "--upcycle", "block", "--block-size", "2",
                          "--check"]) == 0
@@ -86,7 +90,7 @@ def test_plain_convert_of_the_real_smollm2_gguf(tmp_path):
 
 @pytest.mark.parametrize("upcycle", [[], ["--upcycle", "block"]], ids=["plain", "upcycle"])
 def test_a_config_claiming_tied_weights_keeps_the_file_own_lm_head(tmp_path, upcycle):
-    source = source_model("llama")  # untied: its lm_head differs from the embedding
+    source = source_model("llama", rms_norm_eps=CONCLUSIVE_EPS)  # untied: its lm_head differs from the embedding
     source.save_pretrained(tmp_path / "in")
     config = json.loads((tmp_path / "in" / "config.json").read_text())
     (tmp_path / "in" / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
@@ -150,3 +154,59 @@ def test_upcycle_names_a_mistyped_mode_as_invalid():
     model.config.attn_res_mode = "Block"
     with pytest.raises(UpcycleError, match="attn_res_mode='Block' is not a mode"):
         hf_attnres.upcycle(model)
+
+
+def summary_numbers(out: str) -> tuple[int, float]:
+    """(tensors, MiB) of convert's summary line `... : N tensors, X MiB...`."""
+    counts = out.strip().splitlines()[-1].rsplit(": ", 1)[1].split(", ")
+    return int(counts[0].removesuffix(" tensors")), float(counts[1].removesuffix(" MiB"))
+
+
+@pytest.mark.parametrize("upcycle", [[], ["--upcycle", "block"]], ids=["plain", "upcycle"])
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_the_summary_counts_the_written_files_a_tied_head_once(tmp_path, capsys, family, upcycle):
+    from safetensors import safe_open
+
+    source_model(family, tie_word_embeddings=True).save_pretrained(tmp_path / "in")
+    assert convert_main([str(tmp_path / "in"), str(tmp_path / "out"), *upcycle, "--no-progress"]) == 0
+    tensors, mib = summary_numbers(capsys.readouterr().out)
+    files = sorted((tmp_path / "out").glob("*.safetensors"))
+    written = sum(len(safe_open(str(file), "pt").keys()) for file in files)
+    assert tensors == written, (tensors, written)
+    assert mib == round(sum(file.stat().st_size for file in files) / 2**20, 1)
+
+
+@pytest.mark.parametrize(("report", "passed", "words"), [
+    (dict(max_abs_diff=0.05, tolerance=0.18, max_abs_logit=33.5, top1_agreement=1.0), True, "within the tolerance"),
+    (dict(max_abs_diff=0.3, tolerance=0.18, max_abs_logit=33.5, top1_agreement=1.0), False, "OUTSIDE"),
+    # an unrelated model within a tolerance larger than the logits themselves (rms_norm_eps=100, tiny Full models)
+    (dict(max_abs_diff=0.5, tolerance=0.639, max_abs_logit=0.605, top1_agreement=0.0), False, "inconclusive"),
+    (dict(max_abs_diff=0.01, tolerance=0.639, max_abs_logit=0.605, top1_agreement=1.0), False, "inconclusive"),
+    (dict(max_abs_diff=0.05, tolerance=0.18, max_abs_logit=33.5, top1_agreement=0.9), False, "top-1"),
+    (dict(max_abs_diff=0.0, tolerance=0.0, max_abs_logit=0.0, top1_agreement=1.0), True, "within the tolerance"),
+], ids=["exact_upcycle", "outside", "unrelated_model", "tolerance_above_logits", "top1_changed", "zero_logits"])
+def test_a_check_passes_only_within_a_small_tolerance_with_the_same_top1(report, passed, words):
+    from hf_attnres.conversion.upcycle_check import judge
+
+    judged = judge(dict(report))
+    assert judged["passed"] is passed and words in judged["verdict"], judged
+
+
+def test_check_refuses_an_inconclusive_comparison_and_verify_notes_it(tmp_path, capsys):
+    source_model("llama").save_pretrained(tmp_path / "in")  # default epsilon: the tolerance exceeds the logits
+    out = tmp_path / "out"
+    assert convert_main([str(tmp_path / "in"), str(out), "--upcycle", "full", "--check", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "--check: cannot tell whether" in err and "inconclusive" in err and "logits up to" in err, err
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
+    assert convert_main([str(tmp_path / "in"), str(out), "--upcycle", "full", "--verify"]) == 0
+    assert "note: check:" in capsys.readouterr().err and out.is_dir()
+
+
+@pytest.mark.parametrize("mode", ["block", "full"])
+def test_check_passes_an_exact_upcycle_with_a_conclusive_tolerance(tmp_path, capsys, mode):
+    source_model("qwen3", rms_norm_eps=CONCLUSIVE_EPS).save_pretrained(tmp_path / "in")
+    assert convert_main([str(tmp_path / "in"), str(tmp_path / "out"), "--upcycle", mode, "--check",
+                         "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "top-1 agreement 100.0%" in out and "within the tolerance" in out, out

@@ -66,13 +66,62 @@ def test_an_unsupported_family_is_refused_with_the_reason():
 
 
 @pytest.mark.parametrize(("mode", "block_size", "named"), [
-    ("blocks", None, "--upcycle must be one of"),
-    ("block", 0, "--block-size must be >= 1"),
-    ("full", 2, "--block-size applies to --upcycle block only"),
+    ("blocks", None, "mode must be one of"),
+    ("block", 0, "block_size must be an integer >= 1"),
+    ("block", "2", "block_size must be an integer >= 1"),
+    ("block", 5, "block_size 5 is more than the model's 4 decoder layers"),
+    ("block", 1000, "block_size 1000 is more than the model's 4 decoder layers"),
+    ("full", 2, "block_size applies to mode block only"),
 ])
-def test_bad_modes_and_block_sizes_are_refused(mode, block_size, named):
-    with pytest.raises(UpcycleError, match=named):
+def test_bad_modes_and_block_sizes_are_refused_by_their_python_names(mode, block_size, named):
+    with pytest.raises(UpcycleError, match=named) as refused:
         hf_attnres.upcycle(source_model("llama"), mode, block_size)
+    assert "--" not in str(refused.value)  # the arguments as a Python caller spells them, not the command's flags
+
+
+def test_one_block_of_every_layer_is_the_largest_block():
+    model = hf_attnres.upcycle(source_model("llama"), "block", 4)
+    assert model.config.attn_res_block_size == 4 and model.config.attn_res_num_blocks == 1
+
+
+def int8_weight(model):
+    layer = model.model.layers[1].mlp
+    layer.up_proj.weight = torch.nn.Parameter(layer.up_proj.weight.to(torch.int8), requires_grad=False)
+    return model
+
+
+def nan_weight(model):
+    with torch.no_grad():
+        model.model.layers[1].mlp.up_proj.weight[0, 0] = float("nan")
+    return model
+
+
+def dynamically_quantized(model):
+    return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def bare_decoder(model):
+    return model.model  # LlamaModel: the decoder without its lm_head
+
+
+# what `attnres convert` refuses in a file, refused in a loaded model: (damage, error class, words)
+SOURCE_MODEL_CASES = {
+    "int8_weight": (int8_weight, UpcycleError, "tensor model.layers.1.mlp.up_proj.weight is torch.int8"),
+    "nan_weight": (nan_weight, UpcycleError, "tensor model.layers.1.mlp.up_proj.weight holds non-finite values"),
+    "dynamically_quantized": (dynamically_quantized, UpcycleError,
+                              "quantized \\(torch dynamic quantization: model.layers.0.self_attn.q_proj"),
+    "bare_decoder": (bare_decoder, TypeError, "expected a causal LM \\(…ForCausalLM.*got LlamaModel"),
+}
+
+
+@pytest.mark.parametrize("rebuild", ["upcycle", "plain_family_model"])
+@pytest.mark.parametrize(("damage", "error", "named"), SOURCE_MODEL_CASES.values(), ids=SOURCE_MODEL_CASES.keys())
+def test_a_model_the_command_would_refuse_is_refused_in_one_line(rebuild, damage, error, named):
+    from hf_attnres.families import upcycle as upcycling
+
+    with pytest.raises(error, match=named) as refused:
+        getattr(upcycling, rebuild)(damage(source_model("llama")))
+    assert isinstance(refused.value, ValueError) and "\n" not in str(refused.value)
 
 
 def test_convert_upcycles_a_family_folder_as_the_python_call_does(tmp_path, capsys):
