@@ -11,7 +11,8 @@ repository and uploads the folder with huggingface_hub (log in first: `hf auth l
 
 The folder a --dry-run built is reused by the upload that follows when nothing changed, and rebuilt in place when an
 input or card setting did (it carries a .attnres_hub_build.json record, never uploaded); any other existing --output
-needs --force.
+needs --force. The output ends with the card's license (saying when it is the default, apache-2.0) and its
+base_model with where it was found, or a note that none was found and how to set it.
 
 Examples:
   attnres push-to-hub --model runs/attnres-block --repo-id me/kimi-attnres --tokenizer runs/tokenizer \\
@@ -29,6 +30,7 @@ import sys
 from pathlib import Path
 
 from ..conversion.args import PushArgs
+from ..conversion.hub import DEFAULT_LICENSE, check_license
 from ..utils.trust import add_trust_flag
 from . import command_main
 from .combos import refuse_conflicts
@@ -41,14 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", type=Path, help="folder to build (default: outputs/hub-<repo or model name>)")
     parser.add_argument("--tokenizer", help="tokenizer folder or Hub id to include (default: --model's own, if any)")
     parser.add_argument("--base-model", help="Hub id of the model this one was made from, for the card's base_model "
-                        "(default: training's --init-from when it is a Hub id)")
+                        "(default: the first Hub id in the folder's records: training_info.json's init_from, "
+                        "config.json's _name_or_path, followed through local --init-from folders; none found: the "
+                        "card and the output say it is unknown)")
     add_trust_flag(parser)  # --tokenizer DIR's own code: off unless asked
     parser.add_argument("--training-data", help="what the model was trained on, for the model card")
     parser.add_argument("--dataset", action="append", default=[], help="Hub dataset id for the card metadata "
                         "(repeatable)")
     parser.add_argument("--eval-results", type=Path, help="eval/compare.py's report.json, lm-eval results JSON (or "
                         "{task: {metric: value}}) for the card's evaluation table")
-    parser.add_argument("--license", default="apache-2.0", help="license tag of the card (default apache-2.0)")
+    parser.add_argument("--license", help=f"Hub license identifier of the card (default {DEFAULT_LICENSE}, said so in "
+                        "the output: check it agrees with the base model's license)")
     parser.add_argument("--private", action="store_true", help="create the repository as private")
     parser.add_argument("--commit-message", help="upload commit message")
     parser.add_argument("--dry-run", action="store_true", help="build the folder, do not upload")
@@ -61,6 +66,11 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = PushArgs(**vars(parser.parse_args(argv)))
     refuse_conflicts(parser, argv, args)  # before any work: a flag another makes meaningless is refused
+    if args.license is not None:
+        try:
+            check_license(args.license)
+        except ValueError as error:
+            parser.error(str(error))
     from ..conversion.commands import push_to_hub
 
     return push_to_hub(args)

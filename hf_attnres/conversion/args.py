@@ -42,7 +42,7 @@ class PushArgs:
     training_data: str | None = None
     dataset: list[str] = field(default_factory=list)
     eval_results: Path | None = None
-    license: str = "apache-2.0"
+    license: str | None = None  # None: hub.DEFAULT_LICENSE, and the output says it is the default
     private: bool = False
     commit_message: str | None = None
     dry_run: bool = False

@@ -10,14 +10,19 @@ refused, naming the upcycle command.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
+import re
 from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
 from ..core.versions import TRANSFORMERS_RANGE
 from ..families.registry import family_classes
-from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
+from ..folders.checkpoint_files import CheckpointFileError, check_model_folder, read_json_file
+from ..folders.json_limits import loads_limited
 from ..folders.model_family import family_of_folder
 from ..folders.model_folder import load as load_model_folder
 from ..folders.model_folder import write_model
@@ -33,7 +38,16 @@ from .guards import check_output
 
 # A folder push-to-hub built holds this record of what it was built from: a later run with the same inputs reuses it
 # (the upload after a --dry-run), other inputs rebuild it in place; a folder without it is not ours and is refused.
+# It also keeps what the card was given or found (license, base_model), for the lines the command prints.
 BUILD_RECORD = ".attnres_hub_build.json"
+DEFAULT_LICENSE = "apache-2.0"
+# Hub license identifiers: lowercase letters, digits, ".", "-", "+" ("apache-2.0", "llama3.1", "openrail++", "other")
+LICENSE_ID = re.compile(r"[a-z0-9][a-z0-9.+-]*")
+# The JSON files `AutoTokenizer.from_pretrained(folder)` reads: each is checked first, so a damaged one is named
+TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                  "vocab.json", "chat_template.json")
+# How many --init-from hops base_model is followed through local folders (a loop of folders ends at the first repeat)
+MAX_LINEAGE = 16
 
 
 def model_tokenizer(model_path: str | Path) -> Path | None:
@@ -43,28 +57,44 @@ def model_tokenizer(model_path: str | Path) -> Path | None:
 
 
 def build_stamp(model_path, tokenizer, training_data, datasets, eval_results, repo_id, license, base_model) -> str:
-    """Changes when any input file or card setting changes (file sizes and mtimes: no hash of gigabytes)."""
-    import hashlib
-
+    """Changes when any input file's content or any card setting changes: every regular file of the inputs is
+    hashed (a weight rewritten with its size and mtime kept is a new build; a build already reads them all)."""
     digest = hashlib.sha256()
     for path in (model_path, tokenizer, eval_results):
-        files = sorted(Path(path).rglob("*")) if path is not None and Path(path).is_dir() else (
-            [Path(path)] if path is not None and Path(path).is_file() else [])
-        for file in (f for f in files if f.is_file()):
-            stat = file.stat()
-            digest.update(f"{file}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
+        for file in input_files(path):
+            digest.update(f"{file}\0".encode())
+            with open(file, "rb") as stream:
+                for chunk in iter(lambda: stream.read(1 << 24), b""):
+                    digest.update(chunk)
+            digest.update(b"\0")
         digest.update(f"{path}\0".encode())
     digest.update(json.dumps([training_data, datasets, repo_id, license, base_model]).encode())
     return digest.hexdigest()
 
 
+def input_files(path) -> list[Path]:
+    """The regular files of an input (a folder, recursively, or a file; a Hub id or None: none). A FIFO, device or
+    dangling link is no content: never opened here (the checks that follow name it)."""
+    if path is None or not Path(path).exists():
+        return []
+    if Path(path).is_file():
+        return [Path(path)]
+    return sorted(f for f in Path(path).rglob("*") if f.is_file())
+
+
 def previous_build(output: Path) -> str | None:
     """The stamp of an earlier push-to-hub build at `output`, or None (no folder, or not one push-to-hub built)."""
+    stamp = build_record(output).get("stamp")
+    return stamp if isinstance(stamp, str) else None
+
+
+def build_record(output: Path) -> dict:
+    """The BUILD_RECORD of `output`, or {} (no folder, or not one push-to-hub built)."""
     try:
         record = json.loads((Path(output) / BUILD_RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    return record.get("stamp") if isinstance(record, dict) and isinstance(record.get("stamp"), str) else None
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def build_hub_folder(
@@ -75,19 +105,25 @@ def build_hub_folder(
     datasets: list[str] | None = None,
     eval_results: str | Path | None = None,
     repo_id: str | None = None,
-    license: str = "apache-2.0",
+    license: str | None = None,
     force: bool = False,
     trust_remote_code: bool = False,
     base_model: str | None = None,
 ) -> Path:
     """Load a checkpoint (HF-native or Moonshot layout) and write the upload folder atomically; return its path.
-    The tokenizer is `tokenizer`, else the model folder's own when it has one. An `output` push-to-hub built earlier
-    (its BUILD_RECORD) is reused when built from the same inputs, rebuilt in place otherwise; any other existing
-    folder needs `force`."""
+    The tokenizer is `tokenizer`, else the model folder's own when it has one; the license `license`, else
+    DEFAULT_LICENSE (the record says which: `card_notes`); base_model `base_model`, else the Hub id the folder's
+    records name (`find_base_model`), else none, and the card says how to set it. An `output` push-to-hub built
+    earlier (its BUILD_RECORD) is reused when built from the same inputs (by content), rebuilt in place otherwise;
+    any other existing folder needs `force`."""
     from transformers import AutoTokenizer
 
+    license_given = license is not None
+    license = license if license_given else DEFAULT_LICENSE
+    check_license(license)
     tokenizer = tokenizer if tokenizer is not None else model_tokenizer(model_path)
-    stamp = build_stamp(model_path, tokenizer, training_data, datasets, eval_results, repo_id, license, base_model)
+    stamp = build_stamp(model_path, tokenizer, training_data, datasets, eval_results, repo_id,
+                        license if license_given else None, base_model)
     earlier = previous_build(output)
     if earlier == stamp and not force:
         return Path(output).absolute()
@@ -97,6 +133,9 @@ def build_hub_folder(
     try:
         check_model_folder(model_path, "--model")
         finite_weights.check_folder(model_path)  # a NaN weight is named, never published
+        if tokenizer is not None:
+            check_tokenizer_files(tokenizer)
+        info = read_training_info(model_path)
     except (CheckpointFileError, NonFiniteWeightsError) as error:
         raise ConversionError(str(error)) from None
     if repo_id is not None:
@@ -104,7 +143,7 @@ def build_hub_folder(
     if base_model is not None:
         check_repo_id(base_model, "--base-model")
     evaluation = read_eval_results(eval_results) if eval_results else None
-    info = read_training_info(model_path)
+    found, source = (base_model, "--base-model") if base_model else find_base_model(model_path)
     model, family = load_model(model_path)
     with output_folder(output) as folder:
         if tokenizer is not None:
@@ -112,23 +151,62 @@ def build_hub_folder(
             tokenizer = AutoTokenizer.from_pretrained(str(tokenizer), **trust)
         # HF-native names (no reverse mapping): the Hub copy loads without any conversion
         write_model(model, folder, tokenizer, save_original_format=False)
-        base_model = base_model or base_model_of(info)
         card = model_card(model, family, repo_id or output.name, training_data or training_data_of(info), datasets,
-                          evaluation, license, base_model)
+                          evaluation, license, found, base_model_unknown=None if found else source)
         card.save(folder / "README.md")
-        (folder / BUILD_RECORD).write_text(json.dumps({"stamp": stamp}))
+        (folder / BUILD_RECORD).write_text(json.dumps({
+            "stamp": stamp, "license": license, "license_given": license_given, "base_model": found,
+            "base_model_source": source}))
         move_into_place(folder, output, replace=force)
     return output
 
 
+def card_notes(folder: str | Path) -> list[str]:
+    """What the built card says of its license and base_model, and where each came from: the lines push-to-hub
+    prints after the build (a default or a missing base_model is never left for the reader of the card to find)."""
+    record = build_record(folder)
+    if not record:
+        return []
+    license = record.get("license")
+    lines = [f"license: {license} (--license)" if record.get("license_given") else
+             f"license: {license} (the default: pass --license to set another, e.g. the base model's own)"]
+    if record.get("base_model"):
+        lines.append(f"base_model: {record['base_model']} (from {record.get('base_model_source')})")
+    else:
+        lines.append(f"note: base_model unknown ({record.get('base_model_source')}): the card says so; pass "
+                     "--base-model OWNER/NAME, the Hub model this one was converted or fine-tuned from, to set it")
+    return lines
+
+
+def check_license(license: str) -> None:
+    """A Hub license identifier (the Hub refuses a card whose license it does not know), checked before any work."""
+    if not isinstance(license, str) or not LICENSE_ID.fullmatch(license):
+        raise ConversionError(f"--license {license!r} is not a Hub license identifier (lowercase letters, digits, "
+                              "'.', '-', '+': e.g. apache-2.0, mit, llama3.1, other)")
+
+
+def check_tokenizer_files(tokenizer) -> None:
+    """Each JSON file of a tokenizer folder read as JSON first, so a damaged one (or a link to some other file) is
+    named, not left to the tokenizer library's bare `Expecting value`; a FIFO or device in its place is refused
+    unopened. A Hub id (no such folder) is transformers' to fetch."""
+    folder = Path(tokenizer)
+    if not folder.is_dir():
+        return
+    for name in TOKENIZER_JSON:
+        path = folder / name
+        if os.path.lexists(path) and not path.is_file():
+            raise CheckpointFileError(f"{path}: not a regular file (a tokenizer file expected)")
+        if path.is_file():
+            read_json_file(path, "tokenizer file")
+
+
 def read_training_info(model_path) -> dict:
-    """The model folder's training_info.json (written by `attnres train`), or {} when absent or unreadable (the
-    card then says what it was told, or "Not stated")."""
-    try:
-        info = json.loads((Path(model_path) / "training_info.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """The model folder's training_info.json (written by `attnres train`), or {} when there is none (the card then
+    says what it was told, or "Not stated"); one that cannot be read is named (CheckpointFileError)."""
+    path = Path(model_path) / "training_info.json"
+    if not os.path.lexists(path):
         return {}
-    return info if isinstance(info, dict) else {}
+    return read_json_file(path, "training_info.json")
 
 
 def training_data_of(info: dict) -> str | None:
@@ -142,18 +220,51 @@ def training_data_of(info: dict) -> str | None:
     return text + (f" (data fingerprint `{fingerprint}`)" if fingerprint else "") + ", from training_info.json."
 
 
-def base_model_of(info: dict) -> str | None:
-    """training's --init-from when it names a Hub repository (a local folder is no `base_model`)."""
+def find_base_model(model_path) -> tuple[str | None, str]:
+    """(the Hub id of the model `model_path` was made from, where it was found), or (None, what was looked at).
+    Followed through local folders: training's --init-from (training_info.json) when it is a Hub id, else the
+    config's `_name_or_path` when it is one, else the --init-from folder's own records, up to MAX_LINEAGE hops."""
+    folder, seen = Path(model_path), []
+    for _ in range(MAX_LINEAGE):
+        if folder.resolve() in seen:
+            break
+        seen.append(folder.resolve())
+        info = optional_json(folder / "training_info.json")
+        settings = info.get("settings") if isinstance(info.get("settings"), dict) else {}
+        init_from = settings.get("init_from")
+        if hub_id(init_from):
+            return init_from, f"training_info.json's init_from in {folder}"
+        name = optional_json(folder / "config.json").get("_name_or_path")
+        if hub_id(name):
+            return name, f"config.json's _name_or_path in {folder}"
+        if not isinstance(init_from, str) or not Path(init_from).is_dir():
+            break
+        folder = Path(init_from)
+    folders = ", ".join(str(f) for f in seen)
+    return None, f"no Hub id in the training_info.json or config.json of {folders}"
+
+
+def optional_json(path: Path) -> dict:
+    """A record that only hints (an --init-from folder's, a config's `_name_or_path`): its object, or {} when it is
+    absent, unreadable or no object (never a FIFO opened: regular files only)."""
+    try:
+        value = loads_limited(path.read_bytes()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def hub_id(value) -> bool:
+    """Whether `value` names a Hub repository (owner/name) and not a local path."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    source = (info.get("settings") or {}).get("init_from") if isinstance(info.get("settings"), dict) else None
-    if not isinstance(source, str) or source.count("/") != 1 or Path(source).exists():
-        return None
+    if not isinstance(value, str) or value.count("/") != 1 or Path(value).exists():
+        return False
     try:
-        validate_repo_id(source)
+        validate_repo_id(value)
     except HFValidationError:
-        return None
-    return source
+        return False
+    return True
 
 
 def load_model(model_path):
@@ -186,9 +297,11 @@ def check_repo_id(repo_id: str, flag: str = "--repo-id") -> None:
         raise ConversionError(f"{flag} {repo_id!r} is not a valid Hub repository id: {error}") from None
 
 
-def model_card(model, family, title, training_data, datasets, evaluation, license, base_model=None) -> ModelCard:
+def model_card(model, family, title, training_data, datasets, evaluation, license, base_model=None,
+               base_model_unknown: str | None = None) -> ModelCard:
     """The card of `model` of `family` (Kimi Linear's describes KDA/MLA layers and MoE; the other families' a plain
-    decoder)."""
+    decoder). Without `base_model`, a "Base model" section says it is not recorded (`base_model_unknown`: what was
+    looked at) and how to set it, so a missing base_model reads as unknown, not as trained from scratch."""
     data = ModelCardData(
         base_model=base_model,
         library_name="transformers",
@@ -206,6 +319,10 @@ def model_card(model, family, title, training_data, datasets, evaluation, licens
         "## Architecture\n\n" + markdown_table(("", ""), architecture_rows(model, family)),
         "## Training data\n\n" + (training_data or "Not stated."),
     ]
+    if not base_model:
+        sections.append("## Base model\n\nNot recorded" + (f" ({base_model_unknown})" if base_model_unknown else "")
+                        + ". Rebuild the card with `attnres push-to-hub --base-model OWNER/NAME` to name the model "
+                        "this one was converted or fine-tuned from.")
     if evaluation:
         sections.append("## Evaluation\n\n" + markdown_table(("Task", "Metric", "Value"), evaluation))
     sections.append(usage(title, model))
@@ -238,31 +355,81 @@ def architecture_rows(model, family: str) -> list[tuple]:
     ]
 
 
+EVAL_FORMATS = ("expected compare's report.json, lm-eval's results JSON, or {task: {metric: value}} / "
+                "{task: value}")
+
+
 def read_eval_results(path: str | Path) -> list[tuple]:
     """Rows (task, metric, value) from eval/compare.py's report.json, lm-eval's results JSON, or a plain
-    {task: {metric: value}} / {task: value}."""
+    {task: {metric: value}} / {task: value}. Anything else (a config.json, a training record) is refused, naming
+    the file and the first entry that is no metric: its numbers would otherwise read as scores."""
     path = Path(path)
     try:
-        results = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise ConversionError(f"--eval-results {path}: {error}") from error
-    if isinstance(results, dict) and "tasks" in results and "models" in results:
+        results = read_json_file(path, "evaluation results file")
+    except CheckpointFileError as error:
+        raise ConversionError(f"--eval-results {error}") from None
+    if "tasks" in results and "models" in results:
         from .card import report_rows
 
-        rows = report_rows(results)
+        try:
+            rows = report_rows(results)
+        except ValueError as error:
+            raise ConversionError(f"--eval-results {path}: not a compare report.json: {error}") from None
     else:
-        # lm-eval names metrics "metric,filter"; its other numbers (sample_len, ...) are counts, not metrics
-        lm_eval = isinstance(results, dict) and "results" in results
-        rows = []
-        for task, metrics in sorted(results.get("results", results).items()):
-            if not isinstance(metrics, dict):
-                metrics = {"score": metrics}
-            for metric, value in metrics.items():
-                if isinstance(value, (int, float)) and "stderr" not in metric and ("," in metric or not lm_eval):
-                    rows.append((task, metric.split(",")[0], f"{value:.4g}"))
+        try:
+            rows = lm_eval_rows(results["results"]) if "results" in results else plain_rows(results)
+        except ValueError as error:
+            raise ConversionError(f"--eval-results {path}: not an evaluation result: {error}; {EVAL_FORMATS}") from None
     if not rows:
         raise ConversionError(f"--eval-results {path}: no numeric metrics found")
     return rows
+
+
+def lm_eval_rows(results) -> list[tuple]:
+    """lm-eval's `results`: {task: {"metric,filter": value, "metric_stderr,filter": ..., "alias": ...}}; its other
+    numbers (sample_len, ...) have no filter: counts, not metrics. ValueError naming the entry that is no task."""
+    if not isinstance(results, dict):
+        raise ValueError(f"'results' is {type(results).__name__}, not an object of tasks")
+    rows = []
+    for task, metrics in sorted(results.items()):
+        if not isinstance(metrics, dict):
+            raise ValueError(f"results.{task} is {type(metrics).__name__}, not an object of metrics")
+        for metric, value in metrics.items():
+            if "," in metric and "stderr" not in metric and metric_value(value, f"results.{task}.{metric}", False):
+                rows.append((task, metric.split(",")[0], f"{value:.4g}"))
+    return rows
+
+
+def plain_rows(results: dict) -> list[tuple]:
+    """{task: value} or {task: {metric: value}} (an "alias" string aside): every entry a score, so a file of other
+    numbers and words (a config.json: `model_type`, `architectures`) is refused at its first entry that is none."""
+    rows = []
+    for task, metrics in sorted(results.items()):
+        if not isinstance(metrics, dict):
+            metric_value(metrics, task)
+            rows.append((task, "score", f"{metrics:.4g}"))
+            continue
+        for metric, value in metrics.items():
+            if metric == "alias" and isinstance(value, str):
+                continue
+            if metric_value(value, f"{task}.{metric}") and "stderr" not in metric:
+                rows.append((task, metric.split(",")[0], f"{value:.4g}"))
+        if not metrics:
+            raise ValueError(f"{task} holds no metric")
+    return rows
+
+
+def metric_value(value, where: str, strict: bool = True) -> bool:
+    """Whether `value` is a metric value (a finite number, not a boolean). Not one: ValueError naming `where` when
+    `strict`, else False (lm-eval's words and "N/A" standard errors are skipped). A NaN or infinity is refused either
+    way: a card never shows one as a score."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if strict:
+            raise ValueError(f"{where} is {type(value).__name__} {json.dumps(value)[:40]}, not a metric value")
+        return False
+    if not math.isfinite(value):
+        raise ValueError(f"{where} is {value}, not a score")
+    return True
 
 
 def markdown_table(header: tuple, rows: list[tuple]) -> str:

@@ -4,6 +4,8 @@ folder and an upcycled Llama's alike (every family ships its generated code)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
 import pytest
 import torch
@@ -214,3 +216,64 @@ def test_a_family_own_checkpoint_is_refused_with_the_upcycle_command(tmp_path):
                                               r"\(attnres convert .*llama OUT --upcycle block\)"):
         build_hub_folder(tmp_path / "llama", tmp_path / "hub")
     assert not (tmp_path / "hub").exists()
+
+
+def test_base_model_is_found_through_the_init_from_folders_or_said_unknown(saved_model, tmp_path, capsys):
+    """The README's path: a fine-tune (runs/block/final) whose --init-from was a local upcycled folder. base_model is
+    followed through the records (training_info.json's init_from, config.json's _name_or_path) to the first Hub id;
+    with none, the card has no base_model and both the card and the output say it is unknown and how to set it."""
+    from hf_attnres.cli import push_to_hub as script
+
+    upcycled = shutil.copytree(saved_model, tmp_path / "smollm2-block")
+    tuned = shutil.copytree(saved_model, tmp_path / "runs" / "final")
+    (tuned / "training_info.json").write_text(json.dumps({"settings": {"init_from": str(upcycled)}}))
+    assert script.main(["--model", str(tuned), "--output", str(tmp_path / "unknown"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    card = ModelCard.load(tmp_path / "unknown" / "README.md")
+    assert card.data.base_model is None and "## Base model\n\nNot recorded" in card.text
+    assert "--base-model OWNER/NAME" in card.text and str(upcycled) in card.text  # the folders it looked in
+    assert "note: base_model unknown" in out and "--base-model" in out, out
+    assert "license: apache-2.0 (the default" in out, out
+
+    config = json.loads((upcycled / "config.json").read_text())
+    (upcycled / "config.json").write_text(json.dumps({**config, "_name_or_path": "HuggingFaceTB/SmolLM2-135M"}))
+    assert script.main(["--model", str(tuned), "--output", str(tmp_path / "named"), "--license", "mit"]) == 0
+    out = capsys.readouterr().out
+    card = ModelCard.load(tmp_path / "named" / "README.md")
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M" and "## Base model" not in card.text
+    assert card.data.license == "mit" and "license: mit (--license)" in out, out
+    assert f"base_model: HuggingFaceTB/SmolLM2-135M (from config.json's _name_or_path in {upcycled})" in out, out
+
+
+def test_a_dry_run_folder_is_rebuilt_when_a_weight_changed_with_size_and_mtime_kept(saved_model, tmp_path):
+    """The reuse of a dry-run folder is keyed on the inputs' content: a weight rewritten with the same size and its
+    mtime put back is a new build, never the old weights uploaded."""
+    from safetensors.torch import load_file, save_file
+
+    model = shutil.copytree(saved_model, tmp_path / "model")
+    weights = model / "model.safetensors"
+    first = build_hub_folder(model, tmp_path / "hub")
+    built = (first / "model.safetensors").read_bytes()
+    assert build_hub_folder(model, tmp_path / "hub") == first  # unchanged: reused
+    assert (first / "model.safetensors").read_bytes() == built
+    stat = weights.stat()
+    tensors = load_file(weights)
+    name = next(n for n in sorted(tensors) if "embed" in n)
+    tensors[name] = tensors[name] + 1
+    save_file(tensors, weights, metadata={"format": "pt"})
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (weights.stat().st_size, weights.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    rebuilt = build_hub_folder(model, tmp_path / "hub")
+    assert (rebuilt / "model.safetensors").read_bytes() != built
+    assert torch.equal(load_file(rebuilt / "model.safetensors")[name], tensors[name])
+
+
+def test_eval_results_of_compare_report(tmp_path):
+    """compare's report.json: every model's mean, each delta and its test, lower-is-better marked."""
+    report = {"models": [{"label": "plain"}, {"label": "block"}], "tasks": {"heldout": {"loss,none": {
+        "models": {"plain": {"mean": 2.5, "stderr": 0.01, "n": 4}, "block": {"mean": 2.25, "stderr": 0.02, "n": 4}},
+        "paired": [{"model": "block", "reference": "plain", "delta": -0.25, "p_value": 0.03, "test": "t-test"}],
+        "lower_is_better": True}}}}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert read_eval_results(tmp_path / "report.json") == [
+        ("heldout", "loss ↓", "plain 2.5 ± 0.01; block 2.25 ± 0.02; block − plain: -0.25 (p 0.03, t-test)")]

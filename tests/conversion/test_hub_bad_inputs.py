@@ -3,7 +3,10 @@ damaged --model folders, invalid repository ids (refused before the build), outp
 network."""
 from __future__ import annotations
 
+import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,7 @@ from tests.helpers.bad_input_fixtures import (
     damaged_copy,
     expect_script_refused,
 )
+from tests.helpers.remote_loading import write_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +119,78 @@ def test_no_network_is_one_message_and_keeps_the_folder(push, capsys, saved_mode
     err = capsys.readouterr().err
     assert "error: upload to me/tiny failed" in err and "Traceback" not in err, err
     assert (out / "config.json").is_file() and (out / "README.md").is_file()
+
+
+# name -> (file content, words the error must contain besides the file): a JSON file that is no evaluation result
+EVAL_RESULT_CASES = {
+    "a_model_config": ({"model_type": "llama", "hidden_size": 64, "architectures": ["LlamaForCausalLM"]},
+                       ["not an evaluation result", "architectures"]),
+    "numbers_and_a_flag": ({"hidden_size": 64, "tie_word_embeddings": True}, ["tie_word_embeddings", "bool"]),
+    "a_list_of_scores": ({"mmlu": [0.25, 0.5]}, ["mmlu", "list"]),
+    "a_task_without_metrics": ({"mmlu": {}}, ["mmlu", "no metric"]),
+    "a_nan_score": ({"mmlu": {"acc": float("nan")}}, ["mmlu.acc", "nan"]),
+    "lm_eval_results_not_an_object": ({"results": [1, 2]}, ["'results'", "list"]),
+    "lm_eval_task_not_an_object": ({"results": {"mmlu": 0.25}}, ["results.mmlu"]),
+    "report_without_paired": ({"models": [], "tasks": {"heldout": {"loss": {"models": {"a": {"mean": 1.0,
+                               "stderr": 0.1}}, "lower_is_better": True}}}}, ["tasks.heldout.loss.paired", "missing"]),
+    "report_mean_a_word": ({"models": [], "tasks": {"heldout": {"loss": {"models": {"a": {"mean": "low",
+                            "stderr": 0.1}}, "paired": [], "lower_is_better": True}}}}, ["models.a.mean", "str"]),
+    "report_tasks_a_list": ({"models": [], "tasks": []}, ["tasks", "list"]),
+    "a_json_list": ([0.25], ["JSON object"]),
+}
+
+
+@pytest.mark.parametrize("content, named", EVAL_RESULT_CASES.values(), ids=EVAL_RESULT_CASES.keys())
+def test_eval_results_that_are_no_evaluation_result_are_refused(push, capsys, saved_model, tmp_path, content, named):
+    """A config.json or a damaged report given as --eval-results: the file and its first entry that is no metric are
+    named; its numbers never reach the card as scores."""
+    (tmp_path / "config.json").write_text(json.dumps(content))
+    run_refused(push, capsys, ["--model", saved_model, "--output", tmp_path / "hub", "--eval-results",
+                               tmp_path / "config.json", "--dry-run"], ["--eval-results", "config.json", *named],
+                absent=[tmp_path / "hub"])
+
+
+TOKENIZER_FILE_DAMAGE = {
+    "tokenizer_json_linked_to_a_binary": ("tokenizer.json", lambda path, tmp: path.symlink_to(make_binary(tmp))),
+    "tokenizer_config_not_json": ("tokenizer_config.json", lambda path, tmp: path.write_text("not json")),
+    "special_tokens_map_a_list": ("special_tokens_map.json", lambda path, tmp: path.write_text("[1]")),
+    "tokenizer_json_a_fifo": ("tokenizer.json", lambda path, tmp: os.mkfifo(path)),
+}
+
+
+def make_binary(folder: Path) -> Path:
+    (folder / "blob.bin").write_bytes(bytes(range(256)) * 4)
+    return folder / "blob.bin"
+
+
+@pytest.mark.parametrize("name, damage", TOKENIZER_FILE_DAMAGE.values(), ids=TOKENIZER_FILE_DAMAGE.keys())
+@pytest.mark.parametrize("where", ["--tokenizer", "model folder"])
+def test_damaged_tokenizer_json_is_named(push, capsys, saved_model, tmp_path, name, damage, where):
+    """Every JSON file push-to-hub reads names itself when damaged, the tokenizer's included (given with --tokenizer
+    or in the model folder), instead of the tokenizer library's bare `Expecting value: line 1 column 1`; a FIFO in
+    its place is refused unopened (never a hang)."""
+    model = shutil.copytree(saved_model, tmp_path / "model")
+    tokenizer = write_tokenizer(model if where == "model folder" else tmp_path / "tok")
+    (tokenizer / name).unlink(missing_ok=True)
+    damage(tokenizer / name, tmp_path)
+    argv = ["--model", model, "--output", tmp_path / "hub", "--dry-run"]
+    run_refused(push, capsys, argv + (["--tokenizer", tokenizer] if where == "--tokenizer" else []), [name],
+                absent=[tmp_path / "hub"])
+
+
+def test_damaged_training_info_is_named(push, capsys, saved_model, tmp_path):
+    """training_info.json feeds the card (training data, base_model): a damaged one is named, not read as absent."""
+    model = shutil.copytree(saved_model, tmp_path / "model")
+    (model / "training_info.json").write_bytes(b"\x00\x01 not json")
+    run_refused(push, capsys, ["--model", model, "--output", tmp_path / "hub", "--dry-run"], ["training_info.json"],
+                absent=[tmp_path / "hub"])
+
+
+@pytest.mark.parametrize("license", ["Apache 2.0", "", "mit\nbase_model: evil/x"])
+def test_a_license_the_hub_does_not_take_is_refused_before_the_build(push, capsys, saved_model, tmp_path, license):
+    out = tmp_path / "hub"
+    with pytest.raises(SystemExit) as info:
+        push(["--model", str(saved_model), "--output", str(out), "--license", license, "--dry-run"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "--license" in err and "Traceback" not in err, err
+    assert not out.exists()
