@@ -1,12 +1,13 @@
-"""Train a KimiLinearAttnRes model with DeepSpeed pipeline parallelism (1F1B schedule, ZeRO stage 0 or 1).
+"""Train an AttnRes model of any family with DeepSpeed pipeline parallelism (1F1B schedule, ZeRO stage 0 or 1).
 
 The model is cut into pipeline stages along its decoder layers; between stages travel the depth sources (standard: the
 hidden state; block: embedding + completed blocks + partial sum; full: every sub-layer output), and their gradients
 travel back. Each step runs DeepSpeed's `train_batch` over --grad-accum micro-batches per data-parallel replica.
 
 Launch with torchrun or the deepspeed launcher; the number of processes must be a multiple of --num-stages (the
-quotient is the data-parallel degree). With no arguments (under a 2-process launcher) it trains a tiny random block
-AttnRes model on synthetic tokens.
+quotient is the data-parallel degree). --model is a save_pretrained folder of any AttnRes family (an upcycled Llama,
+Qwen, Mistral, Gemma 3, Phi-3 or Kimi Linear; a family's plain checkpoint trains in standard mode). With no arguments
+(under a 2-process launcher) it trains a tiny random Kimi Linear block AttnRes model on synthetic tokens.
 
 CPU (gloo; DS_ACCELERATOR=cpu is set for you when no GPU is visible):
   torchrun --nproc_per_node 2 -m hf_attnres.cli.train_pipeline

@@ -65,13 +65,19 @@ def transformers_config(folder: Path, gguf_file: str | None, where: Path):
         raise ValueError(f"{where}: transformers cannot read it ({type(error).__name__}: {error})") from None
 
 
-def require_kimi_linear(folder, flag: str, trainer: str) -> None:
-    """A trainer built from Kimi Linear AttnRes layers refuses another family's folder by name (ValueError, one line
-    naming the flag, the folder and its model_type), so it is never loaded as Kimi Linear."""
+def attn_res_config_of_folder(folder, flag: str):
+    """The AttnRes config of an AttnRes model folder of any family, read by its family's config class (the family
+    named by its config.json's model_type; Kimi Linear reads its own checkpoints too). A family's own plain checkpoint
+    (`llama`, not `llama_attnres`) is refused: it has no AttnRes tensors yet. ValueError in one line naming the flag
+    and the folder."""
+    from ..families.registry import family_classes
+
     try:
         family, model_type = family_of_folder(folder)
-    except ValueError as error:
+        if family != "kimi_linear" and model_type == family:
+            raise ValueError(f"a plain {model_type} checkpoint, without AttnRes tensors: upcycle it first (`attnres "
+                             f"convert {folder} OUT --upcycle block`), or fine-tune it as it is with `attnres train "
+                             f"--init-from {folder}`")
+        return family_classes(family)[0].from_pretrained(folder)
+    except (OSError, TypeError, ValueError) as error:
         raise ValueError(f"{flag} {folder}: {error}") from None
-    if family != "kimi_linear":
-        raise ValueError(f"{flag} {folder} is a {model_type} checkpoint ({family} family): {trainer} trains Kimi "
-                         f"Linear AttnRes models only; fine-tune it with `attnres train --init-from {folder}`")

@@ -3,7 +3,8 @@
 Every stage writes only its own tensors (nothing is gathered on one rank), in the checkpoint format `save_pretrained`
 writes (transformers' `revert_weight_conversion` on the stage's tensors: a stage holds whole layers, so every conversion
 finds all its inputs); rank 0 then writes the index and the config.
-The result loads with `KimiLinearAttnResForCausalLM.from_pretrained(folder)` like any sharded checkpoint, and, as a
+The result loads with the family's `<Family>AttnResForCausalLM.from_pretrained(folder)` like any sharded checkpoint,
+and, as a
 `save_pretrained` folder does, with the Auto classes and `trust_remote_code=True` (the code files, `auto_map`, the
 tokenizer when there is one). Each file is written to a temporary name and renamed, so an interrupted save never
 leaves a half-written file under a final name.
@@ -19,13 +20,10 @@ from safetensors.torch import save_file
 from transformers.core_model_loading import revert_weight_conversion
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
-from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 from ..folders.atomic_io import atomic_write, write_json_atomic
 from ..folders.remote_code import mark_remote_code, write_code_files
 from ..folders.saved_model import write_weights_record
 from .stages import local_model_state_dict, meta_model
-
-MODELING_MODULE = KimiLinearAttnResForCausalLM.__module__  # the pipeline trains Kimi Linear
 
 
 def shard_name(stage: int, num_stages: int) -> str:
@@ -46,8 +44,9 @@ def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_s
     `tokenizer`: saved beside the weights (the folder then loads with AutoTokenizer too)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    skeleton = meta_model(config)  # the family's model: its checkpoint format and its code files
     tensors = {name: t.detach().to("cpu") for name, t in local_model_state_dict(pipe).items()}
-    tensors = {name: t.contiguous() for name, t in revert_weight_conversion(meta_model(config), tensors).items()}
+    tensors = {name: t.contiguous() for name, t in revert_weight_conversion(skeleton, tensors).items()}
     shard = shard_name(stage, num_stages)
     if is_data_rank0:
         atomic_write(folder / shard, lambda p: save_file(tensors, str(p), metadata={"format": "pt"}))
@@ -61,10 +60,10 @@ def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_s
         index = {"metadata": {"total_size": sum(part["bytes"] for part in parts)},
                  "weight_map": dict(sorted(weight_map.items()))}
         write_json_atomic(folder / SAFE_WEIGHTS_INDEX_NAME, index)
-        write_code_files(folder, MODELING_MODULE)
+        write_code_files(folder, type(skeleton).__module__)
         if tokenizer is not None:
             save_tokenizer(tokenizer, folder)
-        mark_remote_code(config, MODELING_MODULE)
+        mark_remote_code(config, type(skeleton).__module__)
         atomic_write(folder / "config.json", lambda p: config.to_json_file(p))
     dist.barrier()
     if dist.get_rank() == 0:  # every shard is on disk now: record what the weights are (checked by from_pretrained)

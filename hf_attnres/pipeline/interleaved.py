@@ -41,7 +41,7 @@ from transformers.loss.loss_utils import LOSS_MAPPING
 
 from ..core.depth_layout import DepthLayout
 from ..core.mix_point import AttnResMixing
-from .layout import layer_context
+from .layout import LayerContext, check_untied, logits_step
 
 # --- which sources cross each transition ----------------------------------------------------------------------------
 
@@ -161,7 +161,9 @@ class SourceStore:
 
 class InterleavedChunk(AttnResMixing, nn.Module):
     """The model's own modules for one chunk: [embedding,] its decoder layers [, output mix, final norm, lm_head].
-    Parameter names are the full model's minus its `model.` prefix (`model_name` adds it back)."""
+    Parameter names are the full model's minus its `model.` prefix (`model_name` adds it back). What the layers read
+    beside the sources (mask, positions, rotary embeddings) and the family's last step on the logits are the model's
+    own (`hf_attnres.pipeline.layout`), for a model of any family."""
 
     def __init__(self, model, plan: ChunkPlan, store: SourceStore):
         super().__init__()
@@ -170,12 +172,16 @@ class InterleavedChunk(AttnResMixing, nn.Module):
         if plan.is_first:
             self.embed_tokens = base.embed_tokens
         self.layers = nn.ModuleDict({str(i): base.layers[i] for i in plan.layers})
+        self.layer_context = LayerContext(base)
         self.is_last = plan.is_last
         if self.is_last:
-            self.norm, self.lm_head = base.norm, model.lm_head
+            self.lm_head = model.lm_head
             self.fusable_norm = base.fusable_norm  # the model's norm policy: its final norm fuses as there
-            for name, module in base.named_children():  # the output mix point's tensors (AttnResMixing names)
-                if name.startswith("output_attn"):
+            self.postprocess_logits = logits_step(model)
+            # every base-model module but the embedding and the layers: the final norm and the output mix point's
+            # modules, under the names `AttnResMixing.mix` reads
+            for name, module in base.named_children():
+                if module is not base.embed_tokens and module is not base.layers:
                     self.add_module(name, module)
 
     @staticmethod
@@ -191,15 +197,13 @@ class InterleavedChunk(AttnResMixing, nn.Module):
     def forward(self, *inputs: torch.Tensor):
         sources = self.sources_in(inputs)
         owned = [(sources[i], leaf) for i in self.plan.keeps if (leaf := self.store.put(i, sources[i])) is not None]
-        contexts = {}  # one mask per attention type
+        context = self.layer_context(sources[0])  # one mask (and rotary embedding) per attention type
         for i in self.plan.layers:
-            kind = self.config.layer_types[i]
-            context = contexts.setdefault(kind, layer_context(self.config, i, sources[0]))
             layer = self.layers[str(i)]
-            outputs = layer(*sources, **context, cache=None, use_cache=False)
+            outputs = layer(*sources, **context(i))
             sources = layer.update_sources(sources, outputs[: layer.num_new_sources])
         if self.is_last:
-            outputs = (self.lm_head(self.mix("output_attn", sources, None, self.norm)),)
+            outputs = (self.postprocess_logits(self.lm_head(self.mix("output_attn", sources, None, self.norm))),)
         else:
             outputs = tuple(sources[i] for i in self.plan.sends)
         for source, leaf in owned:
@@ -330,11 +334,9 @@ class InterleavedPipeline:
 def build_interleaved(model, rank: int, num_stages: int, virtual_stages: int, n_microbatches: int,
                       micro_batch_size: int, seq_len: int, caching: bool = True, layers: list[range] | None = None,
                       group=None) -> InterleavedPipeline:
-    """This rank's chunks of `model` (a `KimiLinearAttnResForCausalLM`, the same on every rank) and the interleaved
+    """This rank's chunks of `model` (an AttnRes causal LM of any family, the same on every rank) and the interleaved
     1F1B schedule over them. The chunks hold the model's own modules; the rest of the model can be dropped."""
-    if model.config.tie_word_embeddings:
-        raise ValueError("tie_word_embeddings=True is not supported by the pipeline (embedding and lm_head sit on "
-                         "different stages); Kimi Linear configs do not tie them")
+    check_untied(model.config, "the model's config")
     plans = plan_chunks(DepthLayout.of(model.config), num_stages, virtual_stages, caching, layers)
     store, traffic = SourceStore(), TrafficCounter()
     dtype = model.model.embed_tokens.weight.dtype
@@ -372,6 +374,5 @@ __all__ = [
     "chunk_layers",
     "completed_sources",
     "expected_traffic",
-    "layer_context",
     "plan_chunks",
 ]

@@ -1,5 +1,6 @@
 """The training run behind `attnres train-interleaved` (scripts/train_interleaved.py): PyTorch's interleaved 1F1B
-schedule over P ranks x V virtual stages (`hf_attnres.pipeline.interleaved`), cross-stage caching on by default.
+schedule over P ranks x V virtual stages (`hf_attnres.pipeline.interleaved`), cross-stage caching on by default, for an
+AttnRes model of any family.
 
 As `train.py` does: one run per output folder (the lock), a NaN/inf loss or gradient norm skips the update and a few
 in a row stop the run with exit code 3 and no model, atomic checkpoints (`checkpoints/step-N/`: each rank's chunk
@@ -30,19 +31,6 @@ from .interleaved import build_interleaved, expected_traffic
 CHECKPOINT_FILE = "pipeline_rank{rank}.pt"
 
 
-def check_model_family(args: InterleavedArgs) -> None:
-    """The interleaved stages are Kimi Linear AttnRes layers: --model must be a Kimi Linear folder. Another family's
-    is refused by name (read from its config.json), never loaded as Kimi Linear."""
-    if args.model is None:
-        return
-    from ..folders.model_family import require_kimi_linear
-
-    try:
-        require_kimi_linear(args.model, "--model", "the interleaved pipeline")
-    except ValueError as error:
-        raise SystemExit(f"error: {error}") from None
-
-
 def check_args(args: InterleavedArgs, world: int) -> None:
     if world < 2:
         raise SystemExit("error: an interleaved pipeline needs >= 2 processes (torchrun --nproc_per_node 2 ...)")
@@ -71,13 +59,22 @@ class PipelineState:
                     "scheduler": self.scheduler.state_dict()}, folder / CHECKPOINT_FILE.format(rank=self.pipe.rank))
 
     def load(self, folder: Path) -> None:
+        """This rank's file, read and checked whole before any state changes (ValueError naming the file); no
+        collective, so the ranks can agree on the verdict afterwards (`train.agreed`)."""
         from ..training.state import load_weights_only
 
-        saved = load_weights_only(folder / CHECKPOINT_FILE.format(rank=self.pipe.rank))
-        for chunk in self.pipe.chunks:
-            chunk.load_state_dict({name: saved["model"][chunk.model_name(name)] for name in chunk.state_dict()})
-        self.optimizer.load_state_dict(saved["optimizer"])
-        self.scheduler.load_state_dict(saved["scheduler"])
+        path = folder / CHECKPOINT_FILE.format(rank=self.pipe.rank)
+        saved = load_weights_only(path)
+        try:
+            models = {chunk: {name: saved["model"][chunk.model_name(name)] for name in chunk.state_dict()}
+                      for chunk in self.pipe.chunks}
+            optimizer, scheduler = saved["optimizer"], saved["scheduler"]
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"{path}: not this run's pipeline state (lacks {error})") from None
+        for chunk, tensors in models.items():
+            chunk.load_state_dict(tensors)
+        self.optimizer.load_state_dict(optimizer)
+        self.scheduler.load_state_dict(scheduler)
 
 
 def global_grad_norm(params) -> float:
@@ -129,19 +126,18 @@ def traffic_report(args: InterleavedArgs, config, pipe, micro_batches: int) -> d
 def model_and_data(args: InterleavedArgs):
     """(model, fetch(step, micro) -> input_ids, tokenizer to save): the DeepSpeed pipeline trainer's data and model
     choices (`hf_attnres.pipeline.train`), the same on every rank."""
+    from .layout import causal_lm_class
     from .train import batch_source, load_config, load_data, output_tokenizer
+    from .weights import load_pipeline_model
 
     train, data_tokenizer = load_data(args)
     config = load_config(args, len(data_tokenizer) if data_tokenizer is not None else None)
     tokenizer = output_tokenizer(args, data_tokenizer)
-    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
-    from ..folders.model_folder import load as load_model_folder
-
     if args.model is not None:
-        model = load_model_folder(args.model, model_class=KimiLinearAttnResForCausalLM)
+        model = load_pipeline_model(args.model, config)
     else:
         torch.manual_seed(args.seed)
-        model = KimiLinearAttnResForCausalLM(config)
+        model = causal_lm_class(config)(config)
     fetch = batch_source(args, model.config, train, 1)
     return model.train(), (lambda step, micro: fetch(step, micro, 0)), tokenizer
 
@@ -158,9 +154,8 @@ def train_interleaved(args: InterleavedArgs) -> dict:
     from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard
     from ..training.logs import JsonlLog
     from ..training.state import is_rank_zero, output_lock
-    from .train import matching_checkpoint
+    from .train import agreed, matching_checkpoint
 
-    check_model_family(args)  # before torchrun's check: the same answer launched or not
     if "WORLD_SIZE" not in os.environ:
         raise SystemExit("error: launch with torchrun, e.g. `torchrun --nproc_per_node 2 "
                          "scripts/train_interleaved.py` (see --help)")
@@ -180,7 +175,8 @@ def train_interleaved(args: InterleavedArgs) -> dict:
         scheduler = recipe.build_scheduler(optimizer)
         record = {"signature": args.signature(config, world)}
         trainer = PipelineState(pipe, optimizer, scheduler)
-        start = resume_training(trainer, *matching_checkpoint(args, record))
+        checkpoint = matching_checkpoint(args, record)
+        start = agreed(lambda: resume_training(trainer, *checkpoint))  # a damaged file of any rank stops every rank
         root = checkpoints_root(args.output_dir)
         if rank == 0:
             remove_partial(root)

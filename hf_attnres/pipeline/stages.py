@@ -1,4 +1,4 @@
-"""DeepSpeed `PipelineModule` partitioning of `KimiLinearAttnResForCausalLM`.
+"""DeepSpeed `PipelineModule` partitioning of an AttnRes causal LM of any family.
 
 The model becomes a flat list of pipe layers: the token embedding, one pipe layer per decoder layer, and the output head
 (output mix, final norm, `lm_head`). Between pipe layers (and so across any stage boundary) travels the tuple of depth
@@ -7,7 +7,9 @@ full -> (embedding, every sub-layer output...). DeepSpeed sends every tensor of 
 every floating tensor back, so later stages' reads of the block bank reach the earlier blocks' parameters.
 
 Every piece is the model's own module: the full model is built on the meta device (no memory), and a stage materializes
-only the pieces it owns (`LayerSpec` builds them on the owning rank) and copies their weights by module name.
+only the pieces it owns (`LayerSpec` builds them on the owning rank) and copies their weights by module name. What a
+decoder layer reads beside the sources (mask, positions, rotary embeddings) and the family's last step on the logits
+come from what the model declares (`hf_attnres.pipeline.layout`), so no piece names a family.
 """
 from __future__ import annotations
 
@@ -15,31 +17,40 @@ import torch
 from torch import nn
 from transformers.loss.loss_utils import LOSS_MAPPING
 
-from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
-from ..families.kimi_linear.modeling_kimi_linear_attnres import AttnResMixing, KimiLinearAttnResForCausalLM
+from ..core.mix_point import AttnResMixing
 from .ds import deepspeed
-from .layout import layer_context, single_source_mix_params
+from .layout import (
+    LayerContext,
+    causal_lm_class,
+    check_untied,
+    logits_step,
+    restore_unsaved_buffers,
+    single_source_mix_params,
+)
 
 LayerSpec, PipelineModule = deepspeed.pipe.LayerSpec, deepspeed.pipe.PipelineModule
 
 DECODER_PIPE_TYPE = "DecoderLayerPipe"
 
 
-def meta_model(config: KimiLinearAttnResConfig) -> KimiLinearAttnResForCausalLM:
-    """The full model on the meta device: its module tree and a config resolved exactly as `from_pretrained` would
-    (attention / experts implementations), at no memory cost."""
-    if config.tie_word_embeddings:
-        raise ValueError(
-            "tie_word_embeddings=True is not supported by the pipeline (embedding and lm_head sit on different "
-            "stages); Kimi Linear configs do not tie them"
-        )
+def meta_model(config) -> nn.Module:
+    """The full model of `config`'s family on the meta device: its module tree and a config resolved exactly as
+    `from_pretrained` would (attention / experts implementations), at no memory cost."""
+    check_untied(config, "the model's config")
     with torch.device("meta"):
-        return KimiLinearAttnResForCausalLM(config)
+        return causal_lm_class(config)(config)
 
 
-def materialize(module: nn.Module, weights, model_prefix: str) -> nn.Module:
-    """Allocate a meta module on CPU and load its tensors (named `model_prefix + local name`) from `weights`."""
+def module_name(model: nn.Module, module: nn.Module) -> str:
+    """`module`'s qualified name in `model`."""
+    return next(name for name, candidate in model.named_modules() if candidate is module)
+
+
+def materialize(module: nn.Module, weights, model_prefix: str, init_weights) -> nn.Module:
+    """Allocate a meta module on CPU, recompute its unsaved buffers (`init_weights`: the model's `_init_weights`) and
+    load its tensors (named `model_prefix + local name`) from `weights`."""
     module.to_empty(device="cpu")
+    restore_unsaved_buffers(module, init_weights)
     local_names = list(module.state_dict().keys())
     tensors = weights.get([model_prefix + name for name in local_names])
     module.load_state_dict({name: tensors[model_prefix + name] for name in local_names}, strict=True)
@@ -61,19 +72,21 @@ class PipeLayer(nn.Module):
                 return full + local_name[len(local) :]
         raise KeyError(f"{type(self).__name__} has no full-model name for {local_name!r}")
 
-    def load_from(self, skeleton_modules: dict[str, nn.Module], weights) -> None:
+    def load_from(self, skeleton: nn.Module, skeleton_modules: dict[str, nn.Module], weights) -> None:
         for local, module in skeleton_modules.items():
-            self.add_module(local.rstrip("."), materialize(module, weights, self.model_prefixes[local]))
+            self.add_module(local.rstrip("."), materialize(module, weights, self.model_prefixes[local],
+                                                           skeleton._init_weights))
 
 
 class EmbeddingPipe(PipeLayer):
     """input_ids [batch, seq] -> (embedding,): the first depth source."""
 
-    def __init__(self, skeleton: KimiLinearAttnResForCausalLM, weights):
+    def __init__(self, skeleton: nn.Module, weights):
         super().__init__()
         self.vocab_size = skeleton.config.vocab_size
-        self.model_prefixes = {"embed_tokens.": "model.embed_tokens."}
-        self.load_from({"embed_tokens.": skeleton.model.embed_tokens}, weights)
+        embedding = skeleton.get_input_embeddings()
+        self.model_prefixes = {"embed_tokens.": module_name(skeleton, embedding) + "."}
+        self.load_from(skeleton, {"embed_tokens.": embedding}, weights)
 
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if input_ids.dim() != 2 or input_ids.is_floating_point():
@@ -86,51 +99,52 @@ class EmbeddingPipe(PipeLayer):
 
 
 class DecoderLayerPipe(PipeLayer):
-    """One `KimiLinearAttnResDecoderLayer`: sources in, sources out, updated by the model's own rule.
+    """One decoder layer of the model: sources in, sources out, updated by the model's own rule.
 
-    Packed, unpadded causal batches only: masks and position ids are rebuilt here from the sequence length with the
-    model's mask functions, so nothing but the depth sources has to cross a stage boundary.
+    Packed, unpadded causal batches only: masks, position ids and rotary embeddings are rebuilt here from the sequence
+    length by the model's own `layer_kwargs` (`LayerContext`), so nothing but the depth sources has to cross a stage
+    boundary.
     """
 
-    def __init__(self, skeleton: KimiLinearAttnResForCausalLM, layer_idx: int, weights):
+    def __init__(self, skeleton: nn.Module, layer_idx: int, weights):
         super().__init__()
         self.config = skeleton.config
         self.layer_idx = layer_idx
-        self.model_prefixes = {"layer.": f"model.layers.{layer_idx}."}
-        self.load_from({"layer.": skeleton.model.layers[layer_idx]}, weights)
+        self.model_prefixes = {"layer.": f"{module_name(skeleton, skeleton.model.layers)}.{layer_idx}."}
+        self.load_from(skeleton, {"layer.": skeleton.model.layers[layer_idx]}, weights)
+        self.layer_context = LayerContext(skeleton.model)
         # A mix over a single source is the identity: its parameters' gradient is exactly zero. Freeze them, so the
         # pipeline's AdamW (weight decay on every parameter) does not move tensors that have no effect
         for name in single_source_mix_params(self.config, layer_idx):
             self.layer.get_parameter(name).requires_grad_(False)
 
-    def context(self, hidden: torch.Tensor) -> dict:
-        return layer_context(self.config, self.layer_idx, hidden)
-
     def forward(self, sources) -> tuple[torch.Tensor, ...]:
         sources = as_sources(sources)
-        outputs = self.layer(*sources, **self.context(sources[0]), cache=None, use_cache=False)
+        outputs = self.layer(*sources, **self.layer_context(sources[0])(self.layer_idx))
         return self.layer.update_sources(sources, outputs[: self.layer.num_new_sources])
 
 
 class OutputHeadPipe(AttnResMixing, PipeLayer):
-    """Sources -> logits: the model's output mix (`AttnResMixing.mix`, as `KimiLinearAttnResModel` uses it), final
-    norm and `lm_head`."""
+    """Sources -> logits: the model's output mix (`AttnResMixing.mix`, as the base model uses it), final norm,
+    `lm_head` and the family's last step on the logits (Gemma's soft-capping)."""
 
-    def __init__(self, skeleton: KimiLinearAttnResForCausalLM, weights):
+    def __init__(self, skeleton: nn.Module, weights):
         super().__init__()
         self.config = skeleton.config
         base = skeleton.model
-        modules = {"norm.": base.norm, "lm_head.": skeleton.lm_head}
         self.fusable_norm = base.fusable_norm  # the model's norm policy: its final norm fuses as in the model
-        if self.config.attn_res_mode != "standard":
-            modules.update({"output_attn_res_norm.": base.output_attn_res_norm,
-                            "output_attn_res_proj.": base.output_attn_res_proj})
-        self.model_prefixes = {local: ("" if local == "lm_head." else "model.") + local for local in modules}
-        self.load_from(modules, weights)
+        # every base-model module but the embedding and the layers: the final norm and the output mix point's modules,
+        # under the names `AttnResMixing.mix` reads (a rotary embedding comes along unused: it holds no saved tensor)
+        skip = (skeleton.get_input_embeddings(), base.layers)
+        modules = {f"{name}.": child for name, child in base.named_children() if all(child is not s for s in skip)}
+        modules["lm_head."] = skeleton.get_output_embeddings()
+        self.model_prefixes = {local: module_name(skeleton, module) + "." for local, module in modules.items()}
+        self.load_from(skeleton, modules, weights)
+        self.postprocess_logits = logits_step(skeleton)
 
     def forward(self, sources) -> torch.Tensor:
         # the final norm goes through the mix, as in the model: a backend may fuse it (and its gradient) into the mix
-        return self.lm_head(self.mix("output_attn", as_sources(sources), None, self.norm))
+        return self.postprocess_logits(self.lm_head(self.mix("output_attn", as_sources(sources), None, self.norm)))
 
 
 class CausalLMLoss:
@@ -144,7 +158,7 @@ class CausalLMLoss:
         return self.loss(logits=logits, labels=labels, vocab_size=self.vocab_size)
 
 
-def pipeline_layer_specs(config: KimiLinearAttnResConfig, weights) -> list[LayerSpec]:
+def pipeline_layer_specs(config, weights) -> list[LayerSpec]:
     """[embedding, decoder layer 0..L-1, output head] as LayerSpecs: each is built only on the stage that owns it."""
     skeleton = meta_model(config)
     return [
@@ -155,7 +169,7 @@ def pipeline_layer_specs(config: KimiLinearAttnResConfig, weights) -> list[Layer
 
 
 def build_pipeline(
-    config: KimiLinearAttnResConfig,
+    config,
     weights,
     num_stages: int,
     partition_method: str = f"type:{DECODER_PIPE_TYPE}",

@@ -1,8 +1,8 @@
 """The pipeline training run behind `attnres train-pipeline` (scripts/train_pipeline.py): DeepSpeed's 1F1B
-`train_batch` over the stages of `hf_attnres.pipeline.stages`, ZeRO stage 0 or 1, a loss log, the boundary traffic
-report and the trained model saved as one Hugging Face folder (a shard per stage). With --save-every, atomic
-checkpoints of DeepSpeed's state and `--resume auto|never|DIR` (`hf_attnres.training.checkpoints`, refused when the
-settings differ); data is a pure function of the step, so a resumed run continues bit for bit.
+`train_batch` over the stages of `hf_attnres.pipeline.stages` (an AttnRes model of any family), ZeRO stage 0 or 1, a
+loss log, the boundary traffic report and the trained model saved as one Hugging Face folder (a shard per stage). With
+--save-every, atomic checkpoints of DeepSpeed's state and `--resume auto|never|DIR` (`hf_attnres.training.checkpoints`,
+refused when the settings differ); data is a pure function of the step, so a resumed run continues bit for bit.
 
 Every process of the launch runs `train_pipeline(args)` with the same arguments (the flags of
 `hf_attnres.cli.train_pipeline`); the number of processes is a multiple of the stages (the quotient: data-parallel
@@ -22,11 +22,9 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
-from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 from ..folders.atomic_io import write_json_atomic
 from ..folders.checkpoint_files import check_model_folder
-from ..folders.model_family import require_kimi_linear
+from ..folders.model_family import attn_res_config_of_folder
 from ..training.args import check_finite_flags
 from ..training.checkpoints import (
     checkpoint_due,
@@ -48,6 +46,7 @@ from .args import PipelineArgs, PipelineModelArgs
 from .comms import P2PTraffic, boundary_report, format_report, report_rows
 from .data import micro_batches, synthetic_micro_batch
 from .export import save_pipeline_checkpoint
+from .layout import causal_lm_class, check_untied
 from .stages import build_pipeline
 from .weights import StateDictWeights
 
@@ -103,13 +102,18 @@ def output_tokenizer(args: PipelineArgs, data_tokenizer):
     return AutoTokenizer.from_pretrained(args.model, **load_kwargs(args.model, args.trust_remote_code))
 
 
-def load_config(args: PipelineArgs, data_vocab: int | None):
-    """The checkpoint's config, or a tiny one (vocabulary sized to the dataset's tokenizer when there is one)."""
-    if args.model is not None:
-        config = KimiLinearAttnResConfig.from_pretrained(args.model)
-    else:
-        extra = {"vocab_size": data_vocab} if data_vocab else {}
-        config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers, **extra)
+def load_config(args: PipelineModelArgs, data_vocab: int | None):
+    """The --model folder's config (read by its family's config class), or a tiny one (vocabulary sized to the
+    dataset's tokenizer when there is one); one line naming what the pipelines cannot train."""
+    try:
+        if args.model is not None:
+            config = attn_res_config_of_folder(args.model, "--model")
+            check_untied(config, f"--model {args.model}")
+        else:
+            extra = {"vocab_size": data_vocab} if data_vocab else {}
+            config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers, **extra)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
     if data_vocab and data_vocab > config.vocab_size:
         raise SystemExit(f"error: the dataset's tokenizer has {data_vocab} tokens but the model's vocab_size is "
                          f"{config.vocab_size}")
@@ -119,9 +123,9 @@ def load_config(args: PipelineArgs, data_vocab: int | None):
 def initial_weights(args: PipelineArgs, config):
     """The checkpoint's tensors, or a seeded random model's (every rank builds the same model, then keeps its stage)."""
     if args.model is not None:
-        return StateDictWeights.from_pretrained(args.model)
+        return StateDictWeights.from_pretrained(args.model, config)
     torch.manual_seed(args.seed)
-    return StateDictWeights(KimiLinearAttnResForCausalLM(config).state_dict())
+    return StateDictWeights(causal_lm_class(config)(config).state_dict())
 
 
 def batch_source(args: PipelineArgs, config, train, dp_world: int):
@@ -135,16 +139,34 @@ def batch_source(args: PipelineArgs, config, train, dp_world: int):
     return lambda step, micro, rank: train[plan.indices(step, micro, rank)]["input_ids"]
 
 
+def agreed(work):
+    """`work()` on every rank of the process group, with one verdict for all: when any rank refuses (a ValueError or
+    SystemExit, such as a damaged file of its own), every rank exits with the first refusal's one line, so no rank
+    goes on into a collective its peers have left (gloo's "Connection closed by peer"). Call it where every rank
+    runs the same `work` before the next collective. Without a process group, `work()` as it is."""
+    try:
+        result, refusal = work(), None
+    except ValueError as error:
+        result, refusal = None, f"error: {error}"
+    except SystemExit as error:
+        result, refusal = None, str(error.code)
+    if dist.is_available() and dist.is_initialized():
+        verdicts = [None] * dist.get_world_size()
+        dist.all_gather_object(verdicts, refusal)
+        refusal = next((verdict for verdict in verdicts if verdict is not None), None)
+    if refusal is not None:
+        raise SystemExit(refusal)
+    return result
+
+
 def matching_checkpoint(args: PipelineModelArgs, record: dict,
                         check_files=None) -> tuple[Path | None, dict | None]:
     """(checkpoint, its state) both pipeline trainers continue from ((None, None): start fresh): one of this run
-    (`record`'s signature) with a valid step and, checked by `check_files`, intact files; refused in one line naming
-    what differs, or when it would prune or replace a newer state of the folder's run."""
-    try:
-        return choose_checkpoint(args.resume, args.output_dir,
-                                 signature_rule(record["signature"], args.steps, check_files))
-    except ValueError as error:
-        raise SystemExit(f"error: {error}") from None
+    (`record`'s signature) with a valid step and, checked by `check_files` on each rank (its own files), intact
+    files; refused in one line naming what differs or the damaged file, on every rank alike (`agreed`), or when it
+    would prune or replace a newer state of the folder's run."""
+    return agreed(lambda: choose_checkpoint(args.resume, args.output_dir,
+                                            signature_rule(record["signature"], args.steps, check_files)))
 
 
 def ds_config(args: PipelineArgs) -> dict:
@@ -219,11 +241,6 @@ def report_comms(args: PipelineArgs, config, pipe, traffic: P2PTraffic, dp_rank:
 
 def train_pipeline(args: PipelineArgs) -> None:
     """One pipeline training run; call on every process of a torchrun / deepspeed launch."""
-    if args.model is not None:  # before the launch check: the same answer launched or not
-        try:
-            require_kimi_linear(args.model, "--model", "the pipeline")
-        except ValueError as error:
-            raise SystemExit(f"error: {error}") from None
     if "WORLD_SIZE" not in os.environ:
         raise SystemExit("error: launch with torchrun or deepspeed, e.g. `torchrun --nproc_per_node 2 "
                          "scripts/train_pipeline.py` (see --help)")
@@ -281,4 +298,4 @@ def train_pipeline(args: PipelineArgs) -> None:
     lock.close()
 
 
-__all__ = ["check_args", "train_pipeline"]
+__all__ = ["agreed", "check_args", "train_pipeline"]

@@ -1,7 +1,8 @@
 """Where pipeline stages read their initial weights: tensors under the model's module names (`model.state_dict()`).
 
 A checkpoint folder is read with `from_pretrained`, because transformers converts checkpoint names and layouts on load
-(e.g. Kimi Linear's split q/k/v convolutions and per-expert MoE weights become fused module tensors): the pipeline must
+(e.g. Kimi Linear's split q/k/v convolutions and per-expert MoE weights become fused module tensors; a family's plain
+checkpoint loads as its AttnRes model in standard mode, with the same tensors): the pipeline must
 not re-implement that. Each process loads the model on CPU once, its stages copy their own tensors, and `release()`
 then drops the rest, so the peak CPU memory is one model per process during construction.
 """
@@ -12,6 +13,14 @@ from pathlib import Path
 import torch
 
 
+def load_pipeline_model(folder: str | Path, config):
+    """The model in `folder`, of `config`'s family, in fp32 (the pipelines train fp32 master weights)."""
+    from ..folders.model_folder import load as load_model_folder
+    from .layout import causal_lm_class
+
+    return load_model_folder(folder, model_class=causal_lm_class(config), config=config, dtype=torch.float32)
+
+
 class StateDictWeights:
     """Tensors by module name. `get` hands out what a stage asks for; `release` frees everything."""
 
@@ -19,11 +28,10 @@ class StateDictWeights:
         self.state_dict = state_dict
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path) -> StateDictWeights:
-        from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
-        from ..folders.model_folder import load as load_model_folder
-
-        return cls(load_model_folder(folder, model_class=KimiLinearAttnResForCausalLM).state_dict())
+    def from_pretrained(cls, folder: str | Path, config) -> StateDictWeights:
+        """The tensors of the model in `folder`, loaded as `config` (the folder's, read by its family's config class)
+        describes it."""
+        return cls(load_pipeline_model(folder, config).state_dict())
 
     def get(self, names: list[str]) -> dict[str, torch.Tensor]:
         if self.state_dict is None:
@@ -37,4 +45,4 @@ class StateDictWeights:
         self.state_dict = None
 
 
-__all__ = ["StateDictWeights"]
+__all__ = ["StateDictWeights", "load_pipeline_model"]

@@ -1,12 +1,12 @@
 """A folder's family read from its config.json (tools side), a GGUF file's from the config transformers reads out of
-it (`family_of_source`, the one resolver of a convert), and the Kimi-Linear-only trainers' refusal."""
+it (`family_of_source`, the one resolver of a convert), and an AttnRes folder's config read by its family's class."""
 import json
 import re
 
 import pytest
 
 from hf_attnres.folders.checkpoint_files import CheckpointFileError
-from hf_attnres.folders.model_family import family_of_folder, family_of_source, require_kimi_linear
+from hf_attnres.folders.model_family import attn_res_config_of_folder, family_of_folder, family_of_source
 
 
 def folder_with(tmp_path, config) -> str:
@@ -36,12 +36,18 @@ def test_family_of_a_bad_folder_named(tmp_path, config, error, named):
         family_of_folder(folder_with(tmp_path, config))
 
 
-def test_require_kimi_linear(tmp_path):
-    require_kimi_linear(folder_with(tmp_path / "k", {"model_type": "kimi_linear_attnres"}), "--model", "it")
-    with pytest.raises(ValueError, match=r"^--model .* is a qwen3_attnres checkpoint \(qwen3 family\): it trains"):
-        require_kimi_linear(folder_with(tmp_path / "q", {"model_type": "qwen3_attnres"}), "--model", "it")
+def test_attn_res_config_of_folder_reads_any_family_and_refuses_a_plain_one(tmp_path):
+    from tests.families.tiny import attn_res_config, source_config
+
+    for family in ("llama", "qwen3"):
+        attn_res_config(family, "block").save_pretrained(tmp_path / family)
+        config = attn_res_config_of_folder(tmp_path / family, "--model")
+        assert (config.model_type, config.attn_res_mode) == (f"{family}_attnres", "block")
+    source_config("llama").save_pretrained(tmp_path / "plain")
+    with pytest.raises(ValueError, match=r"^--model .*plain: a plain llama checkpoint.*--upcycle block"):
+        attn_res_config_of_folder(tmp_path / "plain", "--model")
     with pytest.raises(ValueError, match=r"^--model .*config\.json"):
-        require_kimi_linear(folder_with(tmp_path / "none", None), "--model", "it")
+        attn_res_config_of_folder(folder_with(tmp_path / "none", None), "--model")
 
 
 def test_family_of_source_reads_a_folder_or_a_gguf_file(tmp_path):

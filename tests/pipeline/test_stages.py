@@ -1,13 +1,20 @@
 """The pipe layers, run one after another in one process, are the model: same loss, same gradients, and the tuple
-between them has the size `sources_before_layers` predicts (what a stage boundary there carries)."""
+between them has the size `sources_before_layers` predicts (what a stage boundary there carries). So are the
+interleaved pipeline's chunks, for every family."""
+import copy
+
 import pytest
 import torch
 
 from hf_attnres.core.depth_layout import DepthLayout
+from hf_attnres.pipeline.interleaved import CausalLMLoss as ChunkLoss
+from hf_attnres.pipeline.interleaved import InterleavedChunk, SourceStore, plan_chunks
 from hf_attnres.pipeline.layout import single_source_mix_params
 from hf_attnres.pipeline.stages import CausalLMLoss, build_pipeline, pipeline_layer_specs
 from hf_attnres.pipeline.weights import StateDictWeights
 from hf_attnres.utils.tiny import tiny_config
+from tests.families.tiny import FAMILIES, attn_res_model
+from tests.families.tiny import random_ids as family_ids
 from tests.helpers.model_factory import random_ids, tiny_model
 
 
@@ -68,3 +75,65 @@ def test_clear_errors_before_any_work():
         pipeline_layer_specs(tiny_config(tie_word_embeddings=True), StateDictWeights({}))
     with pytest.raises(ValueError, match="vocab_size"):
         run_pipe_layers(tiny_model(num_layers=2), torch.tensor([[1, 999]]))
+
+
+@pytest.mark.parametrize("mode", ["block", "full"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_familys_pipe_layers_equal_the_model(family, mode):
+    """Each family's DeepSpeed pipe layers, built from its meta model (rotary embeddings, Gemma's scaled embedding and
+    soft-capping, sliding windows shorter than the sequence), are the model: loss and every gradient."""
+    model = attn_res_model(family, mode, tie_word_embeddings=False).train()
+    ids = family_ids(batch=2, seq=9)
+    reference = model(input_ids=ids, labels=ids, use_cache=False).loss
+    reference.backward()
+    layers, loss, widths = run_pipe_layers(model, ids)
+    loss.backward()
+
+    torch.testing.assert_close(loss, reference, rtol=0, atol=0)
+    assert widths == DepthLayout.of(model.config).sources_before_layers()
+    names = [layer.model_name(name) for layer in layers for name in layer.state_dict()]
+    assert sorted(names) == sorted(model.state_dict())
+    params = dict(model.named_parameters())
+    for layer in layers:
+        for name, param in layer.named_parameters():
+            if param.requires_grad:
+                ref = params[layer.model_name(name)].grad
+                torch.testing.assert_close(param.grad, ref, rtol=0, atol=0, msg=lambda m: f"{name}: {m}")
+
+
+def run_interleaved_chunks(model, ids, stages: int = 2, virtual: int = 2):
+    """The interleaved pipeline's chunks run one after another in one process. Without caching: a cached source's
+    gradient is routed back by the chunk's own backward, which the schedule runs per chunk; one process runs one
+    backward over all of them (the 2-process runs of test_interleaved.py check caching)."""
+    plans = plan_chunks(DepthLayout.of(model.config), stages, virtual, caching=False)
+    stores = [SourceStore() for _ in range(stages)]
+    x = (ids,)
+    for plan in plans:
+        chunk = InterleavedChunk(model, plan, stores[plan.rank])
+        chunk.store.microbatch = 0
+        x = chunk(*x)
+        x = x if isinstance(x, tuple) else (x,)
+    return ChunkLoss(model.config.vocab_size)(x[0], ids)
+
+
+@pytest.mark.parametrize("mode", ["block", "full"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_familys_interleaved_chunks_equal_the_model(family, mode):
+    model = attn_res_model(family, mode, tie_word_embeddings=False).train()
+    reference = copy.deepcopy(model)
+    ids = family_ids(batch=2, seq=9)
+    expected = reference(input_ids=ids, labels=ids, use_cache=False).loss
+    expected.backward()
+    loss = run_interleaved_chunks(model, ids)
+    loss.backward()
+
+    torch.testing.assert_close(loss, expected, rtol=0, atol=0)
+    grads = {name: p.grad for name, p in reference.named_parameters()}
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, grads[name], rtol=0, atol=0, msg=lambda m: f"{name}: {m}")
+
+
+def test_tied_embeddings_are_refused_naming_the_field():
+    config = attn_res_model("gemma3_text", "block").config  # Gemma 3 ties them by default
+    with pytest.raises(ValueError, match="tie_word_embeddings=True is not supported by the pipeline trainers"):
+        pipeline_layer_specs(config, StateDictWeights({}))
