@@ -50,14 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--to", choices=("hf", "moonshot"), default="hf", help="output layout (default: hf)")
     parser.add_argument("--upcycle", choices=("block", "full"), help="turn a standard-residual checkpoint into "
                         "Block or Full AttnRes, pseudo-queries zero (the start of AttnRes fine-tuning)")
-    parser.add_argument("--block-size", type=int, help="decoder layers per block with --upcycle block "
-                        "(default: about 8 blocks, as in the paper and Kimi K3)")
+    parser.add_argument("--block-size", type=int, help="decoder layers per block with --upcycle block, 1 to the "
+                        "model's layer count (default: about 8 blocks, as in the paper and Kimi K3)")
     parser.add_argument("--verify", action="store_true", help="re-read every written tensor and compare it bit "
                         "for bit with the converted input before the output is put in place (other families: also "
                         "the reloaded folder's logits on fixed ids, against the source within the tolerance)")
     parser.add_argument("--check", action="store_true", help="other families: print the max |logit difference| of "
-                        "the written model against the source on fixed ids, the stated tolerance (0 without "
-                        "--upcycle) and the top-1 agreement; outside the tolerance exit 1 with nothing written")
+                        "the written model against the source on fixed ids, the logit scale, the stated tolerance (0 "
+                        "without --upcycle) and the top-1 agreement; exit 1 with nothing written when outside the "
+                        "tolerance, when the top-1 token changes, or when the tolerance is not small against the "
+                        "logits (inconclusive)")
     parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
     parser.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, help="largest output shard, e.g. 5GB, "
                         f"500MB (default {DEFAULT_MAX_SHARD_SIZE})")

@@ -1,8 +1,14 @@
-"""Kimi Linear checkpoints in Moonshot's layout <-> this project's HF-native layout, with or without AttnRes.
+"""Checkpoint conversion, the code behind `attnres convert`, `attnres export` and `attnres push-to-hub`.
 
-Importing this package registers the Moonshot weight mapping for model_type "kimi_linear_attnres", so
-`KimiLinearAttnResForCausalLM.from_pretrained(moonshot_folder)` works directly. `convert_checkpoint` streams a
-conversion with bounded memory (see scripts/convert_checkpoint.py); `hub` builds and uploads a Hub folder.
+- Any supported family (docs/FAMILIES.md), from a model folder or a GGUF file: the family's own plain folder, or its
+  Block / Full AttnRes upcycle through `hf_attnres.upcycle` (`family_convert`, `family_source`), with `--check`'s
+  comparison against the source (`upcycle_check`).
+- Kimi Linear: Moonshot's layout <-> this project's HF-native layout, with or without AttnRes, streamed with bounded
+  memory (`convert_checkpoint`, `plan_conversion`). Importing this package registers the Moonshot weight mapping for
+  model_type "kimi_linear_attnres", so `KimiLinearAttnResForCausalLM.from_pretrained(moonshot_folder)` works
+  directly.
+- Every input is checked before anything is written (`guards`); the output appears all at once, by rename (`atomic`).
+  `export` writes a folder for serving runtimes, `hub` builds and uploads a Hub folder.
 """
 from ..families.kimi_linear.conversion_mapping import convert_tensors, moonshot_transforms, register_moonshot_mapping
 from .convert import bitwise_equal, convert_checkpoint, verify_conversion

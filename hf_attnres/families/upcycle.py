@@ -13,6 +13,7 @@ function is kept": the stated tolerance, and why no exactly preserving variant i
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
@@ -56,13 +57,24 @@ def resolve_block_size(mode: str, block_size: int | None, num_layers: int, names
         if block_size is not None:
             raise UpcycleError(f"{size_name} applies to {mode_name} block only (Full AttnRes has no blocks)")
         return 0
-    block_size = default_block_size(num_layers) if block_size is None else block_size
+    block_size = default_block_size(num_layers) if block_size is None else _as_int(block_size)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise UpcycleError(f"{size_name} must be an integer >= 1 (decoder layers per block), got {block_size!r}")
     if block_size > num_layers:
         raise UpcycleError(f"{size_name} {block_size} is more than the model's {num_layers} decoder layers "
                            f"(num_hidden_layers): a block holds 1 to {num_layers} layers")
     return block_size
+
+
+def _as_int(value):
+    """An integer of another type (numpy's, torch's) as a Python int, which the config stores; anything else as given
+    (refused by the caller)."""
+    if isinstance(value, bool):
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
 
 
 # fields of a saved config that describe the file, not the model: dropped when a config becomes another family's

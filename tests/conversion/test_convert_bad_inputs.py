@@ -294,7 +294,7 @@ def test_a_gguf_file_stating_bad_sizes_is_refused(convert, capsys, tmp_path, met
 
 
 
-def test_refusals_without_upcycle_name_what_was_asked(convert, capsys, moonshot_checkpoint, tmp_path):
+def test_a_plain_convert_is_refused_in_its_own_words(convert, capsys, moonshot_checkpoint, tmp_path):
     """A convert without --upcycle is refused in its own words, never in an upcycle's."""
     import hf_attnres
 

@@ -84,6 +84,13 @@ def test_one_block_of_every_layer_is_the_largest_block():
     assert model.config.attn_res_block_size == 4 and model.config.attn_res_num_blocks == 1
 
 
+def test_an_integer_of_another_type_is_a_block_size():
+    import numpy
+
+    model = hf_attnres.upcycle(source_model("llama"), "block", numpy.int64(2))
+    assert type(model.config.attn_res_block_size) is int and model.config.attn_res_num_blocks == 2
+
+
 def int8_weight(model):
     layer = model.model.layers[1].mlp
     layer.up_proj.weight = torch.nn.Parameter(layer.up_proj.weight.to(torch.int8), requires_grad=False)
