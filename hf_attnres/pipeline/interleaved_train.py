@@ -154,8 +154,9 @@ def train_interleaved(args: InterleavedArgs) -> dict:
     from ..training.guard import EXIT_CODE, NonFiniteError, NonFiniteGuard
     from ..training.logs import JsonlLog
     from ..training.state import is_rank_zero, output_lock
-    from .train import agreed, matching_checkpoint
+    from .train import agreed, check_model, matching_checkpoint
 
+    check_model(args)
     if "WORLD_SIZE" not in os.environ:
         raise SystemExit("error: launch with torchrun, e.g. `torchrun --nproc_per_node 2 "
                          "scripts/train_interleaved.py` (see --help)")

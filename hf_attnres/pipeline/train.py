@@ -120,6 +120,13 @@ def load_config(args: PipelineModelArgs, data_vocab: int | None):
     return config
 
 
+def check_model(args: PipelineModelArgs) -> None:
+    """A --model folder the pipelines cannot train (a plain checkpoint, tied embeddings, a damaged config.json) is
+    refused in one line before anything else: the same answer launched or not."""
+    if args.model is not None:
+        load_config(args, None)
+
+
 def initial_weights(args: PipelineArgs, config):
     """The checkpoint's tensors, or a seeded random model's (every rank builds the same model, then keeps its stage)."""
     if args.model is not None:
@@ -241,6 +248,7 @@ def report_comms(args: PipelineArgs, config, pipe, traffic: P2PTraffic, dp_rank:
 
 def train_pipeline(args: PipelineArgs) -> None:
     """One pipeline training run; call on every process of a torchrun / deepspeed launch."""
+    check_model(args)
     if "WORLD_SIZE" not in os.environ:
         raise SystemExit("error: launch with torchrun or deepspeed, e.g. `torchrun --nproc_per_node 2 "
                          "scripts/train_pipeline.py` (see --help)")

@@ -21,7 +21,7 @@ from hf_attnres import KimiLinearAttnResForCausalLM
 from hf_attnres.core.depth_layout import DepthLayout
 from hf_attnres.pipeline.data import synthetic_micro_batch
 from tests.helpers.model_factory import random_ids, tiny_model
-from tests.helpers.other_family import assert_other_familys_folder_refused
+from tests.helpers.other_family import assert_untrainable_folder_refused
 from tests.helpers.remote_loading import load_in_clean_process, write_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,12 +128,11 @@ def test_output_folder_loads_with_auto_classes_without_the_package(pipeline_runs
     assert result["tokens"] == [5, 7, 9]
 
 
-@pytest.mark.parametrize("upcycled", [False, True], ids=["llama", "llama_attnres"])
-def test_another_familys_folder_is_refused_by_name(tmp_path, monkeypatch, upcycled):
-    """--model <a Llama folder> (plain or upcycled): refused naming its family, launched or not, never loaded as Kimi
-    Linear, nothing written."""
+@pytest.mark.parametrize("case", ["plain", "tied"])
+def test_an_untrainable_folder_is_refused_in_one_line(tmp_path, monkeypatch, case):
     from hf_attnres.cli.train_pipeline import main
-    assert_other_familys_folder_refused(main, tmp_path, monkeypatch, upcycled)
+
+    assert_untrainable_folder_refused(main, tmp_path, monkeypatch, case)
 
 
 # each argv in turn; a refusal (SystemExit) is printed as one REFUSED line and the next run goes on
