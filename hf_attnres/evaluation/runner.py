@@ -77,14 +77,25 @@ def run_lm_eval_task(lm, task: str, include_paths: tuple[str, ...], settings: di
     """Per-item metrics and lm-eval's aggregate results of one task (None on non-main processes)."""
     from lm_eval import simple_evaluate
 
+    from .user_tasks import TaskFileError, describe_failure, user_frame
+
     seed = settings["seed"]
-    with quiet_git_probe():
-        out = simple_evaluate(
-            model=lm, tasks=[task], num_fewshot=settings["num_fewshot"], limit=settings["limit"], log_samples=True,
-            task_manager=task_manager(tuple(include_paths)), bootstrap_iters=0,
-            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-            confirm_run_unsafe_code=allow_code_execution, gen_kwargs=settings.get("gen_kwargs"),
-        )
+    try:
+        with quiet_git_probe():
+            out = simple_evaluate(
+                model=lm, tasks=[task], num_fewshot=settings["num_fewshot"], limit=settings["limit"],
+                log_samples=True, task_manager=task_manager(tuple(include_paths)), bootstrap_iters=0,
+                random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+                confirm_run_unsafe_code=allow_code_execution, gen_kwargs=settings.get("gen_kwargs"),
+            )
+    except SystemExit as error:  # task code that exits (even with 0) ended no evaluation: never a silent success
+        raise TaskFileError(f"task {task}: its code ended the run: "
+                            f"{describe_failure(error, list(map(Path, include_paths)))}") from None
+    except Exception as error:
+        if user_frame(error, list(map(Path, include_paths))) is None:
+            raise  # not the task's own code: lm-eval's, the model's or ours, with its traceback
+        raise TaskFileError(f"task {task}: its code failed: "
+                            f"{describe_failure(error, list(map(Path, include_paths)))}") from None
     if out is None:
         return None
     return dict(items=items_from_samples(out["samples"]), lm_eval_results=out["results"],
