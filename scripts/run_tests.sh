@@ -2,14 +2,19 @@
 # The test command (README, CI). Two lanes (docs/TESTING.md):
 #   bash scripts/run_tests.sh [pytest args]          the full suite (CI): installs, llama.cpp build, ruff, every test
 #   bash scripts/run_tests.sh --fast [pytest args]   the fast lane: no installs, ruff, then the tests of FAST_LANE not
-#                                                    marked slow or network (a few minutes: run it on every change)
+#                                                    marked slow or network (at most 3 minutes on 2 idle cores: run it
+#                                                    on every change)
 #   bash scripts/run_tests.sh --newest [pytest args] the version lane (CI, after the full suite): the tests of
 #                                                    VERSION_LANE under the newest transformers of the supported range
 # It installs into whatever `python3` is: create and activate a virtual environment first (python3 -m venv .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-FAST_LANE=(tests/kernels tests/core tests/utils tests/test_layout.py)
+# The fast lane: the kernels, the model core, the tools' lowest layers and the layout contract, every family through
+# cached generation against recomputation (in the package and from a saved folder, so a new family is in it by being
+# registered), and the saved-folder generator's tests
+FAST_LANE=(tests/kernels tests/core tests/utils tests/test_layout.py tests/families/test_cached_generation.py
+           tests/folders)
 # The supported transformers range (pyproject) is tested at both ends: the full suite under the oldest release, the
 # version lane under the newest. tests/test_packaging.py holds both to pyproject's requirement.
 OLDEST_TRANSFORMERS=5.23.0
@@ -20,6 +25,13 @@ VERSION_LANE=(tests/families tests/folders tests/kernels/test_two_phase.py tests
               tests/kernels/test_mix_cpu_fused.py)
 if [[ "${1:-}" == "--fast" ]]; then
   shift
+  # The lane installs nothing: without its tools it stops before any work, saying how to get them
+  missing=$(python3 -c 'import importlib.util as u
+print(*(m for m in ("ruff", "pytest", "pytest_timeout") if u.find_spec(m) is None))')
+  if [[ -n "$missing" ]]; then
+    echo "run_tests.sh --fast needs $missing in $(command -v python3): pip install -e \".[test]\"" >&2
+    exit 2
+  fi
   python3 -m ruff check .
   exec python3 -m pytest -m "not slow and not network" --durations=10 "${FAST_LANE[@]}" "$@"
 fi
