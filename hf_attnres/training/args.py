@@ -18,7 +18,7 @@ from . import SetupError  # noqa: F401  (defined once for the package; importers
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
 from .fsdp2 import check_fsdp_launch
 from .models import FAMILIES, PRESETS, check_init_from
-from .recipe import CLIP_GROUPS
+from .recipe import CLIP_GROUPS, rate_problems
 from .recipe import DEFAULTS as RECIPE_DEFAULTS
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -40,9 +40,6 @@ PATH_SETTINGS = ("data", "config", "init_from", "deepspeed")
 # state: AdamW's two moments in fp32, twice the weights again, so a checkpoint is about three times final/'s size)
 CHECKPOINT_MODES = ("resumable", "final-only")
 CHECKPOINT_DEFAULTS = dict(save_every=500, keep_checkpoints=2)
-# The largest peak learning rate any parameter group may get: above it AdamW's first updates (about lr per element,
-# whatever the gradient's scale) move every weight by more than the weights' own size
-MAX_LR = 1.0
 
 
 def given_settings(args) -> dict:
@@ -138,32 +135,6 @@ class TrainArgs:
             if getattr(self, name) is None:
                 setattr(self, name, default)
 
-    def _rate_problems(self) -> list[str]:
-        """Each parameter group's peak LR, and what weight decay takes off its weights per step (lr x decay), must be
-        sane: a group's LR in (0, MAX_LR] (a product may overflow, or underflow to 0, from sane-looking factors), a
-        decay below 1 per step (at 1 it zeroes the weights, above it flips their sign). Named by the flag that makes
-        it so."""
-        numbers = (self.lr, self.res_proj_lr, self.attn_res_lr_multiplier, self.weight_decay,
-                   self.res_proj_weight_decay)
-        if any(value is not None and not (math.isfinite(value) and value >= 0) for value in numbers) or \
-                self.lr == 0 or self.attn_res_lr_multiplier == 0 or self.res_proj_lr == 0:
-            return []  # reported above, by name
-        problems = [f"--{name.replace('_', '-')} must be <= {MAX_LR:g} (a peak learning rate), got {value:g}"
-                    for name, value in (("lr", self.lr), ("res_proj_lr", self.res_proj_lr))
-                    if value is not None and value > MAX_LR]
-        depth_lr = self.lr * self.attn_res_lr_multiplier
-        if self.attn_res_lr_multiplier != 1 and not 0 < depth_lr <= MAX_LR:
-            problems.append(f"--attn-res-lr-multiplier {self.attn_res_lr_multiplier:g} gives the depth parameters a "
-                            f"peak learning rate of {depth_lr:g} (--lr {self.lr:g} x it): it must be in "
-                            f"(0, {MAX_LR:g}]")
-        queries_lr = self.res_proj_lr or depth_lr
-        for name, decay, lr in (("weight_decay", self.weight_decay, self.lr),
-                                ("res_proj_weight_decay", self.res_proj_weight_decay, queries_lr)):
-            if decay and lr <= MAX_LR and lr * decay >= 1:
-                problems.append(f"--{name.replace('_', '-')} {decay:g} takes lr x decay = {lr * decay:g} of every "
-                                "weight per step: it must stay below 1 (at 1 the weights are zeroed)")
-        return problems
-
     def copy(self) -> TrainArgs:
         return dataclasses.replace(self)
 
@@ -194,7 +165,7 @@ class TrainArgs:
         for name in ("lr", "res_proj_lr", "attn_res_lr_multiplier"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 problems.append(f"--{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
-        problems += self._rate_problems()
+        problems += rate_problems(self)
         if self.checkpoints == "final-only" and self.no_final_model:
             problems.append("--no-final-model with --init-from keeps no model at all (a fine-tune writes final "
                             "weights only unless asked): add --checkpoints resumable, or drop --no-final-model")

@@ -178,6 +178,43 @@ def add_recipe_args(group, lr: float, warmup_steps: int) -> None:
                        help=f"global gradient norm clip, 0 = off (default {DEFAULTS['grad_clip']})")
 
 
+# The largest peak learning rate any parameter group may get: above it AdamW's first updates (about lr per element,
+# whatever the gradient's scale) move every weight by more than the weights' own size
+MAX_LR = 1.0
+# The smallest: an AdamW update is about lr per element, lost in the rounding of any fp32 weight of a usual size
+# (|w| > 1e-4, half an ulp 6e-12) below it, so a group at such a rate does not train
+MIN_LR = 1e-12
+
+
+def rate_problems(args) -> list[str]:
+    """One line per recipe flag that gives a parameter group an absurd rate, named by the flag that makes it so: a
+    group's peak LR outside [MIN_LR, MAX_LR] (the multiplier's product with --lr may overflow, or underflow to 0, from
+    sane-looking factors), or weight decay taking lr x decay >= 1 of every weight per step (at 1 it zeroes the
+    weights, above it flips their sign). Non-finite, negative or zero values are other checks' (left out here)."""
+    lr, res_proj_lr = args.lr, getattr(args, "res_proj_lr", None)
+    multiplier = getattr(args, "attn_res_lr_multiplier", None)
+    decays = (("weight_decay", getattr(args, "weight_decay", None)),
+              ("res_proj_weight_decay", getattr(args, "res_proj_weight_decay", None)))
+    numbers = (lr, res_proj_lr, multiplier, *(decay for _, decay in decays))
+    if lr is None or any(value is not None and not (math.isfinite(value) and value >= 0) for value in numbers) or \
+            0 in (lr, res_proj_lr, multiplier):
+        return []
+    multiplier = 1.0 if multiplier is None else multiplier
+    problems = [f"--{name.replace('_', '-')} must be in [{MIN_LR:g}, {MAX_LR:g}] (a peak learning rate), got "
+                f"{value:g}" for name, value in (("lr", lr), ("res_proj_lr", res_proj_lr))
+                if value is not None and not MIN_LR <= value <= MAX_LR]
+    depth_lr = lr * multiplier
+    if multiplier != 1 and MIN_LR <= lr <= MAX_LR and not MIN_LR <= depth_lr <= MAX_LR:
+        problems.append(f"--attn-res-lr-multiplier {multiplier:g} gives the depth parameters a peak learning rate of "
+                        f"{depth_lr:g} (--lr {lr:g} x it): it must be in [{MIN_LR:g}, {MAX_LR:g}]")
+    group_lrs = dict(weight_decay=lr, res_proj_weight_decay=res_proj_lr or depth_lr)
+    for name, decay in decays:
+        if decay and group_lrs[name] <= MAX_LR and group_lrs[name] * decay >= 1:
+            problems.append(f"--{name.replace('_', '-')} {decay:g} takes lr x decay = {group_lrs[name] * decay:g} of "
+                            "every weight per step: it must stay below 1 (at 1 the weights are zeroed)")
+    return problems
+
+
 def check_recipe_args(args, steps: int) -> None:
     """SystemExit("error: ...") naming the flag, for recipe flags that cannot work (pipeline commands)."""
     for name in ("weight_decay", "res_proj_weight_decay", "grad_clip", "warmup_steps"):
@@ -188,9 +225,12 @@ def check_recipe_args(args, steps: int) -> None:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if not 0 <= args.min_lr_ratio <= 1:
         raise SystemExit(f"error: --min-lr-ratio must be in [0, 1], got {args.min_lr_ratio}")
+    for problem in rate_problems(args):
+        raise SystemExit(f"error: {problem}")
     if args.warmup_steps > steps:
         raise SystemExit(f"error: --warmup-steps {args.warmup_steps} exceeds --steps {steps}")
 
 
 __all__ = ["Recipe", "add_recipe_args", "check_recipe_args", "clip_by_group", "depth_group", "group_grad_norms",
+           "rate_problems", "MAX_LR", "MIN_LR",
            "CLIP_GROUPS", "DEFAULTS", "DEPTH_GROUPS", "RES_NORM_SUFFIX", "RES_PROJ_SUFFIX", "BETAS", "EPS"]

@@ -39,6 +39,19 @@ FLAG_CASES = {
     "lr_zero": (dict(lr=0), ["--lr", "> 0"]),
     "block_size_zero": (dict(block_size=0), ["--block-size"]),
     "max_steps_zero": (dict(max_steps=0), ["--max-steps"]),
+    # a group's peak LR out of (0, 1]: the multiplier's product with --lr, or a rate given outright
+    "multiplier_1e30": (dict(attn_res_lr_multiplier=1e30), ["--attn-res-lr-multiplier 1e+30", "3e+27", "1e-12, 1]"]),
+    "multiplier_1e308": (dict(attn_res_lr_multiplier=1e308), ["--attn-res-lr-multiplier 1e+308", "1e-12, 1]"]),
+    "multiplier_just_above": (dict(attn_res_lr_multiplier=400), ["--attn-res-lr-multiplier 400", "1.2"]),
+    "multiplier_underflows": (dict(attn_res_lr_multiplier=1e-320), ["--attn-res-lr-multiplier", "1e-12, 1]"]),
+    "lr_below_rounding": (dict(lr=1e-20), ["--lr must be in [1e-12, 1]", "1e-20"]),
+    "multiplier_inf": (dict(attn_res_lr_multiplier="inf"), ["--attn-res-lr-multiplier", "finite"]),
+    "multiplier_zero": (dict(attn_res_lr_multiplier=0), ["--attn-res-lr-multiplier", "> 0"]),
+    "lr_absurd": (dict(lr=5), ["--lr must be in [1e-12, 1]", "got 5"]),
+    "res_proj_lr_absurd": (dict(res_proj_lr=1e10), ["--res-proj-lr must be in [1e-12, 1]", "1e+10"]),
+    "res_proj_lr_zero": (dict(res_proj_lr=0), ["--res-proj-lr", "> 0"]),
+    "weight_decay_absurd": (dict(weight_decay=1e3), ["--weight-decay 1000", "lr x decay = 3", "below 1"]),
+    "res_proj_weight_decay_absurd": (dict(res_proj_weight_decay=1e6), ["--res-proj-weight-decay 1e+06", "below 1"]),
 }
 
 
@@ -155,6 +168,8 @@ PIPELINE_CASES = {
     "lr_nan": (["--lr", "nan"], ["--lr", "finite"]),
     "weight_decay_inf": (["--weight-decay", "inf"], ["--weight-decay", "finite"]),
     "grad_clip_nan": (["--grad-clip", "nan"], ["--grad-clip"]),
+    "lr_absurd": (["--lr", "1e30"], ["--lr must be in [1e-12, 1]", "1e+30"]),
+    "weight_decay_absurd": (["--weight-decay", "1e6"], ["--weight-decay 1e+06", "below 1"]),
     "model_without_config": (["--model", "{empty}"], ["--model", "config.json"]),
     "model_missing": (["--model", "{missing}"], ["--model", "no such folder"]),
 }
