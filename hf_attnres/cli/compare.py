@@ -19,7 +19,12 @@ give 57 subjects x N items, attnres_minerva_math and its _bpb 7 subjects x N, th
 sequences. The report prints each row's n and the share of its split it covers.
 
 --quick: heldout (when --data is given) and attnres_mmlu_bpb at --limit QUICK_LIMIT (QUICK_ITEMS per model):
-a first look, not a benchmark score.
+a first look, not a benchmark score. A task of the set that cannot run (no --data, MMLU not prepared) is named in the
+output and in report.md's "Skipped", with the command that makes it available.
+
+The report is <output-dir>/report.md (its full path is printed). A rerun of the same comparison continues and replaces
+it; a comparison of other models or settings into the same folder first moves the earlier report to
+<output-dir>/previous/<its time>/.
 QUICK_TIMING
 
 Examples:
@@ -38,7 +43,7 @@ import sys
 from pathlib import Path
 
 from ..evaluation.args import CompareArgs
-from ..evaluation.comparison import DEFAULT_MAX_LENGTH, QUICK_LIMIT, QUICK_TIMING, CompareError, compare, quick_tasks
+from ..evaluation.comparison import DEFAULT_MAX_LENGTH, QUICK_LIMIT, QUICK_TIMING, CompareError, compare, skipped_lines
 from ..evaluation.data import DEFAULT_EVAL_DATA, DataError
 from ..utils.extras import require
 from ..utils.flags import seed as seed_flag
@@ -93,17 +98,15 @@ def main(argv=None):
     require("lm_eval", why="the evaluation harness")  # before any model is loaded
     from ..utils.safe_paths import interrupt_signal, signals_interrupt
 
-    tasks, limit = args.tasks, args.limit
-    if args.quick:
-        tasks, limit = quick_tasks(args.eval_data, args.data), QUICK_LIMIT if args.limit is None else args.limit
+    limit = QUICK_LIMIT if args.quick and args.limit is None else args.limit
     try:
         with signals_interrupt():  # Ctrl-C / SIGTERM: one line; finished tasks are kept (atomic per-task files)
-            report = compare(args.models, tasks, args.output_dir, labels=args.labels, data_dir=args.data,
+            report = compare(args.models, args.tasks, args.output_dir, labels=args.labels, data_dir=args.data,
                              eval_data=args.eval_data, limit=limit, num_fewshot=args.num_fewshot, seed=args.seed,
                              batch_size=args.batch_size, device=args.device, max_length=args.max_length,
                              model_args=args.model_args, gen_kwargs=args.gen_kwargs,
                              allow_code_execution=args.allow_code_execution, trust_remote_code=args.trust_remote_code,
-                             include_path=args.include_path)
+                             include_path=args.include_path, quick=args.quick)
     except KeyboardInterrupt as stop:
         print(f"interrupted: finished tasks are kept in {args.output_dir}/results; the same command continues",
               file=sys.stderr)
@@ -113,7 +116,12 @@ def main(argv=None):
             raise
         sys.exit(f"error: {error}")
     if report is not None:
-        print(f"wrote {args.output_dir}/report.md")
+        for line in skipped_lines(report["skipped"]):
+            print(line)
+        if report.get("previous_report"):
+            print(f"the earlier report in {args.output_dir} (other models or settings) moved to "
+                  f"{report['previous_report']}")
+        print(f"wrote {(args.output_dir / 'report.md').resolve()}")
     return report
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 
 from ..folders.atomic_io import OutputConflictError, claim_output
@@ -46,17 +47,45 @@ class CompareError(ValueError):
 
 def default_tasks(eval_data: Path, data_dir: Path | None) -> list[str]:
     """Every prepared task that needs no generation (fast, informative at small scale), plus held-out if data given."""
-    prepared = read_prepared(eval_data, missing_ok=True)
-    ready = [t for t, (bench, generates) in TASKS.items() if not generates and "rows" in prepared.get(bench, {})]
-    return ([HELDOUT] if data_dir is not None else []) + ready
+    return planned_tasks(eval_data, data_dir)[0]
 
 
 def quick_tasks(eval_data: Path, data_dir: Path | None) -> list[str]:
     """--quick's tasks: heldout when a corpus is given, MMLU gold-answer bits per byte when MMLU is prepared (smooth in
     model quality at small scale, no generation: the cheapest informative benchmark)."""
+    return planned_tasks(eval_data, data_dir, quick=True)[0]
+
+
+def planned_tasks(eval_data: Path, data_dir: Path | None, quick: bool = False) -> tuple[list[str], list[dict]]:
+    """(the tasks a comparison without --tasks runs, the ones it would run but cannot): the default (or --quick's)
+    set, and per missing input one {"tasks", "reason", "how"} entry that the output and report.md state, so a metric
+    never disappears from a report unmentioned."""
     prepared = read_prepared(Path(eval_data), missing_ok=True)
-    return ([HELDOUT] if data_dir is not None else []) + (["attnres_mmlu_bpb"] if "rows" in prepared.get("mmlu", {})
-                                                           else [])
+    wanted = ["attnres_mmlu_bpb"] if quick else [t for t, (_, generates) in TASKS.items() if not generates]
+    tasks = [HELDOUT] if data_dir is not None else []
+    skipped = [] if data_dir is not None else [dict(
+        tasks=[HELDOUT], reason="no --data given (the held-out split of a prepared training corpus)",
+        how="pass --data DIR, a folder `attnres prepare-data` wrote")]
+    missing: dict[str, list[str]] = {}
+    for task in wanted:
+        bench = TASKS[task][0]
+        if "rows" in prepared.get(bench, {}):
+            tasks.append(task)
+        else:
+            missing.setdefault(bench, []).append(task)
+    for bench, names in missing.items():
+        status = prepared.get(bench)
+        reason = (f"its data is not prepared in {eval_data}" if not isinstance(status, dict) or "error" not in status
+                  else f"its preparation in {eval_data} failed ({status['error']})")
+        csv = " --gpqa-csv FILE" if bench == "gpqa" else ""
+        skipped.append(dict(tasks=names, reason=f"{bench}: {reason}",
+                            how=f"attnres prepare-eval-data --benchmarks {bench}{csv} --output-dir {eval_data}"))
+    return tasks, skipped
+
+
+def skipped_lines(skipped: list[dict]) -> list[str]:
+    """One line per skipped group of tasks: which, why, and the command that makes them available."""
+    return [f"skipped {', '.join(s['tasks'])}: {s['reason']}; to run it: {s['how']}" for s in skipped]
 
 
 def check_include_path(include_path: Path | None) -> Path | None:
@@ -110,13 +139,20 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
     others = [t for t in tasks if t != HELDOUT and t not in TASKS]
     if others:
         from .runner import task_manager
+        from .user_tasks import TaskFileError, check_loadable, resolve_functions
 
-        known = set(task_manager(includes).all_tasks)
-        unknown = [t for t in others if t not in known]
-        if unknown:
-            mine = f", or in --include-path {include_path}" if include_path else " (your own: --include-path DIR)"
-            raise CompareError(f"unknown task(s) {unknown}: ours are {[HELDOUT, *TASKS]}; "
-                               f"any lm-eval task name also works{mine}")
+        manager = task_manager(includes)
+        known = set(manager.all_tasks)
+        try:
+            skipped_files = check_loadable(others, include_path, known)
+            unknown = [t for t in others if t not in known]
+            if unknown:
+                mine = f", or in --include-path {include_path}" if include_path else " (your own: --include-path DIR)"
+                raise CompareError(f"unknown task(s) {unknown}: ours are {[HELDOUT, *TASKS]}; "
+                                   f"any lm-eval task name also works{mine}{skipped_files or ''}")
+            resolve_functions(others, manager, include_path)
+        except TaskFileError as error:
+            raise CompareError(str(error)) from None
     return includes
 
 
@@ -201,11 +237,14 @@ def check_output_dir(out_dir: Path, inputs: list[Path]) -> None:
 def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data_dir=None,
             eval_data=DEFAULT_EVAL_DATA, limit=None, num_fewshot=None, seed=1234, batch_size=1, device=None,
             max_length=DEFAULT_MAX_LENGTH, model_args="", gen_kwargs=None, allow_code_execution=False,
-            trust_remote_code=False, progress=True, include_path=None) -> dict | None:
+            trust_remote_code=False, progress=True, include_path=None, quick=False) -> dict | None:
     """Evaluate `model_dirs` (two or more; the first is the reference) on `tasks` and write
     <out_dir>/{report.md, report.json, metrics.png, deltas.png, results/<label>/<task>.json}. Returns the report
     (None on non-main processes of a multi-process launch). Resumable: finished (model, task) results are reused.
-    Code a model folder carries (an auto_map) runs only with `trust_remote_code` (hf_attnres.utils.trust)."""
+    Code a model folder carries (an auto_map) runs only with `trust_remote_code` (hf_attnres.utils.trust).
+    Without `tasks`, the default set runs (`quick`: --quick's); the report's "skipped" lists what of it could not.
+    An earlier report in `out_dir` of other models or settings is moved to <out_dir>/previous/, never overwritten:
+    the report's "previous_report" names where."""
     model_dirs = [Path(p) for p in model_dirs]
     if len(model_dirs) < 2:
         raise CompareError("compare needs at least two model folders (the first is the reference)")
@@ -230,7 +269,9 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
     include_path = check_include_path(include_path)
     check_output_dir(Path(out_dir), [*model_dirs, *([Path(data_dir)] if data_dir else []), Path(eval_data),
                                      *([include_path] if include_path else [])])
-    tasks = list(tasks) if tasks else default_tasks(Path(eval_data), data_dir)
+    tasks, skipped = (list(tasks), []) if tasks else planned_tasks(Path(eval_data), data_dir, quick)
+    if not tasks:
+        raise CompareError("no tasks to run: " + "; ".join(skipped_lines(skipped)))
     include = check_tasks(tasks, Path(eval_data), data_dir, allow_code_execution, include_path)
     check_tokenizers(model_dirs, tasks, data_dir)
     if allow_code_execution and any(t in CODE_TASKS for t in tasks):
@@ -244,7 +285,7 @@ def compare(model_dirs, tasks=None, out_dir="outputs/eval", *, labels=None, data
                                                  "results are kept and a rerun continues", CompareError):
         return _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, include_path, data_dir, eval_data,
                                     limit, num_fewshot, seed, batch_size, device, max_length, model_args, gen_kwargs,
-                                    allow_code_execution, trust_remote_code, progress)
+                                    allow_code_execution, trust_remote_code, progress, skipped)
 
 
 def include_stamp(include_path: Path | None) -> str | None:
@@ -265,7 +306,7 @@ def _one_writer(out_dir: Path):
 
 def _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, include_path, data_dir, eval_data, limit,
                          num_fewshot, seed, batch_size, device, max_length, model_args, gen_kwargs,
-                         allow_code_execution, trust_remote_code, progress):
+                         allow_code_execution, trust_remote_code, progress, skipped=()):
     import os
 
     from .report import build_report, write_report
@@ -295,7 +336,7 @@ def _evaluate_and_report(model_dirs, labels, tasks, out_dir, include, include_pa
                     gen_kwargs=gen_kwargs, batch_size=batch_size, eval_data=str(eval_data),
                     data_dir=str(data_dir) if data_dir else None,
                     include_path=str(include_path) if include_path else None)
-    report = build_report(models, records, settings, read_prepared(eval_data, missing_ok=True))
+    report = build_report(models, records, settings, read_prepared(eval_data, missing_ok=True), skipped)
     write_report(report, out_dir)
     return report
 
@@ -306,6 +347,8 @@ def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_set
     from tqdm.auto import tqdm
 
     from ..training.logs import data_fingerprint  # not at import: training's modules load `datasets`
+    from .runner import task_manager
+    from .user_tasks import task_stamp
 
     loaded = {}
 
@@ -325,9 +368,20 @@ def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_set
             settings["data"] = data_fingerprint(data_dir)  # another corpus (or a re-prepared one): recompute
             compute = lambda: run_heldout(model_dir, data_dir, settings, model=lm().model, progress=progress)  # noqa: E731
         else:
-            compute = lambda: run_lm_eval_task(lm(), task, include, settings, allow_code_execution)  # noqa: E731
+            settings["task_files"] = task_stamp(task_manager(tuple(include)), task)  # its data, wherever it lies
+            compute = partial(_run_task, lm, task, include, settings, allow_code_execution)
         records[task] = evaluate_task(path, settings, compute)
     return None if any(r is None for r in records.values()) else records
+
+
+def _run_task(lm, task, include, settings, allow_code_execution):
+    """run_lm_eval_task on the loaded model; a task whose own code failed or exited is one line, by name."""
+    from .user_tasks import TaskFileError
+
+    try:
+        return run_lm_eval_task(lm(), task, include, settings, allow_code_execution)
+    except TaskFileError as error:
+        raise CompareError(str(error)) from None
 
 
 def make_lm(model_dir: Path, batch_size, device, max_length: int, model_args: str, trust_remote_code: bool = False):

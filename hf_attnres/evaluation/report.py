@@ -61,7 +61,8 @@ def metric_table(records: dict, labels: list[str]) -> dict:
     return tasks
 
 
-def build_report(models: list[dict], records: dict, settings: dict, prepared: dict) -> dict:
+def build_report(models: list[dict], records: dict, settings: dict, prepared: dict, skipped=()) -> dict:
+    """`skipped`: the default (or --quick) tasks that could not run, each {"tasks", "reason", "how"}."""
     labels = [m["label"] for m in models]
     from .tasks import TASKS
 
@@ -80,7 +81,7 @@ def build_report(models: list[dict], records: dict, settings: dict, prepared: di
     return dict(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         settings=settings, models=models, matched=matched_check(models), tasks=metric_table(records, labels),
-        heldout=heldout or None, notes=notes,
+        heldout=heldout or None, notes=notes, skipped=list(skipped),
         lm_eval_results={label: {t: r.get("lm_eval_results") for t, r in records[label].items()} for label in labels},
     )
 
@@ -148,6 +149,9 @@ def render_markdown(report: dict) -> str:
                              f"| {covers} | {cells} | {delta} | {'' if pair is None else pair['test']} | {star} |")
     lines += ["", f"`*`: p < {ALPHA} (two-sided; exact McNemar for 0/1 metrics, paired t-test otherwise; "
               "no correction for multiple comparisons).", ""]
+    if report.get("skipped"):
+        lines += ["## Skipped", "", "Tasks of the requested set that did not run, why, and how to run them:", ""]
+        lines += [f"- {', '.join(s['tasks'])}: {s['reason']}; to run: `{s['how']}`" for s in report["skipped"]] + [""]
     lines += heldout_pooled_lines(report.get("heldout"), labels)
     if report["notes"]:
         lines += ["## Notes", ""] + [f"- {n}" for n in report["notes"]] + [""]
@@ -214,15 +218,54 @@ def _diff_stderr(entry: dict, pair: dict) -> float:
 REPORT_FILES = ("report.json", "report.md", "metrics.png", "deltas.png")
 
 
+def same_comparison(a: dict, b: dict) -> bool:
+    """Whether two reports compare the same model folders under the same labels and settings (a rerun, or a resumed
+    run, of one comparison)."""
+    def key(report):
+        return json.dumps([[(m.get("label"), m.get("path")) for m in report.get("models", [])],
+                           report.get("settings")], sort_keys=True, default=str)
+
+    return key(a) == key(b)
+
+
+def previous_report_dir(report: dict, out_dir: Path) -> Path | None:
+    """Where the report already in `out_dir` goes before this one is written: None when there is none or it is of
+    the same comparison (replaced: the same question, answered again), else a new <out_dir>/previous/<its time>/."""
+    old = out_dir / "report.json"
+    if not any((out_dir / name).exists() for name in REPORT_FILES):
+        return None
+    try:
+        previous = json.loads(old.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        previous = {}
+    if isinstance(previous, dict) and same_comparison(previous, report):
+        return None
+    created = previous.get("created") if isinstance(previous, dict) else None
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in str(created or "unknown"))[:40]
+    target, n = out_dir / "previous" / name, 1
+    while target.exists():
+        n += 1
+        target = out_dir / "previous" / f"{name}-{n}"
+    return target
+
+
 def write_report(report: dict, out_dir: Path) -> None:
     """Every report file is written into a hidden staging folder first and renamed into place only when all are
-    complete: a full disk leaves the earlier report as it was (never a new report.md beside old plots)."""
+    complete: a full disk leaves the earlier report as it was (never a new report.md beside old plots). An earlier
+    report of another comparison is moved to <out_dir>/previous/<its time>/ first (`report["previous_report"]`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    archive = previous_report_dir(report, out_dir)
+    report["previous_report"] = str(archive) if archive else None
     with temporary_folder(out_dir / "report") as stage:
         (stage / "report.json").write_text(json.dumps(report, indent=2))
         (stage / "report.md").write_text(render_markdown(report))
         plot_report(report, stage)
+    if archive is not None:
+        archive.mkdir(parents=True)
+        for name in REPORT_FILES:
+            if (out_dir / name).exists():
+                os.replace(out_dir / name, archive / name)
     for name in REPORT_FILES:  # renames in one folder: no space needed, nothing half-written
         if (stage / name).exists():
             os.replace(stage / name, out_dir / name)

@@ -200,6 +200,25 @@ def test_quick_preset(setup, capsys):
     assert seconds < 600
 
 
+def test_quick_without_benchmark_data_says_what_it_skipped(setup, tmp_path, capsys):
+    """--quick with no prepared MMLU: heldout runs, and both the output and report.md name the skipped bits-per-byte
+    task, why, and the command that prepares it; the output gives the report's full path."""
+    out = tmp_path / "quick"
+    empty = tmp_path / "no_eval_data"
+    report = compare_main([str(setup["standard"]), str(setup["block"]), "--quick", "--data", str(setup["data"]),
+                           "--eval-data", str(empty), "--output-dir", str(out), "--device", "cpu"])
+    assert report["settings"]["tasks"] == ["heldout"]
+    [skipped] = report["skipped"]
+    assert skipped["tasks"] == ["attnres_mmlu_bpb"] and str(empty) in skipped["reason"]
+    assert skipped["how"] == f"attnres prepare-eval-data --benchmarks mmlu --output-dir {empty}"
+    printed = capsys.readouterr().out.splitlines()
+    line = f"skipped attnres_mmlu_bpb: mmlu: its data is not prepared in {empty}; to run it: {skipped['how']}"
+    assert line in printed
+    assert printed[-1] == f"wrote {(out / 'report.md').resolve()}"
+    markdown = (out / "report.md").read_text()
+    assert "## Skipped" in markdown and f"`{skipped['how']}`" in markdown
+
+
 def test_include_path_runs_the_users_own_task(setup, tmp_path):
     """--include-path DIR: a task YAML of the user's (lm-eval's --include_path), with the paired report of ours; the
     same task name without the flag is unknown and the message names the flag."""

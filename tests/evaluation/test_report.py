@@ -12,3 +12,45 @@ def test_heldout_pooled_section_names_both_averages():
 
 def test_no_heldout_no_section():
     assert heldout_pooled_lines(None, ["a"]) == [] and heldout_pooled_lines({}, ["a"]) == []
+
+
+def minimal_report(created: str, limit=None, skipped=()):
+    models = [dict(label=label, path=f"/models/{label}", attn_res_mode="standard", parameters=10,
+                   attn_res_parameters=0, tokens_trained=None, data_fingerprint=None) for label in ("a", "b")]
+    return dict(created=created, models=models, matched=[], tasks={}, notes=[], skipped=list(skipped),
+                settings=dict(tasks=["heldout"], num_fewshot=None, limit=limit, seed=1, max_length=8))
+
+
+def test_skipped_tasks_are_named_in_report_md_with_the_command(tmp_path):
+    from hf_attnres.evaluation.report import render_markdown
+
+    skipped = [dict(tasks=["attnres_mmlu_bpb"], reason="mmlu: its data is not prepared in data/eval",
+                    how="attnres prepare-eval-data --benchmarks mmlu --output-dir data/eval")]
+    text = render_markdown(minimal_report("t1", skipped=skipped))
+    assert "## Skipped" in text
+    assert ("- attnres_mmlu_bpb: mmlu: its data is not prepared in data/eval; to run: "
+            "`attnres prepare-eval-data --benchmarks mmlu --output-dir data/eval`") in text
+    assert "## Skipped" not in render_markdown(minimal_report("t1"))
+
+
+def test_a_report_of_another_comparison_is_moved_aside_never_overwritten(tmp_path):
+    """Same models and settings: replaced (a rerun). Other settings: the earlier report moves to previous/<time>/,
+    byte for byte, and the new report names where."""
+    from hf_attnres.evaluation.report import write_report
+
+    first = minimal_report("2026-01-01T00:00:00+00:00")
+    write_report(first, tmp_path)
+    assert first["previous_report"] is None
+    rerun = minimal_report("2026-01-01T01:00:00+00:00")
+    write_report(rerun, tmp_path)
+    assert rerun["previous_report"] is None and not (tmp_path / "previous").exists()
+    earlier = (tmp_path / "report.md").read_bytes()
+    other = minimal_report("2026-01-02T00:00:00+00:00", limit=3)
+    write_report(other, tmp_path)
+    moved = tmp_path / "previous" / "2026-01-01T01-00-00-00-00"
+    assert other["previous_report"] == str(moved)
+    assert (moved / "report.md").read_bytes() == earlier and (moved / "report.json").is_file()
+    assert "limit 3" in (tmp_path / "report.md").read_text()
+    import json
+
+    assert json.loads((tmp_path / "report.json").read_text())["previous_report"] == str(moved)
