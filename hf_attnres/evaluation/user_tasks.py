@@ -188,8 +188,11 @@ def user_frame(error: BaseException, user_dirs: list[Path]) -> str | None:
         path = Path(filename).resolve()
         return any(path.is_relative_to(Path(d).resolve()) for d in dirs)
 
-    for test in (lambda f: under(f.filename, user_dirs),
-                 lambda f: not f.filename.startswith("<") and not under(f.filename, libraries)):
+    def library(filename):  # any environment's installed packages count, a layered one's too
+        return filename.startswith("<") or under(filename, libraries) or bool(
+            {"site-packages", "dist-packages"} & set(Path(filename).parts))
+
+    for test in (lambda f: under(f.filename, user_dirs), lambda f: not library(f.filename)):
         for frame in reversed(frames):
             if test(frame):
                 return f"{frame.filename}:{frame.lineno}"

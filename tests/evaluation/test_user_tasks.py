@@ -14,7 +14,8 @@ from hf_attnres.evaluation.user_tasks import TaskFileError, read_task_yaml
 from tests.helpers.bad_input_fixtures import expect_refused
 from tests.helpers.toolchain_fixtures import tiny_folder
 
-pytestmark = pytest.mark.usefixtures("offline")
+# lm-eval's task index and two tiny models: about 3 min on 2 CPU cores
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("offline")]
 
 TASK_YAML = """task: {name}
 dataset_path: json
