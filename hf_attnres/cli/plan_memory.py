@@ -21,7 +21,7 @@ import sys
 from ..training.memory_plan import PRESETS
 from ..training.tool_args import PlanMemoryArgs
 from . import command_main
-from .combos import refuse_first
+from .combos import given_flags, refuse_first
 
 DEFAULT_CONTEXT = 32768
 
@@ -52,8 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"tokens per sequence (default {DEFAULT_CONTEXT:,}, or the model's "
                              "max_position_embeddings when smaller, with a note)")
     parser.add_argument("--stages", type=int, default=8,
-                        help="pipeline stages, decoder layers split evenly (default 8)")
-    parser.add_argument("--micro-batch", type=int, default=1, help="sequences per pipeline micro-batch (default 1)")
+                        help="pipeline stages, decoder layers split evenly, at most one a layer (default 8, or one "
+                             "a layer when the model has fewer, with a note)")
+    parser.add_argument("--micro-batch", type=int, default=1,
+                        help="sequences per pipeline micro-batch, a divisor of --batch (default 1)")
     parser.add_argument("--activation-dtype", choices=("bf16", "fp32"), default="bf16",
                         help="dtype of the depth sources and boundary tensors (default bf16)")
     return parser
@@ -62,19 +64,60 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv=None) -> PlanMemoryArgs:
     parser = build_parser()
     args = PlanMemoryArgs(**vars(parser.parse_args(argv)))
-    refuse_first(parser, args.problems())  # before any work: a count below 1 is refused by name
+    # before any work: a count below 1, and micro-batches that do not tile the batch, are refused by name
+    refuse_first(parser, [*args.problems(), micro_batch_problem(args)])
     return args
 
 
-def main(argv=None) -> int:
-    from ..training.memory_plan import plan_memory
+def micro_batch_problem(args: PlanMemoryArgs) -> str | None:
+    """The refusal line of a --micro-batch that does not divide --batch (a pipeline splits each batch into whole
+    micro-batches: 5 of a batch of 2 is no split), else None."""
+    if args.micro_batch >= 1 and args.batch >= 1 and args.batch % args.micro_batch:  # below 1: problems()
+        return (f"--micro-batch {args.micro_batch} must divide --batch {args.batch}: a batch splits into whole "
+                "micro-batches (pass a larger --batch or a smaller --micro-batch)")
+    return None
 
+
+def fit_stages(stages: int, layers: int, given: bool) -> tuple[int, str | None]:
+    """(stages, note): the stages to plan. Each stage holds at least one decoder layer, so more stages than layers
+    is refused when --stages was given (SystemExit through the caller's parser: `StagesError`), and the default 8
+    on a shallower model becomes one stage a layer with a note saying so."""
+    if stages <= layers:
+        return stages, None
+    if given:
+        raise StagesError(f"--stages {stages}: the model has {layers} decoder layers, so at most {layers} stages "
+                          "(each stage holds at least one layer)")
+    return layers, (f"note: --stages {layers}: one stage a decoder layer (the default {stages} is more than the "
+                    f"model's {layers} layers); pass --stages to plan fewer")
+
+
+class StagesError(ValueError):
+    """More pipeline stages asked for than the model has decoder layers."""
+
+
+def main(argv=None) -> int:
+    from ..training.memory_plan import format_plan, load_plan_config
+
+    parser = build_parser()
     args = parse_args(argv)
+    try:
+        config, name = load_plan_config(args.config)
+    except ValueError as error:  # ConversionError is one; the file given is named
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    given = given_flags(parser, argv)
+    try:
+        args.stages, stages_note = fit_stages(args.stages, config.num_hidden_layers, "stages" in given)
+    except StagesError as error:
+        parser.error(str(error))
     if args.context is None:
         args.context, note = default_context(args.config)
         if note:
             print(note, file=sys.stderr)
-    return plan_memory(args.config, args.batch, args.context, args.stages, args.micro_batch, args.activation_dtype)
+    if stages_note:
+        print(stages_note, file=sys.stderr)
+    print(format_plan(config, name, args.batch, args.context, args.stages, args.micro_batch, args.activation_dtype))
+    return 0
 
 
 def run():

@@ -109,7 +109,10 @@ def load_plan_config(spec: str):
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     if family == "kimi_linear":
-        return parse_config(config_dict), str(path)
+        try:
+            return parse_config(config_dict), str(path)
+        except ValueError as error:  # parse_config speaks of "config.json": the file given is named instead
+            raise ValueError(f"{path}: {str(error).removeprefix('config.json: ')}") from None
     from ..conversion.guards import check_source_fields
 
     fields = {key: value for key, value in config_dict.items() if key not in ("model_type", "auto_map")}
@@ -156,7 +159,6 @@ def format_plan(config, name: str, batch: int, context: int, stages: int, micro_
     lines += ["", f"AttnRes depth bank, batch {batch} x {context} tokens, {activation_dtype}: "
               f"{max_sources(config)} sources of [batch, tokens, hidden] = {size_text(bank)}",
               "  (a chunked prefill holds it for one chunk, a decode step for one token)"]
-    stages = min(stages, config.num_hidden_layers)
     lines += ["", f"pipeline boundaries, {stages} stages, micro-batch {micro_batch} x {context} tokens, "
               f"{activation_dtype} (each direction: activations forward, gradients back)",
               "  before-layer  tensors  bytes/micro-batch"]
@@ -166,12 +168,13 @@ def format_plan(config, name: str, batch: int, context: int, stages: int, micro_
 
 
 def plan_memory(spec: str, batch: int, context: int, stages: int, micro_batch: int, activation_dtype: str) -> int:
-    """`attnres plan-memory`: print the plan of the config `spec` (a file, a folder or a preset); a config that
-    cannot be read is one line, exit 1."""
+    """The plan of the config `spec` (a file, a folder or a preset) printed; a config that cannot be read, or more
+    stages than it has layers, is one line, exit 1 (`attnres plan-memory` checks its flags first: cli/plan_memory)."""
     try:
         config, name = load_plan_config(spec)
-    except ValueError as error:  # ConversionError is one
+        plan = format_plan(config, name, batch, context, stages, micro_batch, activation_dtype)
+    except ValueError as error:  # ConversionError is one; more stages than layers is another
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(format_plan(config, name, batch, context, stages, micro_batch, activation_dtype))
+    print(plan)
     return 0
