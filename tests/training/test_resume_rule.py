@@ -98,3 +98,24 @@ def test_same_flags_resume_continues(data, train, recorded, tmp_path):
     assert summary["start_step"] == 4 and summary["step"] == 4
     segments = json.loads((run / "final" / INFO_FILE).read_text())["segments"]
     assert [(s["start_step"], s["end_step"]) for s in segments] == [(0, 4), (4, 4)]
+
+
+# settings field edited in trainer_state.json -> (value, words): the optimizer state restored beside it holds the rates
+# it trained with, so the edited value would be recorded while the old one trains
+EDITED_SETTINGS = {
+    "lr": (0.3, ["settings.lr gives lr 0.3, the optimizer state holds 0.003", "groups decay, no_decay"]),
+    "weight_decay": (0.5, ["settings.weight_decay gives weight_decay 0.5, the optimizer state holds 0.1"]),
+    "res_proj_lr": (0.05, ["settings.res_proj_lr gives lr 0.05, the optimizer state holds 0.003", "group res_proj"]),
+}
+
+
+@pytest.mark.parametrize("field, edit", EDITED_SETTINGS.items(), ids=EDITED_SETTINGS.keys())
+def test_settings_the_optimizer_state_contradicts_are_refused(data, train, tmp_path, monkeypatch, field, edit):
+    value, named = edit
+    crash_after_step(3, monkeypatch, lambda: train(train_args(data, tmp_path, **RUN)))
+    state = checkpoint_dir(tmp_path / "checkpoints", 2) / STATE_FILE
+    recorded = json.loads(state.read_text())
+    overwrite_json(state, settings=dict(recorded["settings"], **{field: value}))
+    expect_refused(lambda: train(["--output-dir", str(tmp_path), "--no-tensorboard"]),
+                   [f"--resume {state.parent}", str(state), *named], untouched=[state.parent], errors=SetupError)
+    assert not (tmp_path / "final").exists()  # no training_info.json records the edited value
