@@ -43,7 +43,9 @@ KERNEL_IMPLS = ("torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_nai
                 "fast_attnres")
 MODEL = ["--device", "cuda", "--dtype", "bfloat16", "--attention", "mla", "--hidden", "2048", "--layers", "24",
          "--block-size", "4", "--modes", "standard,block,full"]
-INTERRUPTED_RC = 130  # what a shell reports for a command stopped by Ctrl-C; SIGTERM ends the run the same way
+INTERRUPTED_RC = 130  # what a shell reports for a command stopped by Ctrl-C; SIGTERM and SIGHUP end it the same way
+# Ctrl-C, kill, and a closed terminal (SSH dropped): each stops the step's own session too, which none reaches
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 5.0  # an interrupted step's group gets SIGTERM, then SIGKILL after this many seconds
 
 
@@ -66,7 +68,8 @@ class Step:
     """One step: `command(folder)` -> its argv (run with the repository as working directory), `cap` seconds.
     `results`: the files (relative to the step's folder) an exit code of 0 must leave; their sha256 are recorded
     with the status, and a recorded "ok" whose files are gone or changed is run again. `judge(folder)` reads them:
-    a step that exits 0 having tested or measured nothing is "not run", never "ok"."""
+    a step that exits 0 having tested or measured nothing is "not run", never "ok". A step that `needs_cuda` is
+    "not run" without starting on a machine where torch sees no CUDA device."""
 
     name: str
     cap: float
@@ -74,6 +77,8 @@ class Step:
     env: dict = field(default_factory=dict)
     results: tuple = ()
     judge: object = always_ran
+    needs_cuda: bool = False
+    nothing_rc: int | None = None  # the exit code by which the command says it found nothing to do (pytest's 5)
 
 
 def skip_reasons(reasons: Counter, limit: int = 2) -> str:
@@ -150,7 +155,7 @@ def default_steps(out: Path, peers: Path | None, source: Path | None, data: Path
     steps = [
         Step("cuda_lane", 240, lambda d: [py, "-m", "pytest", "-m", "cuda", "-q", "-rs", "-p", "no:cacheprovider",
                                           f"--junitxml={d / 'junit.xml'}", "tests"],
-             results=("junit.xml",), judge=judge_junit("junit.xml")),
+             results=("junit.xml",), judge=judge_junit("junit.xml"), nothing_rc=5),
         Step("kernels", 420, lambda d: [py, "-m", "hf_attnres", "bench-kernels", "--device", "cuda", "--dtype",
                                         "bfloat16", "--hidden", "7168", "--sources", "2,5,9", "--tokens",
                                         "8192,32768", "--impls", KERNEL_IMPLS,
@@ -176,7 +181,18 @@ def default_steps(out: Path, peers: Path | None, source: Path | None, data: Path
     ]
     for step in steps:
         step.cap = float(caps.get(step.name, step.cap))
+        step.needs_cuda = True
     return steps
+
+
+def cuda_missing() -> str | None:
+    """Why the steps that need CUDA cannot run here, or None when torch sees a CUDA device."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return "no CUDA device: torch " + torch.__version__ + (" sees none" if torch.version.cuda else
+                                                           " is a build without CUDA")
 
 
 def gpu_grid(out: Path, source: Path | None, data: Path | None) -> Path:
@@ -211,7 +227,7 @@ def not_done(folder: Path, step: Step) -> str | None:
     if status is None:
         return "no status"
     if status.get("status") != "ok":
-        return f"last {status.get('status')}"
+        return f"last: {status.get('status')}"
     rc = status.get("rc")
     if type(rc) is not int or rc != 0:
         return f"recorded ok with exit code {rc}"
@@ -228,7 +244,7 @@ def not_done(folder: Path, step: Step) -> str | None:
 
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached the run (raised by `stop_on_signals`' handler, wherever the run was)."""
+    """One of STOP_SIGNALS reached the run (raised by `stop_on_signals`' handler, wherever the run was)."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -239,15 +255,15 @@ class Interrupted(BaseException):
 
 @contextmanager
 def stop_on_signals():
-    """Turn SIGINT / SIGTERM into `Interrupted` for the body; a second signal while the run stops is ignored, so the
+    """Turn STOP_SIGNALS into `Interrupted` for the body; a second signal while the run stops is ignored, so the
     cleanup (stopping the step's process group, writing its status) always completes."""
 
     def handler(signum, frame):
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         raise Interrupted(signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
@@ -279,6 +295,14 @@ def run_steps(out: Path, steps: list[Step], only: list[str] | None = None, log=p
         if why.startswith("recorded ok"):
             log(f"== {step.name}: {why}; running it again")
         folder.mkdir(parents=True, exist_ok=True)
+        missing = cuda_missing() if step.needs_cuda else None
+        if missing:
+            status = dict(status="not run", why=missing, step=step.name,
+                          finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            write_json_atomic(folder / STATUS_FILE, status)
+            log(f"== {step.name}: not run: {missing}")
+            results[step.name] = status
+            continue
         for name in step.results:  # a result left by an earlier try must not pass for this one's
             (folder / name).unlink(missing_ok=True)
         command = [str(part) for part in step.command(folder)]
@@ -304,7 +328,10 @@ def run_steps(out: Path, steps: list[Step], only: list[str] | None = None, log=p
 
 def judged(folder: Path, step: Step, status: dict) -> dict:
     """What an exit code of 0 proves: "ok" with the result files' checksums when the results show work done,
-    "not run" when they show none (every test skipped, nothing measured), "failed" when a result file is missing."""
+    "not run" when they show none (every test skipped, nothing measured), "failed" when a result file is missing.
+    The step's `nothing_rc` is "not run" too."""
+    if step.nothing_rc is not None and status["rc"] == step.nothing_rc:
+        return dict(status="not run", why=f"exit code {status['rc']}: the command found nothing to run")
     if status["status"] != "ok":
         return {}
     missing = [name for name in step.results if not (folder / name).is_file()]
@@ -361,16 +388,32 @@ def parse_caps(values: list[str], names: list[str]) -> dict:
 
 
 def check_out(out: Path) -> None:
-    """ValueError naming OUT when it cannot be made or written: a file, or below one, or a folder without write
-    permission (what the kernel still refuses, such as /proc, is caught when the lock is taken)."""
-    if out.exists() and not out.is_dir():
+    """ValueError naming OUT when it cannot be made or written: a file, or below one, a folder without write
+    permission (or on a read-only file system), a name too long for the file system. What the kernel still refuses
+    (such as /proc) is caught when the lock is taken, before anything is written."""
+
+    def present(path: Path) -> bool:
+        try:
+            return path.exists() or path.is_symlink()
+        except OSError:  # a name too long: found below
+            return False
+
+    existing = None  # the deepest folder of OUT's path that is there: mkdir would start below it
+    for path in reversed([out, *out.parents]):
+        if not present(path):
+            break
+        existing = path
+    existing = existing or Path(".")
+    if existing == out and not out.is_dir():
         raise ValueError(f"OUT {out} is a file, not a folder")
-    existing = next(p for p in (out, *out.parents) if p.exists() or p.is_symlink())
     if not existing.is_dir():
-        raise ValueError(f"OUT {out}: cannot create it, {existing} is a file")
+        raise ValueError(f"OUT {out}: cannot create it, {existing} is not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"OUT {out}: " + ("no permission to write in it" if existing == out else
-                                           f"cannot create it, no permission to write in {existing}"))
+        raise ValueError(f"OUT {out}: " + ("cannot write in it" if existing == out else
+                                           f"cannot create it, {existing} is not writable"))
+    name_max = os.pathconf(existing, "PC_NAME_MAX")
+    if any(len(os.fsencode(name)) > name_max for name in out.relative_to(existing).parts):
+        raise ValueError(f"OUT {out}: cannot create it, a name in it is longer than {name_max} bytes")
 
 
 def check_args(args: EvidenceArgs) -> tuple[list[str], dict]:
@@ -391,23 +434,21 @@ def check_args(args: EvidenceArgs) -> tuple[list[str], dict]:
 
 
 def summary(out: Path, results: dict) -> str:
-    """One line: "all ok" only when every step selected ran and passed; else each other step by its status."""
+    """One line: "all ok" only when every step selected ran and passed; else the other steps by status and reason."""
     if all(status.get("status") == "ok" for status in results.values()):
         return f"evidence in {out}/: all ok ({', '.join(results)})"
-    by_status = {}
+    groups = {}  # (status, why): step names, in the steps' order
     for name, status in results.items():
-        if status.get("status") != "ok":
-            why = status.get("why") or (f"exit code {status.get('rc')}" if status.get("status") == "failed" else "")
-            by_status.setdefault(status.get("status"), []).append(name + (f" ({why})" if why else ""))
-    done = [name for name, status in results.items() if status.get("status") == "ok"]
-    parts = [f"{state}: {', '.join(names)}" for state, names in by_status.items()]
-    return (f"evidence in {out}/: " + "; ".join(parts) + (f"; ok: {', '.join(done)}" if done else "")
-            + " (a rerun into the same OUT runs the steps not ok)")
+        state = status.get("status")
+        why = status.get("why") or (f"exit code {status.get('rc')}" if state == "failed" else "")
+        groups.setdefault((state, why), []).append(name)
+    parts = [f"{state}: {', '.join(names)}" + (f" ({why})" if why else "") for (state, why), names in groups.items()]
+    return f"evidence in {out}/: " + "; ".join(parts) + " (a rerun into the same OUT runs the steps not ok)"
 
 
 def run_evidence(args: EvidenceArgs, only: list[str], caps: dict, steps: list[Step] | None = None) -> int:
     """0 when every step selected ran and passed (now or before), 1 otherwise, 2 when OUT cannot be created or
-    another run holds it, 130 when SIGINT or SIGTERM stopped the run (`only`, `caps`: from `check_args`; `steps`:
+    another run holds it, 130 when a signal (STOP_SIGNALS) stopped the run (`only`, `caps`: from `check_args`; `steps`:
     default_steps')."""
     steps = steps if steps is not None else default_steps(args.out, args.peers, args.source, args.data, caps)
     if args.dry_run:
@@ -431,9 +472,12 @@ def run_evidence(args: EvidenceArgs, only: list[str], caps: dict, steps: list[St
             write_json_atomic(args.out / "evidence.json", {name: read_status(args.out / name) for name in results})
             print(summary(args.out, results))
         except Interrupted as stop:
-            print(f"evidence in {args.out}/: stopped by {stop.name}"
-                  + (f" during {stop.step} (its processes stopped, its status 'interrupted')" if stop.step else "")
-                  + "; a rerun into the same OUT goes on from there", file=sys.stderr)
+            try:  # after SIGHUP the terminal may be gone
+                print(f"evidence in {args.out}/: stopped by {stop.name}"
+                      + (f" during {stop.step} (its processes stopped, its status 'interrupted')" if stop.step else "")
+                      + "; a rerun into the same OUT goes on from there", file=sys.stderr)
+            except OSError:
+                pass
             return INTERRUPTED_RC
     return 0 if all(status.get("status") == "ok" for status in results.values()) else 1
 

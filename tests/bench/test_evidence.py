@@ -12,7 +12,9 @@ import sys
 import time
 
 import pytest
+import torch
 
+from hf_attnres.bench import evidence
 from hf_attnres.bench.args import EvidenceArgs
 from hf_attnres.bench.evidence import REPO, STATUS_FILE, Step, default_steps, read_status, run_evidence, run_steps
 from hf_attnres.cli.gpu_evidence import main
@@ -135,8 +137,30 @@ def test_help_names_every_step():
 def default_step(name: str, out, command) -> Step:
     """The default step `name` (its result files and how they are judged) with a stand-in command."""
     step = next(s for s in default_steps(out, None, None, None) if s.name == name)
-    step.command = command
+    step.command, step.needs_cuda = command, False  # the stand-in runs on CPU
     return step
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")
+def test_without_cuda_the_lane_is_not_run_and_the_summary_says_so(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main([str(out), "--only", "cuda_lane"]) == 1
+    status = read_status(out / "cuda_lane")
+    assert status["status"] == "not run" and "no CUDA device" in status["why"], status
+    assert not (out / "cuda_lane" / "log.txt").exists(), "the lane was started"
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "all ok" not in last and "not run: cuda_lane" in last, last
+
+
+def test_a_step_that_needs_cuda_does_not_start_where_there_is_none(tmp_path, monkeypatch):
+    monkeypatch.setattr(evidence, "cuda_missing", lambda: "no CUDA device: stand-in")
+    step = default_step("decode_b1", tmp_path, writer(MEASURED, COUNT))
+    step.needs_cuda = True
+    status = run_steps(tmp_path, [step], log=quiet)["decode_b1"]
+    assert status["status"] == "not run" and status["why"] == "no CUDA device: stand-in", status
+    assert not (tmp_path / "decode_b1" / "n").exists(), "the step started"
+    monkeypatch.setattr(evidence, "cuda_missing", lambda: None)  # the GPU machine's later run into the same OUT
+    assert run_steps(tmp_path, [step], log=quiet)["decode_b1"]["status"] == "ok"
 
 
 def lane_stand_in(tmp_path, body: str):
@@ -164,6 +188,12 @@ def test_a_lane_whose_tests_all_skip_is_not_run_reported_so_and_run_again(tmp_pa
     # a later run (the GPU machine's) runs it again: its log holds two pytest sessions
     run_evidence(args, ["cuda_lane"], {}, steps=[step])
     assert (tmp_path / "out" / "cuda_lane" / "log.txt").read_text().count("2 skipped") == 2
+
+
+def test_a_lane_that_collected_no_test_is_not_run(tmp_path):
+    step = default_step("cuda_lane", tmp_path, lane_stand_in(tmp_path, "CASES = []\n"))
+    status = run_steps(tmp_path, [step], log=quiet)["cuda_lane"]
+    assert status["status"] == "not run" and status["rc"] == 5, status
 
 
 def test_a_lane_that_ran_some_tests_is_ok_with_the_skips_noted(tmp_path):
@@ -251,7 +281,7 @@ def test_a_relative_out_is_the_callers_not_the_repositorys(tmp_path):
     name = f"evidence-relative-{os.getpid()}"
     done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_evidence.sh"), name, "--only", "inkling2", "--cap",
                            "inkling2=1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stdout + done.stderr  # the step cannot finish in 1 s: capped or failed
+    assert done.returncode == 1, done.stdout + done.stderr  # not ok: not run without CUDA, capped (1 s) with it
     assert read_status(tmp_path / name / "inkling2") is not None, done.stdout + done.stderr
     assert not (REPO / name).exists()
 
@@ -261,16 +291,21 @@ def under_a_file(tmp):
     return tmp / "notes" / "out"
 
 
-UNCREATABLE = {"under_a_file": under_a_file, "in_proc": lambda tmp: "/proc/attnres-evidence/out"}
+UNCREATABLE = {
+    "under_a_file": under_a_file,
+    "in_proc": lambda tmp: "/proc/attnres-evidence/out",
+    "name_too_long": lambda tmp: tmp / "new" / ("x" * 300) / "out",  # mkdir would make new/ before failing
+}
 
 
 @pytest.mark.parametrize("make", UNCREATABLE.values(), ids=UNCREATABLE.keys())
 def test_an_out_that_cannot_be_created_is_one_line_naming_it(tmp_path, capsys, make):
     out = make(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
     assert main([str(out), "--only", "inkling2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: OUT ") and str(out) in err and err.count("\n") == 1, err
-    assert not os.path.exists(out)
+    assert sorted(tmp_path.rglob("*")) == before and not os.path.exists(out)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes in any folder")
@@ -279,7 +314,7 @@ def test_an_out_without_write_permission_is_one_line_naming_it(tmp_path, capsys)
     locked.mkdir(mode=0o500)
     assert main([str(locked / "out"), "--only", "inkling2"]) == 2
     err = capsys.readouterr().err
-    assert "permission" in err and str(locked) in err and err.count("\n") == 1, err
+    assert "not writable" in err and str(locked) in err and err.count("\n") == 1, err
 
 
 # A step whose process starts a child (both sleep) and records both pids; the run is stopped while they sleep.
@@ -298,7 +333,7 @@ def alive(pid: int) -> bool:
     return state not in ("", "Z", "Z+")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_signal_stops_the_steps_process_group_records_it_and_exits_130(tmp_path, sig):
     out = tmp_path / "out"
     run = subprocess.Popen([PY, "-c", RUNNER, str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
