@@ -16,14 +16,28 @@ MICRO_BATCH, SEQ_LEN, N_MICRO = 2, 8, 2
 
 
 def case_name(case: dict) -> str:
-    return "{mode}-L{layers}-S{block_size}-{cache}".format(**case, cache="cached" if case["caching"] else "naive")
+    family = case.get("family", "kimi_linear")
+    prefix = "" if family == "kimi_linear" else f"{family}-"
+    return prefix + "{mode}-L{layers}-S{block_size}-{cache}".format(**case,
+                                                                    cache="cached" if case["caching"] else "naive")
+
+
+def case_model(case: dict):
+    """The case's tiny model (Kimi Linear unless the case names another `family`), AttnRes tensors perturbed."""
+    from tests.helpers.model_factory import perturb_attn_res, tiny_model
+
+    if case.get("family", "kimi_linear") == "kimi_linear":
+        return tiny_model(case["mode"], case["block_size"], case["layers"]).train()
+    from tests.families.tiny import attn_res_model
+
+    model = attn_res_model(case["family"], case["mode"], case["block_size"], num_hidden_layers=case["layers"],
+                           tie_word_embeddings=False)
+    return perturb_attn_res(model).train()
 
 
 def reference(case: dict, ids: torch.Tensor):
     """Loss (mean over micro-batches) and gradients of the single-process model, as the schedule scales them."""
-    from tests.helpers.model_factory import tiny_model
-
-    model = tiny_model(case["mode"], case["block_size"], case["layers"]).train()
+    model = case_model(case)
     losses = []
     for micro in ids.chunk(N_MICRO):
         loss = model(micro, labels=micro).loss
@@ -35,10 +49,10 @@ def reference(case: dict, ids: torch.Tensor):
 
 def run_case(case: dict, rank: int, world: int, out: Path) -> None:
     from hf_attnres.pipeline.interleaved import build_interleaved
-    from tests.helpers.model_factory import random_ids, tiny_model
+    from tests.helpers.model_factory import random_ids
 
-    ids = random_ids(MICRO_BATCH * N_MICRO, SEQ_LEN, seed=3)
-    model = tiny_model(case["mode"], case["block_size"], case["layers"]).train()
+    model = case_model(case)
+    ids = random_ids(MICRO_BATCH * N_MICRO, SEQ_LEN, vocab=model.config.vocab_size, seed=3)
     pipe = build_interleaved(model, rank, world, case["virtual"], N_MICRO, MICRO_BATCH, SEQ_LEN, case["caching"])
     loss = pipe.step(ids, ids)
     ref_loss, ref_grads = reference(case, ids)
@@ -50,6 +64,7 @@ def run_case(case: dict, rank: int, world: int, out: Path) -> None:
         "missing_grads": [name for name, g in grads.items() if g is None],
         "max_grad_diff": worst[0], "worst_param": worst[1],
         "max_grad": max(g.abs().max().item() for g in ref_grads.values() if g is not None),
+        "hidden_size": model.config.hidden_size,
         "traffic": pipe.traffic.per_microbatch(),
         "plans": [{"chunk": p.chunk, "received": list(p.received), "cached": list(p.cached)} for p in pipe.plans],
     }
@@ -71,6 +86,7 @@ def worker(rank: int, world: int, port: int, out: str, cases: list[dict]) -> Non
 
 
 COPY = "copy"  # a `runs` entry [COPY, source, target]: rank 0 copies a folder (a checkpoint a killed run would leave)
+TRUNCATE = "truncate"  # a `runs` entry [TRUNCATE, file]: rank 0 cuts the file to half its size (a damaged checkpoint)
 
 
 def train_worker(rank: int, world: int, port: int, runs: list[list[str]]) -> None:
@@ -85,9 +101,11 @@ def train_worker(rank: int, world: int, port: int, runs: list[list[str]]) -> Non
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         for argv in runs:
-            if argv[0] == COPY:
-                if rank == 0:
+            if argv[0] in (COPY, TRUNCATE):
+                if rank == 0 and argv[0] == COPY:
                     shutil.copytree(argv[1], argv[2])
+                elif rank == 0:
+                    os.truncate(argv[1], os.path.getsize(argv[1]) // 2)
                 dist.barrier()
                 continue
             try:

@@ -3,9 +3,9 @@
 - The transport plan sends, at every transition, exactly what the caching simulator (hf_attnres/pipeline/caching.py)
   counts: completed blocks the receiver lacks, plus the partial sum.
 - Real runs (gloo, P = 2 and P = 4 processes, V = 2, two micro-batches, fp32): loss and every gradient equal the
-  single-process model's, caching on and off, block boundaries inside chunks and at chunk edges; the tensors and bytes
-  the schedule's P2P sends actually carried, forward and backward, equal the plan and the simulator (P = 4, V = 2:
-  the paper's six block sends saved).
+  single-process model's (Kimi Linear, and a Llama Block AttnRes model at P = 2), caching on and off, block
+  boundaries inside chunks and at chunk edges; the tensors and bytes the schedule's P2P sends actually carried,
+  forward and backward, equal the plan and the simulator (P = 4, V = 2: the paper's six block sends saved).
 """
 import json
 
@@ -18,7 +18,7 @@ from hf_attnres.pipeline.interleaved import chunk_layers, expected_traffic, plan
 from tests.helpers.interleaved_worker import MICRO_BATCH, SEQ_LEN, case_name, worker
 from tests.helpers.ports import free_port
 
-HIDDEN, FP32 = 64, 4  # tests.helpers.model_factory.tiny_model
+FP32 = 4
 
 
 @pytest.mark.parametrize("stages,virtual,layers_per_chunk,block_size",
@@ -81,7 +81,7 @@ def check_parity_and_traffic(case: dict, ranks: list[dict], world: int) -> dict:
     measured = {key: row for r in ranks for key, row in r["traffic"].items()}
     plans = plan_chunks(DepthLayout(case["mode"], case["layers"], case["block_size"]), world, case["virtual"],
                         case["caching"])
-    assert measured == expected_traffic(plans, MICRO_BATCH, SEQ_LEN, HIDDEN, FP32), name
+    assert measured == expected_traffic(plans, MICRO_BATCH, SEQ_LEN, ranks[0]["hidden_size"], FP32), name
     if case["mode"] == "block" and case["layers"] % (world * case["virtual"]) == 0:
         report = simulate_interleaved(world, case["virtual"], case["layers"] // (world * case["virtual"]),
                                       case["block_size"])
@@ -102,11 +102,14 @@ def test_two_stages_match_one_process(tmp_path):
     # chunk 3 starts at a block boundary; full mode caches every sub-layer output
     cases = [dict(mode=mode, layers=layers, block_size=size, virtual=2, caching=caching)
              for mode, layers, size in (("block", 8, 3), ("full", 4, 0)) for caching in (True, False)]
+    # another family: Llama's rotary embeddings rebuilt on each rank, the same block layout, cached
+    cases.append(dict(family="llama", mode="block", layers=8, block_size=3, virtual=2, caching=True))
     results = run_world(2, cases, tmp_path)
     measured = {name: check_parity_and_traffic(case, results[case_name(case)], 2)
                 for case, name in zip(cases, map(case_name, cases))}
     assert sent_tensors(measured["block-L8-S3-naive"]) - sent_tensors(measured["block-L8-S3-cached"]) == 2
     assert sent_tensors(measured["full-L4-S0-naive"]) - sent_tensors(measured["full-L4-S0-cached"]) == 4
+    assert sent_tensors(measured["llama-block-L8-S3-cached"]) == sent_tensors(measured["block-L8-S3-cached"])
 
 
 @pytest.mark.slow

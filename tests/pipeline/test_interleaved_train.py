@@ -1,7 +1,8 @@
 """`attnres train-interleaved` (hf_attnres/pipeline/interleaved_train.py) as train.py behaves: a run resumed from a
 mid-run checkpoint ends bit for bit where an uninterrupted one does; the non-finite guard skips updates and stops
 with exit code 3 and no model; a second run on a locked output folder stops at once; the saved model is a
-from_pretrained folder with the trained weights. One 2-process gloo launch runs all the training."""
+from_pretrained folder with the trained weights; a damaged rank file stops every rank with the same line; a Llama
+Block AttnRes model trains with the losses of one process. One 2-process gloo launch runs all the training."""
 import json
 
 import pytest
@@ -10,7 +11,7 @@ import torch.multiprocessing as mp
 
 from hf_attnres.cli.train_interleaved import main
 from hf_attnres.training.state import output_lock
-from tests.helpers.interleaved_worker import COPY, train_worker
+from tests.helpers.interleaved_worker import COPY, TRUNCATE, train_worker
 from tests.helpers.other_family import assert_untrainable_folder_refused
 from tests.helpers.ports import free_port
 
@@ -26,9 +27,45 @@ def checkpoint_tensors(folder, step, world=2):
     return [torch.load(ckpt / f"pipeline_rank{r}.pt", weights_only=True) for r in range(world)]
 
 
+def save_llama_block_model(folder):
+    from tests.families.tiny import attn_res_model
+    from tests.helpers.model_factory import perturb_attn_res
+
+    model = attn_res_model("llama", "block", block_size=3, num_hidden_layers=4, tie_word_embeddings=False)
+    perturb_attn_res(model).save_pretrained(folder)
+    return model
+
+
+def save_overflowing_model(folder):
+    """A model whose logits overflow to inf (a huge lm_head): every step's loss is non-finite."""
+    from tests.helpers.model_factory import tiny_model
+
+    model = tiny_model("block", 3, 4)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1e38)
+    model.save_pretrained(folder)
+    return folder
+
+
+def single_process_loss(model, step: int, seed=0, micro_batches=2, micro_batch=2, seq_len=8) -> float:
+    """The mean loss over a step's micro-batches (the pipeline's synthetic data) of the model in one process."""
+    from hf_attnres.pipeline.data import synthetic_micro_batch
+
+    model.train()
+    with torch.no_grad():
+        losses = [model(ids, labels=ids).loss for ids in (
+            synthetic_micro_batch(seed, step, micro, 0, micro_batch, seq_len, model.config.vocab_size)
+            for micro in range(micro_batches))]
+    return torch.stack(losses).mean().item()
+
+
 @pytest.mark.slow
 def test_resume_guard_and_saved_model(tmp_path):
     straight, split, nan = tmp_path / "straight", tmp_path / "split", tmp_path / "nan"
+    damaged, llama, llama_out = tmp_path / "damaged", tmp_path / "llama", tmp_path / "llama-run"
+    llama_model = save_llama_block_model(llama)
+    overflowing = save_overflowing_model(tmp_path / "overflowing")
+    damaged_file = damaged / "checkpoints" / "step-00000002" / "pipeline_rank1.pt"
     runs = [
         [*TINY, "--steps", "4", "--save-every", "2", "--keep-checkpoints", "5", "--output-dir", str(straight)],
         # what a run killed after step 2 leaves: its step-2 checkpoint (the schedule spans --steps, so a shorter run
@@ -37,7 +74,13 @@ def test_resume_guard_and_saved_model(tmp_path):
         [*TINY, "--steps", "4", "--save-every", "2", "--keep-checkpoints", "5", "--output-dir", str(split)],  # resumes
         # a longer schedule than the checkpoint's: refused by name
         [*TINY, "--steps", "6", "--no-save", "--output-dir", str(straight)],
-        [*TINY, "--steps", "8", "--lr", "1e6", "--no-save", "--output-dir", str(nan)],
+        ["--model", str(overflowing), "--seq-len", "8", "--grad-accum", "2", "--steps", "8", "--no-save",
+         "--output-dir", str(nan)],
+        # rank 1's file of a checkpoint damaged: rank 0's is intact, and rank 1 alone cannot read its own
+        [COPY, str(straight / "checkpoints" / "step-00000002"), str(damaged / "checkpoints" / "step-00000002")],
+        [TRUNCATE, str(damaged_file)],
+        [*TINY, "--steps", "4", "--save-every", "2", "--output-dir", str(damaged)],
+        ["--model", str(llama), "--seq-len", "8", "--grad-accum", "2", "--steps", "2", "--output-dir", str(llama_out)],
     ]
     mp.spawn(train_worker, args=(2, free_port(), runs), nprocs=2)
 
@@ -65,11 +108,24 @@ def test_resume_guard_and_saved_model(tmp_path):
     comms = json.loads((straight / "comms.json").read_text())
     assert comms["measured_per_micro_batch"] == comms["plan_per_micro_batch"]
 
-    # the guard: a huge learning rate; steps 2-4 make no update, the third in a row stops the run (exit code 3)
+    # the guard: logits that overflow; steps 1-3 make no update, the third in a row stops the run (exit code 3)
     assert json.loads((tmp_path / "nan.rank0.json").read_text()) == 3
     records = read_log(nan)
-    assert [r["step"] for r in records if r.get("skipped/nonfinite")] == [2, 3, 4] and len(records) == 4
+    assert [r["step"] for r in records if r.get("skipped/nonfinite")] == [1, 2, 3] and len(records) == 3
     assert not (nan / "model").exists() and not (nan / "checkpoints").exists()
+
+    # the damaged file: both ranks stop with the same one line naming it, before any step
+    verdicts = [json.loads((tmp_path / f"damaged.rank{r}.json").read_text()) for r in range(2)]
+    assert verdicts[0] == verdicts[1] and verdicts[0]["error"].startswith(f"error: {damaged_file}: "), verdicts
+    assert "\n" not in verdicts[0]["error"] and not (damaged / "log.jsonl").exists()
+
+    # another family: a Llama Block AttnRes model's first loss is one process's, and the trained model loads as Llama
+    from hf_attnres.families.llama import LlamaAttnResForCausalLM
+
+    assert read_log(llama_out)[0]["loss"] == pytest.approx(single_process_loss(llama_model, 0), rel=1e-5)
+    trained = LlamaAttnResForCausalLM.from_pretrained(llama_out / "model")
+    assert trained.state_dict().keys() == llama_model.state_dict().keys()
+    assert not torch.equal(trained.model.embed_tokens.weight, llama_model.model.embed_tokens.weight)
 
 
 def test_locked_output_folder_stops_before_any_work(tmp_path, monkeypatch):

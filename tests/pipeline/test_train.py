@@ -1,7 +1,7 @@
 """A 2-stage DeepSpeed pipeline (torchrun, gloo, 1F1B `train_batch`, ZeRO-1) trains exactly like one process.
 
-One torchrun launch runs `hf_attnres.cli.train_pipeline` for block, full and standard mode (startup is most of the
-cost).
+One torchrun launch runs `hf_attnres.cli.train_pipeline` for Kimi Linear's block, full and standard mode and a Llama
+Block AttnRes model (startup is most of the cost).
 Each run: one SGD step over 4 micro-batches (the 1F1B schedule interleaves them) from a saved tiny model; then here,
 single-process training of the same model on the same micro-batches. SGD makes the update proportional to the
 gradient, so comparing the updated weights (read back from the pipeline's sharded checkpoint) compares every gradient
@@ -19,13 +19,17 @@ import torch
 
 from hf_attnres import KimiLinearAttnResForCausalLM
 from hf_attnres.core.depth_layout import DepthLayout
+from hf_attnres.families.registry import family_classes
+from hf_attnres.folders.model_family import family_of_folder
 from hf_attnres.pipeline.data import synthetic_micro_batch
-from tests.helpers.model_factory import random_ids, tiny_model
+from tests.families.tiny import attn_res_model
+from tests.helpers.model_factory import perturb_attn_res, random_ids, tiny_model
 from tests.helpers.other_family import assert_untrainable_folder_refused
 from tests.helpers.remote_loading import load_in_clean_process, write_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("block", "full", "standard")
+RUNS = (*MODES, "llama-block")  # Kimi Linear in each mode; an upcycled family's Block AttnRes model
 STEPS, GRAD_ACCUM, MICRO_BATCH, SEQ_LEN, LR, SEED = 1, 4, 2, 16, 0.5, 3
 # runs several trainings in one process pair: `main(argv)` for each argv list in the JSON argument
 LAUNCH = ("import json, sys; from hf_attnres.cli.train_pipeline import main; "
@@ -46,13 +50,17 @@ def run_args(model_dir: Path, out_dir: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def pipeline_runs(tmp_path_factory):
-    """{mode: (initial model folder, run output folder)} after one torchrun launch of all three runs."""
+    """{run: (initial model folder, run output folder)} after one torchrun launch of all the runs."""
     root = tmp_path_factory.mktemp("pipeline")
     runs, argvs = {}, []
-    for mode in MODES:
+    for mode in RUNS:
         model_dir, out_dir = root / f"init-{mode}", root / f"run-{mode}"
-        tiny_model(mode=mode, block_size=2, num_layers=5).save_pretrained(model_dir)
-        write_tokenizer(model_dir)  # the run's output carries the --model folder's tokenizer
+        if mode == "llama-block":  # 5 layers in blocks of 2: the 2 stages' boundary lies inside a block
+            model = attn_res_model("llama", "block", block_size=2, num_hidden_layers=5, tie_word_embeddings=False)
+            perturb_attn_res(model).save_pretrained(model_dir)
+        else:
+            tiny_model(mode=mode, block_size=2, num_layers=5).save_pretrained(model_dir)
+            write_tokenizer(model_dir)  # the run's output carries the --model folder's tokenizer
         runs[mode] = (model_dir, out_dir)
         # full mode also checkpoints activations (DeepSpeed recomputes each decoder layer in backward)
         checkpointing = ["--activation-checkpoint-interval", "1"] if mode == "full" else []
@@ -65,9 +73,14 @@ def pipeline_runs(tmp_path_factory):
     return runs
 
 
+def model_class(model_dir: Path):
+    """The AttnRes causal LM class of the folder's family."""
+    return family_classes(family_of_folder(model_dir)[0])[1]
+
+
 def single_process_training(model_dir: Path):
     """Per-step losses and the final model of plain training: mean loss over the micro-batches, SGD step."""
-    model = KimiLinearAttnResForCausalLM.from_pretrained(model_dir).train()
+    model = model_class(model_dir).from_pretrained(model_dir).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     losses = []
     for step in range(STEPS):
@@ -81,15 +94,15 @@ def single_process_training(model_dir: Path):
     return losses, model
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", RUNS)
 def test_pipeline_matches_single_process(pipeline_runs, mode):
     model_dir, out_dir = pipeline_runs[mode]
     ref_losses, ref_model = single_process_training(model_dir)
     logged = [json.loads(line)["loss"] for line in (out_dir / "log.jsonl").read_text().splitlines()]
     assert logged == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
 
-    initial = dict(KimiLinearAttnResForCausalLM.from_pretrained(model_dir).named_parameters())
-    trained = dict(KimiLinearAttnResForCausalLM.from_pretrained(out_dir / "model").named_parameters())
+    initial = dict(model_class(model_dir).from_pretrained(model_dir).named_parameters())
+    trained = dict(model_class(out_dir / "model").from_pretrained(out_dir / "model").named_parameters())
     reference = dict(ref_model.named_parameters())
     assert trained.keys() == reference.keys()
     for name, ref in reference.items():
@@ -100,11 +113,11 @@ def test_pipeline_matches_single_process(pipeline_runs, mode):
         assert (trained[name] - initial[name]).abs().max() > 1e-4, name
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", RUNS)
 def test_boundary_sends_exactly_the_needed_sources(pipeline_runs, mode):
     """Measured bytes per boundary == the depth sources the next stage reads (+ DeepSpeed's one metadata buffer)."""
     model_dir, out_dir = pipeline_runs[mode]
-    config = KimiLinearAttnResForCausalLM.config_class.from_pretrained(model_dir)
+    config = model_class(model_dir).config_class.from_pretrained(model_dir)
     report = json.loads((out_dir / "comms.json").read_text())
     (row,) = report["boundaries"]
     layer = report["parts"][1] - 1  # pipe layer 0 is the embedding
@@ -113,7 +126,7 @@ def test_boundary_sends_exactly_the_needed_sources(pipeline_runs, mode):
     assert row["activation_bytes"] == row["gradient_bytes"] == row["minimum_bytes"] == row["tensors"] * tensor_bytes
     assert row["standard_bytes"] == tensor_bytes
     assert 0 < row["metadata_bytes"] <= 1024  # sent once: the boundary's shapes are fixed
-    if mode == "block":
+    if mode.endswith("block"):
         assert layer % config.attn_res_block_size != 0, "the test wants a boundary inside a block (partial sum crosses)"
 
 
@@ -135,24 +148,34 @@ def test_an_untrainable_folder_is_refused_in_one_line(tmp_path, monkeypatch, cas
     assert_untrainable_folder_refused(main, tmp_path, monkeypatch, case)
 
 
-# each argv in turn; a refusal (SystemExit) is printed as one REFUSED line and the next run goes on
-RESUME_LAUNCH = ("import json, sys\nfrom hf_attnres.cli.train_pipeline import main\n"
+# each argv in turn; a refusal (SystemExit) is printed as one REFUSED line (with the rank) and the next run goes on;
+# a ["truncate", path] entry halves the file on rank 0, between runs (the process group is the runs' own)
+RESUME_LAUNCH = ("import json, os, sys\nimport torch.distributed as dist\n"
+                 "from hf_attnres.cli.train_pipeline import main\n"
                  "for argv in json.loads(sys.argv[1]):\n"
+                 "    if argv[0] == 'truncate':\n"
+                 "        if dist.get_rank() == 0:\n"
+                 "            os.truncate(argv[1], os.path.getsize(argv[1]) // 2)\n"
+                 "        dist.barrier()\n        continue\n"
                  "    try:\n        main(argv)\n    except SystemExit as error:\n"
-                 "        print('REFUSED', error, flush=True)\n")
+                 "        print('REFUSED', os.environ['RANK'], error, flush=True)\n")
 
 
 def test_resume_continues_bit_for_bit_and_other_settings_are_refused(tmp_path):
     """A 4-step run checkpointing every 2 steps; a run resumed from its step-2 checkpoint (in another folder) logs the
     same losses for steps 3-4 and saves the same weights; the same folder with --steps 6 is refused by name (the
-    schedule spans --steps), its checkpoints untouched."""
+    schedule spans --steps), its checkpoints untouched. Resuming from a checkpoint whose rank-0 RNG state is truncated
+    stops both ranks with the same one line naming the file (no rank goes on into a collective the other left)."""
     from safetensors.torch import load_file
 
-    straight, split = tmp_path / "straight", tmp_path / "split"
+    straight, split, damaged = tmp_path / "straight", tmp_path / "split", tmp_path / "damaged"
+    step4 = straight / "checkpoints" / "step-00000004"
     flags = ["--steps", "4", "--save-every", "2", "--seq-len", "8", "--lr", "1e-2"]
     argvs = [[*flags, "--output-dir", str(straight)],
              [*flags, "--output-dir", str(split), "--resume", str(straight / "checkpoints" / "step-00000002")],
-             ["--steps", "6", *flags[2:], "--output-dir", str(straight), "--no-save"]]
+             ["--steps", "6", *flags[2:], "--output-dir", str(straight), "--no-save"],
+             ["truncate", str(step4 / "rng_state_0.pt")],
+             [*flags, "--output-dir", str(damaged), "--resume", str(step4)]]
     # the eager mix in every run: the fused CPU kernel, built on first use, could be ready for one run and not for
     # the other, and its last bits differ from the eager path's
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "ATTNRES_BACKEND": "torch"}
@@ -172,7 +195,14 @@ def test_resume_continues_bit_for_bit_and_other_settings_are_refused(tmp_path):
         mine, ref = load_file(split / "model" / name), load_file(straight / "model" / name)
         assert mine.keys() == ref.keys() and all(torch.equal(mine[k], ref[k]) for k in ref), name
     refused = [line for line in result.stdout.splitlines() if line.startswith("REFUSED")]
-    assert len(refused) == 2 and all("recipe.max_steps': (4, 6)" in line for line in refused), result.stdout[-3000:]
+    assert len(refused) == 4, result.stdout[-3000:]
+    assert all("recipe.max_steps': (4, 6)" in line for line in refused[:2]), result.stdout[-3000:]
+    # the damaged file: the same line on both ranks, naming it; nothing else went wrong on either rank
+    lines = {line.split(" ", 2)[1]: line.split(" ", 2)[2] for line in refused[2:]}
+    assert lines.keys() == {"0", "1"} and lines["0"] == lines["1"], refused
+    assert lines["0"].startswith(f"error: {step4 / 'rng_state_0.pt'}: cannot be read"), lines
+    assert "Traceback" not in result.stderr and "Connection closed" not in result.stderr, result.stderr[-3000:]
+    assert not (damaged / "model").exists()
     assert sorted(p.name for p in (straight / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]
 
 
