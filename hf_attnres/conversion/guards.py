@@ -225,7 +225,8 @@ def check_max_shard_size(max_shard_size: int | str) -> int:
     from huggingface_hub.serialization._base import parse_size_to_int
 
     try:
-        size = max_shard_size if isinstance(max_shard_size, int) else parse_size_to_int(max_shard_size)
+        size = max_shard_size if isinstance(max_shard_size, int) and not isinstance(max_shard_size, bool) else \
+            parse_size_to_int(max_shard_size)  # True is no size
     except (ValueError, TypeError, AttributeError):
         size = 0
     if size <= 0:

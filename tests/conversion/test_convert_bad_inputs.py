@@ -310,3 +310,13 @@ def test_a_plain_convert_is_refused_in_its_own_words(convert, capsys, moonshot_c
     err = run_refused(convert, capsys, [tmp_path / "block", out, "--upcycle", "full"], ["is already AttnRes"],
                       absent=[out])
     assert "upcycl" in err, err
+
+
+@pytest.mark.parametrize("size", [True, 0, -1, 3.5, "banana", "1B"])
+def test_python_shard_sizes_that_are_no_size_are_refused(size):
+    from hf_attnres.conversion.errors import ConversionError
+    from hf_attnres.conversion.guards import check_max_shard_size
+
+    with pytest.raises(ConversionError, match="--max-shard-size"):
+        check_max_shard_size(size)
+    assert check_max_shard_size(200_000) == 200_000 and check_max_shard_size("5GB") == 5 * 10**9
