@@ -52,7 +52,8 @@ STOP_GRACE_S = 5.0  # an interrupted step's group gets SIGTERM, then SIGKILL aft
 @dataclass
 class Verdict:
     """What a step's results show it did: `ran` False when nothing was measured or tested (`why` says what
-    stopped it: every test skipped, every implementation unavailable), else a `note` on what ran."""
+    stopped it: every test skipped, every implementation unavailable), else a `note` on what ran. A judge raises
+    ValueError, naming the file, for results it cannot read."""
 
     ran: bool
     why: str = ""
@@ -94,39 +95,44 @@ def judge_junit(name: str):
     def judge(folder: Path) -> Verdict:
         try:
             root = ElementTree.parse(folder / name).getroot()
-        except (OSError, ElementTree.ParseError) as error:
-            return Verdict(False, why=f"{name} unreadable ({error})")
-        suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-        total = sum(int(s.get("tests", 0)) for s in suites)
-        skipped = sum(int(s.get("skipped", 0)) for s in suites)
-        failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+            suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+            total, skipped, failed = (sum(int(s.get(key, 0)) for s in suites for key in keys)
+                                      for keys in (("tests",), ("skipped",), ("failures", "errors")))
+        except (OSError, ElementTree.ParseError, ValueError) as error:
+            raise ValueError(f"{name} unreadable ({error})") from None
         if total == 0:
             return Verdict(False, why="pytest collected no tests")
         if skipped >= total:
             reasons = Counter(s.get("message", "").strip() or "no reason given" for s in root.iter("skipped"))
             return Verdict(False, why=f"all {total} tests skipped: {skip_reasons(reasons)}")
-        passed = total - skipped - failed
-        return Verdict(True, note=f"{passed} passed, {failed} failed, {skipped} skipped of {total}")
+        return Verdict(True, note=f"{total - skipped - failed} passed, {failed} failed, {skipped} skipped of {total}")
 
     return judge
 
 
-def judge_rows(name: str, measured: str, *, what: str = "rows"):
+def read_json_key(folder: Path, name: str, key: str, kind: type):
+    """`key` of the JSON object in `folder / name`, of type `kind`; ValueError naming the file otherwise."""
+    try:
+        value = json.loads((folder / name).read_text()).get(key)
+    except (OSError, ValueError, AttributeError) as error:
+        raise ValueError(f"{name} unreadable ({error})") from None
+    if not isinstance(value, kind):
+        raise ValueError(f"{name} has no {key!r} {kind.__name__}")
+    return value
+
+
+def judge_rows(name: str, measured: str):
     """A benchmark step (its JSON `name` with a "results" list): ran when at least one row has the key `measured`;
     rows without it say why (`unavailable` / `error`)."""
 
     def judge(folder: Path) -> Verdict:
-        try:
-            rows = json.loads((folder / name).read_text()).get("results")
-        except (OSError, ValueError, AttributeError) as error:
-            return Verdict(False, why=f"{name} unreadable ({error})")
-        rows = rows if isinstance(rows, list) else []
-        done = [r for r in rows if isinstance(r, dict) and measured in r]
+        rows = read_json_key(folder, name, "results", list)
+        done = sum(isinstance(r, dict) and measured in r for r in rows)
         missing = Counter(str(r.get("unavailable") or r.get("error") or "no result") if isinstance(r, dict)
-                          else "not a result" for r in rows if r not in done)
+                          else "not a result" for r in rows if not (isinstance(r, dict) and measured in r))
         if not done:
-            return Verdict(False, why=f"no {what} measured" + (f": {skip_reasons(missing)}" if missing else ""))
-        return Verdict(True, note=f"{len(done)} of {len(rows)} {what} measured"
+            return Verdict(False, why="nothing measured" + (f": {skip_reasons(missing)}" if missing else ""))
+        return Verdict(True, note=f"{done} of {len(rows)} rows measured"
                        + (f"; the others: {skip_reasons(missing)}" if missing else ""))
 
     return judge
@@ -136,13 +142,9 @@ def judge_study(name: str):
     """The continued study (its summary JSON `name`, "runs" by id): ran when at least one run finished."""
 
     def judge(folder: Path) -> Verdict:
-        try:
-            runs = json.loads((folder / name).read_text()).get("runs")
-        except (OSError, ValueError, AttributeError) as error:
-            return Verdict(False, why=f"{name} unreadable ({error})")
-        if not isinstance(runs, dict) or not runs:
-            return Verdict(False, why="no run of the grid finished")
-        return Verdict(True, note=f"{len(runs)} runs finished")
+        runs = read_json_key(folder, name, "runs", dict)
+        return Verdict(True, note=f"{len(runs)} runs finished") if runs else Verdict(
+            False, why="no run of the grid finished")
 
     return judge
 
@@ -328,7 +330,8 @@ def run_steps(out: Path, steps: list[Step], only: list[str] | None = None, log=p
 
 def judged(folder: Path, step: Step, status: dict) -> dict:
     """What an exit code of 0 proves: "ok" with the result files' checksums when the results show work done,
-    "not run" when they show none (every test skipped, nothing measured), "failed" when a result file is missing.
+    "not run" when they show none (every test skipped, nothing measured), "failed" when a result file is missing
+    or unreadable.
     The step's `nothing_rc` is "not run" too."""
     if step.nothing_rc is not None and status["rc"] == step.nothing_rc:
         return dict(status="not run", why=f"exit code {status['rc']}: the command found nothing to run")
@@ -337,7 +340,10 @@ def judged(folder: Path, step: Step, status: dict) -> dict:
     missing = [name for name in step.results if not (folder / name).is_file()]
     if missing:
         return dict(status="failed", why=f"exit code 0 but no {', '.join(missing)}")
-    verdict = step.judge(folder)
+    try:
+        verdict = step.judge(folder)
+    except ValueError as error:
+        return dict(status="failed", why=f"exit code 0 but {error}")
     if not verdict.ran:
         return dict(status="not run", why=verdict.why)
     return dict(results=checksums(folder, step.results), **(dict(note=verdict.note) if verdict.note else {}))

@@ -237,8 +237,10 @@ def test_kernels_with_every_implementation_unavailable_is_not_run(tmp_path):
     assert status["status"] == "not run" and "not installed" in status["why"], status
 
 
-def test_exit_code_0_without_the_result_file_is_failed(tmp_path):
-    step = default_step("decode_b1", tmp_path, script("pass"))
+@pytest.mark.parametrize("files", [{}, {"model_b1.json": "not JSON"}, {"model_b1.json": {"results": "none"}}],
+                         ids=["missing", "not_json", "no_results_list"])
+def test_exit_code_0_without_a_readable_result_file_is_failed(tmp_path, files):
+    step = default_step("decode_b1", tmp_path, writer(files))
     status = run_steps(tmp_path, [step], log=quiet)["decode_b1"]
     assert status["status"] == "failed" and "model_b1.json" in status["why"], status
 
