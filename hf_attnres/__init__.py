@@ -11,6 +11,7 @@ the tools' folder checks and weights record (hf_attnres.folders.model_folder). `
 only: the
 tools' modules load when first called.
 """
+from .core.installed import install as _install_package_features
 from .core.model import AttnResPreTrainedMixin
 from .families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from .families.kimi_linear.modeling_kimi_linear_attnres import (
@@ -40,6 +41,8 @@ AttnResPreTrainedMixin.code_writer = staticmethod(_write_code_files)
 # backends "auto" and "cpp" on CPU run the package's fused C++ kernel (built on first use); a folder's own copy of the
 # kernels registers none and takes the lean path, so it ships no compiler, build cache or file lock
 register_cpu_kernel(cpu_fused.fits, cpu_fused.attn_res_cpu)
+# the fused depth mix mapped with `kernels`, and the tool-side checks and switches (hf_attnres.core.installed)
+_install_package_features()
 
 
 def save(model, folder, *args, **kwargs) -> None:

@@ -1,24 +1,21 @@
 """The AttnRes fields of a config and their checks, for any PreNorm decoder family.
 
-A family's AttnRes config is the family's own config plus these fields (`hf_attnres/families/<family>/`):
-`class LlamaAttnResConfig(AttnResConfigMixin, LlamaConfig)`. The mixin adds the fields (declared once, in
-`ATTN_RES_FIELDS`) to the subclass before transformers turns it into a dataclass, validates them and the family's own
-sizes, signs, finite values, activation and dtype name at construction (one ValueError naming the field, before
-anything compares or allocates) and resolves `attn_res_mode`. A family with more fields to check (Kimi Linear's MoE
-and KDA sizes) names them in its own tables (`count_fields`, `float_fields`).
+A family's AttnRes config is the family's own config plus these fields:
+`class <Family>AttnResConfig(AttnResConfigMixin, <Family>Config)`. The mixin adds the fields (declared once, in
+`ATTN_RES_FIELDS`) to the subclass before transformers turns it into a dataclass, validates them at construction (one
+ValueError naming the field, before anything compares or allocates) and resolves `attn_res_mode`. The installed
+package also checks the family's own sizes, signs, finite values, activation and dtype name there (`field_checks`).
 """
 import functools
 import math
-import os
 
 ATTN_RES_MODES = ("standard", "block", "full")
 ATTN_RES_BACKENDS = ("auto", "torch", "triton", "cpp")
 ATTN_RES_SCORES = ("softmax", "sigmoid")
-BACKEND_ENV_VAR = "ATTNRES_BACKEND"
 
-# name: (annotation, default), as in KimiLinearAttnResConfig (its docstring documents each field). Annotations are
-# strings, as that file's (`from __future__ import annotations`): `@strict` then leaves their types to our checks,
-# which name the field in a ValueError (strict's own error is not one)
+# name: (annotation, default); docs/PYTHON.md documents them. Annotations are strings (as under
+# `from __future__ import annotations`): `@strict` then leaves their types to `check_attn_res_types`, which names the
+# field in a ValueError (strict's own error is not one)
 ATTN_RES_FIELDS = {
     "attn_res_mode": ("str | None", None),
     "attn_res_block_size": ("int", 0),
@@ -32,15 +29,6 @@ ATTN_RES_FIELDS = {
     "attn_res_query_init_std": ("float", 0.0),
     "attn_res_key_norm_init": ("float", 1.0),
 }
-# The size fields of every decoder family's config: name -> smallest valid value (None allowed where optional)
-BASE_COUNTS = dict(num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1, hidden_size=1,
-                   intermediate_size=1, vocab_size=1, max_position_embeddings=1, head_dim=1)
-OPTIONAL_BASE_COUNTS = ("num_key_value_heads", "head_dim")
-# Float fields: name -> (smallest valid value, whether the smallest itself is allowed, optional)
-BASE_FLOATS = dict(rms_norm_eps=(0.0, False, False), initializer_range=(0.0, True, True),
-                   attention_dropout=(0.0, True, True))
-# The dtypes a model computes in; float8 and the like are storage formats of quantized checkpoints
-DTYPES = ("float32", "float16", "bfloat16", "auto")
 _SWITCHES = {"attn_res_two_phase": True, "attn_res_fuse_norm": False, "attn_res_recompute": False,
              "attn_res_static_mixing": False, "attn_res_key_norm": False}  # name: may be None
 
@@ -95,26 +83,29 @@ class AttnResConfigChecks:
 
         return DepthLayout.of(self).num_blocks
 
+    # `backend_override(field)`: the installed package's switch over the backend (its environment variable,
+    # hf_attnres.core.installed), set at its import; None in a folder's own copy, where the config field decides
+    backend_override = None
+
     def resolved_backend(self) -> str:
-        """The backend in force: the environment variable wins over the config field."""
-        backend = os.environ.get(BACKEND_ENV_VAR, self.attn_res_backend)
-        if backend not in ATTN_RES_BACKENDS:
-            raise ValueError(f"{BACKEND_ENV_VAR} must be one of {ATTN_RES_BACKENDS}, got {backend!r}")
-        return backend
+        """The backend in force: the config field, unless the installed package overrides it."""
+        override = type(self).backend_override
+        return self.attn_res_backend if override is None else override(self.attn_res_backend)
 
 
 class AttnResConfigMixin(AttnResConfigChecks):
     """The AttnRes fields added to a family's config class (first base, before the family's config), and the checks
-    of its fields at construction. `count_fields` / `optional_counts` / `float_fields`: the family's size and float
-    fields (the shared ones by default); `extra_activations`: `hidden_act` values beyond transformers' `ACT2FN`;
+    of its fields at construction. `extra_activations`: `hidden_act` values beyond transformers' `ACT2FN`;
     `attn_res_refused_flags`: the family's config fields that AttnRes refuses set (truthy), each with the reason."""
 
     attn_res_family = None  # the family's own model_type (e.g. "llama"): what an upcycled checkpoint came from
     attn_res_refused_flags = {}  # read only: a class attribute, not a config field
-    count_fields = BASE_COUNTS
-    optional_counts = OPTIONAL_BASE_COUNTS
-    float_fields = BASE_FLOATS
     extra_activations = ()
+    # Set by the installed package at its import (hf_attnres.core.installed), None in a folder's own copy, whose
+    # config checks its AttnRes fields only: `field_checks(config)`, the checks of the family's own sizes, signs,
+    # finite values, activation and dtype name (hf_attnres.core.config_checks), and `init_kwargs_checks(kwargs)`, of
+    # the constructor arguments transformers reads without checking (`torch_dtype`)
+    field_checks = init_kwargs_checks = None
 
     def __init_subclass__(cls, **kwargs):
         # declared on the subclass itself, before transformers' PreTrainedConfig.__init_subclass__ makes it a
@@ -129,6 +120,7 @@ class AttnResConfigMixin(AttnResConfigChecks):
 
 
     def __post_init__(self, **kwargs):
+        check_attn_res_types(self)
         self.check_field_types()
         self.check_init_kwargs(kwargs)
         super().__post_init__(**kwargs)
@@ -145,18 +137,15 @@ class AttnResConfigMixin(AttnResConfigChecks):
                 raise ValueError(f"{field}={value!r} is not supported with AttnRes: {reason}")
 
     def check_field_types(self) -> None:
-        """Types, sizes, signs, finite values, the activation and dtype name of the config's fields, checked first
-        (2.5, True or "4" as a layer count, NaN as an epsilon, a misspelt activation): a ValueError naming the field."""
-        check_attn_res_types(self)
-        check_counts(self, self.count_fields, self.optional_counts)
-        check_floats(self, self.float_fields)
-        for field in ("hidden_act", "hidden_activation"):  # Gemma's name for it is the second
-            check_activation(getattr(self, field, None), self.extra_activations, field)
-        check_dtype(getattr(self, "dtype", None))
+        """The family's own fields, checked first (2.5, True or "4" as a layer count, NaN as an epsilon, a misspelt
+        activation): a ValueError naming the field, where the installed package is (`field_checks`)."""
+        if self.field_checks is not None:
+            self.field_checks(self)
 
     def check_init_kwargs(self, kwargs: dict) -> None:
-        """The constructor arguments transformers reads without checking: `torch_dtype`, the old name of `dtype`."""
-        check_dtype(kwargs.get("torch_dtype"), "torch_dtype")
+        """The constructor arguments transformers reads without checking, where the installed package is."""
+        if self.init_kwargs_checks is not None:
+            self.init_kwargs_checks(kwargs)
 
     def check_attn_res(self) -> None:
         """The AttnRes layout (mode, block size, backend, ablations), once the family's config is built."""
@@ -198,61 +187,6 @@ def _declared(cls, field: str) -> str:
     return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
 
 
-def check_counts(config, fields: dict, optional=()) -> None:
-    """Each integer field of `fields` (name -> smallest valid value) an int >= its minimum (None where optional)."""
-    for field, minimum in fields.items():
-        if not hasattr(config, field):  # a field this family's config does not have
-            continue
-        value = getattr(config, field)
-        if value is None and field in optional:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{field} must be an integer, got {value!r} ({type(value).__name__})")
-        if value < minimum:
-            raise ValueError(f"{field} must be >= {minimum}, got {value}")
-
-
-def check_floats(config, fields: dict) -> None:
-    """Each float field (name -> (minimum, minimum allowed, optional)) a finite number in range; dropout < 1."""
-    for field, (minimum, inclusive, optional) in fields.items():
-        if not hasattr(config, field):
-            continue
-        value = getattr(config, field)
-        if value is None and optional:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{field} must be a number, got {value!r} ({type(value).__name__})")
-        if not math.isfinite(value):
-            raise ValueError(f"{field} must be finite, got {value}")
-        if value < minimum or (value == minimum and not inclusive):
-            raise ValueError(f"{field} must be {'>=' if inclusive else '>'} {minimum}, got {value}")
-    if (getattr(config, "attention_dropout", None) or 0) >= 1:
-        raise ValueError(f"attention_dropout must be < 1, got {config.attention_dropout}")
-
-
-def check_activation(value, extra=(), field: str = "hidden_act") -> None:
-    """`hidden_act` (or `field`): a name transformers' `ACT2FN` knows (or one the family adds), not a typo found only
-    at the first forward."""
-    if value is None:
-        return
-    from transformers.activations import ACT2FN
-
-    if not isinstance(value, str) or (value not in ACT2FN and value not in extra):
-        known = sorted([*ACT2FN, *extra])
-        raise ValueError(f"{field} must be one of {known}, got {value!r}")
-
-
-def check_dtype(value, field: str = "dtype") -> None:
-    """`dtype` / `torch_dtype`: a name (or torch dtype) of a floating type this model computes in."""
-    if value is None:
-        return
-    name = str(value).removeprefix("torch.")
-    if name not in DTYPES:
-        raise ValueError(f"{field} must be one of {DTYPES} (or unset), got {value!r}"
-                         + ("; float8 is a storage format of quantized checkpoints, not one this model computes in"
-                            if "float8" in name else ""))
-
-
 def check_attn_res_types(config) -> None:
     """ValueError naming the field for a wrong type, sign or non-finite value of an AttnRes field (2.5 or "2" as a
     block size, a truthy "no" as a switch, NaN as an init scale), before anything compares or allocates."""
@@ -275,6 +209,5 @@ def check_attn_res_types(config) -> None:
             raise ValueError(f"{field} must be a string, got {value!r} ({type(value).__name__})")
 
 
-__all__ = ["AttnResConfigMixin", "AttnResConfigChecks", "ATTN_RES_FIELDS", "BASE_COUNTS", "BASE_FLOATS", "DTYPES",
-           "check_counts", "check_floats", "check_activation", "check_dtype", "ATTN_RES_MODES", "ATTN_RES_BACKENDS",
-           "ATTN_RES_SCORES", "BACKEND_ENV_VAR", "check_attn_res_types"]
+__all__ = ["AttnResConfigMixin", "AttnResConfigChecks", "ATTN_RES_FIELDS", "ATTN_RES_MODES", "ATTN_RES_BACKENDS",
+           "ATTN_RES_SCORES", "check_attn_res_types"]

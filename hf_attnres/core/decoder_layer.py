@@ -9,9 +9,9 @@ was read. The layer receives the current *depth sources* and returns the ones it
 - block:    a block's first attention output opens a new partial sum; every other output joins the partial sum.
 - full:     every sub-layer output is its own source.
 
-A family's layer is `class XAttnResDecoderLayer(AttnResDecoderLayerMixin, XDecoderLayer)`; it names the norms that
-read each mix (`attn_res_input_norms`), the modules that end each sub-layer's output (`attn_res_output_modules`), and
-overrides `attention` / `feed_forward` where its sub-layers differ otherwise.
+A family's layer is `class <Family>AttnResDecoderLayer(AttnResDecoderLayerMixin, <Family>DecoderLayer)`; it names
+the norms that read each mix (`attn_res_input_norms`), the modules that end each sub-layer's output
+(`attn_res_output_modules`), and overrides `attention` / `feed_forward` where its sub-layers differ otherwise.
 """
 import torch
 
@@ -79,7 +79,7 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         """Sources come positionally: reentrant checkpointing only tracks gradients of positional tensors.
 
         Returns the new sources (1, or 2 in full mode) followed by the mix weights when asked: a flat tuple of tensors.
-        `attn_res_schedule`: how no-grad mixes are computed (`hf_attnres.core.inference.TwoPhaseSchedule`), None: plain.
+        `attn_res_schedule`: how no-grad mixes are computed (the installed package's two-phase schedule), None: plain.
         `attn_res_settings`: the config's mix switches, resolved once per model forward (`mix_point.MixSettings`).
         `cache`: `past_key_values` before transformers 5.24 (either name; the model passes the installed one's, which
         transformers' gradient-checkpointing layer clears under checkpointing).

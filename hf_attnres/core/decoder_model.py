@@ -5,8 +5,9 @@ body in transformers: embeddings, a rotary embedding, one causal (or sliding-win
 layers, the final RMSNorm. A family names its modules as
 class attributes and this body runs them the family's way, except the residual (`hf_attnres.core.model.run_depth`):
 
-    class LlamaAttnResModel(AttnResDecoderModel, LlamaAttnResPreTrainedModel):
-        decoder_layer_class, norm_class, rotary_class = LlamaAttnResDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
+    class <Family>AttnResModel(AttnResDecoderModel, <Family>AttnResPreTrainedModel):
+        decoder_layer_class = <Family>AttnResDecoderLayer
+        norm_class, rotary_class = <Family>RMSNorm, <Family>RotaryEmbedding
 
 In standard mode the forward is the family's own, operation for operation, so the logits are equal bit for bit.
 """
@@ -18,7 +19,6 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
-from hf_attnres.core.buildable import decoder_parameters, refuse_unbuildable
 from hf_attnres.core.cache_arg import cache_kwargs
 from hf_attnres.core.model import AttnResForCausalLMMixin, AttnResModelMixin
 
@@ -61,7 +61,8 @@ class AttnResDecoderModel(AttnResModelMixin):
     embedding_scale = None  # a rule of EMBEDDING_SCALES, given to `embedding_class` as `embed_scale=`; None: unscaled
 
     def __init__(self, config):
-        refuse_unbuildable(config, decoder_parameters(config), at_least=True)  # before any allocation
+        if self.build_check is not None:  # the installed package's memory check, before any allocation
+            self.build_check(config)
         super().__init__(config)
         self.padding_idx = config.pad_token_id
         self.vocab_size = config.vocab_size

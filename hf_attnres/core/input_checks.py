@@ -1,13 +1,10 @@
-"""Checks of the model's inputs that go beyond shapes (dtypes, value ranges, labels): each raises a ValueError naming
-the argument before any kernel runs. Value checks cost one host synchronisation per forward, shared by all of them."""
+"""Checks of the model's inputs that go beyond shapes (dtypes, value ranges): each raises a ValueError naming
+the argument before any kernel runs. The value checks cost one host synchronisation, shared by all of them: a folder's
+code runs them once per `generate` call, the installed package at every forward (hf_attnres.core.installed)."""
 from __future__ import annotations
-
-import os
-import warnings
 
 import torch
 
-IGNORE_INDEX = -100  # transformers' loss skips these label positions
 # the integer dtypes the embedding takes as they are; ids of any other integer dtype are widened to torch.long
 EMBEDDING_DTYPES = (torch.int32, torch.int64)
 
@@ -40,13 +37,6 @@ def check_dtypes(input_ids, inputs_embeds, parameter_dtype: torch.dtype) -> None
                              f"{parameter_dtype}: cast it with .to({parameter_dtype})")
 
 
-def check_backend(backend: str, device: torch.device) -> None:
-    """The Triton backend needs CUDA tensors (or Triton's interpreter): say so before Triton's driver fails."""
-    if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"attn_res_backend (or ATTNRES_BACKEND) is 'triton' but the input is on {device}: the Triton "
-                         "kernels need a CUDA GPU; use 'auto' or 'torch'")
-
-
 def check_values(input_ids, attention_mask, vocab_size: int) -> None:
     """Token ids inside the vocabulary and a 2-D padding mask of 0/1 only (2, -1 or 0.5 would change the logits
     silently). One host sync for both; the details are computed only for the error message."""
@@ -64,23 +54,3 @@ def check_values(input_ids, attention_mask, vocab_size: int) -> None:
         raise ValueError(f"input_ids must lie in [0, vocab_size={vocab_size}), got values in [{low}, {high}]")
     bad = mask[(mask != 0) & (mask != 1)].unique()[:5].tolist()
     raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (token), got values {bad}")
-
-
-def check_labels(labels, reference, vocab_size: int) -> None:
-    """Labels: integers of the input's [batch, seq_len] shape, each a token id or -100 (ignored)."""
-    if labels is None or torch.compiler.is_compiling():
-        return
-    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        raise ValueError(f"labels must hold integer token ids (torch.long), got dtype {labels.dtype}")
-    labels = widened(labels, keep=(torch.int64,))
-    if reference is not None and tuple(labels.shape) != tuple(reference.shape[:2]):
-        raise ValueError(f"labels must have the input's shape [batch, seq_len] = {tuple(reference.shape[:2])}, "
-                         f"got {tuple(labels.shape)}")
-    ignored = labels == IGNORE_INDEX
-    bad = ~ignored & ((labels < 0) | (labels >= vocab_size))
-    any_bad, all_ignored = (bool(v) for v in torch.stack([bad.any(), ignored.all()]).tolist())
-    if any_bad:
-        raise ValueError(f"labels must lie in [0, vocab_size={vocab_size}) or be {IGNORE_INDEX} (ignored), got "
-                         f"values {labels[bad].unique()[:5].tolist()}")
-    if all_ignored:
-        warnings.warn(f"every label is {IGNORE_INDEX}: no token to predict, so the loss is NaN (0 / 0)", stacklevel=3)

@@ -13,7 +13,7 @@ from torch import nn
 
 from hf_attnres.core.depth_layout import DepthLayout
 from hf_attnres.core.offload import onloaded
-from hf_attnres.kernels import attn_res
+from hf_attnres.kernels.mix.depth_mix import AttnResDepthMix
 from hf_attnres.kernels.mix.variants import attn_res_variant
 
 
@@ -85,6 +85,8 @@ class AttnResMixing:
             return add_ablation_point(self, point, config)
         setattr(self, f"{point}_res_norm", DepthKeyNorm(config.hidden_size, eps=config.rms_norm_eps))
         setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
+        if "attn_res_mix" not in self._modules:  # the owner's points share one (stateless) kernelizable mix
+            self.attn_res_mix = AttnResDepthMix()
 
     def res_query(self, point: str) -> torch.Tensor:
         """The pseudo-query vector [hidden] of `point`. When an adapter library has wrapped the `PseudoQuery` (PEFT
@@ -119,9 +121,9 @@ class AttnResMixing:
         settings: MixSettings | None = None,
     ) -> torch.Tensor:
         """The mix, then `out_norm` (the RMSNorm that reads it) when given: fused into the op where possible.
-        `schedule`: a `TwoPhaseSchedule` serving the no-grad forward (hf_attnres.core.inference). `settings`: the
-        config's
-        switches, resolved once per forward by the model (`MixSettings.of(config)` here when not given).
+        `schedule`: the installed package's two-phase schedule serving a no-grad forward, or None. `settings`: the
+        config's switches, resolved once per forward by the model (`MixSettings.of(config)` here when not given).
+        The mix itself is the owner's `attn_res_mix` module, which a mapped kernel replaces (`kernels.kernelize`).
         Written for the one-token decode step, where this Python is most of the cost: no config reads, the point's
         modules read from `_modules` (nn.Module.__getattr__ is a failing dict lookup first)."""
         settings = settings or MixSettings.of(self.config)
@@ -141,11 +143,10 @@ class AttnResMixing:
                 return mixed if out_norm is None or fused else out_norm(mixed)
             # the query's Linear weight [1, hidden] as it is (the kernels take it); an adapter's wrapper is read through
             query = proj.weight if type(proj) is PseudoQuery else self.res_query(point)
-            mixed = attn_res(
-                sources, query, norm.weight, norm.variance_epsilon,
-                return_weights=weights is not None, backend=settings.backend, recompute=settings.recompute,
-                out_norm_weight=out_norm.weight if fused else None,
-                out_norm_eps=out_norm.variance_epsilon if fused else 1e-6,
+            mixed = modules["attn_res_mix"](
+                sources, query, norm.weight, norm.variance_epsilon, weights is not None,
+                out_norm.weight if fused else None, out_norm.variance_epsilon if fused else 1e-6,
+                settings.backend, settings.recompute,
             )
         if weights is not None:
             mixed, probs = mixed
@@ -193,7 +194,7 @@ def mix_ablation(owner: nn.Module, point: str, sources, weights: list | None, ou
     """`AttnResMixing.mix` for an ablated config: the reference op, then `out_norm` (not fused: there is no kernel)."""
     config = owner.config
     if config.resolved_backend() == "triton":
-        raise ValueError("ATTNRES_BACKEND=triton: the fused kernels do not implement the ablations "
+        raise ValueError("backend 'triton': the fused kernels do not implement the ablations "
                          "(attn_res_static_mixing / attn_res_score / attn_res_key_norm); use auto or torch")
     logits = getattr(owner, f"{point}_res_logits", None)
     norm = getattr(owner, f"{point}_res_norm", None)

@@ -1,8 +1,9 @@
 """The family-independent parts of an AttnRes model: the loop that carries the depth sources through the decoder
 layers and mixes them before the final norm, the input checks, and the AttnRes tensors' initialization.
 
-A family's model is `class XAttnResModel(AttnResModelMixin, XAttnResPreTrainedModel)`: it prepares what its layers
-need (masks, rotary embeddings) the family's own way and hands the layers' keyword arguments to `run_depth`.
+A family's model is `class <Family>AttnResModel(AttnResModelMixin, <Family>AttnResPreTrainedModel)`: it prepares what
+its layers need (masks, rotary embeddings) the family's own way and hands the layers' keyword arguments to
+`run_depth`.
 """
 import functools
 
@@ -20,15 +21,8 @@ from transformers.utils.output_capturing import capture_outputs, selected_hidden
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from hf_attnres.core.cache_arg import CACHE_ARG, cache_kwargs, given_cache, takes_old_cache_name
-from hf_attnres.core.inference import chunked_causal_lm_forward, two_phase_schedule
-from hf_attnres.core.input_checks import (
-    check_backend,
-    check_chunk_size,
-    check_dtypes,
-    check_labels,
-    check_values,
-    widened,
-)
+from hf_attnres.core.chunked_prefill import chunked_causal_lm_forward
+from hf_attnres.core.input_checks import check_chunk_size, check_dtypes, check_values, widened
 from hf_attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
 
 
@@ -53,6 +47,11 @@ class AttnResModelMixin(AttnResMixing):
     layers need (masks, rotary embeddings) in `layer_kwargs`."""
 
     output_class = None
+    # Set by the installed package at its import (hf_attnres.core.installed), None in a folder's own copy:
+    # `forward_check(model, input_ids, attention_mask, reference)`, its checks of the values of every forward's inputs
+    # (one host sync), and `depth_schedule(model, hidden_states, output_attn_res_weights)`, the two-phase schedule of
+    # a no-grad block-mode forward (hf_attnres.core.inference) or None for the plain loop
+    forward_check = depth_schedule = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -109,7 +108,6 @@ class AttnResModelMixin(AttnResMixing):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         reference = input_ids if input_ids is not None else inputs_embeds
         check_dtypes(input_ids, inputs_embeds, self.embed_tokens.weight.dtype)
-        check_backend(self.config.resolved_backend(), reference.device)
         if input_ids is not None and input_ids.dim() != 2:
             raise ValueError(f"input_ids must have shape [batch, seq_len], got {tuple(input_ids.shape)}")
         if inputs_embeds is not None and (
@@ -121,9 +119,10 @@ class AttnResModelMixin(AttnResMixing):
             )
         if reference.shape[0] == 0 or reference.shape[1] == 0:
             raise ValueError(f"empty input: batch and sequence length must be >= 1, got shape {tuple(reference.shape)}")
-        # one host sync per forward (each decode step): ids in the vocabulary, a 0/1 padding mask
-        if not torch.compiler.is_compiling():
-            check_values(input_ids, attention_mask, self.config.vocab_size)
+        # the values (ids in the vocabulary, a 0/1 padding mask) cost a host sync: the installed package checks them
+        # every forward, a folder's code once per `generate` (AttnResForCausalLMMixin.generate)
+        if self.forward_check is not None and not torch.compiler.is_compiling():
+            self.forward_check(self, input_ids, attention_mask, reference)
         if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
             batch, seq_len = reference.shape[:2]
             if attention_mask.shape[0] != batch or attention_mask.shape[1] < seq_len:
@@ -159,7 +158,8 @@ class AttnResModelMixin(AttnResMixing):
         """
         all_hidden_states = [inputs_embeds] if output_hidden_states else None
         all_weights = [] if output_attn_res_weights else None
-        schedule = two_phase_schedule(self, inputs_embeds, output_attn_res_weights)
+        schedule = None if self.depth_schedule is None else self.depth_schedule(self, inputs_embeds,
+                                                                                  output_attn_res_weights)
         settings = MixSettings.of(self.config)  # read once here, not at each of the 2L+1 mix points
         sources = (inputs_embeds,)
         for i, layer in enumerate(self.layers[: self.config.num_hidden_layers]):
@@ -203,6 +203,9 @@ class AttnResForCausalLMMixin:
 
     model_class = output_class = None
     model_outputs = (CACHE_ARG, "hidden_states", "attentions", "attn_res_weights")
+    # `labels_check(labels, reference, vocab_size)`: the installed package's check of the labels' values (one host
+    # sync per forward, hf_attnres.core.installed); None in a folder's own copy, whose loss reads them as they are
+    labels_check = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -236,7 +239,8 @@ class AttnResForCausalLMMixin:
         `cache`: `past_key_values` before transformers 5.24 (either name is taken, `hf_attnres.core.cache_arg`)."""
         cache = given_cache(cache, past_key_values)
         reference = input_ids if input_ids is not None else inputs_embeds
-        check_labels(labels, reference, self.config.vocab_size)
+        if self.labels_check is not None:
+            self.labels_check(labels, reference, self.config.vocab_size)
         check_chunk_size(prefill_chunk_size)
         labels = widened(labels, keep=(torch.int64,))  # the loss takes torch.long targets
         if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
@@ -262,9 +266,13 @@ class AttnResForCausalLMMixin:
         return self.output_class(loss=loss, logits=logits, **carried)
 
     def generate(self, *args, **kwargs):
-        """transformers' `generate`, its prefill chunk size checked first (generate splits the prompt itself)."""
+        """transformers' `generate`, its prefill chunk size checked first (generate splits the prompt itself), and the
+        prompt's values once (ids in the vocabulary, a 0/1 padding mask), not at every decoding step."""
         generation_config = kwargs.get("generation_config") or getattr(self, "generation_config", None)
         check_chunk_size(kwargs.get("prefill_chunk_size", getattr(generation_config, "prefill_chunk_size", None)))
+        input_ids = kwargs.get("input_ids", args[0] if args and isinstance(args[0], torch.Tensor) else None)
+        if input_ids is not None and not input_ids.is_floating_point():
+            check_values(input_ids, kwargs.get("attention_mask"), self.config.vocab_size)
         return super().generate(*args, **kwargs)
 
     def postprocess_logits(self, logits: torch.Tensor) -> torch.Tensor:
@@ -274,7 +282,8 @@ class AttnResForCausalLMMixin:
 
 class AttnResPreTrainedMixin:
     """The AttnRes tensors' initialization, and a save that writes the code a folder needs to load without this
-    package. First base of a family's PreTrainedModel (`class XAttnResPreTrainedModel(AttnResPreTrainedMixin, ...)`).
+    package. First base of a family's PreTrainedModel
+    (`class <Family>AttnResPreTrainedModel(AttnResPreTrainedMixin, ...)`).
 
     The model reads and writes no file itself: the folder checks and the weights record belong to the tools
     (`hf_attnres.save` / `hf_attnres.load`)."""
@@ -283,9 +292,19 @@ class AttnResPreTrainedMixin:
     # registration (hf_attnres/__init__.py); None in a folder's own copy, loaded as remote code, where transformers
     # copies the files the class came from
     code_writer = None
+    # Set by the installed package at its import (hf_attnres.core.installed), None in a folder's own copy:
+    # `build_check(config, parameters=None)`, its refusal of a config larger than the machine's memory (before any
+    # allocation; a family that counts its parameters exactly passes the count), and
+    # `kernel_binder(model)`, which binds its fused depth mix to the model's `AttnResDepthMix` modules
+    build_check = kernel_binder = None
     # the AttnRes models read token ids only, whatever the family's PreTrainedModel lists (Gemma 3's lists images: it
     # is shared with the multimodal model)
     input_modalities = ("text",)
+
+    def post_init(self):
+        super().post_init()
+        if self.kernel_binder is not None:
+            self.kernel_binder(self)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """transformers' save, plus the generated code files when the class is marked for remote code."""

@@ -1,27 +1,29 @@
 """The model's code for a saved folder, generated flat the way transformers' modular converter generates
 `modeling_*.py`, so the folder loads with `trust_remote_code=True` where only torch and transformers are installed.
 
-Per family, in five groups: `configuration_<family>_attnres` (the config and what it needs), `modeling_<family>_attnres`
-(the family's own classes), `attnres_core_config` and `attnres_core` (the family-independent AttnRes config code and
-model, hf_attnres.core, laid out once as transformers lays out shared modeling code) and `kernels_attnres` (the mix
-kernels: the PyTorch references, the lean path, the Triton kernels; the fused C++ CPU kernel and its build cache are
-registered by the installed package only, so no compiler, file lock or file IO ships). Each group is its modules' import
-closure inlined in dependency order, in files of at most `MAX_FILE_BYTES` (a group's last file keeps its name, the ones
-before it are numbered): this package's imports removed (a name another file defines is imported from it, relatively),
-outside imports deduplicated and hoisted, a header naming the modules it was generated from. Generation fails, naming
-both modules, on a top-level name that two inlined modules define differently, on any import of this package left
-over, and on a file over the bound.
+Four files, by topic: `configuration_<family>_attnres` (the family's config class with the AttnRes fields, and the
+check of the installed transformers), `kernels_attnres` (the depth mix's arithmetic in PyTorch: the kernelizable
+`AttnResDepthMix` module and the paper's ablations), `attnres_core` (the AttnRes model code every family shares,
+hf_attnres.core, laid out once as transformers lays out shared modeling code) and `modeling_<family>_attnres` (the
+family's own classes). Each is its modules' import closure inlined in dependency order: this package's imports
+removed (a name another file defines is imported from it, relatively), outside imports deduplicated and hoisted, one
+generated-mark line then a docstring saying what the file holds and which modules it was generated from. Generation
+fails, naming both modules, on a top-level name that two inlined modules define differently, and on any import of
+this package left over.
 
-Every file's header records the transformers range the code supports (hf_attnres.core.versions, inlined into the
-core-config group) and the transformers it was generated with; the core-config group checks them at import, so a
-folder refuses, in one line, a transformers outside its range before any weight is read: frozen code under a
-transformers that renamed an argument it passes would otherwise run and give wrong tokens. `attnres repair-folder`
-regenerates an existing folder's code (hf_attnres/folders/repair.py).
+The folder carries the model's arithmetic only: the model modules import none of the installed package's own
+features (its fused kernels, environment switches, memory check, per-forward value checks and two-phase schedule are
+handed to the classes at its import, hf_attnres.core.installed), so none of them is inlined.
 
-Modules that import an optional package in a top-level `try` (Triton) are reached only by imports inside functions, as
-in the package; in the file they are defined only where that package is installed, so the folder loads without it.
-transformers' loader (`dynamic_module_utils.check_imports`) demands every import outside a `try` block, function-level
-ones included, so those stay inside their `try`.
+Every file's docstring records the transformers range the code supports (hf_attnres.core.versions, inlined into the
+configuration file) and the transformers it was generated with; the configuration checks them at import, so a folder
+refuses, in one line, a transformers outside its range before any weight is read: frozen code under a transformers
+that renamed an argument it passes would otherwise run and give wrong tokens. `attnres repair-folder` regenerates an
+existing folder's code (hf_attnres/folders/repair.py).
+
+Modules that import an optional package in a top-level `try` are defined only where that package is installed, so
+the folder loads without it. transformers' loader (`dynamic_module_utils.check_imports`) demands every import outside
+a `try` block, function-level ones included, so those stay inside their `try`.
 """
 from __future__ import annotations
 
@@ -43,18 +45,25 @@ KERNELS = f"{PACKAGE}.kernels"
 KERNELS_FILE = "kernels_attnres"
 CORE = f"{PACKAGE}.core"
 CORE_FILE = "attnres_core"
-CORE_CONFIG_FILE = "attnres_core_config"
-# the supported transformers range and its check: shipped in the core-config group, which every configuration file
-# imports at import, so the check runs before `AutoConfig` has a class, let alone weights
+# the supported transformers range and its check: shipped in the configuration file, which `AutoConfig` imports
+# first, so the check runs before `AutoConfig` has a class, let alone weights
 VERSIONS = f"{CORE}.versions"
 GENERATED_MARK = "# Generated by attnres"  # every generated file's first line starts so (repair-folder reads it)
 RANGE_CHECKED = "GENERATED_WITH_TRANSFORMERS"  # defined where the check has run: importing it runs the check
 LINE_LENGTH = 120  # the package's (pyproject [tool.ruff])
-# A shipped file's size bound, as transformers' own modeling files are (modeling_qwen2.py: ~21 KB): a reader opens one
-# job's code, not the package in one file. A group is split below the bound by a margin, since the names of the files
-# after a split (numbered) are known only once they are split, and each is a few bytes in an import line
-MAX_FILE_BYTES = 25_000
-SPLIT_MARGIN = 500
+# What each file holds, the first line of its docstring (the family's files: filled in with its name)
+TOPICS = {
+    "configuration": "The configuration of {family} with Attention Residuals: the family's config class with the "
+                     "AttnRes fields and\ntheir checks, and the check that the installed transformers is one this "
+                     "folder's code supports.",
+    KERNELS_FILE: "The depth mix's arithmetic in PyTorch: the kernelizable `AttnResDepthMix` module (a kernel mapped "
+                  "to its layer\nname with the `kernels` library replaces its forward; the installed hf-attnres "
+                  "package maps its fused C++\nand Triton kernels) and the paper's ablations of the mix.",
+    CORE_FILE: "The Attention Residuals model code every family shares: the depth layout, the mix points, the decoder "
+               "layer and\nmodel mixins, the causal LM head.",
+    "modeling": "The model classes of {family} with Attention Residuals: the family's own transformers modules, the "
+                "residual read\nfrom the depth sources.",
+}
 
 
 class GenerationError(ValueError):
@@ -183,6 +192,7 @@ class FlatFile:
     sources: dict
     optional: dict  # module -> the optional package it needs (optional_modules)
     entry: bool = False  # an `auto_map` file: it imports the range check (`RANGE_CHECKED`), so importing it checks
+    topic: str = "Generated code."  # the first line of its docstring (`TOPICS`)
 
     def render(self) -> str:
         """The file's text, checked: no top-level name defined differently by two modules, no import of the package
@@ -193,7 +203,7 @@ class FlatFile:
         return generated
 
     def text(self) -> str:
-        """The file's text, unchecked (what `plan_files` measures while it splits a group)."""
+        """The file's text, unchecked."""
         hoisted, body, cross, future = [], [], {}, True
         guarded = {}  # optional package -> the texts of the modules needing it
         for module in self.modules:
@@ -221,11 +231,13 @@ class FlatFile:
         return "\n".join(lines) + "\n\n" + text
 
     def _header(self) -> str:
-        listed = "\n".join(f"#   {m}" for m in self.modules)
-        text = (f"{GENERATED_MARK} (hf_attnres.folders.remote_code) from the package's modules, do not edit:\n"
-                f"{listed}\n# Flat: the modules above inlined in dependency order, their imports hoisted.\n"
-                f"# Supports transformers {TRANSFORMERS_RANGE}; generated with transformers {generated_with()} "
-                f"(hf-attnres {_package_version()}).\n")
+        """The generated-mark line, then the file's docstring: its topic, the modules inlined, the transformers."""
+        listed = "\n".join(f"- {m}" for m in self.modules)
+        text = (f"{GENERATED_MARK} (hf_attnres.folders.remote_code), do not edit: `attnres repair-folder` "
+                f"regenerates it.\n"
+                f'"""{self.topic}\n\nInlined from these modules of hf-attnres {_package_version()}, in dependency '
+                f"order, their imports hoisted:\n{listed}\n\nSupports transformers {TRANSFORMERS_RANGE}; generated "
+                f'with transformers {generated_with()}.\n"""\n')
         ignored = []
         if any(m in self.optional for m in self.modules):
             ignored.append("E501")  # the block needing an optional package is indented one level
@@ -252,7 +264,13 @@ class FlatFile:
             # a module needing an optional package is defined inside its guard: its imports stay there with it
             top = node in source.tree.body and module not in self.optional
             edits[node.lineno] = (node.end_lineno, self._replace_import(node, target, top, cross))
+        # the comment lines above a module's first statement are about the package's file (where it is generated
+        # from), not the code: the folder's file says where it comes from in its own docstring
+        first = source.tree.body[0].lineno if source.tree.body else len(lines) + 1
         out, skip_to = [f"# ---- {module} ----"], 0
+        skip_to = max((n for n in range(1, first) if lines[n - 1].startswith("#")), default=0)
+        if any(lines[n - 1].strip() and not lines[n - 1].startswith("#") for n in range(1, skip_to + 1)):
+            skip_to = 0
         for number, line in enumerate(lines, start=1):
             if number <= skip_to:
                 continue
@@ -390,66 +408,50 @@ def family_modules(modeling_module: str) -> tuple[str, str]:
     return f"{package}.configuration_{leaf.removeprefix('modeling_')}", modeling_module
 
 
+def eager_closure(root: str, sources: dict) -> list[str]:
+    """The package modules importing `root` runs (imports outside functions, followed), `root` first."""
+    found, todo = [root], [root]
+    while todo:
+        module = todo.pop()
+        source = sources.setdefault(module, Source.read(module))
+        for _, target in source.eager:
+            if target not in found:
+                found.append(target)
+                todo.append(target)
+    return found
+
+
 def plan_groups(modeling_module: str, sources: dict | None = None) -> dict[str, list[str]]:
-    """Group name -> its modules in order: the kernels (everything the package's kernels need), the family-independent
-    AttnRes code (hf_attnres.core, shared by every family as transformers lays out shared modeling code) in two groups:
-    what the config needs (so a config loads without the model and the kernels) and the model, then the family's
-    configuration and modeling modules (its own classes). A later group may import from an earlier one, never the
-    other way."""
+    """File name -> its modules in order, one file per topic, in the order a file may import from the ones before it:
+    the family's configuration (its config module and what importing it runs, and the transformers range check),
+    the kernels (the depth mix's PyTorch arithmetic), the family-independent AttnRes code (hf_attnres.core, shared by
+    every family as transformers lays out shared modeling code) and the family's modeling (its own classes). The
+    configuration imports the core only inside functions, so a config loads without the model and the kernels."""
     sources = {} if sources is None else sources
     config_module, modeling_module = family_modules(modeling_module)
     everything = closure(modeling_module, sources)
-    if config_module not in everything:
-        everything += closure(config_module, sources)
-    kernels, core = [], []
-    for module in everything:
-        if module == KERNELS or module.startswith(KERNELS + "."):
-            kernels += [m for m in closure(module, sources) if m not in kernels]
-    for module in everything:
-        if module == CORE or module.startswith(CORE + "."):
-            core += [m for m in closure(module, sources) if m not in kernels and m not in core]
-    core_config = [m for m in closure(config_module, sources) if m in core]
-    core_config += [m for m in closure(VERSIONS, sources) if m not in core_config]  # the range check ships always
-    core = [m for m in core if m not in core_config]
-    config = [m for m in closure(config_module, sources) if m not in kernels and m not in core_config]
-    placed = {*kernels, *core_config, *core, *config}
+    everything += [m for m in closure(config_module, sources) if m not in everything]
+    config = [m for m in closure(VERSIONS, sources)]
+    config += [m for m in eager_closure(config_module, sources) if m not in config]
+    kernels = [m for m in everything if (m == KERNELS or m.startswith(KERNELS + ".")) and m not in config]
+    core = [m for m in everything if (m == CORE or m.startswith(CORE + ".")) and m not in config]
+    placed = {*config, *kernels, *core}
     modeling = [m for m in everything if m not in placed]
-    plan = {KERNELS_FILE: kernels, CORE_CONFIG_FILE: core_config, CORE_FILE: core,
-            config_module.rpartition(".")[2]: config,
+    plan = {config_module.rpartition(".")[2]: config, KERNELS_FILE: kernels, CORE_FILE: core,
             modeling_module.rpartition(".")[2]: modeling}
     return {name: dependency_order(modules, sources) for name, modules in plan.items() if modules}
 
 
-def plan_files(groups: dict[str, list[str]], sources: dict, optional: dict) -> dict[str, list[str]]:
-    """File name -> its modules in order: each of `plan_groups`' groups in as few files of at most `MAX_FILE_BYTES`
-    as filling them in dependency order gives (`optional`: `optional_modules` of them all). A group's last file (its
-    root: the family's config or model class, the package module `hf_attnres.kernels`) keeps the group's name, the ones
-    before it are numbered (`attnres_core_1.py`, ...), so `auto_map` and the imports of the files after it do not
-    depend on the split."""
-    owner = {module: name for name, modules in groups.items() for module in modules}
-    plan = {}
-    for name, modules in groups.items():
-        parts, current = [], []
-        for module in modules:
-            part_name = f"{name}_{len(parts) + 1}"
-            if current and _text_bytes(part_name, current + [module], owner, sources, optional) > (
-                    MAX_FILE_BYTES - SPLIT_MARGIN):
-                parts.append(current)
-                owner.update(dict.fromkeys(current, part_name))
-                current = [module]
-            else:
-                current.append(module)
-        parts.append(current)
-        owner.update({m: name for m in current})
-        plan.update({f"{name}_{k}": part for k, part in enumerate(parts[:-1], start=1)})
-        plan[name] = current
-    return plan
+def topic(file_name: str) -> str:
+    """The first line of a generated file's docstring: what it holds (`TOPICS`), the family named as in prose."""
+    kind = file_name.partition("_")[0]
+    if kind not in ("configuration", "modeling"):
+        return TOPICS[file_name]
+    from ..families.registry import DECLARATIONS
 
-
-def _text_bytes(name: str, modules: list[str], owner: dict, sources: dict, optional: dict) -> int:
-    """The size of the file `name` would be holding `modules`."""
-    trial = {**owner, **dict.fromkeys(modules, name)}
-    return len(FlatFile(name, modules, trial, sources, optional).text().encode())
+    leaf = file_name.removeprefix(kind + "_").removesuffix("_attnres")
+    labels = {package.rpartition(".")[2]: family.title for package, family in DECLARATIONS.values()}
+    return TOPICS[kind].format(family=labels.get(leaf, leaf))
 
 
 def optional_modules(modules, sources: dict) -> dict[str, str]:
@@ -469,9 +471,8 @@ def optional_modules(modules, sources: dict) -> dict[str, str]:
 def generate(modeling_module: str, sources: dict | None = None) -> dict[str, str]:
     """File name (with .py) -> generated source, for the family of `modeling_module`."""
     sources = {} if sources is None else sources
-    groups = plan_groups(modeling_module, sources)
-    optional = optional_modules([module for modules in groups.values() for module in modules], sources)
-    plan = plan_files(groups, sources, optional)
+    plan = plan_groups(modeling_module, sources)
+    optional = optional_modules([module for modules in plan.values() for module in modules], sources)
     owner = {module: name for name, modules in plan.items() for module in modules}
     for root in family_modules(modeling_module):
         if root in optional:
@@ -485,14 +486,11 @@ def generate(modeling_module: str, sources: dict | None = None) -> dict[str, str
                     raise GenerationError(f"{module} ({name}.py) imports {target} ({owner[target]}.py) at import "
                                           "time: a file may import only from the files generated before it")
     entries = [module.rpartition(".")[2] for module in family_modules(modeling_module)]
-    files = {f"{name}.py": FlatFile(name, modules, owner, sources, optional, entry=name in entries).render()
+    files = {f"{name}.py": FlatFile(name, modules, owner, sources, optional, entry=name in entries,
+                                    topic=topic(name)).render()
              for name, modules in plan.items()}
     for entry in entries:
         check_range_runs_first(files, owner[VERSIONS], entry)
-    for name, text in files.items():
-        if len(text.encode()) > MAX_FILE_BYTES:
-            raise GenerationError(f"{name} is {len(text.encode()):,} bytes, over {MAX_FILE_BYTES:,}: a single module "
-                                  f"of it is too large to ship in one file; split that module")
     return files
 
 

@@ -145,13 +145,15 @@ def class_text(header: str, doc: str, attributes: list[str], extra: tuple[str | 
 
 
 def generated_note(folder: str) -> str:
-    return f"Generated from `modular_{folder}_attnres.py` by `{COMMAND}`: edit that file, not this one."
+    """The first line of a generated file: a comment above its docstring, so a saved folder's copy of the file (which
+    has no modular file to edit) leaves it out with the package's other file-level comments (remote_code.py)."""
+    return f"# Generated from modular_{folder}_attnres.py by `{COMMAND}`: edit that file, not this one."
 
 
 def configuration_text(family: SimpleNamespace, folder: str, bodies: dict) -> str:
     name, config = family.config_name, family.config
     doc = (f"r\"\"\"`{config}` ({family.about})\n    plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, "
-           "`attn_res_backend`, ...,\n    documented on `KimiLinearAttnResConfig` and validated the same way. "
+           "`attn_res_backend`, ... (`ATTN_RES_FIELDS`),\n    validated at construction. "
            f"`attn_res_mode=\"standard\"` is {family.title} itself.")
     refused = family.refused_config_flags
     if refused:
@@ -167,10 +169,8 @@ def configuration_text(family: SimpleNamespace, folder: str, bodies: dict) -> st
     if extra is not None and extra[1]:
         body += ["", extra[1]]
     return "\n".join([
-        f'"""{family.title} with Attention Residuals: `{config}` plus the AttnRes fields (`hf_attnres.core.config`).',
-        "",
         generated_note(folder),
-        '"""',
+        f'"""{family.title} with Attention Residuals: `{config}` plus the AttnRes fields (`AttnResConfigMixin`)."""',
         "from huggingface_hub.dataclasses import strict",
         f"from transformers import {config}",
         "",
@@ -236,12 +236,13 @@ def modeling_text(family: SimpleNamespace, folder: str, bodies: dict, extras: li
     if len(exported) > LINE_LENGTH:
         exported = f'__all__ = ["{layer}", "{pretrained}", "{model}",\n           "{causal_lm}"]'
     return "\n".join([
+        generated_note(folder),
         f'"""{title} with Attention Residuals: {title}, except the residual.',
         "",
         textwrap.fill(f"Every module ({title}'s attention, MLP, RMSNorm, rotary embedding, cache, masks) is "
                       "transformers' own; the decoder layer mixes the depth sources before its two sub-layers and "
-                      "the model mixes them before the final norm (`hf_attnres.core`). " + generated_note(folder),
-                      LINE_LENGTH),
+                      "the model mixes them before the final norm (`AttnResDecoderLayerMixin`, "
+                      "`AttnResDecoderModel`).", LINE_LENGTH),
         '"""',
         *import_lines,
         "",

@@ -3,6 +3,7 @@ any weight is read; `attnres repair-folder` regenerates an older folder's code, 
 (hf_attnres/core/versions.py, hf_attnres/folders/remote_code.py, hf_attnres/folders/repair.py). The recorded folders
 of an older version of the project (tests/data/unchanged) repair and give their recorded logits without the package.
 Bad input to the command: tests/cli/test_repair_folder_bad_inputs.py."""
+import ast
 import hashlib
 import json
 import os
@@ -71,14 +72,14 @@ def test_versions_compare_by_release_numbers():
 def test_every_generated_file_records_the_range_and_the_generating_transformers(family):
     module = family_classes(family)[1].__module__
     files = generated_files(module)
-    recorded = f"# Supports transformers {TRANSFORMERS_RANGE}; generated with transformers {transformers.__version__} "
+    recorded = f"Supports transformers {TRANSFORMERS_RANGE}; generated with transformers {transformers.__version__}."
     for name, text in files.items():
-        assert text.startswith(GENERATED_MARK) and recorded in text.split("\n\n")[0], name
+        assert text.startswith(GENERATED_MARK) and recorded in ast.get_docstring(ast.parse(text)), name
     checks = [name for name, text in files.items() if f"\n{RANGE_CHECKED} = " in text]
-    assert len(checks) == 1 and checks[0].startswith("attnres_core_config"), checks
+    assert len(checks) == 1 and checks[0].startswith("configuration_"), checks  # what `AutoConfig` imports first
     assert f"TRANSFORMERS_RANGE = {TRANSFORMERS_RANGE!r}".replace("'", '"') in files[checks[0]]
-    # both auto_map files import the checked constant from that file at their top level: importing them checks
-    for name in {f"{reference.rpartition('.')[0]}.py" for reference in auto_map(module).values()}:
+    # the other auto_map file imports the checked constant from it at its top level: importing it checks
+    for name in {f"{reference.rpartition('.')[0]}.py" for reference in auto_map(module).values()} - set(checks):
         assert f"from .{checks[0][:-3]} import {RANGE_CHECKED} as {RANGE_CHECKED}" in files[name], name
 
 

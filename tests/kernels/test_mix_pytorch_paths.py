@@ -12,14 +12,14 @@ import pytest
 import torch
 
 import hf_attnres.kernels.mix as mix_ops
-from hf_attnres.kernels.mix import attn_res, attn_res_naive, lean, rms_norm_naive
+from hf_attnres.kernels.mix import attn_res, attn_res_naive, lean_ops, rms_norm_naive
 from tests.helpers.kernel_cases import bf16_ulps, make_inputs, run
 
 
 @pytest.fixture(params=["lean-loop", "lean-stacked", "cpp"])
 def path(request, monkeypatch):
     """(backend name, the implementation that must serve each call, the list of those that did)."""
-    monkeypatch.setattr(lean, "SMALL_SOURCE_NUMEL", 0 if request.param == "lean-loop" else 10**9)
+    monkeypatch.setattr(lean_ops, "SMALL_SOURCE_NUMEL", 0 if request.param == "lean-loop" else 10**9)
     served = []
     fused, eager = mix_ops.CPU_KERNEL["run"], mix_ops.attn_res_lean
     monkeypatch.setitem(mix_ops.CPU_KERNEL, "run", lambda *a, **k: served.append("cpp") or fused(*a, **k))

@@ -3,13 +3,13 @@ MLA and KDA fields beside the shared ones) checked at construction, before anyth
 naming the field (the checkers are `hf_attnres.core.config`'s). Hostile or mistyped configs
 (negative head sizes, `rms_norm_eps` NaN, more experts per token than experts, `dtype: "os.system"`) stop here
 instead of as a raw error in a constructor, all-NaN logits, or a folder that will not load. The memory a config would
-allocate is checked when a model is built (`hf_attnres.families.kimi_linear.model_size.check_buildable`).
+allocate is checked when a model is built (the installed package's memory check, `hf_attnres.core.installed`).
 """
 from __future__ import annotations
 
 import math
 
-from hf_attnres.core.config import DTYPES, check_counts, check_dtype, check_floats
+from hf_attnres.core.config_checks import DTYPES, check_counts, check_dtype, check_floats
 
 # Integer fields and their smallest valid value; optional ones may also be None
 COUNT_FIELDS = dict(

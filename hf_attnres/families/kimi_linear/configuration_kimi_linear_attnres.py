@@ -12,10 +12,9 @@ from hf_attnres.core.config import (
     ATTN_RES_BACKENDS,
     ATTN_RES_MODES,
     ATTN_RES_SCORES,
-    BACKEND_ENV_VAR,
     AttnResConfigMixin,
-    check_activation,
 )
+from hf_attnres.core.config_checks import check_activation
 from hf_attnres.families.kimi_linear.config_checks import check_fields, check_nested, check_routing
 from hf_attnres.families.kimi_linear.k3.config import check_k3_dict, check_k3_fields, unwrap
 
@@ -31,10 +30,10 @@ class KimiLinearAttnResConfig(AttnResConfigMixin, KimiLinearConfig):
         Decoder layers per block in block mode (K3: 12 of 93 layers; the paper's 48B model: 3 of 27). It need not
         divide `num_hidden_layers`; a size >= the layer count makes a single block.
     attn_res_backend (`str`, defaults to `"auto"`):
-        Kernel backend of every mix: `"auto"` (Triton on CUDA, the fused C++ CPU kernel on CPU, the eager PyTorch
-        path elsewhere), `"torch"` (eager PyTorch), `"triton"` or `"cpp"` (the C++ CPU kernel, built on first use and
-        cached; the eager path where it cannot be built). The environment variable `ATTNRES_BACKEND` overrides it for
-        the whole process.
+        Kernel backend of every mix, read by the fused kernels the installed package maps to the depth mix: `"auto"`
+        (Triton on CUDA, the fused C++ CPU kernel on CPU, the eager PyTorch path elsewhere), `"torch"` (eager
+        PyTorch), `"triton"` or `"cpp"` (the C++ CPU kernel, built on first use and cached; the eager path where it
+        cannot be built). Where no kernel is mapped (a folder loaded without the package) the mix is the eager path.
     attn_res_two_phase (`bool`, *optional*):
         The two-phase inference schedule (paper section 4) for no-grad block-mode forwards (prefill, decode): Phase 1
         mixes all of a block's pseudo-queries against the completed blocks at once, Phase 2 merges each with the running
@@ -159,4 +158,4 @@ def _language_fields(cls) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)} - generic
 
 
-__all__ = ["KimiLinearAttnResConfig", "ATTN_RES_MODES", "ATTN_RES_BACKENDS", "ATTN_RES_SCORES", "BACKEND_ENV_VAR"]
+__all__ = ["KimiLinearAttnResConfig", "ATTN_RES_MODES", "ATTN_RES_BACKENDS", "ATTN_RES_SCORES"]

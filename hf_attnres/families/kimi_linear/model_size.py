@@ -1,13 +1,11 @@
 """How many parameters a config builds, in closed form (the shapes `KimiLinearAttnResForCausalLM` builds; tests check
-them against instantiated models), and the check that refuses to build a model the machine cannot hold.
+them against instantiated models): the count the installed package's memory check refuses a model by.
 
 Buffers (the routers' `e_score_correction_bias`, E floats a layer) are not parameters and are left out.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from hf_attnres.core.buildable import ALLOW_LARGE_ENV, refuse_unbuildable  # noqa: F401  (ALLOW_LARGE_ENV: read here by tests)
 
 
 @dataclass
@@ -81,10 +79,4 @@ def count_parameters(c) -> ParameterCounts:
     return counts
 
 
-def check_buildable(config) -> None:
-    """Refuse, with the number, to allocate a Kimi Linear model larger than the memory of the device it is built on
-    (`hf_attnres.core.buildable`), before any allocation."""
-    refuse_unbuildable(config, count_parameters(config).total)
-
-
-__all__ = ["ParameterCounts", "count_parameters", "mla_params", "kda_params", "moe_params", "check_buildable"]
+__all__ = ["ParameterCounts", "count_parameters", "mla_params", "kda_params", "moe_params"]

@@ -38,7 +38,7 @@ from hf_attnres.core.model import AttnResForCausalLMMixin, AttnResModelMixin, At
 from hf_attnres.families.kimi_linear.conversion_mapping import register_moonshot_mapping  # noqa: F401  (registers: Moonshot names load)
 from hf_attnres.families.kimi_linear.k3 import install_k3, uses_k3
 from hf_attnres.families.kimi_linear.kda_device_guard import install_kda_device_guard
-from hf_attnres.families.kimi_linear.model_size import check_buildable
+from hf_attnres.families.kimi_linear.model_size import count_parameters
 
 from .configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 
@@ -101,7 +101,8 @@ class KimiLinearAttnResModel(AttnResModelMixin, KimiLinearAttnResPreTrainedModel
     fusable_norm = KimiLinearRMSNorm
 
     def __init__(self, config: KimiLinearAttnResConfig):
-        check_buildable(config)  # a config too large for this machine is refused with the number, before allocation
+        if self.build_check is not None:  # the installed package's memory check, with the number, before allocation
+            self.build_check(config, count_parameters(config).total)
         super().__init__(config)
         # No padding_idx (Kimi Linear passes pad_token_id): padded positions are already excluded by the attention mask
         # and labels=-100, and pad is usually a real token (most BPE tokenizers use pad = EOS). A padding_idx freezes

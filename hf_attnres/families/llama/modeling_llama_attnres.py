@@ -1,8 +1,9 @@
+# Generated from modular_llama_attnres.py by `python hf_attnres/utils/modular.py`: edit that file, not this one.
 """Llama with Attention Residuals: Llama, except the residual.
 
 Every module (Llama's attention, MLP, RMSNorm, rotary embedding, cache, masks) is transformers' own; the decoder layer
-mixes the depth sources before its two sub-layers and the model mixes them before the final norm (`hf_attnres.core`).
-Generated from `modular_llama_attnres.py` by `python hf_attnres/utils/modular.py`: edit that file, not this one.
+mixes the depth sources before its two sub-layers and the model mixes them before the final norm
+(`AttnResDecoderLayerMixin`, `AttnResDecoderModel`).
 """
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,

@@ -1,8 +1,9 @@
+# Generated from modular_phi3_attnres.py by `python hf_attnres/utils/modular.py`: edit that file, not this one.
 """Phi-3 with Attention Residuals: Phi-3, except the residual.
 
 Every module (Phi-3's attention, MLP, RMSNorm, rotary embedding, cache, masks) is transformers' own; the decoder layer
-mixes the depth sources before its two sub-layers and the model mixes them before the final norm (`hf_attnres.core`).
-Generated from `modular_phi3_attnres.py` by `python hf_attnres/utils/modular.py`: edit that file, not this one.
+mixes the depth sources before its two sub-layers and the model mixes them before the final norm
+(`AttnResDecoderLayerMixin`, `AttnResDecoderModel`).
 """
 from transformers.models.phi3.modeling_phi3 import (
     Phi3Attention,

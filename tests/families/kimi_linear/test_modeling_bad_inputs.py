@@ -70,7 +70,7 @@ HUGE_CASES = {
 def test_model_larger_than_the_machine_refused_before_allocation(fields, monkeypatch):
     import time
 
-    from hf_attnres.families.kimi_linear.model_size import ALLOW_LARGE_ENV
+    from hf_attnres.core.buildable import ALLOW_LARGE_ENV
     from hf_attnres.utils.tiny import tiny_config
 
     monkeypatch.delenv(ALLOW_LARGE_ENV, raising=False)
