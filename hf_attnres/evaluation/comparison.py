@@ -84,8 +84,10 @@ def planned_tasks(eval_data: Path, data_dir: Path | None, quick: bool = False) -
 
 
 def skipped_lines(skipped: list[dict]) -> list[str]:
-    """One line per skipped group of tasks: which, why, and the command that makes them available."""
-    return [f"skipped {', '.join(s['tasks'])}: {s['reason']}; to run it: {s['how']}" for s in skipped]
+    """One line per skipped group of tasks (or unscored metric): which, why, and the command that makes them
+    available (or where the value is)."""
+    return [f"skipped {', '.join(s['tasks'])}: {s['reason']}; "
+            + (f"to run it: {s['how']}" if s.get("how") else s.get("see", "")) for s in skipped]
 
 
 def check_include_path(include_path: Path | None) -> Path | None:

@@ -81,9 +81,32 @@ def build_report(models: list[dict], records: dict, settings: dict, prepared: di
     return dict(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         settings=settings, models=models, matched=matched_check(models), tasks=metric_table(records, labels),
-        heldout=heldout or None, notes=notes, skipped=list(skipped),
+        heldout=heldout or None, notes=notes, skipped=[*skipped, *unscored(records, labels)],
         lm_eval_results={label: {t: r.get("lm_eval_results") for t, r in records[label].items()} for label in labels},
     )
+
+
+def unscored(records: dict, labels: list[str]) -> list[dict]:
+    """Metrics lm-eval reported for a task that carry no per-item number (a corpus-level score such as BLEU, whose
+    per-item values are pairs), and tasks that scored no item: the paired table cannot show them, so the report names
+    them with lm-eval's own aggregate instead of leaving them out."""
+    out = []
+    for task, record in records[labels[0]].items():
+        aggregate = {}
+        for metrics in (record.get("lm_eval_results") or {}).values():
+            for key, value in (metrics or {}).items():
+                name = key.split(",")[0]
+                if "," in key and not name.endswith("_stderr") and isinstance(value, (int, float)):
+                    aggregate.setdefault(key, value)
+        missing = sorted(set(aggregate) - set(record["items"]))
+        if missing:
+            out.append(dict(tasks=[task], reason=f"{', '.join(m.split(',')[0] for m in missing)} has no per-item "
+                            "values to pair (a corpus-level metric); lm-eval's aggregate: "
+                            + ", ".join(f"{m.split(',')[0]} {fmt(float(aggregate[m]))}" for m in missing),
+                            see="report.json's lm_eval_results holds each model's aggregate"))
+        elif not record["items"]:
+            out.append(dict(tasks=[task], reason="no item was scored", see="check the task's data and --limit"))
+    return out
 
 
 def fmt(x: float, digits: int = 4) -> str:
@@ -150,8 +173,9 @@ def render_markdown(report: dict) -> str:
     lines += ["", f"`*`: p < {ALPHA} (two-sided; exact McNemar for 0/1 metrics, paired t-test otherwise; "
               "no correction for multiple comparisons).", ""]
     if report.get("skipped"):
-        lines += ["## Skipped", "", "Tasks of the requested set that did not run, why, and how to run them:", ""]
-        lines += [f"- {', '.join(s['tasks'])}: {s['reason']}; to run: `{s['how']}`" for s in report["skipped"]] + [""]
+        lines += ["## Skipped", "", "What of the requested tasks and metrics this report does not show, and why:", ""]
+        lines += [f"- {', '.join(s['tasks'])}: {s['reason']}; "
+                  + (f"to run: `{s['how']}`" if s.get("how") else s.get("see", "")) for s in report["skipped"]] + [""]
     lines += heldout_pooled_lines(report.get("heldout"), labels)
     if report["notes"]:
         lines += ["## Notes", ""] + [f"- {n}" for n in report["notes"]] + [""]

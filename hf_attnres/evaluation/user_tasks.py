@@ -100,9 +100,12 @@ def broken_task_files(include_path: Path) -> dict[Path, str]:
         if "__pycache__" in path.parts:
             continue
         try:
-            read_task_yaml(path, include_path)
+            config, _ = read_task_yaml(path, include_path)
         except TaskFileError as error:
             broken[path] = str(error).removeprefix(f"{path.resolve()}: ")
+            continue
+        if not {"task", "group", "class"} & set(config):  # lm-eval's index: "Unknown config shape"
+            broken[path] = "declares no task, group or class (an include-only template reads so too)"
     return broken
 
 

@@ -54,3 +54,20 @@ def test_a_report_of_another_comparison_is_moved_aside_never_overwritten(tmp_pat
     import json
 
     assert json.loads((tmp_path / "report.json").read_text())["previous_report"] == str(moved)
+
+
+def test_a_metric_without_per_item_values_is_named_with_its_aggregate():
+    """A corpus-level metric (BLEU: per-item pairs) and a task that scored nothing are named, never left out."""
+    from hf_attnres.evaluation.report import unscored
+
+    items = {"acc,none": {"t/0": 1.0, "t/1": 0.0}}
+    results = {"t": {"alias": "t", "acc,none": 0.5, "acc_stderr,none": 0.5, "bleu,none": 12.25,
+                     "bleu_stderr,none": "N/A"}}
+    records = {label: {"t": dict(items=items, lm_eval_results=results), "empty": dict(items={})}
+               for label in ("a", "b")}
+    [bleu, empty] = unscored(records, ["a", "b"])
+    assert bleu["tasks"] == ["t"] and "bleu has no per-item values" in bleu["reason"]
+    assert "bleu 12.2500" in bleu["reason"]
+    assert empty == dict(tasks=["empty"], reason="no item was scored", see="check the task's data and --limit")
+    records["a"]["t"]["items"] = {**items, "bleu,none": {"t/0": 3.0}}
+    assert [entry["tasks"] for entry in unscored(records, ["a", "b"])] == [["empty"]]
