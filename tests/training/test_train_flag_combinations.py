@@ -30,3 +30,17 @@ def test_mode_makes_flag_meaningless(data, train, tmp_path, flags, refused, othe
         train(train_args(data, out, **flags))
     assert refused in str(error.value) and other in str(error.value), error.value
     assert not out.exists()  # refused before any work
+
+
+def test_fine_tune_that_would_keep_no_model_is_refused(data, train, tmp_path):
+    """--init-from keeps final weights only unless asked for checkpoints: --no-final-model then keeps nothing."""
+    quick = dict(max_steps=1, eval_every=0, diagnostics_every=0)
+    train(train_args(data, tmp_path / "base", **quick, save_every=0))
+    out = tmp_path / "run"
+    flags = dict(model_size=None, init_from=tmp_path / "base" / "final", save_every=None, no_final_model=True, **quick)
+    with pytest.raises(SetupError) as error:
+        train(train_args(data, out, **flags))
+    assert "--no-final-model" in str(error.value) and "--checkpoints resumable" in str(error.value), error.value
+    assert not out.exists()
+    train(train_args(data, out, **flags, checkpoints="resumable"))
+    assert (out / "checkpoints" / "step-00000001").is_dir() and not (out / "final").exists()
