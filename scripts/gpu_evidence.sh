@@ -6,7 +6,12 @@
 #   bash scripts/gpu_evidence.sh --help
 # It stays in the caller's directory, so a relative OUT (or --peers, --source, --data) means the caller's; the
 # repository is found through PYTHONPATH, and PYTHONSAFEPATH keeps a package in that directory from shadowing it.
+# Ctrl-C before the run has started (while torch imports) ends it quietly with 130, as during the run.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1 HF_HUB_OFFLINE=1
-exec python3 -m hf_attnres.cli.gpu_evidence "$@"
+exec python3 -c 'import signal, sys
+if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(130))
+from hf_attnres.cli.gpu_evidence import main
+sys.exit(main())' "$@"

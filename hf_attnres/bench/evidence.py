@@ -264,14 +264,15 @@ class Interrupted(BaseException):
 @contextmanager
 def stop_on_signals():
     """Turn STOP_SIGNALS into `Interrupted` for the body; a second signal while the run stops is ignored, so the
-    cleanup (stopping the step's process group, writing its status) always completes."""
+    cleanup (stopping the step's process group, writing its status) always completes. A signal the run was started
+    with ignored (SIGHUP under nohup) stays ignored."""
 
     def handler(signum, frame):
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         raise Interrupted(signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
     try:
         yield
     finally:

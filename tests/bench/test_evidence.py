@@ -338,13 +338,7 @@ def alive(pid: int) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_signal_stops_the_steps_process_group_records_it_and_exits_130(tmp_path, sig):
     out = tmp_path / "out"
-    run = subprocess.Popen([PY, "-c", RUNNER, str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
-    pids = out / "slow" / "pids"
-    deadline = time.time() + 240
-    while not pids.exists() and run.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    assert pids.exists(), run.communicate(timeout=60)
+    run, pids = start_runner(out)
     run.send_signal(sig)
     stdout, stderr = run.communicate(timeout=60)
     assert run.returncode == 130, stdout + stderr
@@ -354,3 +348,39 @@ def test_a_signal_stops_the_steps_process_group_records_it_and_exits_130(tmp_pat
     time.sleep(0.5)
     survivors = [pid for pid in map(int, pids.read_text().split()) if alive(pid)]
     assert not survivors, f"the step's processes {survivors} outlived the run"
+
+
+def start_runner(out, **popen):
+    """RUNNER in a process of its own, once its step's two processes are up: (the run, the pids file)."""
+    run = subprocess.Popen([PY, "-c", RUNNER, str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, **popen)
+    pids = out / "slow" / "pids"
+    deadline = time.time() + 240
+    while not pids.exists() and run.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert pids.exists(), run.communicate(timeout=60)
+    return run, pids
+
+
+def test_a_signal_ignored_at_the_start_stays_ignored(tmp_path):
+    """Under nohup (SIGHUP ignored) a closed terminal must not stop the run; Ctrl-C still does."""
+    run, pids = start_runner(tmp_path / "out", preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    run.send_signal(signal.SIGHUP)
+    time.sleep(1.5)
+    assert run.poll() is None and all(alive(int(pid)) for pid in pids.read_text().split())
+    run.send_signal(signal.SIGINT)
+    assert run.wait(timeout=60) == 130
+
+
+def test_ctrl_c_while_the_script_starts_is_one_quiet_exit_130(tmp_path):
+    out = tmp_path / "out"
+    run = subprocess.Popen(["bash", str(REPO / "scripts" / "gpu_evidence.sh"), str(out), "--only", "cuda_lane"],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmdline = f"/proc/{run.pid}/cmdline"
+    deadline = time.time() + 60
+    while run.poll() is None and time.time() < deadline and b"gpu_evidence" not in open(cmdline, "rb").read():
+        time.sleep(0.01)
+    time.sleep(0.3)  # python runs, its imports (torch, transformers) take seconds
+    run.send_signal(signal.SIGINT)
+    stdout, stderr = run.communicate(timeout=120)
+    assert run.returncode == 130 and "Traceback" not in stderr, (run.returncode, stdout + stderr)
