@@ -40,11 +40,14 @@ def main(argv=None) -> int:
     values.update({k: Path(os.path.abspath(v)) for k in ("out", "peers", "source", "data") if (v := values[k])})
     args = EvidenceArgs(**values)
     try:
-        only, caps = evidence.check_args(args)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return evidence.run_evidence(args, only, caps)
+        try:
+            only, caps = evidence.check_args(args)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return evidence.run_evidence(args, only, caps)
+    except KeyboardInterrupt:  # outside the steps (checks, --dry-run): nothing to stop, nothing half written
+        return evidence.INTERRUPTED_RC
 
 
 if __name__ == "__main__":

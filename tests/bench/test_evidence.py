@@ -279,6 +279,18 @@ def test_a_second_run_into_the_same_out_is_refused_naming_the_holder(tmp_path, c
     assert not (out / "inkling2").exists()
 
 
+def test_relative_paths_are_the_callers_when_the_steps_get_them(tmp_path, monkeypatch):
+    (tmp_path / "peers").mkdir()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    seen = []
+    monkeypatch.setattr(evidence, "run_evidence", lambda args, only, caps: seen.append(args) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert main(["out", "--peers", "peers", "--source", "model", "--data", "."]) == 0
+    assert (seen[0].out, seen[0].peers, seen[0].source, seen[0].data) == (
+        tmp_path / "out", tmp_path / "peers", tmp_path / "model", tmp_path)
+
+
 def test_a_relative_out_is_the_callers_not_the_repositorys(tmp_path):
     name = f"evidence-relative-{os.getpid()}"
     done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_evidence.sh"), name, "--only", "inkling2", "--cap",
