@@ -133,6 +133,10 @@ def check_mode_flags(config, given: set[str], args: TrainArgs) -> None:
     if "block_size" in given and mode != "block":
         raise ValueError(f"--block-size {args.block_size} cannot be combined with a {mode} model ({origin} "
                          f"{getattr(args, origin[2:].replace('-', '_'))}): blocks exist in block mode only")
+    layers = getattr(config, "num_hidden_layers", None)
+    if "block_size" in given and isinstance(layers, int) and args.block_size > layers:
+        raise ValueError(f"--block-size {args.block_size} exceeds the model's {layers} decoder layers ({origin} "
+                         f"{getattr(args, origin[2:].replace('-', '_'))}): one block already holds every layer")
     for name in ("res_proj_lr", "res_proj_weight_decay", "attn_res_lr_multiplier"):
         if name in given and mode == "standard":
             raise ValueError(f"--{name.replace('_', '-')} cannot be combined with a standard model ({origin} "

@@ -21,6 +21,8 @@ def full_config(tmp_path):
     (dict(attn_res="standard", res_proj_weight_decay=0.0), "--res-proj-weight-decay",
      "standard model (--attn-res standard)"),
     ("config", "--block-size 3", "full model (--config"),
+    (dict(attn_res="block", block_size=5), "--block-size 5", "exceeds the model's 4 decoder layers"),
+    (dict(attn_res="block", block_size=1000), "--block-size 1000", "(--attn-res block)"),
 ])
 def test_mode_makes_flag_meaningless(data, train, tmp_path, flags, refused, other):
     if flags == "config":
