@@ -47,6 +47,11 @@ def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_s
     skeleton = meta_model(config)  # the family's model: its checkpoint format and its code files
     tensors = {name: t.detach().to("cpu") for name, t in local_model_state_dict(pipe).items()}
     tensors = {name: t.contiguous() for name, t in revert_weight_conversion(skeleton, tensors).items()}
+    held = [None] * dist.get_world_size()
+    dist.all_gather_object(held, (stage, sorted(tensors)))
+    # a tensor several stages hold (a tied embedding's copies) is written once, by the first of them
+    earlier = {name for other, names in held if other < stage for name in names}
+    tensors = {name: tensor for name, tensor in tensors.items() if name not in earlier}
     shard = shard_name(stage, num_stages)
     if is_data_rank0:
         atomic_write(folder / shard, lambda p: save_file(tensors, str(p), metadata={"format": "pt"}))

@@ -41,7 +41,7 @@ from transformers.loss.loss_utils import LOSS_MAPPING
 
 from ..core.depth_layout import DepthLayout
 from ..core.mix_point import AttnResMixing
-from .layout import LayerContext, check_untied, logits_step
+from .layout import LayerContext, logits_step
 
 # --- which sources cross each transition ----------------------------------------------------------------------------
 
@@ -174,8 +174,12 @@ class InterleavedChunk(AttnResMixing, nn.Module):
         self.layers = nn.ModuleDict({str(i): base.layers[i] for i in plan.layers})
         self.layer_context = LayerContext(base)
         self.is_last = plan.is_last
+        self.tied = bool(getattr(self.config, "tie_word_embeddings", False))
         if self.is_last:
-            self.lm_head = model.lm_head
+            if self.tied:  # lm_head is the embedding matrix: this rank's copy of it (`InterleavedPipeline.step` syncs)
+                self.embed_tokens = base.embed_tokens
+            else:
+                self.lm_head = model.lm_head
             self.fusable_norm = base.fusable_norm  # the model's norm policy: its final norm fuses as there
             self.postprocess_logits = logits_step(model)
             # every base-model module but the embedding and the layers: the final norm and the output mix point's
@@ -203,7 +207,9 @@ class InterleavedChunk(AttnResMixing, nn.Module):
             outputs = layer(*sources, **context(i))
             sources = layer.update_sources(sources, outputs[: layer.num_new_sources])
         if self.is_last:
-            outputs = (self.postprocess_logits(self.lm_head(self.mix("output_attn", sources, None, self.norm))),)
+            hidden = self.mix("output_attn", sources, None, self.norm)
+            logits = nn.functional.linear(hidden, self.embed_tokens.weight) if self.tied else self.lm_head(hidden)
+            outputs = (self.postprocess_logits(logits),)
         else:
             outputs = tuple(sources[i] for i in self.plan.sends)
         for source, leaf in owned:
@@ -299,6 +305,8 @@ class InterleavedPipeline:
     traffic: TrafficCounter
     rank: int
     num_stages: int
+    tied_shape: tuple[int, int] | None = None  # the tied embedding matrix's shape; None: untied
+    group: object = None  # the process group of the stages (None: the default one)
 
     @property
     def chunks(self) -> list[InterleavedChunk]:
@@ -315,6 +323,18 @@ class InterleavedPipeline:
     def parameters(self):
         return [p for chunk in self.chunks for p in chunk.parameters()]
 
+    def tied_copy(self) -> nn.Parameter | None:
+        """This rank's copy of a tied embedding matrix: rank 0's (the input embedding) and the last chunk's rank's
+        (its `lm_head`), kept equal by summing their gradients (`step`)."""
+        if self.tied_shape is None:
+            return None
+        return next((chunk.embed_tokens.weight for chunk in self.chunks if hasattr(chunk, "embed_tokens")), None)
+
+    def norm_parameters(self) -> list[nn.Parameter]:
+        """The parameters this rank counts in the global gradient norm: a tied matrix's copy only on rank 0."""
+        copy = self.tied_copy() if self.rank != 0 else None
+        return [p for p in self.parameters() if p is not copy]
+
     def named_parameters(self) -> dict[str, nn.Parameter]:
         """This rank's parameters under the full model's names."""
         return {chunk.model_name(name): p for chunk in self.chunks for name, p in chunk.named_parameters()}
@@ -328,7 +348,22 @@ class InterleavedPipeline:
         losses = []
         self.schedule.step(*((input_ids,) if self.has_first else ()), target=labels if self.has_last else None,
                            losses=losses)
+        self.sum_tied_gradients()
         return torch.stack([loss.detach() for loss in losses]).mean() if self.has_last else None
+
+
+    def sum_tied_gradients(self) -> None:
+        """A tied embedding matrix's gradient is the sum of its two copies' (input embedding and `lm_head`), as in one
+        process: summed over the ranks (zeros from those without a copy), so both copies make the same update."""
+        if self.tied_shape is None:
+            return
+        copy = self.tied_copy()
+        reference = next(iter(self.parameters()))
+        grad = copy.grad if copy is not None and copy.grad is not None else torch.zeros(
+            self.tied_shape, dtype=reference.dtype, device=reference.device)
+        torch.distributed.all_reduce(grad, group=self.group)
+        if copy is not None:
+            copy.grad = grad
 
 
 def build_interleaved(model, rank: int, num_stages: int, virtual_stages: int, n_microbatches: int,
@@ -336,7 +371,6 @@ def build_interleaved(model, rank: int, num_stages: int, virtual_stages: int, n_
                       group=None) -> InterleavedPipeline:
     """This rank's chunks of `model` (an AttnRes causal LM of any family, the same on every rank) and the interleaved
     1F1B schedule over them. The chunks hold the model's own modules; the rest of the model can be dropped."""
-    check_untied(model.config, "the model's config")
     plans = plan_chunks(DepthLayout.of(model.config), num_stages, virtual_stages, caching, layers)
     store, traffic = SourceStore(), TrafficCounter()
     dtype = model.model.embed_tokens.weight.dtype
@@ -346,7 +380,9 @@ def build_interleaved(model, rank: int, num_stages: int, virtual_stages: int, n_
         inputs, outputs = boundary_examples(plan, model.config, micro_batch_size, seq_len, dtype)
         stages.append(CachingStage(chunk, len(plans), inputs, outputs, traffic, group))
     schedule = ScheduleInterleaved1F1B(stages, n_microbatches, loss_fn=CausalLMLoss(model.config.vocab_size))
-    return InterleavedPipeline(stages, schedule, plans, traffic, rank, num_stages)
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    tied_shape = tuple(model.get_input_embeddings().weight.shape) if tied else None
+    return InterleavedPipeline(stages, schedule, plans, traffic, rank, num_stages, tied_shape, group)
 
 
 def expected_traffic(plans: list[ChunkPlan], micro_batch_size: int, seq_len: int, hidden: int,

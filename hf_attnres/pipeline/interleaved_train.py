@@ -93,7 +93,7 @@ def train_step(pipe, optimizer, scheduler, ids: torch.Tensor, grad_clip: float) 
     loss = pipe.step(ids, ids)
     loss = torch.zeros(1) if loss is None else loss.reshape(1).float()
     dist.broadcast(loss, src=pipe.plans[-1].rank)
-    loss, norm = loss.item(), global_grad_norm(pipe.parameters())
+    loss, norm = loss.item(), global_grad_norm(pipe.norm_parameters())
     finite = math.isfinite(loss) and math.isfinite(norm)
     if finite:
         if grad_clip > 0:

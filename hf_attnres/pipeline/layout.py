@@ -81,13 +81,4 @@ def logits_step(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     return functools.partial(type(model).postprocess_logits, SimpleNamespace(config=model.config))
 
 
-def check_untied(config, where: str) -> None:
-    """ValueError naming `where` for tied input and output embeddings: the embedding and `lm_head` sit on different
-    stages, and no stage holds both."""
-    if getattr(config, "tie_word_embeddings", False):
-        raise ValueError(f"{where}: tie_word_embeddings=True is not supported by the pipeline trainers (the embedding "
-                         "and lm_head sit on different stages); train this model with `attnres train`")
-
-
-__all__ = ["single_source_mix_params", "causal_lm_class", "restore_unsaved_buffers", "LayerContext", "logits_step",
-           "check_untied"]
+__all__ = ["single_source_mix_params", "causal_lm_class", "restore_unsaved_buffers", "LayerContext", "logits_step"]

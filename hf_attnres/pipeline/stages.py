@@ -22,21 +22,21 @@ from .ds import deepspeed
 from .layout import (
     LayerContext,
     causal_lm_class,
-    check_untied,
     logits_step,
     restore_unsaved_buffers,
     single_source_mix_params,
 )
 
 LayerSpec, PipelineModule = deepspeed.pipe.LayerSpec, deepspeed.pipe.PipelineModule
+TiedLayerSpec = deepspeed.pipe.TiedLayerSpec
 
 DECODER_PIPE_TYPE = "DecoderLayerPipe"
+TIED_KEY = "embed_tokens"  # the tied input / output embedding's key among DeepSpeed's tied modules
 
 
 def meta_model(config) -> nn.Module:
     """The full model of `config`'s family on the meta device: its module tree and a config resolved exactly as
     `from_pretrained` would (attention / experts implementations), at no memory cost."""
-    check_untied(config, "the model's config")
     with torch.device("meta"):
         return causal_lm_class(config)(config)
 
@@ -87,6 +87,12 @@ class EmbeddingPipe(PipeLayer):
         embedding = skeleton.get_input_embeddings()
         self.model_prefixes = {"embed_tokens.": module_name(skeleton, embedding) + "."}
         self.load_from(skeleton, {"embed_tokens.": embedding}, weights)
+        self.postprocess_logits = logits_step(skeleton)
+
+    def tied_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """normed hidden -> logits through the embedding matrix: `lm_head` of a model with tied embeddings (the last
+        stage's copy of this pipe layer; DeepSpeed sums the two copies' gradients, `TiedLayerSpec`)."""
+        return self.postprocess_logits(nn.functional.linear(hidden, self.embed_tokens.weight))
 
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if input_ids.dim() != 2 or input_ids.is_floating_point():
@@ -126,7 +132,8 @@ class DecoderLayerPipe(PipeLayer):
 
 class OutputHeadPipe(AttnResMixing, PipeLayer):
     """Sources -> logits: the model's output mix (`AttnResMixing.mix`, as the base model uses it), final norm,
-    `lm_head` and the family's last step on the logits (Gemma's soft-capping)."""
+    `lm_head` and the family's last step on the logits (Gemma's soft-capping). With tied embeddings it ends at the
+    final norm: the embedding's copy on this stage makes the logits (`EmbeddingPipe.tied_logits`)."""
 
     def __init__(self, skeleton: nn.Module, weights):
         super().__init__()
@@ -137,14 +144,17 @@ class OutputHeadPipe(AttnResMixing, PipeLayer):
         # under the names `AttnResMixing.mix` reads (a rotary embedding comes along unused: it holds no saved tensor)
         skip = (skeleton.get_input_embeddings(), base.layers)
         modules = {f"{name}.": child for name, child in base.named_children() if all(child is not s for s in skip)}
-        modules["lm_head."] = skeleton.get_output_embeddings()
+        self.tied = tied_embeddings(self.config)
+        if not self.tied:
+            modules["lm_head."] = skeleton.get_output_embeddings()
         self.model_prefixes = {local: module_name(skeleton, module) + "." for local, module in modules.items()}
         self.load_from(skeleton, modules, weights)
         self.postprocess_logits = logits_step(skeleton)
 
     def forward(self, sources) -> torch.Tensor:
         # the final norm goes through the mix, as in the model: a backend may fuse it (and its gradient) into the mix
-        return self.postprocess_logits(self.lm_head(self.mix("output_attn", as_sources(sources), None, self.norm)))
+        hidden = self.mix("output_attn", as_sources(sources), None, self.norm)
+        return hidden if self.tied else self.postprocess_logits(self.lm_head(hidden))
 
 
 class CausalLMLoss:
@@ -158,13 +168,25 @@ class CausalLMLoss:
         return self.loss(logits=logits, labels=labels, vocab_size=self.vocab_size)
 
 
+def tied_embeddings(config) -> bool:
+    return bool(getattr(config, "tie_word_embeddings", False))
+
+
 def pipeline_layer_specs(config, weights) -> list[LayerSpec]:
-    """[embedding, decoder layer 0..L-1, output head] as LayerSpecs: each is built only on the stage that owns it."""
+    """[embedding, decoder layer 0..L-1, output head] as LayerSpecs: each is built only on the stage that owns it.
+    With tied embeddings the embedding is a `TiedLayerSpec` that the last stage holds too, after the head, for the
+    logits: DeepSpeed keeps the two copies equal (it sums their gradients and counts them once in the norm)."""
     skeleton = meta_model(config)
+    tied = tied_embeddings(config)
+    embedding = (TiedLayerSpec(TIED_KEY, EmbeddingPipe, skeleton, weights, tied_weight_attr=["embed_tokens.weight"])
+                 if tied else LayerSpec(EmbeddingPipe, skeleton, weights))
+    head = [TiedLayerSpec(TIED_KEY, EmbeddingPipe, skeleton, weights, forward_fn=EmbeddingPipe.tied_logits,
+                          tied_weight_attr=["embed_tokens.weight"])] if tied else []
     return [
-        LayerSpec(EmbeddingPipe, skeleton, weights),
+        embedding,
         *(LayerSpec(DecoderLayerPipe, skeleton, i, weights) for i in range(config.num_hidden_layers)),
         LayerSpec(OutputHeadPipe, skeleton, weights),
+        *head,
     ]
 
 
@@ -198,9 +220,12 @@ def build_pipeline(
 
 
 def local_model_state_dict(pipe: PipelineModule) -> dict[str, torch.Tensor]:
-    """This stage's tensors under the full model's module names (as in `model.state_dict()`)."""
+    """This stage's tensors under the full model's module names (as in `model.state_dict()`). A tied embedding's
+    copy that serves as `lm_head` (a function of the module, not a pipe layer) is the first stage's to save."""
     tensors = {}
     for layer in pipe.forward_funcs:
+        if not isinstance(layer, nn.Module):
+            continue
         for name, tensor in layer.state_dict().items():
             tensors[layer.model_name(name)] = tensor
     return tensors

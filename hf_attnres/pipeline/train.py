@@ -46,7 +46,7 @@ from .args import PipelineArgs, PipelineModelArgs
 from .comms import P2PTraffic, boundary_report, format_report, report_rows
 from .data import micro_batches, synthetic_micro_batch
 from .export import save_pipeline_checkpoint
-from .layout import causal_lm_class, check_untied
+from .layout import causal_lm_class
 from .stages import build_pipeline
 from .weights import StateDictWeights
 
@@ -108,7 +108,6 @@ def load_config(args: PipelineModelArgs, data_vocab: int | None):
     try:
         if args.model is not None:
             config = attn_res_config_of_folder(args.model, "--model")
-            check_untied(config, f"--model {args.model}")
         else:
             extra = {"vocab_size": data_vocab} if data_vocab else {}
             config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers, **extra)
@@ -121,7 +120,7 @@ def load_config(args: PipelineModelArgs, data_vocab: int | None):
 
 
 def check_model(args: PipelineModelArgs) -> None:
-    """A --model folder the pipelines cannot train (a plain checkpoint, tied embeddings, a damaged config.json) is
+    """A --model folder the pipelines cannot train (a plain checkpoint, a damaged config.json) is
     refused in one line before anything else: the same answer launched or not."""
     if args.model is not None:
         load_config(args, None)

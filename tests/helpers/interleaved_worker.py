@@ -30,8 +30,7 @@ def case_model(case: dict):
         return tiny_model(case["mode"], case["block_size"], case["layers"]).train()
     from tests.families.tiny import attn_res_model
 
-    model = attn_res_model(case["family"], case["mode"], case["block_size"], num_hidden_layers=case["layers"],
-                           tie_word_embeddings=False)
+    model = attn_res_model(case["family"], case["mode"], case["block_size"], num_hidden_layers=case["layers"])
     return perturb_attn_res(model).train()
 
 

@@ -104,6 +104,8 @@ def test_two_stages_match_one_process(tmp_path):
              for mode, layers, size in (("block", 8, 3), ("full", 4, 0)) for caching in (True, False)]
     # another family: Llama's rotary embeddings rebuilt on each rank, the same block layout, cached
     cases.append(dict(family="llama", mode="block", layers=8, block_size=3, virtual=2, caching=True))
+    # tied embeddings: rank 0's input embedding and rank 1's lm_head are one matrix, their gradients summed
+    cases.append(dict(family="gemma3_text", mode="block", layers=4, block_size=2, virtual=2, caching=True))
     results = run_world(2, cases, tmp_path)
     measured = {name: check_parity_and_traffic(case, results[case_name(case)], 2)
                 for case, name in zip(cases, map(case_name, cases))}

@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 from hf_attnres.cli.train_interleaved import main
 from hf_attnres.training.state import output_lock
 from tests.helpers.interleaved_worker import COPY, TRUNCATE, train_worker
-from tests.helpers.other_family import assert_untrainable_folder_refused
+from tests.helpers.other_family import assert_plain_folder_refused
 from tests.helpers.ports import free_port
 
 TINY = ["--layers", "4", "--block-size", "3", "--seq-len", "8", "--grad-accum", "2"]
@@ -167,6 +167,5 @@ def test_a_new_or_older_start_never_prunes_the_folders_newer_run(tmp_path, resum
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]
 
 
-@pytest.mark.parametrize("case", ["plain", "tied"])
-def test_an_untrainable_folder_is_refused_in_one_line(tmp_path, monkeypatch, case):
-    assert_untrainable_folder_refused(main, tmp_path, monkeypatch, case)
+def test_a_plain_family_checkpoint_is_refused_in_one_line(tmp_path, monkeypatch):
+    assert_plain_folder_refused(main, tmp_path, monkeypatch)

@@ -24,12 +24,13 @@ from hf_attnres.folders.model_family import family_of_folder
 from hf_attnres.pipeline.data import synthetic_micro_batch
 from tests.families.tiny import attn_res_model
 from tests.helpers.model_factory import perturb_attn_res, random_ids, tiny_model
-from tests.helpers.other_family import assert_untrainable_folder_refused
+from tests.helpers.other_family import assert_plain_folder_refused
 from tests.helpers.remote_loading import load_in_clean_process, write_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("block", "full", "standard")
-RUNS = (*MODES, "llama-block")  # Kimi Linear in each mode; an upcycled family's Block AttnRes model
+# Kimi Linear in each mode; upcycled families' Block AttnRes models (Gemma 3: tied embeddings, soft-capped logits)
+RUNS = (*MODES, "llama-block", "gemma3_text-block")
 STEPS, GRAD_ACCUM, MICRO_BATCH, SEQ_LEN, LR, SEED = 1, 4, 2, 16, 0.5, 3
 # runs several trainings in one process pair: `main(argv)` for each argv list in the JSON argument
 LAUNCH = ("import json, sys; from hf_attnres.cli.train_pipeline import main; "
@@ -55,8 +56,9 @@ def pipeline_runs(tmp_path_factory):
     runs, argvs = {}, []
     for mode in RUNS:
         model_dir, out_dir = root / f"init-{mode}", root / f"run-{mode}"
-        if mode == "llama-block":  # 5 layers in blocks of 2: the 2 stages' boundary lies inside a block
-            model = attn_res_model("llama", "block", block_size=2, num_hidden_layers=5, tie_word_embeddings=False)
+        if mode.endswith("-block"):  # the 2 stages' boundary lies inside a block (Gemma 3 keeps its 4 layer types)
+            layers, size = (4, 3) if mode.startswith("gemma3") else (5, 2)
+            model = attn_res_model(mode.removesuffix("-block"), "block", block_size=size, num_hidden_layers=layers)
             perturb_attn_res(model).save_pretrained(model_dir)
         else:
             tiny_model(mode=mode, block_size=2, num_layers=5).save_pretrained(model_dir)
@@ -141,11 +143,10 @@ def test_output_folder_loads_with_auto_classes_without_the_package(pipeline_runs
     assert result["tokens"] == [5, 7, 9]
 
 
-@pytest.mark.parametrize("case", ["plain", "tied"])
-def test_an_untrainable_folder_is_refused_in_one_line(tmp_path, monkeypatch, case):
+def test_a_plain_family_checkpoint_is_refused_in_one_line(tmp_path, monkeypatch):
     from hf_attnres.cli.train_pipeline import main
 
-    assert_untrainable_folder_refused(main, tmp_path, monkeypatch, case)
+    assert_plain_folder_refused(main, tmp_path, monkeypatch)
 
 
 # each argv in turn; a refusal (SystemExit) is printed as one REFUSED line (with the rank) and the next run goes on;
