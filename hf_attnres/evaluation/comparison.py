@@ -146,7 +146,7 @@ def check_tasks(tasks: list[str], eval_data: Path, data_dir: Path | None, allow_
         manager = task_manager(includes)
         known = set(manager.all_tasks)
         try:
-            skipped_files = check_loadable(others, include_path, known)
+            skipped_files = check_loadable(others, include_path, manager)
             unknown = [t for t in others if t not in known]
             if unknown:
                 mine = f", or in --include-path {include_path}" if include_path else " (your own: --include-path DIR)"

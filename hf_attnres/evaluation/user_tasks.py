@@ -109,36 +109,41 @@ def broken_task_files(include_path: Path) -> dict[Path, str]:
     return broken
 
 
-def check_loadable(tasks: list[str], include_path: Path | None, known: set[str]) -> str | None:
-    """TaskFileError naming the task, its file and the reason when a requested task's YAML in --include-path cannot
-    be used; else, for requested tasks still unknown, a clause naming the --include-path files lm-eval skipped (None:
-    none)."""
+def check_loadable(tasks: list[str], include_path: Path | None, manager) -> str | None:
+    """TaskFileError naming the task, its file and the reason when the YAML of a requested task (or of a subtask its
+    group names) in --include-path cannot be used; else, for requested tasks still unknown, a clause naming the
+    --include-path files lm-eval skipped (None: none)."""
     if include_path is None:
         return None
     broken = broken_task_files(include_path)
     for task in tasks:
-        for path, reason in broken.items():
-            if task in claimed_names(path):
-                raise TaskFileError(f"task {task}: {path}: {reason}")
-    if not broken or all(t in known for t in tasks):
+        for name in [task, *_members(manager, task)]:
+            for path, reason in broken.items():
+                if name in claimed_names(path):
+                    part = "" if name == task else f" (its subtask {name})"
+                    raise TaskFileError(f"task {task}{part}: {path}: {reason}")
+    if not broken or all(t in manager.task_index for t in tasks):
         return None
     return "; files of --include-path lm-eval skipped: " + "; ".join(f"{p} ({r})" for p, r in broken.items())
 
 
-def _entry_files(manager, name: str, depth: int = 0) -> list[Path]:
-    """The YAML files of a task, group or tag of lm-eval's index, its subtasks' included."""
+def _members(manager, name: str, depth: int = 0) -> list[str]:
+    """The names a group (its `task:` list) or a tag of lm-eval's index stands for, nested groups' too."""
     entry = manager.task_index.get(name)
     if entry is None or depth > 8:
         return []
-    files = [Path(entry.yaml_path)] if entry.yaml_path else []
     members = list(entry.tags) if entry.yaml_path is None else []
     subtasks = (entry.cfg or {}).get("task") if "group" in (entry.cfg or {}) else None
     for item in subtasks if isinstance(subtasks, list) else []:
         members.append(item.get("task") if isinstance(item, dict) else item)
-    for member in members:
-        if isinstance(member, str):
-            files += _entry_files(manager, member, depth + 1)
-    return files
+    members = [m for m in members if isinstance(m, str)]
+    return members + [sub for m in members for sub in _members(manager, m, depth + 1)]
+
+
+def _entry_files(manager, name: str) -> list[Path]:
+    """The YAML files of a task, group or tag of lm-eval's index, its subtasks' included."""
+    entries = (manager.task_index.get(n) for n in [name, *_members(manager, name)])
+    return [Path(e.yaml_path) for e in entries if e is not None and e.yaml_path]
 
 
 def resolve_functions(tasks: list[str], manager, include_path: Path | None) -> None:

@@ -82,6 +82,9 @@ LOADING_CASES = {
     "function_module_exits_on_import": ({"broken.yaml": BROKEN + "process_docs: !function exiting.process\n",
                                          "exiting.py": "import sys\nsys.exit(0)\n"},
                                         ["broken.yaml", "sys.exit(0)", "exiting.py:2"]),
+    "group_subtask_broken": ({"broken.yaml": "group: broken\ntask:\n  - sub\n",
+                              "sub.yaml": "task: sub\ndoc_to_text: [unclosed\n"},
+                             ["its subtask sub", "sub.yaml", "not valid YAML"]),
     "function_missing_in_module": ({"broken.yaml": BROKEN + "process_docs: !function helpers.nothing\n",
                                     "helpers.py": "def process(docs):\n    return docs\n"},
                                    ["broken.yaml", "nothing"]),
@@ -106,11 +109,17 @@ def test_an_unknown_task_names_the_files_lm_eval_skipped(env, tmp_path):
     assert "\n" not in message
 
 
-def test_task_code_that_exits_mid_run_is_an_error_naming_task_and_module(env, tmp_path, capsys):
-    """sys.exit(0) in a !function the evaluation calls (not at import): exit code non-zero, one line, no report."""
-    folder = task_folder(env, "tasks_exit", {
+MID_RUN_CASES = {"exit_0": ("sys.exit(0)", "sys.exit(0)"), "exit_3": ("sys.exit(3)", "sys.exit(3)"),
+                 "raises": ("raise ValueError('no such doc')", "ValueError: no such doc")}
+
+
+@pytest.mark.parametrize("body, named", MID_RUN_CASES.values(), ids=MID_RUN_CASES.keys())
+def test_task_code_that_ends_mid_run_is_an_error_naming_task_and_module(env, tmp_path, body, named):
+    """A !function the evaluation calls (not at import) exits, even with 0, or raises: a non-zero exit with one
+    line naming the task and the module's line, no report."""
+    folder = task_folder(env, f"tasks_{tmp_path.name}", {
         "quits.yaml": TASK_YAML.format(name="quits", rows=env["rows"]) + "process_docs: !function quitter.process\n",
-        "quitter.py": "import sys\n\n\ndef process(docs):\n    sys.exit(0)\n"})
+        "quitter.py": f"import sys\n\n\ndef process(docs):\n    {body}\n"})
     out = tmp_path / "out"
     import sys
 
@@ -122,7 +131,7 @@ def test_task_code_that_exits_mid_run_is_an_error_naming_task_and_module(env, tm
     finally:
         sys.argv = saved
     message = str(info.value.code)
-    assert message.startswith("error: task quits") and "sys.exit(0)" in message and "quitter.py:5" in message
+    assert message.startswith("error: task quits") and named in message and "quitter.py:5" in message
     assert "\n" not in message and not (out / "report.md").exists()
 
 
