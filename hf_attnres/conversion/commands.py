@@ -14,11 +14,10 @@ from . import hub
 from .args import ConvertArgs, PushArgs
 from .convert import convert_checkpoint
 from .errors import ConversionError
-from .family_convert import FamilyConversion, convert_family
+from .family_convert import FamilyConversion, convert_family, written_weights
 from .fixtures import random_model, write_moonshot_checkpoint
 from .guards import KIMI, Request, check_request
 from .hub import build_hub_folder, check_repo_id
-from .writer import written_weights
 
 DEMO_INPUT, DEMO_OUTPUT = Path("outputs/tiny-moonshot"), Path("outputs/tiny-moonshot-hf")
 DEMO_MODEL = Path("outputs/tiny-attnres")

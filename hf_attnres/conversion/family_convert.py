@@ -26,13 +26,13 @@ from pathlib import Path
 import torch
 
 from ..families.upcycle import UpcycleError, is_attn_res_tensor, plain_family_model, upcycle
+from ..folders.checkpoint_files import check_safetensors, weight_files
 from ..folders.model_folder import load, write_model
 from .atomic import move_into_place, output_folder
 from .errors import ConversionError
 from .family_source import FamilySource, open_source
 from .guards import Request
 from .upcycle_check import judge
-from .writer import written_weights
 
 # the fixed ids --verify and --check run: 2 sequences of 16 tokens, seeded, within the vocabulary
 CHECK_SHAPE, CHECK_SEED = (2, 16), 0
@@ -76,7 +76,7 @@ def convert_family(request: Request, upcycle_mode: str | None = None, block_size
             if verify:
                 verify_saved(target, written, building)
             report = check_against_source(model, written, upcycle_mode is not None)
-            refuse_on_comparison(report, "--check" if check else "--verify", input, output, progress)
+            refuse_on_comparison(report, "--check" if check else "--verify", input, output)
             if check:
                 print(check_line(report), flush=True)
         move_into_place(building, output, replace=force)
@@ -86,7 +86,7 @@ def convert_family(request: Request, upcycle_mode: str | None = None, block_size
     )
 
 
-def refuse_on_comparison(report: dict, flag: str, input: Path, output: Path, progress: bool) -> None:
+def refuse_on_comparison(report: dict, flag: str, input: Path, output: Path) -> None:
     """ConversionError when the comparison with the source says another function (outside the tolerance, or the
     top-1 token changed under a conclusive tolerance), or, for --check, when it cannot tell (an inconclusive
     tolerance); --verify notes an inconclusive comparison and goes on (module docstring)."""
@@ -96,7 +96,16 @@ def refuse_on_comparison(report: dict, flag: str, input: Path, output: Path, pro
         if flag == "--check":
             raise ConversionError(f"{flag}: cannot tell whether {output} computes the function of {input}: "
                                   f"{check_line(report)}")
-        _progress(progress)(f"note: {check_line(report)}")
+        print(f"note: {check_line(report)}", file=sys.stderr, flush=True)  # a result, not progress: always said
+
+
+def written_weights(folder: Path) -> tuple[int, int]:
+    """(tensors, bytes) of a written folder's weight files, as read back from their headers and sizes: what a
+    summary reports, so a tensor shared by two names (a tied lm_head, written once) is counted once. Both convert
+    paths' summaries use it."""
+    files = weight_files(folder)
+    tensors = sum(len([name for name in check_safetensors(file) if name != "__metadata__"]) for file in files)
+    return tensors, sum(file.stat().st_size for file in files)
 
 
 def _progress(enabled: bool):
@@ -165,4 +174,5 @@ def _tied(model, name: str) -> bool:
     return name == "lm_head.weight" and getattr(model.config, "tie_word_embeddings", False)
 
 
-__all__ = ["convert_family", "FamilyConversion", "FamilySource", "check_against_source", "verify_saved"]
+__all__ = ["convert_family", "FamilyConversion", "written_weights", "FamilySource", "check_against_source",
+           "verify_saved"]

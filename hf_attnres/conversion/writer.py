@@ -8,7 +8,7 @@ import torch
 from huggingface_hub import split_torch_state_dict_into_shards
 from safetensors.torch import save_file
 
-from ..folders.checkpoint_files import INDEX_NAME, check_safetensors, weight_files
+from ..folders.checkpoint_files import INDEX_NAME
 
 
 class ShardedWriter:
@@ -39,10 +39,3 @@ class ShardedWriter:
             (self.folder / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
         return self.written
 
-
-def written_weights(folder: Path) -> tuple[int, int]:
-    """(tensors, bytes) of a written folder's weight files, as read back from their headers and sizes: what a
-    summary reports, so a tensor shared by two names (a tied lm_head, written once) is counted once."""
-    files = weight_files(folder)
-    tensors = sum(len([name for name in check_safetensors(file) if name != "__metadata__"]) for file in files)
-    return tensors, sum(file.stat().st_size for file in files)

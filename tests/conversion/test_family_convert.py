@@ -199,7 +199,7 @@ def test_check_refuses_an_inconclusive_comparison_and_verify_notes_it(tmp_path, 
     err = capsys.readouterr().err
     assert "--check: cannot tell whether" in err and "inconclusive" in err and "logits up to" in err, err
     assert not out.exists() and not list(tmp_path.glob(".out*"))
-    assert convert_main([str(tmp_path / "in"), str(out), "--upcycle", "full", "--verify"]) == 0
+    assert convert_main([str(tmp_path / "in"), str(out), "--upcycle", "full", "--verify", "--no-progress"]) == 0
     assert "note: check:" in capsys.readouterr().err and out.is_dir()
 
 
