@@ -46,6 +46,8 @@ LICENSE_ID = re.compile(r"[a-z0-9][a-z0-9.+-]*")
 # The JSON files `AutoTokenizer.from_pretrained(folder)` reads: each is checked first, so a damaged one is named
 TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                   "vocab.json", "chat_template.json")
+# The model folder's JSON files the build reads besides config.json and the weights' index (check_model_folder's)
+MODEL_JSON = ("generation_config.json", "training_info.json")
 # How many --init-from hops base_model is followed through local folders (a loop of folders ends at the first repeat)
 MAX_LINEAGE = 16
 
@@ -133,8 +135,9 @@ def build_hub_folder(
     try:
         check_model_folder(model_path, "--model")
         finite_weights.check_folder(model_path)  # a NaN weight is named, never published
+        check_json_files(model_path, MODEL_JSON, "model file")
         if tokenizer is not None:
-            check_tokenizer_files(tokenizer)
+            check_json_files(tokenizer, TOKENIZER_JSON, "tokenizer file")
         info = read_training_info(model_path)
     except (CheckpointFileError, NonFiniteWeightsError) as error:
         raise ConversionError(str(error)) from None
@@ -185,19 +188,20 @@ def check_license(license: str) -> None:
                               "'.', '-', '+': e.g. apache-2.0, mit, llama3.1, other)")
 
 
-def check_tokenizer_files(tokenizer) -> None:
-    """Each JSON file of a tokenizer folder read as JSON first, so a damaged one (or a link to some other file) is
-    named, not left to the tokenizer library's bare `Expecting value`; a FIFO or device in its place is refused
-    unopened. A Hub id (no such folder) is transformers' to fetch."""
-    folder = Path(tokenizer)
+def check_json_files(folder, names, what: str) -> None:
+    """Each of the JSON files `names` in `folder` that exists read as a JSON object first, so a damaged one (or a
+    link to some other file) is named (CheckpointFileError), not left to the library that reads it later (the
+    tokenizer's bare `Expecting value`, a generation config's TypeError); a FIFO or device in its place is refused
+    unopened. A `folder` that is no folder (a tokenizer's Hub id) is transformers' to fetch."""
+    folder = Path(folder)
     if not folder.is_dir():
         return
-    for name in TOKENIZER_JSON:
+    for name in names:
         path = folder / name
         if os.path.lexists(path) and not path.is_file():
-            raise CheckpointFileError(f"{path}: not a regular file (a tokenizer file expected)")
+            raise CheckpointFileError(f"{path}: not a regular file ({what} expected)")
         if path.is_file():
-            read_json_file(path, "tokenizer file")
+            read_json_file(path, what)
 
 
 def read_training_info(model_path) -> dict:
@@ -364,6 +368,8 @@ def read_eval_results(path: str | Path) -> list[tuple]:
     {task: {metric: value}} / {task: value}. Anything else (a config.json, a training record) is refused, naming
     the file and the first entry that is no metric: its numbers would otherwise read as scores."""
     path = Path(path)
+    if os.path.lexists(path) and not path.is_file():  # a folder, FIFO or device: never opened
+        raise ConversionError(f"--eval-results {path}: not a regular file (an evaluation results JSON expected)")
     try:
         results = read_json_file(path, "evaluation results file")
     except CheckpointFileError as error:

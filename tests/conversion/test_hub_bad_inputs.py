@@ -106,10 +106,17 @@ def test_output_overlapping_model_refused(push, capsys, saved_model, tmp_path, o
                 ["--output", *named], untouched=[tmp_path / "models"])
 
 
-def test_bad_eval_results_named(push, capsys, saved_model, tmp_path):
-    (tmp_path / "eval.json").write_text("{nope")
+@pytest.mark.parametrize("make, named", [
+    (lambda path: path.write_text("{nope"), ["invalid JSON"]),
+    (lambda path: os.mkfifo(path), ["not a regular file"]),
+    (lambda path: path.mkdir(), ["not a regular file"]),
+    (lambda path: None, ["not found"]),
+], ids=["invalid_json", "a_fifo", "a_folder", "missing"])
+def test_bad_eval_results_named(push, capsys, saved_model, tmp_path, make, named):
+    make(tmp_path / "eval.json")
     run_refused(push, capsys, ["--model", saved_model, "--output", tmp_path / "hub", "--eval-results",
-                               tmp_path / "eval.json", "--dry-run"], ["eval.json"], absent=[tmp_path / "hub"])
+                               tmp_path / "eval.json", "--dry-run"], ["--eval-results", "eval.json", *named],
+                absent=[tmp_path / "hub"])
 
 
 def test_no_network_is_one_message_and_keeps_the_folder(push, capsys, saved_model, tmp_path, monkeypatch):
@@ -178,12 +185,15 @@ def test_damaged_tokenizer_json_is_named(push, capsys, saved_model, tmp_path, na
                 absent=[tmp_path / "hub"])
 
 
-def test_damaged_training_info_is_named(push, capsys, saved_model, tmp_path):
-    """training_info.json feeds the card (training data, base_model): a damaged one is named, not read as absent."""
+@pytest.mark.parametrize("content", [b"\x00\x01 not json", b"[1]", b"{nope"], ids=["binary", "a_list", "invalid"])
+@pytest.mark.parametrize("name", ["training_info.json", "generation_config.json"])
+def test_damaged_model_json_is_named(push, capsys, saved_model, tmp_path, name, content):
+    """The model folder's other JSON files feed the card (training_info.json: training data, base_model) or the
+    saved folder (generation_config.json): a damaged one is named, never read as absent nor a raw TypeError."""
     model = shutil.copytree(saved_model, tmp_path / "model")
-    (model / "training_info.json").write_bytes(b"\x00\x01 not json")
-    run_refused(push, capsys, ["--model", model, "--output", tmp_path / "hub", "--dry-run"], ["training_info.json"],
-                absent=[tmp_path / "hub"])
+    (model / name).write_bytes(content)
+    run_refused(push, capsys, ["--model", model, "--output", tmp_path / "hub", "--dry-run"], [name],
+                untouched=[model], absent=[tmp_path / "hub"])
 
 
 @pytest.mark.parametrize("license", ["Apache 2.0", "", "mit\nbase_model: evil/x"])
