@@ -20,18 +20,30 @@ from ..folders.json_limits import JSONDepthError, loads_limited
 HELDOUT = "heldout"
 
 
+HASHED_BYTES = 64 << 20  # a file up to this size is stamped by its content, a larger one (weights) by its metadata
+
+
 def file_stamp(*paths: Path) -> str | None:
-    """Changes when any of the files changes (size and mtime: no 10 GB hash); None when there is none."""
+    """Changes when any of the files changes; None when there is none. A file up to HASHED_BYTES counts by its
+    content; a larger one by size, mtime and ctime (no 10 GB hash: a rewrite that sets the mtime back, as `cp -p` or
+    `touch -r` do, still moves the ctime, which no tool sets back). Names, not folders, enter the key: a model folder
+    moved elsewhere keeps its results."""
     digest = hashlib.sha256()
-    for path in (p for p in paths if p.is_file()):
+    files = [p for p in paths if p.is_file()]
+    for path in files:
         stat = path.stat()
-        digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return digest.hexdigest()[:16] if any(p.is_file() for p in paths) else None
+        digest.update(f"{path.name}:{stat.st_size}:".encode())
+        if stat.st_size <= HASHED_BYTES:
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        else:
+            digest.update(f"{stat.st_mtime_ns}:{stat.st_ctime_ns}".encode())
+    return digest.hexdigest()[:16] if files else None
 
 
 def model_stamp(model_dir: Path) -> str:
-    """Changes when the model's config or weights change."""
-    return file_stamp(*sorted(Path(model_dir).glob("*.json")), *sorted(Path(model_dir).glob("*.safetensors")))
+    """Changes when any file the model loads from changes: config, weights, tokenizer (whatever its format), code and
+    chat template; the folder's prose (*.md) aside."""
+    return file_stamp(*sorted(p for p in Path(model_dir).iterdir() if p.is_file() and p.suffix != ".md"))
 
 
 def is_main_process() -> bool:

@@ -16,7 +16,6 @@ from pathlib import Path
 import yaml
 
 FUNCTION_TAG = "!function"
-HASHED_BYTES = 64 << 20  # a data file up to this size is stamped by its content, a larger one by size and mtime
 MAX_DIR_FILES = 10_000  # a local dataset folder: stamped file by file up to this many
 
 
@@ -246,20 +245,14 @@ def task_files(manager, task: str) -> list[Path]:
 
 
 def task_stamp(manager, task: str) -> str | None:
-    """Changes when any file the task reads changes: small files by content (an edit keeping size and mtime still
-    counts), large ones by size and mtime; None for a task with no local file."""
+    """Changes when any file the task reads changes (`runner.file_stamp`, each file under its full path: two data
+    files of one name are two files); None for a task with no local file."""
+    from .runner import file_stamp
+
     files = task_files(manager, task)
     if not files:
         return None
-    digest = hashlib.sha256()
-    for path in files:
-        stat = path.stat()
-        digest.update(f"{path}\0{stat.st_size}\0".encode())
-        if stat.st_size <= HASHED_BYTES:
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
-        else:
-            digest.update(str(stat.st_mtime_ns).encode())
-    return digest.hexdigest()[:16]
+    return hashlib.sha256("\0".join([*map(str, files), file_stamp(*files)]).encode()).hexdigest()[:16]
 
 
 __all__ = ["TaskFileError", "read_task_yaml", "broken_task_files", "check_loadable", "resolve_functions",

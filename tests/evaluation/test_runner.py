@@ -39,3 +39,37 @@ def test_git_probe_still_records_the_commit(outside_git):
     head = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
     with quiet_git_probe():
         assert evaluator.get_git_commit_hash() == head
+
+
+@pytest.mark.parametrize("hashed_bytes", [1 << 20, 0], ids=["content", "metadata"])
+def test_file_stamp_sees_a_rewrite_that_keeps_size_and_mtime(tmp_path, monkeypatch, hashed_bytes):
+    """A small file counts by content, a large one (weights) by size, mtime and ctime: rewriting either with the same
+    size and its old mtime set back (`cp -p`, `touch -r`) changes the stamp; leaving it alone does not."""
+    import os
+    import time
+
+    from hf_attnres.evaluation import runner
+
+    monkeypatch.setattr(runner, "HASHED_BYTES", hashed_bytes)
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"0" * 64)
+    stat = path.stat()
+    before = runner.file_stamp(path)
+    assert runner.file_stamp(path) == before
+    time.sleep(0.01)
+    path.write_bytes(b"1" * 64)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+    assert runner.file_stamp(path) != before
+
+
+def test_model_stamp_covers_every_file_the_model_loads(tmp_path):
+    from hf_attnres.evaluation.runner import model_stamp
+
+    for name in ("config.json", "model.safetensors", "tokenizer.model", "README.md"):
+        (tmp_path / name).write_text(name)
+    before = model_stamp(tmp_path)
+    (tmp_path / "README.md").write_text("a card")
+    assert model_stamp(tmp_path) == before  # prose: no model file
+    (tmp_path / "tokenizer.model").write_text("another vocabulary")
+    assert model_stamp(tmp_path) != before
