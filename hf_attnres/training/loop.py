@@ -180,7 +180,7 @@ def eval_bar(total: int, desc: str, engine):
     the logged loss)."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="batch", leave=False, disable=not engine.is_main)
+    return tqdm(total=total, desc=desc, unit="batch", leave=False, disable=engine.rank != 0)
 
 
 def evaluate(engine, val_set, args) -> float:

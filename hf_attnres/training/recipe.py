@@ -225,8 +225,6 @@ def check_recipe_args(args, steps: int) -> None:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if not 0 <= args.min_lr_ratio <= 1:
         raise SystemExit(f"error: --min-lr-ratio must be in [0, 1], got {args.min_lr_ratio}")
-    for problem in rate_problems(args):
-        raise SystemExit(f"error: {problem}")
     if args.warmup_steps > steps:
         raise SystemExit(f"error: --warmup-steps {args.warmup_steps} exceeds --steps {steps}")
 

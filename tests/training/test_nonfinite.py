@@ -1,6 +1,7 @@
 """The non-finite guard: a NaN/inf loss or gradient norm skips the update (accelerate,
 DeepSpeed ZeRO-0 and ZeRO-2, the pipeline trainer), is logged, and a few in a row stop with exit code 3 and no model.
-Faults are injected deterministically: poisoned batches (the loss times NaN) or a huge learning rate."""
+Faults are injected deterministically: poisoned batches (the loss times NaN) or a huge learning rate (the
+pipeline trainer, which takes one)."""
 from __future__ import annotations
 
 import itertools
@@ -80,11 +81,29 @@ def test_too_many_in_a_row_stop_without_a_model(data, train, tmp_path, monkeypat
     assert not (tmp_path / "checkpoints" / "step-00000005").exists()
 
 
+# Poisons the script's training forwards from the 3rd on, in the script's own process (a learning rate large enough to
+# overflow is refused before any work)
+POISON_SITECUSTOMIZE = """
+import itertools, torch
+from hf_attnres.training import engines
+forward, calls = engines.AccelerateEngine.forward, itertools.count(1)
+def poisoned(self, *args, **kwargs):
+    out = forward(self, *args, **kwargs)
+    if torch.is_grad_enabled() and next(calls) >= 3:
+        out.loss = out.loss * float("nan")
+    return out
+engines.AccelerateEngine.forward = poisoned
+"""
+
+
 def test_command_line_exit_code_and_message(data, tmp_path):
-    """A huge learning rate: the loss is NaN from step 3 on; the script exits 3 with one line, no traceback."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    """The loss is NaN from step 3 on; the script exits 3 with one line, no traceback."""
+    (tmp_path / "inject").mkdir()
+    (tmp_path / "inject" / "sitecustomize.py").write_text(POISON_SITECUSTOMIZE)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{tmp_path / 'inject'}{os.pathsep}{REPO}")
+    tmp_path = tmp_path / "run"
     command = [sys.executable, str(REPO / "scripts" / "train.py"),
-               *train_args(data, tmp_path, **dict(RUN, max_steps=10, lr=1e6, save_every=0, max_nonfinite_steps=2))]
+               *train_args(data, tmp_path, **dict(RUN, max_steps=10, save_every=0, max_nonfinite_steps=2))]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 3, result.stderr[-3000:]
     assert "error: step" in result.stderr and "2 non-finite steps in a row" in result.stderr

@@ -168,8 +168,6 @@ PIPELINE_CASES = {
     "lr_nan": (["--lr", "nan"], ["--lr", "finite"]),
     "weight_decay_inf": (["--weight-decay", "inf"], ["--weight-decay", "finite"]),
     "grad_clip_nan": (["--grad-clip", "nan"], ["--grad-clip"]),
-    "lr_absurd": (["--lr", "1e30"], ["--lr must be in [1e-12, 1]", "1e+30"]),
-    "weight_decay_absurd": (["--weight-decay", "1e6"], ["--weight-decay 1e+06", "below 1"]),
     "model_without_config": (["--model", "{empty}"], ["--model", "config.json"]),
     "model_missing": (["--model", "{missing}"], ["--model", "no such folder"]),
 }
