@@ -59,8 +59,8 @@ class PipelineState:
                     "scheduler": self.scheduler.state_dict()}, folder / CHECKPOINT_FILE.format(rank=self.pipe.rank))
 
     def load(self, folder: Path) -> None:
-        """This rank's file, read and checked whole before any state changes (ValueError naming the file); no
-        collective, so the ranks can agree on the verdict afterwards (`train.agreed`)."""
+        """This rank's file, read whole first; ValueError naming it when it is damaged, not this run's or does not fit
+        the model. No collective, so the ranks agree on the verdict afterwards (`train.agreed`) and stop alike."""
         from ..training.state import load_weights_only
 
         path = folder / CHECKPOINT_FILE.format(rank=self.pipe.rank)
@@ -71,10 +71,14 @@ class PipelineState:
             optimizer, scheduler = saved["optimizer"], saved["scheduler"]
         except (KeyError, TypeError) as error:
             raise ValueError(f"{path}: not this run's pipeline state (lacks {error})") from None
-        for chunk, tensors in models.items():
-            chunk.load_state_dict(tensors)
-        self.optimizer.load_state_dict(optimizer)
-        self.scheduler.load_state_dict(scheduler)
+        try:
+            for chunk, tensors in models.items():
+                chunk.load_state_dict(tensors)
+            self.optimizer.load_state_dict(optimizer)
+            self.scheduler.load_state_dict(scheduler)
+        except (RuntimeError, ValueError, KeyError) as error:  # shapes or optimizer groups of another model
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ValueError(f"{path}: does not fit this run's model ({first})") from None
 
 
 def global_grad_norm(params) -> float:
