@@ -60,18 +60,44 @@ def model_tokenizer(model_path: str | Path) -> Path | None:
 
 def build_stamp(model_path, tokenizer, training_data, datasets, eval_results, repo_id, license, base_model) -> str:
     """Changes when any input file's content or any card setting changes: every regular file of the inputs is
-    hashed (a weight rewritten with its size and mtime kept is a new build; a build already reads them all)."""
+    hashed (a weight rewritten with its size and mtime kept is a new build; a build already reads them all), and
+    the versions that generate the folder's code and card (hf-attnres, transformers) count too."""
+    import transformers
+
+    from .. import __version__
+
     digest = hashlib.sha256()
     for path in (model_path, tokenizer, eval_results):
         for file in input_files(path):
-            digest.update(f"{file}\0".encode())
-            with open(file, "rb") as stream:
-                for chunk in iter(lambda: stream.read(1 << 24), b""):
-                    digest.update(chunk)
-            digest.update(b"\0")
+            digest.update(f"{file}\0{file_digest(file)}\0".encode())
         digest.update(f"{path}\0".encode())
-    digest.update(json.dumps([training_data, datasets, repo_id, license, base_model]).encode())
+    digest.update(json.dumps([training_data, datasets, repo_id, license, base_model, __version__,
+                              transformers.__version__]).encode())
     return digest.hexdigest()
+
+
+def file_digest(file: Path) -> str:
+    digest = hashlib.sha256()
+    with open(file, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 24), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def built_digests(folder: Path) -> dict[str, str]:
+    """{name: sha256} of every regular file of a built folder but the record: what the reuse checks is still there."""
+    folder = Path(folder)
+    return {str(file.relative_to(folder)): file_digest(file) for file in input_files(folder)
+            if file.name != BUILD_RECORD}
+
+
+def changed_since_built(output: Path, record: dict) -> list[str]:
+    """The files of `output` that differ from what push-to-hub built there (edited, deleted, added), by content."""
+    built = record.get("files")
+    if not isinstance(built, dict):
+        return ["the build record's file list"]
+    now = built_digests(output)
+    return sorted(name for name in set(built) | set(now) if built.get(name) != now.get(name))
 
 
 def input_files(path) -> list[Path]:
@@ -116,8 +142,8 @@ def build_hub_folder(
     The tokenizer is `tokenizer`, else the model folder's own when it has one; the license `license`, else
     DEFAULT_LICENSE (the record says which: `card_notes`); base_model `base_model`, else the Hub id the folder's
     records name (`find_base_model`), else none, and the card says how to set it. An `output` push-to-hub built
-    earlier (its BUILD_RECORD) is reused when built from the same inputs (by content), rebuilt in place otherwise;
-    any other existing folder needs `force`."""
+    earlier (its BUILD_RECORD) is reused when built from the same inputs and still holding what it built (both by
+    content), rebuilt in place otherwise (the record says why); any other existing folder needs `force`."""
     from transformers import AutoTokenizer
 
     license_given = license is not None
@@ -126,9 +152,13 @@ def build_hub_folder(
     tokenizer = tokenizer if tokenizer is not None else model_tokenizer(model_path)
     stamp = build_stamp(model_path, tokenizer, training_data, datasets, eval_results, repo_id,
                         license if license_given else None, base_model)
-    earlier = previous_build(output)
+    earlier, rebuilt = previous_build(output), None
     if earlier == stamp and not force:
-        return Path(output).absolute()
+        changed = changed_since_built(output, build_record(output))
+        if not changed:
+            return Path(output).absolute()
+        rebuilt = (f"{output} rebuilt: {', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''} changed there "
+                   "since push-to-hub built it (the upload is what a build writes)")
     force = force or earlier is not None  # our own earlier build (a dry run), from other inputs: replaced
     inputs = [p for p in (model_path, tokenizer, eval_results) if p is not None and Path(p).exists()]
     output = check_output(output, force, inputs=inputs, flag="--output")
@@ -145,6 +175,8 @@ def build_hub_folder(
         check_repo_id(repo_id)
     if base_model is not None:
         check_repo_id(base_model, "--base-model")
+    for dataset in datasets or []:
+        check_repo_id(dataset, "--dataset", owner=False)  # the Hub's legacy datasets have no owner ("squad")
     evaluation = read_eval_results(eval_results) if eval_results else None
     found, source = (base_model, "--base-model") if base_model else find_base_model(model_path)
     model, family = load_model(model_path)
@@ -159,7 +191,7 @@ def build_hub_folder(
         card.save(folder / "README.md")
         (folder / BUILD_RECORD).write_text(json.dumps({
             "stamp": stamp, "license": license, "license_given": license_given, "base_model": found,
-            "base_model_source": source}))
+            "base_model_source": source, "rebuilt": rebuilt, "files": built_digests(folder)}))
         move_into_place(folder, output, replace=force)
     return output
 
@@ -170,6 +202,7 @@ def card_notes(folder: str | Path) -> list[str]:
     record = build_record(folder)
     if not record:
         return []
+    rebuilt = [f"note: {record['rebuilt']}"] if isinstance(record.get("rebuilt"), str) else []
     license = record.get("license")
     lines = [f"license: {license} (--license)" if record.get("license_given") else
              f"license: {license} (the default: pass --license to set another, e.g. the base model's own)"]
@@ -178,7 +211,7 @@ def card_notes(folder: str | Path) -> list[str]:
     else:
         lines.append(f"note: base_model unknown ({record.get('base_model_source')}): the card says so; pass "
                      "--base-model OWNER/NAME, the Hub model this one was converted or fine-tuned from, to set it")
-    return lines
+    return rebuilt + lines
 
 
 def check_license(license: str) -> None:
@@ -289,13 +322,14 @@ def load_model(model_path):
     return model, family
 
 
-def check_repo_id(repo_id: str, flag: str = "--repo-id") -> None:
-    """huggingface_hub's own rule for repository ids, applied before any work (the upload would reject it last)."""
+def check_repo_id(repo_id: str, flag: str = "--repo-id", owner: bool = True) -> None:
+    """huggingface_hub's own rule for repository ids, applied before any work (the upload would reject it last);
+    `owner`: the id must name one (user/name)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(repo_id)
-        if repo_id.count("/") != 1:
+        if repo_id.count("/") != 1 and (owner or repo_id.count("/") > 1):
             raise HFValidationError("expected the form user/name or organization/name")
     except HFValidationError as error:
         raise ConversionError(f"{flag} {repo_id!r} is not a valid Hub repository id: {error}") from None

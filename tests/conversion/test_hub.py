@@ -277,3 +277,23 @@ def test_eval_results_of_compare_report(tmp_path):
     (tmp_path / "report.json").write_text(json.dumps(report))
     assert read_eval_results(tmp_path / "report.json") == [
         ("heldout", "loss ↓", "plain 2.5 ± 0.01; block 2.25 ± 0.02; block − plain: -0.25 (p 0.03, t-test)")]
+
+
+@pytest.mark.parametrize("damage", [
+    lambda out: (out / "model.safetensors").write_bytes((out / "model.safetensors").read_bytes()[:-8] + bytes(8)),
+    lambda out: (out / "config.json").unlink(),
+    lambda out: (out / "stray.bin").write_bytes(b"x"),
+], ids=["weights_edited", "config_deleted", "file_added"])
+def test_a_dry_run_folder_changed_since_its_build_is_rebuilt_and_said_so(saved_model, tmp_path, capsys, damage):
+    """The upload after a dry run sends the folder as built: one whose files changed since (by content) is built
+    again, and the output says which changed."""
+    from hf_attnres.cli import push_to_hub as script
+
+    out = tmp_path / "hub"
+    assert script.main(["--model", str(saved_model), "--output", str(out), "--dry-run"]) == 0
+    built = {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".attnres_hub_build.json"}
+    damage(out)
+    capsys.readouterr()
+    assert script.main(["--model", str(saved_model), "--output", str(out), "--dry-run"]) == 0
+    assert "rebuilt" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".attnres_hub_build.json"} == built

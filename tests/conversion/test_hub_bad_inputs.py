@@ -74,6 +74,17 @@ def test_missing_model_folder(push, capsys, tmp_path):
                 ["--model", "nowhere", "no such folder"], absent=[tmp_path / "hub"])
 
 
+@pytest.mark.parametrize("dataset", ["a/b/c", "me/my data", "bad--name", ""])
+def test_invalid_dataset_id_refused_before_the_build(push, capsys, saved_model, tmp_path, dataset):
+    from hf_attnres.conversion.hub import check_repo_id
+
+    check_repo_id("squad", "--dataset", owner=False)  # a legacy dataset id, no owner: taken
+    out = tmp_path / "hub"
+    run_refused(push, capsys, ["--model", saved_model, "--dataset", "HuggingFaceFW/fineweb-edu", "--dataset", dataset,
+                               "--output", out, "--dry-run"], ["--dataset", repr(dataset)], untouched=[saved_model],
+                absent=[out])
+
+
 @pytest.mark.parametrize("base_model", ["a/b/c", "me/my model", "plain-name"])
 def test_invalid_base_model_refused_before_the_build(push, capsys, saved_model, tmp_path, base_model):
     out = tmp_path / "hub"
