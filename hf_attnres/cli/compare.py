@@ -121,6 +121,7 @@ def main(argv=None):
         if report.get("previous_report"):
             print(f"the earlier report in {args.output_dir} (other models or settings) moved to "
                   f"{report['previous_report']}")
+        print(f"{' vs '.join(m['label'] for m in report['models'])}: {report['matched_verdict']}")
         print(f"wrote {(args.output_dir / 'report.md').resolve()}")
     return report
 

@@ -137,3 +137,12 @@ def matched_check(models: list[dict]) -> list[dict]:
     rows.append(dict(property="architecture (config, residual fields aside)",
                      values=differing or ["identical"], status="MISMATCH" if differing else "match"))
     return rows
+
+
+def matched_verdict(rows: list[dict]) -> str:
+    """The Matched? table in a few words: "matched" when every property agrees, else which differ or are unknown."""
+    differ = [row["property"] for row in rows if row["status"] == "MISMATCH"]
+    unknown = [row["property"] for row in rows if row["status"] == "unknown"]
+    if differ:
+        return f"not matched (differing: {'; '.join(differ)})"
+    return f"matched where recorded (not recorded: {'; '.join(unknown)})" if unknown else "matched"

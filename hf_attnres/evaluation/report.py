@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from ..folders.atomic_io import atomic_write, remove_path, temporary_folder
-from .provenance import matched_check
+from .provenance import matched_check, matched_verdict
 from .stats import mean_stderr, paired_test
 
 ALPHA = 0.05
@@ -80,7 +80,8 @@ def build_report(models: list[dict], records: dict, settings: dict, prepared: di
     heldout = {label: records[label]["heldout"].get("heldout") for label in labels if "heldout" in records[label]}
     return dict(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        settings=settings, models=models, matched=matched_check(models), tasks=metric_table(records, labels),
+        settings=settings, models=models, matched=matched_check(models),
+        matched_verdict=matched_verdict(matched_check(models)), tasks=metric_table(records, labels),
         heldout=heldout or None, notes=notes, skipped=[*skipped, *unscored(records, labels)],
         lm_eval_results={label: {t: r.get("lm_eval_results") for t, r in records[label].items()} for label in labels},
     )
@@ -152,7 +153,9 @@ def render_markdown(report: dict) -> str:
     for m in report["models"]:
         lines.append(f"| {m['label']} | {m['attn_res_mode']} | {m['parameters'] or 'n/a'} | {m['attn_res_parameters']} "
                      f"| {m['tokens_trained'] or 'unknown'} | {m['data_fingerprint'] or 'unknown'} | `{m['path']}` |")
-    lines += ["", "## Matched?", "", "| property | values | status |", "|---|---|---|"]
+    verdict = report.get("matched_verdict") or matched_verdict(report["matched"])
+    lines += ["", "## Matched?", "", f"**{verdict[0].upper() + verdict[1:]}.**", "",
+              "| property | values | status |", "|---|---|---|"]
     for row in report["matched"]:
         lines.append(f"| {row['property']} | {', '.join(map(str, row['values']))} | {row['status']} |")
     header = " | ".join(f"{label} (± s.e.)" for label in labels)

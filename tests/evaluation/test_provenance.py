@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hf_attnres import upcycle
-from hf_attnres.evaluation.provenance import architecture, describe_model, matched_check
+from hf_attnres.evaluation.provenance import architecture, describe_model, matched_check, matched_verdict
 from tests.families.tiny import FAMILIES, source_model
 
 
@@ -50,6 +50,8 @@ def test_plain_model_and_its_upcycled_copy_are_matched(family, tmp_path):
     assert arch["status"] == "match", arch["values"]
     assert rows["parameters excluding AttnRes"]["status"] == "match"
     assert architecture(block)["family"] == architecture(plain)["family"] == family
+    # not trained by `attnres train`: its tokens and data are not recorded, every recorded property agrees
+    assert matched_verdict(list(rows.values())).startswith("matched where recorded (not recorded: tokens trained")
 
 
 @pytest.mark.parametrize("family", ALL_FAMILIES)
@@ -64,6 +66,8 @@ def test_a_real_architecture_difference_is_a_mismatch(family, field, tmp_path):
     upcycle(plain_model(family, **{field: value}), "block").save_pretrained(tmp_path / "block")
     arch = statuses([tmp_path / "plain", tmp_path / "block"])["architecture (config, residual fields aside)"]
     assert arch["status"] == "MISMATCH" and field in arch["values"]
+    verdict = matched_verdict(list(statuses([tmp_path / "plain", tmp_path / "block"]).values()))
+    assert verdict.startswith("not matched (differing: ") and "architecture" in verdict
 
 
 def test_another_family_of_the_same_shape_is_a_mismatch(tmp_path):
@@ -85,3 +89,12 @@ def test_an_attn_res_setting_outside_the_residual_is_a_mismatch(tmp_path):
     plain = architecture({"model_type": "kimi_linear"})
     changed = architecture({"model_type": "kimi_linear_attnres", field: not attn_res[field]})
     assert plain[field] == attn_res[field] and changed[field] != plain[field]
+
+
+def test_the_verdict_says_matched_only_when_every_property_agrees():
+    rows = [dict(property=p, values=[1, 1], status="match") for p in ("tokens trained", "tokenizer")]
+    assert matched_verdict(rows) == "matched"
+    rows[0]["status"] = "unknown"
+    assert matched_verdict(rows) == "matched where recorded (not recorded: tokens trained)"
+    rows[1]["status"] = "MISMATCH"
+    assert matched_verdict(rows) == "not matched (differing: tokenizer)"
