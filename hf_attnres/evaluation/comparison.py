@@ -42,7 +42,8 @@ RESERVED_MODEL_ARGS = {"pretrained": "the model folders", "trust_remote_code": T
 
 
 class CompareError(ValueError):
-    """Bad input found before any evaluation starts (the CLI prints its message alone)."""
+    """Bad input, found before any evaluation starts, or a task's own code that failed or exited during one (the CLI
+    prints its message alone)."""
 
 
 def default_tasks(eval_data: Path, data_dir: Path | None) -> list[str]:
