@@ -342,6 +342,8 @@ def run(args: TrainArgs, world, config, train_set, val_set, tokenizer, folder, s
         output_dir.mkdir(parents=True, exist_ok=True)
         clean_run_folder(output_dir)
     engine.barrier()
+    if folder is not None:
+        say(f"resuming from {folder} (step {state['step']}): loading the weights and optimizer state", engine.is_main)
     start_step = resume_training(engine, folder, state)
     if folder is not None:  # the rates the restored optimizer state trains with are the ones recorded
         check_restored_rates(engine, folder, args)
@@ -383,6 +385,7 @@ def run(args: TrainArgs, world, config, train_set, val_set, tokenizer, folder, s
                 scalars.update({"val/heldout_loss": summary["heldout_loss"], "val/heldout_sequences": len(val_set)})
             logger.log(step, **scalars)
         if args.checkpoints == "resumable" and checkpoint_due(step, args.save_every, args.max_steps):
+            say(f"writing checkpoint step {step} to {root}", engine.is_main)
             saved = save_checkpoint(root, step, checkpoint_state(step), engine, args.keep_checkpoints)
             say(f"checkpoint {saved} ({show_bytes(folder_bytes(saved))}; {root} holds "
                 f"{show_bytes(folder_bytes(root))})", engine.is_main)

@@ -26,16 +26,21 @@ def folder_bytes(folder: Path) -> int:
     return sum(path.stat().st_size for path in Path(folder).rglob("*") if path.is_file())
 
 
+def numel(tensor) -> int:
+    """Elements of the whole tensor: a ZeRO-3 partitioned parameter holds none locally and records its size."""
+    return getattr(tensor, "ds_numel", None) or tensor.numel()
+
+
 def weight_bytes(model) -> int:
     """The weights' bytes as saved: each distinct parameter and buffer once (a tied head shares the embedding's)."""
-    seen = {id(t): t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(recurse=True)]}
+    seen = {id(t): numel(t) * t.element_size() for t in [*model.parameters(), *model.buffers(recurse=True)]}
     return sum(seen.values())
 
 
 def plan_lines(args, model, output_dir: Path) -> list[str]:
     """Before the first step: what the run will write, where, and about how big."""
     weights = weight_bytes(model)
-    parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    parameters = sum(numel(p) for p in model.parameters() if p.requires_grad)
     lines = []
     if args.no_final_model:
         lines.append("no final model (--no-final-model)")
