@@ -165,18 +165,22 @@ RESUME_LAUNCH = ("import json, os, sys\nimport torch.distributed as dist\n"
 def test_resume_continues_bit_for_bit_and_other_settings_are_refused(tmp_path):
     """A 4-step run checkpointing every 2 steps; a run resumed from its step-2 checkpoint (in another folder) logs the
     same losses for steps 3-4 and saves the same weights; the same folder with --steps 6 is refused by name (the
-    schedule spans --steps), its checkpoints untouched. Resuming from a checkpoint whose rank-0 RNG state is truncated
-    stops both ranks with the same one line naming the file (no rank goes on into a collective the other left)."""
+    schedule spans --steps), its checkpoints untouched. Resuming from a checkpoint whose rank-0 RNG state, or whose
+    DeepSpeed file of the second stage's layer, is truncated stops both ranks with the same one line naming the file
+    (no rank goes on into a collective the other left)."""
     from safetensors.torch import load_file
 
     straight, split, damaged = tmp_path / "straight", tmp_path / "split", tmp_path / "damaged"
-    step4 = straight / "checkpoints" / "step-00000004"
+    step2, step4 = (straight / "checkpoints" / f"step-0000000{step}" for step in (2, 4))
+    layer_file = step2 / "deepspeed" / "layer_05-model_states.pt"  # decoder layer 4: the second stage's
     flags = ["--steps", "4", "--save-every", "2", "--seq-len", "8", "--lr", "1e-2"]
     argvs = [[*flags, "--output-dir", str(straight)],
              [*flags, "--output-dir", str(split), "--resume", str(straight / "checkpoints" / "step-00000002")],
              ["--steps", "6", *flags[2:], "--output-dir", str(straight), "--no-save"],
              ["truncate", str(step4 / "rng_state_0.pt")],
-             [*flags, "--output-dir", str(damaged), "--resume", str(step4)]]
+             [*flags, "--output-dir", str(damaged), "--resume", str(step4)],
+             ["truncate", str(layer_file)],
+             [*flags, "--output-dir", str(damaged), "--resume", str(step2)]]
     # the eager mix in every run: the fused CPU kernel, built on first use, could be ready for one run and not for
     # the other, and its last bits differ from the eager path's
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "ATTNRES_BACKEND": "torch"}
@@ -196,12 +200,13 @@ def test_resume_continues_bit_for_bit_and_other_settings_are_refused(tmp_path):
         mine, ref = load_file(split / "model" / name), load_file(straight / "model" / name)
         assert mine.keys() == ref.keys() and all(torch.equal(mine[k], ref[k]) for k in ref), name
     refused = [line for line in result.stdout.splitlines() if line.startswith("REFUSED")]
-    assert len(refused) == 4, result.stdout[-3000:]
+    assert len(refused) == 6, result.stdout[-3000:]
     assert all("recipe.max_steps': (4, 6)" in line for line in refused[:2]), result.stdout[-3000:]
-    # the damaged file: the same line on both ranks, naming it; nothing else went wrong on either rank
-    lines = {line.split(" ", 2)[1]: line.split(" ", 2)[2] for line in refused[2:]}
-    assert lines.keys() == {"0", "1"} and lines["0"] == lines["1"], refused
-    assert lines["0"].startswith(f"error: {step4 / 'rng_state_0.pt'}: cannot be read"), lines
+    # each damaged file: the same line on both ranks, naming it; nothing else went wrong on either rank
+    for pair, damaged_file in ((refused[2:4], step4 / "rng_state_0.pt"), (refused[4:], layer_file)):
+        lines = {line.split(" ", 2)[1]: line.split(" ", 2)[2] for line in pair}
+        assert lines.keys() == {"0", "1"} and lines["0"] == lines["1"], pair
+        assert lines["0"].startswith(f"error: {damaged_file}: "), lines
     assert "Traceback" not in result.stderr and "Connection closed" not in result.stderr, result.stderr[-3000:]
     assert not (damaged / "model").exists()
     assert sorted(p.name for p in (straight / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]
