@@ -351,7 +351,6 @@ class InterleavedPipeline:
         self.sum_tied_gradients()
         return torch.stack([loss.detach() for loss in losses]).mean() if self.has_last else None
 
-
     def sum_tied_gradients(self) -> None:
         """A tied embedding matrix's gradient is the sum of its two copies' (input embedding and `lm_head`), as in one
         process: summed over the ranks (zeros from those without a copy), so both copies make the same update."""
