@@ -11,6 +11,7 @@ corpus's validation split (`data_dir`).
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from contextlib import contextmanager, nullcontext
 from functools import partial
@@ -351,7 +352,6 @@ def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_set
 
     from ..training.logs import data_fingerprint  # not at import: training's modules load `datasets`
     from .runner import task_manager
-    from .user_tasks import task_stamp
 
     loaded = {}
 
@@ -375,6 +375,17 @@ def evaluate_model(model_dir, label, tasks, out_dir, include, data_dir, base_set
             compute = partial(_run_task, lm, task, include, settings, allow_code_execution)
         records[task] = evaluate_task(path, settings, compute)
     return None if any(r is None for r in records.values()) else records
+
+
+def task_stamp(manager, task: str) -> str | None:
+    """Changes when any local file the task reads changes (`user_tasks.task_files`: its YAMLs, modules and data,
+    wherever they lie), each under its full path; None for a task with no local file."""
+    from .user_tasks import task_files
+
+    files = task_files(manager, task)
+    if not files:
+        return None
+    return hashlib.sha256("\0".join([*map(str, files), file_stamp(*files)]).encode()).hexdigest()[:16]
 
 
 def _run_task(lm, task, include, settings, allow_code_execution):

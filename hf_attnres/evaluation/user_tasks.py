@@ -1,6 +1,6 @@
 """The task YAMLs compare hands to lm-eval, read by compare first: what lm-eval would skip without a word (it drops a
 YAML it cannot parse from its index, so the task reads as unknown), what would fail mid-run (a `!function` module
-that is missing or raises on import), and every file a task reads, for the cache key of its results.
+that is missing or raises on import), and every file a task reads (`task_files`), for the cache key of its results.
 
 A task YAML is parsed as lm-eval parses it, with only lm-eval's own `!function` tag: any other tag (such as
 `!!python/object/apply`) is refused by name and never constructed. An `include:` of a user's task must stay inside
@@ -8,7 +8,6 @@ A task YAML is parsed as lm-eval parses it, with only lm-eval's own `!function` 
 """
 from __future__ import annotations
 
-import hashlib
 import re
 import traceback
 from pathlib import Path
@@ -244,16 +243,5 @@ def task_files(manager, task: str) -> list[Path]:
     return sorted(set(out))
 
 
-def task_stamp(manager, task: str) -> str | None:
-    """Changes when any file the task reads changes (`runner.file_stamp`, each file under its full path: two data
-    files of one name are two files); None for a task with no local file."""
-    from .runner import file_stamp
-
-    files = task_files(manager, task)
-    if not files:
-        return None
-    return hashlib.sha256("\0".join([*map(str, files), file_stamp(*files)]).encode()).hexdigest()[:16]
-
-
 __all__ = ["TaskFileError", "read_task_yaml", "broken_task_files", "check_loadable", "resolve_functions",
-           "describe_failure", "user_frame", "task_files", "task_stamp"]
+           "describe_failure", "user_frame", "task_files"]
