@@ -120,8 +120,8 @@ def load_config(args: PipelineModelArgs, data_vocab: int | None):
 
 
 def check_model(args: PipelineModelArgs) -> None:
-    """A --model folder the pipelines cannot train (a plain checkpoint, a damaged config.json) is
-    refused in one line before anything else: the same answer launched or not."""
+    """A --model folder the pipelines cannot train (a plain checkpoint, a damaged config.json) is refused in one line
+    before anything else: the same answer launched or not."""
     if args.model is not None:
         load_config(args, None)
 
@@ -153,15 +153,15 @@ def agreed(work):
     try:
         result, refusal = work(), None
     except ValueError as error:
-        result, refusal = None, f"error: {error}"
-    except SystemExit as error:
-        result, refusal = None, str(error.code)
+        result, refusal = None, (f"error: {error}",)
+    except SystemExit as error:  # its message or exit code, whatever it is (a 1-tuple: None is a code too)
+        result, refusal = None, (error.code,)
     if dist.is_available() and dist.is_initialized():
         verdicts = [None] * dist.get_world_size()
         dist.all_gather_object(verdicts, refusal)
         refusal = next((verdict for verdict in verdicts if verdict is not None), None)
     if refusal is not None:
-        raise SystemExit(refusal)
+        raise SystemExit(refusal[0])
     return result
 
 
