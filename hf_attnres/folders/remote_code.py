@@ -439,7 +439,12 @@ def plan_groups(modeling_module: str, sources: dict | None = None) -> dict[str, 
     modeling = [m for m in everything if m not in placed]
     plan = {config_module.rpartition(".")[2]: config, KERNELS_FILE: kernels, CORE_FILE: core,
             modeling_module.rpartition(".")[2]: modeling}
-    return {name: dependency_order(modules, sources) for name, modules in plan.items() if modules}
+    plan = {name: dependency_order(modules, sources) for name, modules in plan.items() if modules}
+    # the range check first: it imports nothing of the rest, and refuses before any other code of the folder runs
+    checks = closure(VERSIONS, sources)
+    first = plan[config_module.rpartition(".")[2]]
+    first[:] = [m for m in first if m in checks] + [m for m in first if m not in checks]
+    return plan
 
 
 def topic(file_name: str) -> str:

@@ -78,16 +78,19 @@ def register_kernels() -> bool:
 
 
 def kernelize_model(model: nn.Module) -> nn.Module:
-    """Bind the mapped forward to every depth mix of `model`: `kernels.kernelize` where the library is installed and
-    the model's layer is declared to it, else the same forward bound here. Modes: training (the layer has a
-    backward, so it serves inference too)."""
+    """Bind the mapped forward to every depth mix of `model`: `kernels.kernelize` of each (the model's other
+    kernelizable layers, transformers' own, are left to transformers) where the library is installed and the layer is
+    declared to it, else the same forward bound here. Mode: training (the layer has a backward, so it serves
+    inference too)."""
     declared = [m for m in model.modules() if getattr(type(m), "kernel_layer_name", None) == LAYER_NAME]
     if KERNELS_AVAILABLE and declared:
         from kernels import Mode, kernelize
 
         register_kernels()
         device = "cuda" if any(p.is_cuda for p in model.parameters()) else "cpu"
-        return kernelize(model, mode=Mode.TRAINING, device=device)
+        for module in declared:
+            kernelize(module, mode=Mode.TRAINING, device=device)
+        return model
     for module in model.modules():
         if type(module).__name__ == AttnResDepthMix.__name__ and isinstance(module, nn.Module):
             module.forward = MethodType(FusedDepthMix.forward, module)

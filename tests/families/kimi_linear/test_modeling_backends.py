@@ -124,13 +124,13 @@ def test_compiled_triton_inference_is_one_graph():
 def test_the_mix_switches_are_read_once_a_forward_and_follow_config_and_environment(monkeypatch):
     """The model resolves the config's mix switches once per forward (`MixSettings`, a decode step's 2L+1 mix points
     would each pay ~10 us of config reads) and hands them down: a change between forwards still takes effect."""
-    from hf_attnres.core import mix_point
     from hf_attnres.core.mix_point import MixSettings
+    from hf_attnres.kernels.mix import layers  # the package's fused depth mix, bound to every model's mix modules
 
     resolved, backends = [], []
-    real_of, real_mix = MixSettings.of.__func__, mix_point.attn_res
+    real_of, real_mix = MixSettings.of.__func__, layers.attn_res
     monkeypatch.setattr(MixSettings, "of", classmethod(lambda cls, config: resolved.append(1) or real_of(cls, config)))
-    monkeypatch.setattr(mix_point, "attn_res", lambda *a, **k: backends.append(k["backend"]) or real_mix(*a, **k))
+    monkeypatch.setattr(layers, "attn_res", lambda *a, **k: backends.append(k["backend"]) or real_mix(*a, **k))
     model = with_backend(tiny_model("block", 2, num_layers=3), "cpp")
     ids = random_ids(seq=5)
     with torch.no_grad():
