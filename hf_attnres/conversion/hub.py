@@ -29,7 +29,7 @@ from ..folders.model_folder import write_model
 from ..folders.remote_code import code_file_names
 from ..utils import finite_weights
 from ..utils.finite_weights import NonFiniteWeightsError
-from ..utils.tokenizer_files import has_tokenizer
+from ..utils.tokenizer_files import TOKENIZER_FILES, has_tokenizer
 from ..utils.trust import load_kwargs
 from .atomic import move_into_place, output_folder
 from .config import drop_moonshot_fields
@@ -149,6 +149,7 @@ def build_hub_folder(
     license_given = license is not None
     license = license if license_given else DEFAULT_LICENSE
     check_license(license)
+    tokenizer_flag = "--tokenizer" if tokenizer is not None else f"--model {model_path}: its tokenizer"
     tokenizer = tokenizer if tokenizer is not None else model_tokenizer(model_path)
     stamp = build_stamp(model_path, tokenizer, training_data, datasets, eval_results, repo_id,
                         license if license_given else None, base_model)
@@ -167,6 +168,7 @@ def build_hub_folder(
         finite_weights.check_folder(model_path)  # a NaN weight is named, never published
         check_json_files(model_path, MODEL_JSON, "model file")
         if tokenizer is not None:
+            check_tokenizer_source(tokenizer)
             check_json_files(tokenizer, TOKENIZER_JSON, "tokenizer file")
         info = read_training_info(model_path)
     except (CheckpointFileError, NonFiniteWeightsError) as error:
@@ -183,7 +185,12 @@ def build_hub_folder(
     with output_folder(output) as folder:
         if tokenizer is not None:
             trust = load_kwargs(tokenizer, trust_remote_code)  # a tokenizer carrying code: refused unless asked
-            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer), **trust)
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(str(tokenizer), **trust)
+            except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:  # transformers' many kinds
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise ConversionError(f"{tokenizer_flag} {tokenizer} does not load as a tokenizer "
+                                      f"({type(error).__name__}: {reason})") from None
         # HF-native names (no reverse mapping): the Hub copy loads without any conversion
         write_model(model, folder, tokenizer, save_original_format=False)
         card = model_card(model, family, repo_id or output.name, training_data or training_data_of(info), datasets,
@@ -219,6 +226,24 @@ def check_license(license: str) -> None:
     if not isinstance(license, str) or not LICENSE_ID.fullmatch(license):
         raise ConversionError(f"--license {license!r} is not a Hub license identifier (lowercase letters, digits, "
                               "'.', '-', '+': e.g. apache-2.0, mit, llama3.1, other)")
+
+
+def check_tokenizer_source(tokenizer) -> None:
+    """--tokenizer is a folder holding tokenizer files or a Hub id; anything else is named before any work (a file,
+    a missing path, a folder without them: transformers would take each for a repository id, or fail vaguely)."""
+    path = Path(tokenizer)
+    if path.is_dir():
+        if not has_tokenizer(path):
+            raise ConversionError(f"--tokenizer {tokenizer}: a folder without tokenizer files (any of "
+                                  f"{', '.join(TOKENIZER_FILES)})")
+    elif os.path.lexists(path):
+        raise ConversionError(f"--tokenizer {tokenizer}: a file, not a tokenizer folder or a Hub id (give the folder "
+                              "that holds it)")
+    else:
+        try:
+            check_repo_id(str(tokenizer), "--tokenizer", owner=False)
+        except ConversionError:
+            raise ConversionError(f"--tokenizer {tokenizer}: no such folder, and not a Hub repository id") from None
 
 
 def check_json_files(folder, names, what: str) -> None:

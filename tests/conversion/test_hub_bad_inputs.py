@@ -215,3 +215,30 @@ def test_a_license_the_hub_does_not_take_is_refused_before_the_build(push, capsy
     err = capsys.readouterr().err
     assert info.value.code == 2 and "--license" in err and "Traceback" not in err, err
     assert not out.exists()
+
+
+TOKENIZER_SOURCE_CASES = {
+    "missing_path": (lambda tmp: tmp / "nowhere", ["no such folder"]),
+    "a_file": (lambda tmp: write_file(tmp / "tokenizer.json", "{}"), ["a file, not a tokenizer folder"]),
+    "folder_without_tokenizer_files": (lambda tmp: make_folder(tmp / "tok"), ["without tokenizer files"]),
+    "config_that_builds_no_tokenizer": (lambda tmp: write_file(make_folder(tmp / "tok") / "tokenizer_config.json",
+                                                               "{}").parent, ["does not load as a tokenizer"]),
+}
+
+
+def write_file(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def make_folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("make, named", TOKENIZER_SOURCE_CASES.values(), ids=TOKENIZER_SOURCE_CASES.keys())
+def test_a_tokenizer_that_is_none_is_named(push, capsys, saved_model, tmp_path, make, named):
+    """--tokenizer is a folder with tokenizer files or a Hub id: anything else is one line naming the flag."""
+    tokenizer = make(tmp_path)
+    run_refused(push, capsys, ["--model", saved_model, "--output", tmp_path / "hub", "--tokenizer", tokenizer,
+                               "--dry-run"], ["--tokenizer", str(tokenizer), *named], absent=[tmp_path / "hub"])
