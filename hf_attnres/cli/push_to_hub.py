@@ -9,10 +9,11 @@ architecture, AttnRes mode and block layout, parameter count, base_model, traini
 folder's training_info.json, evaluation table when --eval-results is given, how to load it). Then it creates the
 repository and uploads the folder with huggingface_hub (log in first: `hf auth login`).
 
-The folder a --dry-run built is reused by the upload that follows when nothing changed, and rebuilt in place when an
-input or card setting did (it carries a .attnres_hub_build.json record, never uploaded); any other existing --output
-needs --force. The output ends with the card's license (saying when it is the default, apache-2.0) and its
-base_model with where it was found, or a note that none was found and how to set it.
+The folder a --dry-run built is reused by the upload that follows when nothing changed (inputs and the folder's files,
+by content), and rebuilt in place when an input, a card setting or one of its files did (it carries a
+.attnres_hub_build.json record, never uploaded); any other existing --output needs --force. The output ends with the
+card's license (saying when it is the default, apache-2.0) and its base_model with where it was found, or a note that
+none was found and how to set it.
 
 Examples:
   attnres push-to-hub --model runs/attnres-block --repo-id me/kimi-attnres --tokenizer runs/tokenizer \\

@@ -36,9 +36,10 @@ from .config import drop_moonshot_fields
 from .errors import ConversionError
 from .guards import check_output
 
-# A folder push-to-hub built holds this record of what it was built from: a later run with the same inputs reuses it
-# (the upload after a --dry-run), other inputs rebuild it in place; a folder without it is not ours and is refused.
-# It also keeps what the card was given or found (license, base_model), for the lines the command prints.
+# A folder push-to-hub built holds this record of what it was built from and what it wrote (sha256 of each): a later
+# run with the same inputs reuses it while its files are as written (the upload after a --dry-run), anything else
+# rebuilds it in place; a folder without it is not ours and is refused. It also keeps what the card was given or found
+# (license, base_model), for the lines the command prints.
 BUILD_RECORD = ".attnres_hub_build.json"
 DEFAULT_LICENSE = "apache-2.0"
 # Hub license identifiers: lowercase letters, digits, ".", "-", "+" ("apache-2.0", "llama3.1", "openrail++", "other")
