@@ -44,6 +44,15 @@ def default_context(spec: str) -> tuple[int, str | None]:
     return DEFAULT_CONTEXT, None
 
 
+def beyond_positions(context: int, positions) -> str | None:
+    """The note for a --context longer than the model's max_position_embeddings: planned as given (a longer context
+    by RoPE scaling is a real plan), but said, since the model as configured has no positions for it."""
+    if isinstance(positions, int) and not isinstance(positions, bool) and 0 < positions < context:
+        return (f"note: --context {context:,} is beyond the model's max_position_embeddings {positions:,}: planned as "
+                "given, for a model extended to that length")
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", nargs="?", default="k3", help=f"config.json, a folder, or a preset {PRESETS}")
@@ -112,8 +121,10 @@ def main(argv=None) -> int:
         parser.error(str(error))
     if args.context is None:
         args.context, note = default_context(args.config)
-        if note:
-            print(note, file=sys.stderr)
+    else:
+        note = beyond_positions(args.context, getattr(config, "max_position_embeddings", None))
+    if note:
+        print(note, file=sys.stderr)
     if stages_note:
         print(stages_note, file=sys.stderr)
     print(format_plan(config, name, args.batch, args.context, args.stages, args.micro_batch, args.activation_dtype))

@@ -173,7 +173,7 @@ def test_every_family_counts_its_model_and_plans_from_its_folder(family, mode, t
 
 def test_default_context_stays_within_the_models_positions(tmp_path, capsys):
     """No --context: 32,768 tokens, or the model's max_position_embeddings when smaller, with a note; an explicit
-    --context is used as given, without a note."""
+    --context is used as given, with a note when it is beyond the model's positions."""
     config = source_config("llama")
     config.max_position_embeddings = 8192
     config.save_pretrained(tmp_path / "short")
@@ -182,6 +182,10 @@ def test_default_context_stays_within_the_models_positions(tmp_path, capsys):
     assert "note: --context 8,192: the model's max_position_embeddings" in captured.err
     assert cli.default_context(str(tmp_path / "short"))[0] == 8192
     assert cli.main([str(tmp_path / "short"), "--stages", "2", "--context", "65536"]) == 0
+    captured = capsys.readouterr()
+    assert "note: --context 65,536 is beyond the model's max_position_embeddings 8,192" in captured.err
+    assert "batch 1 x 65536 tokens" in captured.out  # planned as given
+    assert cli.main([str(tmp_path / "short"), "--stages", "2", "--context", "8192"]) == 0
     assert "note:" not in capsys.readouterr().err
     config.max_position_embeddings = 131072
     config.save_pretrained(tmp_path / "long")
