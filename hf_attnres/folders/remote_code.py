@@ -241,8 +241,6 @@ class FlatFile:
         ignored = []
         if any(m in self.optional for m in self.modules):
             ignored.append("E501")  # the block needing an optional package is indented one level
-        if any(m == KERNELS or m.startswith(KERNELS + ".") for m in self.modules):
-            ignored.append("E741")  # the kernels' m / l, as the package's ruff settings allow them there
         return text + (f"# ruff: noqa: {', '.join(ignored)}\n" if ignored else "")
 
     def _module_text(self, module: str, cross: dict):
@@ -283,7 +281,7 @@ class FlatFile:
             out += ["", "", "# the transformers this file was generated with (the range above is the one it supports)",
                     f"{RANGE_CHECKED} = {generated_with()!r}",
                     f"require_supported_transformers(TRANSFORMERS_RANGE, {RANGE_CHECKED})"]
-        text = "\n".join(out).strip("\n") + "\n" if any(line.strip() for line in out[1:]) else ""
+        text = _collapse_blank_lines("\n".join(out).strip("\n") + "\n") if any(line.strip() for line in out[1:]) else ""
         return text, imports, future  # "": a package's `__init__` that only re-exports
 
     def _replace_import(self, node: ast.ImportFrom, target: str, top: bool, cross: dict) -> list[str]:
@@ -390,12 +388,29 @@ def _guarded(package: str, text: str) -> str:
             f"if {package} is not None:\n{_indent(text)}")
 
 
-def _indent(text: str) -> str:
-    """`text` indented one level, except lines inside a multi-line string (their content must not change)."""
+def _collapse_blank_lines(text: str) -> str:
+    """`text` with runs of blank lines left by removed imports cut to two, except inside a multi-line string."""
+    inside = _string_lines(text)
+    kept, blank = [], 0
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        blank = blank + 1 if not line.strip() and number not in inside else 0
+        if blank <= 2:
+            kept.append(line)
+    return "".join(kept)
+
+
+def _string_lines(text: str) -> set[int]:
+    """The line numbers inside a multi-line string of `text` (after its first line)."""
     inside = set()
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type == tokenize.STRING and token.end[0] > token.start[0]:
             inside.update(range(token.start[0] + 1, token.end[0] + 1))
+    return inside
+
+
+def _indent(text: str) -> str:
+    """`text` indented one level, except lines inside a multi-line string (their content must not change)."""
+    inside = _string_lines(text)
     return "".join(line if number in inside or not line.strip() else "    " + line
                    for number, line in enumerate(text.splitlines(keepends=True), start=1))
 
