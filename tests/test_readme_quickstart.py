@@ -13,7 +13,7 @@ import torch
 
 from tests.families.tiny import source_model
 from tests.helpers.remote_loading import load_in_clean_process, write_tokenizer
-from tests.test_readme import REPO, block_commands, code_blocks, quickstart, run_snippet
+from tests.test_readme import README, REPO, block_commands, code_blocks, quickstart, run_snippet
 
 
 @pytest.mark.slow  # two fresh interpreters: the snippet's, and the clean load's
@@ -74,3 +74,14 @@ def test_what_the_quickstart_writes_in_the_checkout_is_ignored_by_git():
                             capture_output=True, text=True)
     ignored = {line.rstrip("/") for line in result.stdout.split()}
     assert ignored == paths, f"not ignored: {sorted(paths - ignored)}"
+
+
+def test_the_install_torch_line_is_the_test_commands_cpu_install():
+    """The README's first install line gets what `scripts/run_tests.sh` installs with TORCH_INDEX_URL set to the CPU
+    index its comment names: the same torch release from PyTorch's CPU index (plain PyPI's torch is the CUDA build)."""
+    install = README[README.index("## Install"):README.index("\n## ", README.index("## Install") + 1)]
+    line = next(c for c in block_commands(code_blocks("bash", install)[0]) if c.startswith("pip install torch"))
+    script = (REPO / "scripts" / "run_tests.sh").read_text()
+    version = re.search(r'"torch==([0-9.]+)" --index-url "\$TORCH_INDEX_URL"', script).group(1)
+    cpu_index = re.search(r"TORCH_INDEX_URL set \(e\.g\. (\S+) for the CPU build\)", script).group(1)
+    assert line.split() == ["pip", "install", f"torch=={version}", "--index-url", cpu_index], line
