@@ -194,12 +194,14 @@ def build_hub_folder(
                                       f"({type(error).__name__}: {reason})") from None
         # HF-native names (no reverse mapping): the Hub copy loads without any conversion
         write_model(model, folder, tokenizer, save_original_format=False)
-        card = model_card(model, family, repo_id or output.name, training_data or training_data_of(info), datasets,
-                          evaluation, license, found, base_model_unknown=None if found else source)
+        trained_on = training_data or training_data_of(info)
+        card = model_card(model, family, repo_id or output.name, trained_on, datasets, evaluation, license, found,
+                          base_model_unknown=None if found else source)
         card.save(folder / "README.md")
         (folder / BUILD_RECORD).write_text(json.dumps({
             "stamp": stamp, "license": license, "license_given": license_given, "base_model": found,
-            "base_model_source": source, "rebuilt": rebuilt, "files": built_digests(folder)}))
+            "base_model_source": source, "training_data_stated": bool(trained_on), "rebuilt": rebuilt,
+            "files": built_digests(folder)}))
         move_into_place(folder, output, replace=force)
     return output
 
@@ -219,6 +221,9 @@ def card_notes(folder: str | Path) -> list[str]:
     else:
         lines.append(f"note: base_model unknown ({record.get('base_model_source')}): the card says so; pass "
                      "--base-model OWNER/NAME, the Hub model this one was converted or fine-tuned from, to set it")
+    if record.get("training_data_stated") is False:
+        lines.append("note: the card's training data reads \"Not stated.\": pass --training-data TEXT (train's final/ "
+                     "folder states it in its training_info.json)")
     return rebuilt + lines
 
 

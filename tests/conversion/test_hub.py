@@ -234,6 +234,7 @@ def test_base_model_is_found_through_the_init_from_folders_or_said_unknown(saved
     assert "--base-model OWNER/NAME" in card.text and str(upcycled) in card.text  # the folders it looked in
     assert "note: base_model unknown" in out and "--base-model" in out, out
     assert "license: apache-2.0 (the default" in out, out
+    assert "note: the card's training data reads \"Not stated.\"" in out, out
 
     config = json.loads((upcycled / "config.json").read_text())
     (upcycled / "config.json").write_text(json.dumps({**config, "_name_or_path": "HuggingFaceTB/SmolLM2-135M"}))
@@ -243,6 +244,8 @@ def test_base_model_is_found_through_the_init_from_folders_or_said_unknown(saved
     assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M" and "## Base model" not in card.text
     assert card.data.license == "mit" and "license: mit (--license)" in out, out
     assert f"base_model: HuggingFaceTB/SmolLM2-135M (from config.json's _name_or_path in {upcycled})" in out, out
+    assert script.main(["--model", str(tuned), "--output", str(tmp_path / "told"), "--training-data", "a corpus"]) == 0
+    assert "training data" not in capsys.readouterr().out
 
 
 def test_a_dry_run_folder_is_rebuilt_when_a_weight_changed_with_size_and_mtime_kept(saved_model, tmp_path):
