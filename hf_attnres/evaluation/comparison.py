@@ -52,16 +52,11 @@ def default_tasks(eval_data: Path, data_dir: Path | None) -> list[str]:
     return planned_tasks(eval_data, data_dir)[0]
 
 
-def quick_tasks(eval_data: Path, data_dir: Path | None) -> list[str]:
-    """--quick's tasks: heldout when a corpus is given, MMLU gold-answer bits per byte when MMLU is prepared (smooth in
-    model quality at small scale, no generation: the cheapest informative benchmark)."""
-    return planned_tasks(eval_data, data_dir, quick=True)[0]
-
-
 def planned_tasks(eval_data: Path, data_dir: Path | None, quick: bool = False) -> tuple[list[str], list[dict]]:
-    """(the tasks a comparison without --tasks runs, the ones it would run but cannot): the default (or --quick's)
-    set, and per missing input one {"tasks", "reason", "how"} entry that the output and report.md state, so a metric
-    never disappears from a report unmentioned."""
+    """(the tasks a comparison without --tasks runs, the ones it would run but cannot): the default set, or --quick's
+    (heldout when a corpus is given, MMLU gold-answer bits per byte: smooth in model quality at small scale, no
+    generation, the cheapest informative benchmark), and per missing input one {"tasks", "reason", "how"} entry that
+    the output and report.md state, so a metric never disappears from a report unmentioned."""
     prepared = read_prepared(Path(eval_data), missing_ok=True)
     wanted = ["attnres_mmlu_bpb"] if quick else [t for t, (_, generates) in TASKS.items() if not generates]
     tasks = [HELDOUT] if data_dir is not None else []
