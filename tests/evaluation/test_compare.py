@@ -11,6 +11,7 @@ import torch
 
 from hf_attnres.cli.compare import main as compare_main
 from hf_attnres.evaluation import compare, heldout_metrics
+from hf_attnres.evaluation.tasks import TASKS
 from tests.helpers.eval_fixtures import fixture_eval_data, tiny_pair
 
 # lm-eval's task index and two tiny models over every benchmark: ~3 min on 2 CPU cores
@@ -326,3 +327,24 @@ def test_readme_few_shot_benchmark_command_at_a_small_size(setup):
     for metrics in report["tasks"].values():
         for entry in metrics.values():
             assert all(math.isfinite(entry["models"][label]["mean"]) for label in ("standard", "block"))
+
+
+def test_the_default_set_names_every_benchmark_it_cannot_run(tmp_path):
+    """No --tasks: each non-generating task of an unprepared benchmark, and heldout without --data, is a skipped
+    entry with its reason (a failed preparation's own) and the command that prepares it."""
+    from hf_attnres.evaluation.comparison import planned_tasks
+    from hf_attnres.evaluation.data import PREPARED_FILE
+
+    (tmp_path / PREPARED_FILE).write_text(json.dumps({"mmlu": {"rows": 6}, "gpqa": {"error": "no CSV given"}}))
+    tasks, skipped = planned_tasks(tmp_path, None)
+    assert tasks == ["attnres_mmlu", "attnres_mmlu_cloze", "attnres_mmlu_bpb"]
+    entries = {entry["tasks"][0]: entry for entry in skipped}
+    assert set(entries) == {"heldout", "attnres_triviaqa_bpb", "attnres_minerva_math_bpb", "attnres_humaneval_bpb",
+                            "attnres_gpqa"}
+    assert "--data" in entries["heldout"]["how"]
+    assert entries["attnres_gpqa"]["tasks"] == ["attnres_gpqa", "attnres_gpqa_bpb"]
+    assert "no CSV given" in entries["attnres_gpqa"]["reason"] and "--gpqa-csv FILE" in entries["attnres_gpqa"]["how"]
+    command = f"attnres prepare-eval-data --benchmarks triviaqa --output-dir {tmp_path}"
+    assert entries["attnres_triviaqa_bpb"]["how"] == command
+    ran = [task for entry in skipped for task in entry["tasks"]] + tasks
+    assert sorted(ran) == sorted(["heldout", *(t for t, (_, generates) in TASKS.items() if not generates)])
