@@ -64,7 +64,8 @@ def read_task_yaml(path: Path, root: Path | None = None, _seen: tuple = ()) -> t
     except (OSError, UnicodeDecodeError) as error:
         raise TaskFileError(f"{path}: cannot be read ({error})") from None
     if not isinstance(config, dict):
-        raise TaskFileError(f"{path}: not a task config (a YAML mapping), got {type(config).__name__}")
+        got = "an empty file" if config is None else f"a YAML {type(config).__name__}"
+        raise TaskFileError(f"{path}: not a task config (a YAML mapping): {got}")
     files = [path]
     includes = config.pop("include", None)
     merged: dict = {}

@@ -161,3 +161,7 @@ def test_read_task_yaml_merges_includes_inside_the_folder(tmp_path):
     (tmp_path / "loop.yaml").write_text("include: loop.yaml\ntask: loop\n")
     with pytest.raises(TaskFileError, match="include cycle"):
         read_task_yaml(tmp_path / "loop.yaml", tmp_path)
+    for text, got in (("", "an empty file"), ("- task: mine\n", "a YAML list")):
+        (tmp_path / "odd.yaml").write_text(text)
+        with pytest.raises(TaskFileError, match=f"odd.yaml: not a task config \\(a YAML mapping\\): {got}"):
+            read_task_yaml(tmp_path / "odd.yaml", tmp_path)
