@@ -143,7 +143,10 @@ class AttnResMixing:
                 return mixed if out_norm is None or fused else out_norm(mixed)
             # the query's Linear weight [1, hidden] as it is (the kernels take it); an adapter's wrapper is read through
             query = proj.weight if type(proj) is PseudoQuery else self.res_query(point)
-            mixed = modules["attn_res_mix"](
+            # its `forward`, the one a kernel mapping bound (an instance attribute) or the module's own: called
+            # directly, as it holds no tensors and takes no hooks (nn.Module.__call__ would cost a decode step's 2L+1
+            # mix points a few microseconds each)
+            mixed = modules["attn_res_mix"].forward(
                 sources, query, norm.weight, norm.variance_epsilon, weights is not None,
                 out_norm.weight if fused else None, out_norm.variance_epsilon if fused else 1e-6,
                 settings.backend, settings.recompute,
