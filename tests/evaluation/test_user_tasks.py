@@ -73,6 +73,8 @@ LOADING_CASES = {
                    ["broken.yaml", "tag", "python/object/apply", "not allowed"]),
     "include_outside": ({"broken.yaml": "include: ../outside/base.yaml\ntask: broken\n"},
                         ["broken.yaml", "include ../outside/base.yaml", "outside --include-path"]),
+    "include_absolute_outside": ({"broken.yaml": "include: {root}/outside/base.yaml\ntask: broken\n"},
+                                 ["broken.yaml", "outside --include-path"]),
     "include_missing": ({"broken.yaml": "include: base.yaml\ntask: broken\n"}, ["include base.yaml", "no such file"]),
     "function_module_missing": ({"broken.yaml": BROKEN + "process_docs: !function nosuchmodule.process\n"},
                                 ["broken.yaml", "nosuchmodule"]),
@@ -165,3 +167,13 @@ def test_read_task_yaml_merges_includes_inside_the_folder(tmp_path):
         (tmp_path / "odd.yaml").write_text(text)
         with pytest.raises(TaskFileError, match=f"odd.yaml: not a task config \\(a YAML mapping\\): {got}"):
             read_task_yaml(tmp_path / "odd.yaml", tmp_path)
+
+
+def test_an_include_of_lm_evals_own_templates_is_allowed(tmp_path):
+    """Official task templates are the usual base of a user's task: lm-eval's installed task folder is no outside."""
+    from hf_attnres.evaluation.tasks import lm_eval_tasks_dir
+
+    template = lm_eval_tasks_dir() / "mmlu" / "default" / "_default_template_yaml"
+    (tmp_path / "mine.yaml").write_text(f"include: {template}\ntask: mine\n")
+    config, files = read_task_yaml(tmp_path / "mine.yaml", tmp_path)
+    assert config["task"] == "mine" and files[1] == template.resolve() and len(config) > 2
