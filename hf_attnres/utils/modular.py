@@ -4,9 +4,11 @@ transformers' modular converter generates `modeling_*.py` from `modular_*.py`.
     python hf_attnres/utils/modular.py            # rewrite every generated family's stale files
     python hf_attnres/utils/modular.py --check    # exit 1 naming each stale file, write nothing
 
-The generator reads the modular files as text (their syntax trees) and imports nothing of this package, so it runs
-before a new family's files exist (`import hf_attnres` registers every declared family, and would need them). The text
-is a function of the modular file alone (`generate`), so a test regenerates it in memory and compares.
+The generator reads the modular files as text (their syntax trees) and imports nothing of this package that needs
+the families, so it runs before a new family's files exist (`import hf_attnres` registers every declared family, and
+would need them): what it shares with the generator of a saved folder's code (the line length, the import lines, the
+atomic writer: `hf_attnres/folders/codegen.py`, `atomic_io.py`) it loads by path when run as a script. The text is a
+function of the modular file alone (`generate`), so a test regenerates it in memory and compares.
 
 The declaration is `FAMILY = Family(...)` (`hf_attnres.families.declaration`), its classes named as imported. Its
 data fields become class attributes the core runs (`input_norms` -> the layer's `attn_res_input_norms`, and so on),
@@ -19,16 +21,31 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import json
-import os
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
-LINE_LENGTH = 120  # the package's (pyproject [tool.ruff])
 FAMILIES_DIR = Path(__file__).resolve().parent.parent / "families"
+FOLDERS_DIR = FAMILIES_DIR.parent / "folders"
+
+
+def _by_path(name: str):
+    """The module `hf_attnres/folders/<name>.py` (one that imports nothing of the package), loaded by its path."""
+    spec = importlib.util.spec_from_file_location(f"_attnres_generator_{name}", FOLDERS_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a dataclass reads its module's namespace
+    spec.loader.exec_module(module)
+    return module
+
+
+if __package__:  # imported as hf_attnres.utils.modular: the package is there
+    from ..folders import atomic_io, codegen
+else:  # run as a script, before `import hf_attnres` can work
+    atomic_io, codegen = _by_path("atomic_io"), _by_path("codegen")
+LINE_LENGTH = codegen.LINE_LENGTH
 COMMAND = "python hf_attnres/utils/modular.py"
 CLASS_FIELDS = ("config", "decoder_layer", "pretrained_model", "causal_lm", "norm", "rotary", "attention", "embedding")
 # the declaration's data fields and their values where it does not give them (`Family`'s defaults)
@@ -192,9 +209,7 @@ def modeling_text(family: SimpleNamespace, folder: str, bodies: dict, extras: li
     imported = {}
     for cls in sorted({cls for cls in declared if cls is not None} | set(extras)):
         imported.setdefault(family.imports[cls], []).append(cls)
-    import_lines = []
-    for module in sorted(imported):  # isort's order
-        import_lines += [f"from {module} import (", *[f"    {cls}," for cls in imported[module]], ")"]
+    import_lines = [codegen.from_line(module, {(cls, None) for cls in imported[module]}) for module in sorted(imported)]
     norm = family.norm
     policy = [f"    fusable_norm = {norm}  # Llama's RMSNorm formula: the mix kernels may apply it fused"] \
         if family.fusable_norm else []
@@ -281,18 +296,6 @@ def generate(folder: str) -> dict[str, str]:
             f"modeling_{folder}_attnres.py": modeling_text(family, folder, bodies, extras)}
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` whole or not at all: a temporary file beside `path`, then a rename over it."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def stale_files() -> list[Path]:
     """The generated files whose text differs from what their declaration generates now."""
     stale = []
@@ -316,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     for folder in modular_files():
         for name, text in generate(folder).items():
             if FAMILIES_DIR / folder / name in stale:
-                write_text_atomic(FAMILIES_DIR / folder / name, text)
+                atomic_io.write_text_atomic(FAMILIES_DIR / folder / name, text)
                 print(f"wrote {FAMILIES_DIR / folder / name}")
     return 0
 
