@@ -77,6 +77,11 @@ def build_report(models: list[dict], records: dict, settings: dict, prepared: di
     if heldout_scored - {None, "every token"}:
         notes.append("heldout scores the supervised tokens only (the corpus's loss_mask: assistant turns), as "
                      "training's val/heldout_loss does")
+    reused = [f"{task} ({label})" for label in labels for task, record in records[label].items()
+              if record.get("reused")]
+    if reused:
+        notes.append("reused from an earlier run into this folder (same model files, task files and settings): "
+                     + ", ".join(reused))
     heldout = {label: records[label]["heldout"].get("heldout") for label in labels if "heldout" in records[label]}
     return dict(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -151,10 +151,11 @@ def run_heldout(model_dir: Path, data_dir: Path, settings: dict, model=None, pro
 
 
 def evaluate_task(path: Path, settings: dict, compute) -> dict | None:
-    """The finished record at `path`, or `compute()`'s, saved there (main process only)."""
+    """The finished record at `path` (marked "reused": the report says so), or `compute()`'s, saved there (main
+    process only)."""
     record = load_finished(path, settings)
     if record is not None:
-        return record
+        return dict(record, reused=True)
     result = compute()
     if result is None or not is_main_process():
         return None

@@ -267,9 +267,11 @@ def test_rerun_resumes_finished_tasks(full_run, setup, monkeypatch):
     real = runner.run_lm_eval_task
     monkeypatch.setattr(runner, "run_lm_eval_task", lambda lm, task, *a: calls.append(task) or real(lm, task, *a))
     monkeypatch.setattr("hf_attnres.evaluation.comparison.run_lm_eval_task", runner.run_lm_eval_task)
-    compare([setup["standard"], setup["block"]], ["attnres_mmlu_bpb", "attnres_gpqa_bpb"], full_run,
-            eval_data=setup["eval_data"], limit=2, gen_kwargs="max_gen_toks=4", device="cpu", progress=False)
+    report = compare([setup["standard"], setup["block"]], ["attnres_mmlu_bpb", "attnres_gpqa_bpb"], full_run,
+                     eval_data=setup["eval_data"], limit=2, gen_kwargs="max_gen_toks=4", device="cpu", progress=False)
     assert calls == ["attnres_gpqa_bpb"]  # only the missing result is recomputed
+    [reused] = [note for note in report["notes"] if note.startswith("reused")]  # and the report says what it reused
+    assert reused.endswith(": attnres_mmlu_bpb (standard), attnres_mmlu_bpb (block), attnres_gpqa_bpb (block)")
     assert json.loads(removed.read_text())["items"] == before["items"]
     compare([setup["standard"], setup["block"]], ["attnres_gpqa_bpb"], full_run, eval_data=setup["eval_data"],
             limit=1, device="cpu", progress=False)
