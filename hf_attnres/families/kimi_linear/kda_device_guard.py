@@ -5,7 +5,10 @@ Triton/CUDA kernels cannot take CPU tensors. We route each call by device: CUDA 
 anything else to transformers' own PyTorch reference (the function the binding wraps).
 
 transformers 5.25 routes these calls by device itself (`hub_kernels._PACKAGE_SUPPORTED_DEVICES`); there the guard
-patches nothing, so transformers' module is left exactly as it ships.
+patches nothing, so transformers' module is left exactly as it ships. transformers 5.23 and 5.24 (in pyproject's
+supported range) bind the packages' kernels unconditionally, so with `fla-core` installed on a CPU-only machine a
+Kimi Linear forward fails there without the guard (tests/families/kimi_linear/test_kda_device_guard.py runs both
+cases): it stays until the oldest supported transformers routes by device, and is then deleted.
 """
 from __future__ import annotations
 
