@@ -232,7 +232,9 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default 2000)")
     g.add_argument("--micro-batch-size", type=int, default=None, help="sequences per process per forward (default 8)")
     g.add_argument("--grad-accum", type=int, default=None, help="micro-batches per optimizer step (default 1)")
-    g.add_argument("--lr", type=float, default=None, help="peak learning rate (default 3e-4)")
+    g.add_argument("--lr", type=float, default=None,
+                   help="peak learning rate (default 3e-4); every parameter group's, --res-proj-lr and --lr x "
+                        "--attn-res-lr-multiplier included, must lie in [1e-12, 1]")
     g.add_argument("--res-proj-lr", type=float, default=None,
                    help="peak learning rate of the AttnRes pseudo-queries (*_res_proj); default: --lr")
     g.add_argument("--res-proj-weight-decay", type=float, default=None,
