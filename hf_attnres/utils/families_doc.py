@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from hf_attnres.families.registry import DECLARATIONS, REFUSED
-from hf_attnres.utils.modular import write_text_atomic
+from hf_attnres.folders.atomic_io import write_text_atomic
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "FAMILIES.md"
 BEGIN = "<!-- families tables: written by `python -m hf_attnres.utils.families_doc`, do not edit by hand -->"
