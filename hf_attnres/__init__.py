@@ -7,20 +7,13 @@ so a
 saved folder also loads with `trust_remote_code=True` without this package. `hf_attnres.upcycle(model)` turns a loaded
 standard model of any of them into Block or Full AttnRes; `hf_attnres.save(model, folder)` / `hf_attnres.load(folder)`
 add
-the tools' folder checks and weights record (hf_attnres.folders.model_folder). `import hf_attnres` loads the model
-only: the
-tools' modules load when first called.
+the tools' folder checks and weights record (hf_attnres.folders.model_folder). Every family's public classes are
+reachable here alike (`hf_attnres.LlamaAttnResForCausalLM`, `hf_attnres.KimiLinearAttnResConfig`, ...; the same as
+`hf_attnres.families.<family>`). `import hf_attnres` loads the model only: the tools' modules load when first called.
 """
 from .core.installed import install as _install_package_features
 from .core.model import AttnResPreTrainedMixin
-from .families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
-from .families.kimi_linear.modeling_kimi_linear_attnres import (
-    KimiLinearAttnResDecoderLayer,
-    KimiLinearAttnResForCausalLM,
-    KimiLinearAttnResModel,
-    KimiLinearAttnResPreTrainedModel,
-)
-from .families.registry import register_auto_classes
+from .families.registry import family_exports, register_auto_classes
 from .families.upcycle import upcycle
 from .kernels import attn_res, attn_res_naive
 from .kernels.mix import cpu_fused, register_cpu_kernel
@@ -60,15 +53,20 @@ def load(folder, *args, **kwargs):
 
     return load(folder, *args, **kwargs)
 
-__all__ = [
-    "upcycle",
-    "save",
-    "load",
-    "KimiLinearAttnResConfig",
-    "KimiLinearAttnResModel",
-    "KimiLinearAttnResForCausalLM",
-    "KimiLinearAttnResPreTrainedModel",
-    "KimiLinearAttnResDecoderLayer",
-    "attn_res",
-    "attn_res_naive",
-]
+# every family's public classes (its package's `__all__`: `LlamaAttnResForCausalLM`, `KimiLinearAttnResConfig`, ...),
+# each reachable here alike; `register_auto_classes` above has imported them all, so a lookup costs a dict read
+_FAMILY_EXPORTS = family_exports()
+
+
+def __getattr__(name: str):
+    try:
+        return _FAMILY_EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__():
+    return sorted({*globals(), *_FAMILY_EXPORTS})
+
+
+__all__ = ["upcycle", "save", "load", "attn_res", "attn_res_naive", *_FAMILY_EXPORTS]

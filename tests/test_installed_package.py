@@ -43,7 +43,8 @@ IN_VENV = textwrap.dedent("""
     from hf_attnres.utils.tiny import tiny_config
 
     torch.manual_seed(0)
-    model = KimiLinearAttnResForCausalLM(tiny_config("block", num_layers=2, layer_types=["full_attention"] * 2)).eval()
+    model = KimiLinearAttnResForCausalLM(tiny_config("block", num_layers=2, layer_types=["full_attention"] * 2,
+        family="kimi_linear")).eval()
     model.save_pretrained(work / "model")
     loaded = AutoModelForCausalLM.from_pretrained(work / "model").eval()
     prompt = torch.tensor([[1, 2, 3, 4]])

@@ -92,7 +92,7 @@ def plot_weights(weights, config, path: str) -> None:
 def demo(args: DemoArgs) -> None:
     """Build, fit, save and reload, generate, then print (and with args.plot draw) the depth weights."""
     torch.manual_seed(args.seed)
-    config = tiny_config(args.mode, args.block_size, args.layers)
+    config = tiny_config(args.mode, args.block_size, args.layers, family="kimi_linear")
     model = KimiLinearAttnResForCausalLM(config)
     print(f"{args.mode} AttnRes, {args.layers} layers, {config.attn_res_num_blocks} block(s), "
           f"{sum(p.numel() for p in model.parameters()):,} parameters")

@@ -25,9 +25,8 @@ from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnRe
 from ..folders.atomic_io import write_json_atomic
 from ..kernels.mix.cpu_fused import load_extension
 from ..utils.tiny import tiny_config
-from .args import BenchModelArgs
+from .args import MODES, BenchModelArgs
 
-MODES = ("standard", "block", "full")
 # extra modes for side-by-side comparisons within one run, (mode, two-phase schedule, backend): block mode with the
 # no-grad two-phase schedule forced on; block / full mode on the eager PyTorch path (backend "torch") whatever --backend
 VARIANTS = {"block_two_phase": ("block", True, None), "block_eager": ("block", None, "torch"),
@@ -43,6 +42,7 @@ def build_model(args: BenchModelArgs, mode):
         linear_num_heads=heads, linear_head_dim=64, vocab_size=1024, attn_res_backend=backend or args.backend,
         **({"layer_types": ["full_attention"] * args.layers} if args.attention == "mla" else {}),
         **({"mlp_layer_types": ["dense"] * args.layers} if getattr(args, "mlp", "moe") == "dense" else {}),
+            family="kimi_linear",
     )
     if getattr(args, "two_phase", "auto") != "auto":
         config.attn_res_two_phase = args.two_phase == "on"

@@ -44,7 +44,7 @@ def convert(args: ConvertArgs) -> int:
     by tensor (`convert.convert_checkpoint`), every other family goes through its model (`family_convert`)."""
     if args.input is None:
         args = replace(args, input=DEMO_INPUT, output=DEMO_OUTPUT, force=True)
-        write_moonshot_checkpoint(args.input, random_model(tiny_config("block", 2)))
+        write_moonshot_checkpoint(args.input, random_model(tiny_config("block", 2, family="kimi_linear")))
         print(f"wrote a tiny Moonshot-format demo checkpoint to {args.input}")
     try:
         request = check_request(args)
@@ -90,7 +90,7 @@ def push_to_hub(args: PushArgs) -> int:
     without --repo-id or with --dry-run only build it; without --model package a tiny demo model."""
     if args.model is None:
         args = replace(args, model=DEMO_MODEL, force=True)
-        random_model(tiny_config("block", 2)).save_pretrained(args.model)
+        random_model(tiny_config("block", 2, family="kimi_linear")).save_pretrained(args.model)
         print(f"wrote a tiny demo model to {args.model}")
     try:  # every input checked before the build (the model folder, the repository id)
         check_model_folder(args.model, "--model")

@@ -80,6 +80,19 @@ def family_classes(model_type: str):
     return getattr(loaded, config_name), getattr(loaded, model_name)
 
 
+def family_exports() -> dict[str, type]:
+    """Every supported family's public classes by name (its package's `__all__`), in the registry's order: what the
+    package's top level offers for each family alike. Two families exporting one name is an error, not a shadowing."""
+    exports: dict[str, type] = {}
+    for module in sorted({module for module, _, _ in SUPPORTED.values()}):
+        loaded = importlib.import_module(module)
+        for name in loaded.__all__:
+            if name in exports:
+                raise RuntimeError(f"{module} exports {name!r}, which another family exports too")
+            exports[name] = getattr(loaded, name)
+    return exports
+
+
 def source_family(config) -> str:
     """The family's own model_type of a standard-residual checkpoint to upcycle; ValueError naming why not."""
     return source_family_of(getattr(config, "model_type", None), getattr(config, "attn_res_mode", None),
@@ -147,5 +160,6 @@ def register_auto_classes() -> None:
             CONFIG_MAPPING.register(wrapper, family_classes(model_type)[0], exist_ok=True)
 
 
-__all__ = ["SUPPORTED", "REFUSED", "DECLARATIONS", "WRAPPERS", "declaration", "family_classes", "family_of_model_type",
+__all__ = ["SUPPORTED", "REFUSED", "DECLARATIONS", "WRAPPERS", "declaration", "family_classes", "family_exports",
+           "family_of_model_type",
            "check_standard_residual", "source_family", "source_family_of", "register_auto_classes"]

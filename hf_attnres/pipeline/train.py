@@ -110,7 +110,8 @@ def load_config(args: PipelineModelArgs, data_vocab: int | None):
             config = attn_res_config_of_folder(args.model, "--model")
         else:
             extra = {"vocab_size": data_vocab} if data_vocab else {}
-            config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers, **extra)
+            config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers, **extra,
+                family="kimi_linear")
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None
     if data_vocab and data_vocab > config.vocab_size:

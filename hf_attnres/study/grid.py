@@ -419,7 +419,7 @@ def study_config(model: dict, mode: str, block_size: int, layers: int, hidden: i
     else:
         fields.update(intermediate_size=2 * h, moe_intermediate_size=max(8, h // 2))
     fields.update(overrides)
-    return tiny_config(mode, block_size, layers, **fields)
+    return tiny_config(mode, block_size, layers, **fields, family="kimi_linear")
 
 
 def best_lrs(grid: Grid, records: dict) -> dict:

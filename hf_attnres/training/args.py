@@ -217,8 +217,8 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
                    help="decoder layers per block in block mode (default: the preset's)")
     g.add_argument("--model-size", choices=list(PRESETS), default=None, help="size preset (default small)")
     g.add_argument("--family", choices=FAMILIES, default=None,
-                   help="from scratch: the decoder family the preset is built in (default kimi_linear; the others "
-                        "take tiny, small, base in their own architecture); --init-from and --config name their own")
+                   help="from scratch: the decoder family the preset is built in (default llama; k3-small is "
+                        "kimi_linear's only); --init-from and --config name their own")
     g.add_argument("--config", type=Path, default=None, help="model config JSON (replaces --model-size)")
     g.add_argument("--init-from", type=Path, default=None, metavar="DIR",
                    help="fine-tune: model and tokenizer from DIR (anything from_pretrained reads, of any family: "

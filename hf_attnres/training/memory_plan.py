@@ -102,7 +102,7 @@ def load_plan_config(spec: str):
         from ..conversion.k3_fixtures import tiny_k3_config
         from ..utils.tiny import tiny_config
 
-        return (tiny_config() if spec == "tiny" else tiny_k3_config()), spec
+        return (tiny_config(family="kimi_linear") if spec == "tiny" else tiny_k3_config()), spec
     config_dict, path = read_config_dict(spec)
     try:
         family = family_of_model_type(config_dict.get("model_type"))

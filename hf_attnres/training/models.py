@@ -14,7 +14,9 @@ upcycled Llama (`llama_attnres`) trains as Llama with AttnRes. A family's own st
 `LlamaForCausalLM` folder, `model_type` "llama") fine-tunes as it is, with the standard residual: the AttnRes class in
 standard mode is the family's model itself, with the same tensors. Block or Full AttnRes from it needs the new
 tensors first: `attnres convert DIR OUT --upcycle block`, which the refusal names. From scratch, `--family NAME` builds
-the presets in that family's own architecture (`FAMILY_PRESETS`); Kimi Linear stays the default.
+a preset (`PRESETS`, typed `SizePreset`s) in that family's own architecture; without --family, the preset's only family
+where it has one (k3-small: Kimi Linear), else Llama (`hf_attnres.utils.tiny.DEFAULT_FAMILY`), the dense decoder the
+other families extend. A --config file names its family by its `model_type`.
 
 Embedding repair: models whose embedding had a `padding_idx` (Kimi Linear checkpoints, which pass `pad_token_id` as the
 padding index) keep the pad token's embedding at exactly zero. When pad is a real token (pad = EOS in most BPE
@@ -26,52 +28,75 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from ..families.registry import SUPPORTED, family_classes, family_of_model_type
+from ..families.registry import SUPPORTED, declaration, family_classes, family_of_model_type
 from ..folders.model_family import family_of_folder
 from ..folders.model_folder import load as load_model_folder
-from ..utils.tiny import K3_SMALL_PRESET, tiny_config
+from ..utils.tiny import (
+    DEFAULT_FAMILY,
+    K3_SMALL_PRESET,
+    TINY_KIMI_LINEAR,
+    DenseShape,
+    KimiLinearShape,
+    SizePreset,
+    tiny_config,
+)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 logger = logging.getLogger(__name__)
 
-# Kimi Linear's shape at small scale: KDA with an MLA layer every third position, dense first MLP, then MoE
-PRESETS = {
-    "tiny": dict(num_layers=4, block_size=2),
-    "small": dict(
-        num_layers=8, block_size=2, hidden_size=256, intermediate_size=768, moe_intermediate_size=128,
-        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32,
-        v_head_dim=64, num_local_experts=8, num_experts_per_tok=2, linear_num_heads=4, linear_head_dim=64,
+# The sizes `--model-size` names, in every family's own decoder (its attention and MLP, its defaults for everything
+# else: rotary base, norms, sliding windows, Gemma's scaled embedding); in Kimi Linear, KDA with an MLA layer every
+# third position, a dense first MLP, then MoE (`hf_attnres.utils.tiny.hybrid_layer_types`)
+PRESETS: dict[str, SizePreset] = {
+    "tiny": SizePreset(
+        num_layers=4, block_size=2,
+        dense=DenseShape(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2),
+        kimi_linear=replace(TINY_KIMI_LINEAR, num_key_value_heads=4),
     ),
-    "base": dict(
-        num_layers=12, block_size=3, hidden_size=768, intermediate_size=2048, moe_intermediate_size=384,
-        num_attention_heads=12, num_key_value_heads=12, kv_lora_rank=256, qk_rope_head_dim=32, qk_nope_head_dim=64,
-        v_head_dim=64, num_local_experts=16, num_experts_per_tok=2, linear_num_heads=12, linear_head_dim=64,
+    "small": SizePreset(
+        num_layers=8, block_size=2,
+        dense=DenseShape(hidden_size=256, intermediate_size=768, num_attention_heads=4, num_key_value_heads=4),
+        kimi_linear=KimiLinearShape(
+            moe_intermediate_size=128, num_local_experts=8, num_experts_per_tok=2, kv_lora_rank=64,
+            qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=64, linear_num_heads=4, linear_head_dim=64,
+        ),
+    ),
+    "base": SizePreset(
+        num_layers=12, block_size=3,
+        dense=DenseShape(hidden_size=768, intermediate_size=2048, num_attention_heads=12, num_key_value_heads=12),
+        kimi_linear=KimiLinearShape(
+            moe_intermediate_size=384, num_local_experts=16, num_experts_per_tok=2, kv_lora_rank=256,
+            qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=64, linear_num_heads=12, linear_head_dim=64,
+        ),
     ),
     "k3-small": K3_SMALL_PRESET,  # Kimi K3's text architecture (SiTU, latent MoE, ...): `attnres export --to k3`
 }
-DEFAULT_FAMILY = "kimi_linear"
 FAMILIES = tuple(SUPPORTED)
-# --family NAME (not Kimi Linear): the same sizes in the family's own dense decoder (its attention and MLP, its defaults
-# for everything else: rotary base, norms, sliding windows, Gemma's scaled embedding)
-FAMILY_PRESETS = {
-    "tiny": dict(num_layers=4, block_size=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                 num_key_value_heads=2),
-    "small": dict(num_layers=8, block_size=2, hidden_size=256, intermediate_size=768, num_attention_heads=4,
-                  num_key_value_heads=4),
-    "base": dict(num_layers=12, block_size=3, hidden_size=768, intermediate_size=2048, num_attention_heads=12,
-                 num_key_value_heads=12),
-}
+
+
+def preset_family(model_size: str, family: str | None) -> str:
+    """The family a from-scratch preset is built in: --family's; else the preset's only one (k3-small is Kimi
+    Linear's); else `DEFAULT_FAMILY` (Llama). ValueError naming the flags when the preset is not built in --family."""
+    preset = PRESETS[model_size]
+    if family is None:
+        return preset.families[0] if len(preset.families) == 1 else DEFAULT_FAMILY
+    if family not in preset.families:
+        built_in = " and ".join(declaration(name).title for name in preset.families)
+        raise ValueError(f"--model-size {model_size} is {built_in}'s only: --family {family} takes "
+                         f"{', '.join(name for name, size in PRESETS.items() if family in size.families)}")
+    return family
 
 
 def build_config(model_size: str, config_file: Path | None, attn_res: str | None, block_size: int | None,
                  tokenizer, family: str | None = None):
-    """The model config; raises ValueError naming the file / field when it is invalid. `family`: --family (default
-    Kimi Linear; a --config file's own model_type names its family)."""
+    """The model config; raises ValueError naming the file / field when it is invalid. `family`: --family (None: a
+    --config file's own model_type names it, a preset its only family, else `DEFAULT_FAMILY`, Llama)."""
     special = dict(pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
                    eos_token_id=tokenizer.eos_token_id)
     if config_file is not None:
@@ -87,23 +112,17 @@ def build_config(model_size: str, config_file: Path | None, attn_res: str | None
             raise ValueError(f"--config {config_file}: vocab_size {fields['vocab_size']} "
                              f"< tokenizer size {len(tokenizer)}")
         return _checked(lambda: config_class(**fields), f"--config {config_file}")
-    preset = dict((PRESETS if (family or DEFAULT_FAMILY) == DEFAULT_FAMILY else FAMILY_PRESETS)[model_size])
-    num_layers, default_block = preset.pop("num_layers"), preset.pop("block_size")
+    family = preset_family(model_size, family)
+    preset = PRESETS[model_size]
     mode = attn_res or "block"
-    size = block_size if block_size is not None else default_block
-    if (family or DEFAULT_FAMILY) == DEFAULT_FAMILY:
-        return _checked(lambda: tiny_config(mode, size, num_layers, vocab_size=len(tokenizer), **special, **preset),
-                        f"--model-size {model_size}")
-    config_class = family_classes(family)[0]
-    if "head_dim" in config_class.__dataclass_fields__:  # Qwen3 and Gemma 3 default to 128 / 256, not hidden / heads
-        preset["head_dim"] = preset["hidden_size"] // preset["num_attention_heads"]
-    return _checked(lambda: config_class(num_hidden_layers=num_layers, vocab_size=len(tokenizer), attn_res_mode=mode,
-                                         attn_res_block_size=size if mode == "block" else 0, **special, **preset),
+    size = block_size if block_size is not None else preset.block_size
+    return _checked(lambda: tiny_config(mode, size, preset.num_layers, family=family, vocab_size=len(tokenizer),
+                                        **special, **preset.fields(family)),
                     f"--family {family} --model-size {model_size}")
 
 
 def _file_family(config_file: Path, family: str | None) -> str:
-    """The family of a --config file: its model_type's, else --family's, else Kimi Linear's."""
+    """The family of a --config file: its model_type's, else --family's, else `DEFAULT_FAMILY` (Llama)."""
     try:
         model_type = json.loads(Path(config_file).read_text(encoding="utf-8")).get("model_type")
     except (OSError, ValueError, AttributeError):
@@ -140,9 +159,8 @@ def check_init_from(args) -> None:
     family = getattr(args, "family", None)
     if args.init_from is None:
         args.model_size = args.model_size or "small"
-        if family not in (None, DEFAULT_FAMILY) and args.config is None and args.model_size not in FAMILY_PRESETS:
-            raise ValueError(f"--model-size {args.model_size} is Kimi Linear's only: --family {family} takes "
-                             f"{', '.join(FAMILY_PRESETS)}")
+        if args.config is None:
+            preset_family(args.model_size, family)
         return
     if args.config is not None or args.model_size is not None or family is not None:
         flag = "--config" if args.config is not None else "--model-size" if args.model_size is not None else \

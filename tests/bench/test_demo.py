@@ -10,11 +10,11 @@ from hf_attnres.utils.tiny import tiny_config
 
 
 def test_each_point_names_its_own_sources():
-    names = point_source_names(tiny_config("block", block_size=2, num_layers=4))
+    names = point_source_names(tiny_config("block", block_size=2, num_layers=4, family="kimi_linear"))
     assert names[:4] == [["emb"], ["emb", "partial"], ["emb", "partial"], ["emb", "partial"]]  # block 0
     assert names[4] == ["emb", "blk0"]  # layer 2 attention opens block 1: block 0 is complete, no partial yet
     assert names[-1] == ["emb", "blk0", "partial"]  # the output mix: the last block is still a partial sum
-    full = point_source_names(tiny_config("full", num_layers=2))
+    full = point_source_names(tiny_config("full", num_layers=2, family="kimi_linear"))
     assert full[-1] == ["emb", "L0.attn", "L0.mlp", "L1.attn", "L1.mlp"] and len(full) == 5
 
 

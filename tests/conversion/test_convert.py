@@ -24,7 +24,7 @@ MOE_I = 24
 
 
 def make_config(mode="block", **overrides):
-    return tiny_config(mode, 2, moe_intermediate_size=MOE_I, **overrides)
+    return tiny_config(mode, 2, moe_intermediate_size=MOE_I, **overrides, family="kimi_linear")
 
 
 def kimi_linear_config():

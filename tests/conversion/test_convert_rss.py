@@ -38,7 +38,7 @@ MEASURE = textwrap.dedent(
                 return int(line.split()[1]) * 1024
 
     warm = tempfile.mkdtemp()
-    write_moonshot_checkpoint(warm + "/ms", random_model(tiny_config("block", 2)))
+    write_moonshot_checkpoint(warm + "/ms", random_model(tiny_config("block", 2, family="kimi_linear")))
     conversion.convert_checkpoint(warm + "/ms", warm + "/hf", progress=False)
     before = status("VmRSS")
     with open("/proc/self/clear_refs", "w") as handle:
@@ -53,7 +53,7 @@ MEASURE = textwrap.dedent(
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="peak RSS reset needs Linux /proc")
 def test_peak_memory_stays_near_one_shard(tmp_path):
     config = tiny_config("block", 4, num_layers=32, hidden_size=256, moe_intermediate_size=64, num_local_experts=8,
-                         intermediate_size=256, kv_lora_rank=32)
+                         intermediate_size=256, kv_lora_rank=32, family="kimi_linear")
     source = write_moonshot_checkpoint(tmp_path / "ms", random_model(config), max_shard_size=SHARD_BYTES)
     plan = plan_conversion(source)
     layer_bytes = {}

@@ -133,7 +133,7 @@ def test_standard_residual_kimi_linear_is_not_a_k3_model(tmp_path):
     """Kimi Linear itself (SiLU, no K3 pieces) exports for vLLM only."""
     from hf_attnres.utils.tiny import tiny_config
 
-    model = KimiLinearAttnResForCausalLM(tiny_config("standard", 0, 3))
+    model = KimiLinearAttnResForCausalLM(tiny_config("standard", 0, 3, family="kimi_linear"))
     model.save_pretrained(tmp_path / "kl")
     with pytest.raises(ExportRefused, match="(?s)attn_res_mode='standard'.*hidden_act='silu'"):
         export_checkpoint(tmp_path / "kl", tmp_path / "k3", to="k3", progress=False)
@@ -144,8 +144,9 @@ def test_standard_residual_kimi_linear_is_not_a_k3_model(tmp_path):
 def test_k3_small_preset_is_exportable_to_k3():
     from hf_attnres.utils.tiny import tiny_config
 
-    preset = dict(K3_SMALL_PRESET)
-    config = tiny_config("block", preset.pop("block_size"), preset.pop("num_layers"), **preset)
+    preset = K3_SMALL_PRESET
+    config = tiny_config("block", preset.block_size, preset.num_layers, **preset.fields("kimi_linear"),
+                         family="kimi_linear")
     check_representable(config, "k3")
     assert config.hidden_act == "situ" and config.mla_use_output_gate and config.routed_expert_hidden_size
 
@@ -192,7 +193,7 @@ def test_init_only_fields_do_not_block_an_export(tmp_path):
     from hf_attnres.utils.tiny import tiny_config
 
     model = KimiLinearAttnResForCausalLM(tiny_config("block", 1, 3, attn_res_query_init_std=0.1,
-                                                     attn_res_key_norm_init=4.0))
+                                                     attn_res_key_norm_init=4.0, family="kimi_linear"))
     model.save_pretrained(tmp_path / "arm")
     export_checkpoint(tmp_path / "arm", tmp_path / "out", to="kimi-linear", verify=True, progress=False)
     exported = json.loads((tmp_path / "out" / "config.json").read_text())

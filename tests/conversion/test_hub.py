@@ -24,7 +24,7 @@ from tests.helpers.remote_loading import auto_map, code_files, fake_hub_repo, lo
 def hub_folder(tmp_path_factory):
     """(model, folder): a block-mode model given in Moonshot's layout, packaged with tokenizer and evaluation."""
     root = tmp_path_factory.mktemp("hub")
-    model = random_model(tiny_config("block", 2))
+    model = random_model(tiny_config("block", 2, family="kimi_linear"))
     source = write_moonshot_checkpoint(root / "ms", model)
     (root / "eval.json").write_text(json.dumps({"results": {
         "arc_easy": {"alias": "arc_easy", "acc,none": 0.4321, "acc_stderr,none": 0.01},

@@ -75,7 +75,8 @@ def test_variant_op_definitions():
 
 @pytest.mark.parametrize("mode,block_size,layers", [("block", 2, 5), ("block", 4, 5), ("full", 0, 3)])
 def test_static_logits_have_one_entry_per_source(mode, block_size, layers):
-    model = KimiLinearAttnResForCausalLM(tiny_config(mode, block_size, layers, attn_res_static_mixing=True))
+    model = KimiLinearAttnResForCausalLM(tiny_config(mode, block_size, layers, attn_res_static_mixing=True,
+        family="kimi_linear"))
     params = dict(model.named_parameters())
     assert not [n for n in params if "_res_proj" in n or "_res_norm" in n]
     ids = random_ids(batch=1, seq=4)
@@ -88,17 +89,17 @@ def test_static_logits_have_one_entry_per_source(mode, block_size, layers):
 
 
 def test_num_sources_counts():
-    config = tiny_config("block", 3, 7)
+    config = tiny_config("block", 3, 7, family="kimi_linear")
     assert [DepthLayout.of(config).num_sources(i, "self_attention") for i in range(7)] == [1, 2, 2, 2, 3, 3, 3]
     assert [DepthLayout.of(config).num_sources(i, "mlp") for i in range(7)] == [2, 2, 2, 3, 3, 3, 4]
     assert DepthLayout.of(config).num_sources(7, "output_attn") == 4
-    full = tiny_config("full", 0, 3)
+    full = tiny_config("full", 0, 3, family="kimi_linear")
     assert ([DepthLayout.of(full).num_sources(i, p) for i in range(3) for p in ("self_attention", "mlp")]
             == [1, 2, 3, 4, 5, 6])
 
 
 def test_no_key_norm_drops_the_norm_tensors():
-    model = KimiLinearAttnResForCausalLM(tiny_config("block", 2, 3, attn_res_key_norm=False))
+    model = KimiLinearAttnResForCausalLM(tiny_config("block", 2, 3, attn_res_key_norm=False, family="kimi_linear"))
     names = {n for n, _ in model.named_parameters()}
     assert "model.layers.1.mlp_res_proj.weight" in names and not [n for n in names if "_res_norm" in n]
 
@@ -114,7 +115,7 @@ def test_no_key_norm_drops_the_norm_tensors():
 ])
 def test_bad_ablation_fields_raise_naming_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
-        tiny_config("block", 2, 3, **fields)
+        tiny_config("block", 2, 3, **fields, family="kimi_linear")
 
 
 def test_forced_triton_env_refuses_an_ablation(monkeypatch):
@@ -125,7 +126,7 @@ def test_forced_triton_env_refuses_an_ablation(monkeypatch):
 
 
 def test_default_config_is_not_an_ablation():
-    config = tiny_config("block", 2, 3)
+    config = tiny_config("block", 2, 3, family="kimi_linear")
     assert not config.attn_res_ablation
     assert (config.attn_res_static_mixing, config.attn_res_score, config.attn_res_key_norm) == (False, "softmax", True)
 

@@ -19,7 +19,7 @@ def kimi_linear_model(**fields):
     from hf_attnres.utils.tiny import tiny_config
 
     own = set(KimiLinearConfig().to_dict())
-    config = {k: v for k, v in tiny_config("standard").to_dict().items()
+    config = {k: v for k, v in tiny_config("standard", family="kimi_linear").to_dict().items()
               if k in own and not k.startswith("attn_res") and k not in ("model_type", "architectures", "auto_map")}
     torch.manual_seed(0)
     return KimiLinearForCausalLM(KimiLinearConfig(**config | fields)).eval()

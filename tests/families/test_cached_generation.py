@@ -24,7 +24,7 @@ NEW_TOKENS = 6
 def family_model(family: str, mode: str):
     if family == "kimi_linear":  # KDA and MLA layers, MoE (its tiny layout: hf_attnres.utils.tiny)
         torch.manual_seed(0)
-        model = KimiLinearAttnResForCausalLM(tiny_config(mode, 2, 4, vocab_size=96)).eval()
+        model = KimiLinearAttnResForCausalLM(tiny_config(mode, 2, 4, vocab_size=96, family="kimi_linear")).eval()
     else:
         model = attn_res_model(family, mode, 2)
     return perturb_attn_res(model)

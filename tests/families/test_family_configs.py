@@ -22,7 +22,7 @@ BAD_EPS = [math.nan, -1e-6, math.inf, 0.0, "1e-6", None]
 
 def config(family, **fields):
     if family == "kimi_linear":
-        return tiny_config("block", **fields)
+        return tiny_config("block", **fields, family="kimi_linear")
     return attn_res_config(family, **fields)
 
 

@@ -75,9 +75,20 @@ def test_the_mix_fuses_the_norm_exactly_where_the_declaration_allows(family, fus
     monkeypatch.setattr(mix_point, "attn_res", recording)
     if family == "kimi_linear":
         _, causal_lm = family_classes(family)
-        model = causal_lm(tiny_config("block", attn_res_fuse_norm=fuse, attn_res_two_phase=False)).eval()
+        model = causal_lm(tiny_config("block", attn_res_fuse_norm=fuse, attn_res_two_phase=False,
+            family="kimi_linear")).eval()
     else:
         model = attn_res_model(family, "block", attn_res_fuse_norm=fuse, attn_res_two_phase=False)
     with torch.no_grad():
         model(random_ids(), use_cache=False)
     assert seen and set(seen) == {fuse and declaration(family).fusable_norm}
+
+
+def test_the_top_level_offers_every_familys_classes_alike():
+    for family in SUPPORTED:
+        config_class, causal_lm = family_classes(family)
+        assert getattr(hf_attnres, config_class.__name__) is config_class
+        assert getattr(hf_attnres, causal_lm.__name__) is causal_lm
+        assert {config_class.__name__, causal_lm.__name__} <= set(hf_attnres.__all__) <= set(dir(hf_attnres))
+    with pytest.raises(AttributeError, match="no attribute 'LlamaAttnResConfg'"):
+        hf_attnres.LlamaAttnResConfg

@@ -178,7 +178,8 @@ def moonshot_checkpoint(tmp_path_factory):
     from hf_attnres.utils.tiny import tiny_config
 
     folder = tmp_path_factory.mktemp("bad_inputs") / "kimi"
-    write_moonshot_checkpoint(folder, random_model(tiny_config("standard", num_layers=3)), max_shard_size="60KB")
+    write_moonshot_checkpoint(folder, random_model(tiny_config("standard", num_layers=3,
+        family="kimi_linear")), max_shard_size="60KB")
     (folder / "notes.txt").write_text(SENTINEL)
     return folder
 

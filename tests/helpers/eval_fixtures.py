@@ -25,7 +25,7 @@ def save_tiny_model(folder: Path, tokenizer, mode: str, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     config = tiny_config(mode, block_size=1, num_layers=2, layer_types=["full_attention"] * 2,
                          vocab_size=len(tokenizer), bos_token_id=tokenizer.eos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id, family="kimi_linear")
     model = KimiLinearAttnResForCausalLM(config).eval()
     model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))

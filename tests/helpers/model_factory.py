@@ -19,7 +19,7 @@ def perturb_attn_res(model, scale=1.0, seed=1):
 
 def tiny_model(mode="block", block_size=2, num_layers=5, dtype=torch.float32, seed=0, **overrides):
     torch.manual_seed(seed)
-    model = KimiLinearAttnResForCausalLM(tiny_config(mode, block_size, num_layers, **overrides))
+    model = KimiLinearAttnResForCausalLM(tiny_config(mode, block_size, num_layers, **overrides, family="kimi_linear"))
     return perturb_attn_res(model).to(dtype).eval()
 
 

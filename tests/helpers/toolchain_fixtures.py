@@ -32,7 +32,7 @@ def tiny_folder(path: Path, mode: str = "block", num_layers: int = 3, seed: int 
     torch.manual_seed(seed)
     config = tiny_config(mode, 2, num_layers, vocab_size=len(tokenizer), layer_types=["full_attention"] * num_layers,
                          pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
+                         eos_token_id=tokenizer.eos_token_id, family="kimi_linear")
     model = KimiLinearAttnResForCausalLM(config)
     with torch.no_grad():  # move the pseudo-queries off zero: a uniform mix hides wiring bugs
         for name, param in model.named_parameters():

@@ -41,6 +41,10 @@ def train_args(data: Path, output_dir: Path, **flags) -> list[str]:
                    lr=3e-3, log_every=1, eval_every=3, eval_batches=1, save_every=3, diagnostics_every=3,
                    no_tensorboard=True)
     options.update(flags)
+    # the trainer's tests were written for Kimi Linear's tiny preset (MoE, KDA and MLA layers), named explicitly since
+    # a preset without --family is built in Llama; a folder or a --config names its own family
+    if options["model_size"] is not None and options.get("config") is None and options.get("init_from") is None:
+        options.setdefault("family", "kimi_linear")
     # options another makes meaningless are left out (train refuses a flag that would do nothing): a refusal test
     # appends them to the command line itself
     if options["eval_every"] in (0, "0"):

@@ -155,7 +155,7 @@ def test_a_new_or_older_start_never_prunes_the_folders_newer_run(tmp_path, resum
 
     older = str(tmp_path / "checkpoints" / "step-00000002")
     args = InterleavedArgs(output_dir=tmp_path, resume="never" if resume == "never" else older)
-    config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers)
+    config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers, family="kimi_linear")
     record = {"signature": args.signature(config, 2)}
     for step in (2, 4):  # checkpoints of this very run: only the newer state stands in the way
         folder = tmp_path / "checkpoints" / f"step-{step:08d}"

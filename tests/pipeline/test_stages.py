@@ -73,7 +73,7 @@ def test_pipe_layers_cover_every_model_tensor_once():
 
 def test_clear_errors_before_any_work():
     with pytest.raises(ValueError, match="num_stages"):
-        build_pipeline(tiny_config(num_layers=3), StateDictWeights({}), num_stages=4)
+        build_pipeline(tiny_config(num_layers=3, family="kimi_linear"), StateDictWeights({}), num_stages=4)
     with pytest.raises(ValueError, match="vocab_size"):
         run_pipe_layers(tiny_model(num_layers=2), torch.tensor([[1, 999]]))
 

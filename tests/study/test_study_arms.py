@@ -230,10 +230,10 @@ def test_arm_switches_reach_the_command_and_the_model():
 
 def test_init_arms_change_only_the_initial_tensors():
     torch.manual_seed(0)
-    default = KimiLinearAttnResForCausalLM(tiny_config("full", 0, 2))
+    default = KimiLinearAttnResForCausalLM(tiny_config("full", 0, 2, family="kimi_linear"))
     torch.manual_seed(0)
     arm = KimiLinearAttnResForCausalLM(tiny_config("full", 0, 2, attn_res_query_init_std=0.1,
-                                                   attn_res_key_norm_init=4.0))
+                                                   attn_res_key_norm_init=4.0, family="kimi_linear"))
     queries = [p for n, p in arm.named_parameters() if n.endswith("_res_proj.weight")]
     gains = [p for n, p in arm.named_parameters() if n.endswith("_res_norm.weight")]
     assert queries and all(0.05 < q.std() < 0.2 for q in queries) and all(torch.all(g == 4.0) for g in gains)
@@ -242,11 +242,11 @@ def test_init_arms_change_only_the_initial_tensors():
     for field, value in (("attn_res_query_init_std", -1.0), ("attn_res_key_norm_init", 0.0),
                          ("attn_res_key_norm_init", float("nan"))):
         with pytest.raises(ValueError, match=field):
-            tiny_config("full", 0, 2, **{field: value})
+            tiny_config("full", 0, 2, **{field: value}, family="kimi_linear")
 
 
 def test_query_weight_decay_is_its_own_group():
-    model = KimiLinearAttnResForCausalLM(tiny_config("block", 1, 2))
+    model = KimiLinearAttnResForCausalLM(tiny_config("block", 1, 2, family="kimi_linear"))
     groups = {g["name"]: g for g in param_groups(model, 1e-3, 0.1, None, res_proj_weight_decay=0.05)}
     assert groups["res_proj"]["weight_decay"] == 0.05 and groups["decay"]["weight_decay"] == 0.1
     assert {g["name"]: g for g in param_groups(model, 1e-3, 0.1, None)}["res_proj"]["weight_decay"] == 0.0

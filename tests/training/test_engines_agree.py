@@ -57,15 +57,15 @@ def zero3_config(tmp_path):
 
 
 def initial_model(data, folder):
-    """The reference run's initial weights (`attnres train --model-size tiny --seed 0` builds the same), saved for
-    the pipeline engines' --model."""
+    """The reference run's initial weights (`attnres train --model-size tiny --family kimi_linear --seed 0`
+    builds the same), saved for the pipeline engines' --model."""
     from argparse import Namespace
 
     from hf_attnres.training.data import load_prepared
     from hf_attnres.training.loop import build_model
     from hf_attnres.training.models import build_config
 
-    config = build_config("tiny", None, None, None, load_prepared(data)[2])
+    config = build_config("tiny", None, None, None, load_prepared(data)[2], "kimi_linear")
     build_model(config, Namespace(seed=RECIPE["seed"], init_from=None, gradient_checkpointing=False)) \
         .save_pretrained(folder)
     return folder

@@ -9,7 +9,7 @@ from hf_attnres.utils.tiny import tiny_config
 
 def build(mode: str, **overrides) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
-    return KimiLinearAttnResForCausalLM(tiny_config(mode, 2, 4, **overrides)).state_dict()
+    return KimiLinearAttnResForCausalLM(tiny_config(mode, 2, 4, **overrides, family="kimi_linear")).state_dict()
 
 
 @pytest.mark.parametrize("overrides", [{}, {"attn_res_static_mixing": True}], ids=["default", "static-mixing"])

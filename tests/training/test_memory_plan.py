@@ -46,7 +46,8 @@ def test_tiny_k3_by_hand():
 
 
 @pytest.mark.parametrize("config", [
-    tiny_k3_config(), tiny_config("block", 2), tiny_config("full"), tiny_config("standard"),
+    tiny_k3_config(), tiny_config("block", 2, family="kimi_linear"), tiny_config("full", family="kimi_linear"),
+    tiny_config("standard", family="kimi_linear"),
     tiny_k3_config(linear_use_full_rank_gate=False, latent_moe_use_norm=False, q_lora_rank=8, attention_bias=True,
                    mla_use_output_gate=False, linear_gate_lower_bound=None),
 ], ids=["k3", "block", "full", "standard", "k3-variant"])

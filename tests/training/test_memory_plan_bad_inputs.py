@@ -69,7 +69,7 @@ def test_plan_memory_refuses_a_billion_layers_without_building_them(plan_memory,
     from hf_attnres.utils.tiny import tiny_config
     from tests.families.tiny import source_config
 
-    config = tiny_config("block", 2) if family == "kimi_linear" else source_config(family)
+    config = tiny_config("block", 2, family="kimi_linear") if family == "kimi_linear" else source_config(family)
     fields = {key: value for key, value in config.to_dict().items() if key not in ("layer_types", "mlp_layer_types")}
     fields["num_hidden_layers"] = 10**9
     (tmp_path / "config.json").write_text(json.dumps(fields))
@@ -102,7 +102,7 @@ def test_plan_memory_names_the_config_file_given(plan_memory, capsys, tmp_path, 
     from hf_attnres.utils.tiny import tiny_config
     from tests.families.tiny import source_config
 
-    config = tiny_config("block", 2) if family == "kimi_linear" else source_config(family)
+    config = tiny_config("block", 2, family="kimi_linear") if family == "kimi_linear" else source_config(family)
     fields = {key: value for key, value in config.to_dict().items() if key not in ("layer_types", "mlp_layer_types")}
     (tmp_path / "my-model.json").write_text(json.dumps({**fields, **damage}))
     err = expect_script_refused(plan_memory, capsys, [tmp_path / "my-model.json"],

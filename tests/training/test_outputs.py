@@ -31,7 +31,7 @@ def test_folder_bytes_counts_every_file(tmp_path):
 def test_weight_bytes_counts_a_tied_head_once():
     from hf_attnres.families.registry import family_classes
 
-    config = tiny_config("block", 2, num_layers=2, vocab_size=64)
+    config = tiny_config("block", 2, num_layers=2, vocab_size=64, family="kimi_linear")
     model = family_classes("kimi_linear")[1](config)
     distinct = {id(p): p for p in [*model.parameters(), *model.buffers()]}
     assert weight_bytes(model) == sum(t.numel() * t.element_size() for t in distinct.values())

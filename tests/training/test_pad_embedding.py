@@ -36,7 +36,7 @@ def covering_rows(rows: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("mode", ["standard", "block"])
 def test_every_token_in_the_data_gets_a_gradient(data, mode):
     train_set, _, tokenizer = load_prepared(data)
-    config = build_config("tiny", None, mode, None, tokenizer)  # the trainer's own preset path
+    config = build_config("tiny", None, mode, None, tokenizer, "kimi_linear")  # the trainer's own preset path
     used = data_token_ids(train_set)
     assert config.pad_token_id in used.tolist()  # pad is EOS, a real token that ends every document: the bug's case
     torch.manual_seed(0)
@@ -76,7 +76,8 @@ def test_gradient_at_an_eos_first_sequence_stays_bounded(data):
     train_set, _, tokenizer = load_prepared(data)
     ids = eos_first(train_set[:]["input_ids"], tokenizer.eos_token_id)[:4]
     config = build_config("tiny", None, "standard", None, tokenizer)
-    config = tiny_config("standard", 0, **deep_mla_fields(len(tokenizer)), pad_token_id=config.pad_token_id)
+    config = tiny_config("standard", 0, **deep_mla_fields(len(tokenizer)), pad_token_id=config.pad_token_id,
+        family="kimi_linear")
     torch.manual_seed(0)
     model = KimiLinearAttnResForCausalLM(config)
     embeds = model.get_input_embeddings()(ids).detach().requires_grad_()
@@ -102,7 +103,7 @@ def test_deep_model_at_high_lr_stays_finite(data, train, tmp_path, monkeypatch, 
     data = eos_first_dataset(data, tmp_path / "eos_first")
     _, _, tokenizer = load_prepared(data)
     config = tiny_config("standard", 0, **deep_mla_fields(len(tokenizer), layers=16),
-                         pad_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
+                         pad_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id, family="kimi_linear")
     config_file = tmp_path / "deep.json"
     config_file.write_text(json.dumps(config.to_dict()))
     out = tmp_path / "run"
@@ -117,7 +118,7 @@ def test_deep_model_at_high_lr_stays_finite(data, train, tmp_path, monkeypatch, 
 
 def test_zero_rows_of_used_tokens_are_reinitialised():
     torch.manual_seed(0)
-    model = KimiLinearAttnResForCausalLM(tiny_config("block", 2, 2))
+    model = KimiLinearAttnResForCausalLM(tiny_config("block", 2, 2, family="kimi_linear"))
     weight = model.get_input_embeddings().weight
     with torch.no_grad():
         weight[[0, 5, 7]] = 0  # 0 and 5 occur in the data, 7 does not

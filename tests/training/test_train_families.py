@@ -120,3 +120,24 @@ def test_init_from_the_family_own_checkpoint_warns_of_no_type_mismatch(train, da
         assert [line for line in records if MISMATCH_WARNING in line]
     finally:
         logging.getLogger("transformers").removeHandler(handler)
+
+
+@pytest.mark.parametrize(("family", "model_size", "built"), [
+    (None, "tiny", "llama"), (None, "small", "llama"), (None, "k3-small", "kimi_linear"), ("qwen3", "tiny", "qwen3"),
+    ("kimi_linear", "base", "kimi_linear"),
+])
+def test_a_preset_without_family_is_llama_unless_it_has_one_family(family, model_size, built):
+    from hf_attnres.families.registry import family_of_model_type
+    from hf_attnres.training.models import PRESETS, build_config
+
+    class Tokenizer:
+        pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
+
+        def __len__(self):
+            return 300
+
+    tokenizer = Tokenizer()
+    config = build_config(model_size, None, None, None, tokenizer, family)
+    assert family_of_model_type(config.model_type) == built
+    assert config.num_hidden_layers == PRESETS[model_size].num_layers
+    assert config.attn_res_block_size == PRESETS[model_size].block_size

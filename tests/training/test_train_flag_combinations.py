@@ -10,7 +10,7 @@ from tests.helpers.train_fixtures import train_args
 
 def full_config(tmp_path):
     path = tmp_path / "full.json"
-    tiny_config("full", num_layers=2, vocab_size=512).to_json_file(str(path))
+    tiny_config("full", num_layers=2, vocab_size=512, family="kimi_linear").to_json_file(str(path))
     return path
 
 

@@ -74,7 +74,7 @@ def test_model_larger_than_the_machine_refused_before_allocation(fields, monkeyp
     from hf_attnres.utils.tiny import tiny_config
 
     monkeypatch.delenv(ALLOW_LARGE_ENV, raising=False)
-    config = tiny_config(**fields)
+    config = tiny_config(**fields, family="kimi_linear")
     started = time.perf_counter()
     expect_refused(lambda: KimiLinearAttnResForCausalLM(config), ["GiB", "memory", ALLOW_LARGE_ENV])
     assert time.perf_counter() - started < 30  # refused from arithmetic, not after minutes of building
@@ -84,7 +84,7 @@ def test_huge_model_builds_on_the_meta_device():
     from hf_attnres.utils.tiny import tiny_config
 
     with torch.device("meta"):  # how from_pretrained and accelerate build: no memory, so no refusal
-        model = KimiLinearAttnResForCausalLM(tiny_config(vocab_size=10**9))
+        model = KimiLinearAttnResForCausalLM(tiny_config(vocab_size=10**9, family="kimi_linear"))
     assert model.lm_head.weight.shape == (10**9, 64)
 
 

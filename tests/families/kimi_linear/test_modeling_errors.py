@@ -31,7 +31,7 @@ def test_mode_follows_k3_block_size():
 
 
 def test_backend_environment_variable(monkeypatch):
-    config = tiny_config("block")
+    config = tiny_config("block", family="kimi_linear")
     monkeypatch.setenv("ATTNRES_BACKEND", "torch")
     assert config.resolved_backend() == "torch"
     monkeypatch.setenv("ATTNRES_BACKEND", "gpu")

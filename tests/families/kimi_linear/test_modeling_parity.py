@@ -73,7 +73,7 @@ def test_parameter_names_follow_k3():
 def test_init_is_uniform_depth_softmax():
     from hf_attnres import KimiLinearAttnResForCausalLM
 
-    model = KimiLinearAttnResForCausalLM(tiny_config("full"))
+    model = KimiLinearAttnResForCausalLM(tiny_config("full", family="kimi_linear"))
     for name, param in model.named_parameters():
         if "_res_proj" in name:
             assert torch.count_nonzero(param) == 0, name

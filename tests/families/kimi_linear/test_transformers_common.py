@@ -40,7 +40,7 @@ class AttnResModelTester:
         return tiny_config(
             self.mode, block_size=1, num_layers=self.num_hidden_layers, vocab_size=self.vocab_size,
             hidden_size=self.hidden_size, intermediate_size=37, moe_intermediate_size=16,
-            layer_types=["linear_attention", "full_attention"], first_k_dense_replace=1,
+            layer_types=["linear_attention", "full_attention"], first_k_dense_replace=1, family="kimi_linear",
         )
 
     def prepare_config_and_inputs_for_common(self):
