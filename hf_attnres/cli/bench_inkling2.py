@@ -9,29 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..bench.args import INKLING2_MEASUREMENTS, BenchInkling2Args
+from ..bench.args import BenchInkling2Args
 from ..bench.inkling2 import main as run_benchmark
+from ..utils.flags import parser_for
 from .combos import refuse_first
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hf_attnres.cli.bench_inkling2", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    parser.add_argument("--hidden", type=int, default=1024, help="hidden size")
-    parser.add_argument("--layers", type=int, default=12, help="decoder layers")
-    parser.add_argument("--block", type=int, default=3, help="n_layers_per_attn_res_block")
-    parser.add_argument("--vocab", type=int, default=4096)
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--seq", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in every child (CPU)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per arm, after one warm-up")
-    parser.add_argument("--measurements", default=",".join(INKLING2_MEASUREMENTS),
-                        help=f"comma list of {', '.join(INKLING2_MEASUREMENTS)}")
-    parser.add_argument("--output", default=None, help="write the results as JSON here")
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    return parser
+    return parser_for(BenchInkling2Args, prog="python -m hf_attnres.cli.bench_inkling2", description=__doc__)
 
 
 def main(argv=None) -> int:

@@ -57,36 +57,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..bench.args import BenchKernelsArgs
-from ..utils.flags import check_output_file
+from ..bench.args import CPU_IMPLS, GPU_IMPLS, BenchKernelsArgs
+from ..utils.flags import check_output_file, parser_for
 from . import command_main
 from .combos import refuse_conflicts
 
-GPU_IMPLS = ("torch_eager,torch_lean,torch_compile,attnres_triton,fla,fla_naive,far_triton,far_torch,far_torch_eager,"
-             "far_phase1,fast_attnres")
-CPU_IMPLS = "torch_eager,torch_lean,torch_compile,attnres_cpp,fla_naive,far_torch,far_torch_eager,far_phase1"
-
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..bench.peers import DEFAULT_PEERS_PATH
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda when available")
-    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
-                        help="default: bfloat16 on GPU, float32 on CPU")
-    parser.add_argument("--hidden", help="comma-separated hidden sizes (default: 1024,7168 GPU; 256,1024 CPU)")
-    parser.add_argument("--sources", help="comma-separated source counts (default: 2,5,9)")
-    parser.add_argument("--tokens", help="comma-separated token counts (default: 4096,16384,32768 GPU; 256,1024 CPU)")
-    parser.add_argument("--impls", help=f"comma-separated implementations (default GPU: {GPU_IMPLS}; CPU: {CPU_IMPLS})")
-    parser.add_argument("--repeats", type=int, help="timed repetitions per case (default: 50 GPU, 5 CPU)")
-    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="CPU runs: process CPU time or wall")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, i.e. OMP_NUM_THREADS)")
-    parser.add_argument("--peers-path", default=DEFAULT_PEERS_PATH,
-                        help="folder holding fla-core, flash-attn-res and fast-attnres (scripts/setup_peers.sh's "
-                             "target; "
-                             "default %(default)s, or $ATTNRES_PEERS); put on sys.path in this process only")
-    parser.add_argument("--output", default="bench_kernels.json", help="JSON results file (written atomically)")
-    return parser
+    return parser_for(BenchKernelsArgs, description=__doc__)
 
 
 def int_list(parser, flag, text) -> list[int]:

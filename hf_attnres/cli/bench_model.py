@@ -26,47 +26,13 @@ import sys
 
 from ..bench.args import BenchModelArgs
 from ..bench.model import MODES, PHASES, VARIANTS
-from ..utils.flags import check_output_file, multiple_of
+from ..utils.flags import check_output_file, parser_for
 from . import command_main
 from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda when available")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated AttnRes modes to compare")
-    parser.add_argument("--phases", default="train,prefill,decode,long_prefill", help="comma-separated phases")
-    parser.add_argument("--hidden", type=multiple_of(8, "the experts' grouped matmuls need 16-byte aligned rows"),
-                        default=256, help="hidden size (a multiple of 8)")
-    parser.add_argument("--layers", type=int, default=6, help="decoder layers")
-    parser.add_argument("--block-size", type=int, default=2, help="layers per block in block mode")
-    parser.add_argument("--attention", choices=("hybrid", "mla"), default="hybrid",
-                        help="hybrid: KDA with MLA every third layer (Kimi Linear); mla: MLA only (on CPU "
-                             "transformers' KDA reference dominates the time and hides the residual's cost)")
-    parser.add_argument("--mlp", choices=("moe", "dense"), default="moe",
-                        help="Kimi Linear's MoE MLP (default) or a dense one in every layer. With MoE the routing is "
-                             "data-dependent, so the modes' experts see different token counts and their matmuls "
-                             "cost a few percent more or less: dense measures the residual alone")
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--seq", type=int, default=256, help="tokens per sequence for train and prefill")
-    parser.add_argument("--decode-steps", type=int, default=16)
-    parser.add_argument("--long-prompt", type=int, default=4096, help="tokens of the long_prefill prompt (batch 1)")
-    parser.add_argument("--chunk", type=int, default=512, help="prefill_chunk_size of the chunked long prefill")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repetitions (median) after one warm-up")
-    parser.add_argument("--backend", choices=("auto", "torch", "triton", "cpp"), default="auto",
-                        help="AttnRes kernel backend (auto: Triton on CUDA, the fused C++ kernel on CPU)")
-    parser.add_argument("--two-phase", choices=("auto", "on", "off"), default="auto",
-                        help="no-grad schedule of block mode: auto (on with Triton), or force it on / off")
-    parser.add_argument("--allocator", choices=("system", "retain"), default="system",
-                        help="CPU memory for the timed runs: the system allocator as it is (glibc hands big freed "
-                             "blocks back and faults fresh pages in on the next use, a large and layout-dependent "
-                             "share of CPU time, counted in minor_faults), or retain: glibc told to keep freed memory, "
-                             "as a caching allocator (jemalloc, tcmalloc) would")
-    parser.add_argument("--skip-memory", action="store_true",
-                        help="time only: skip the peak-memory runs (a fresh process per mode and phase on CPU)")
-    parser.add_argument("--output", default="bench_model.json", help="JSON results file (written atomically)")
-    return parser
+    return parser_for(BenchModelArgs, description=__doc__)
 
 
 def parse_args(argv=None) -> BenchModelArgs:

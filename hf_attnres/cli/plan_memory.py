@@ -19,11 +19,10 @@ import argparse
 import sys
 
 from ..training.memory_plan import PRESETS
-from ..training.tool_args import PlanMemoryArgs
+from ..training.tool_args import DEFAULT_CONTEXT, PlanMemoryArgs
+from ..utils.flags import parser_for
 from . import command_main
 from .combos import given_flags, refuse_first
-
-DEFAULT_CONTEXT = 32768
 
 
 def default_context(spec: str) -> tuple[int, str | None]:
@@ -54,20 +53,7 @@ def beyond_positions(context: int, positions) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", nargs="?", default="k3", help=f"config.json, a folder, or a preset {PRESETS}")
-    parser.add_argument("--batch", type=int, default=1, help="sequences in the forward (default 1)")
-    parser.add_argument("--context", type=int, default=None,
-                        help=f"tokens per sequence (default {DEFAULT_CONTEXT:,}, or the model's "
-                             "max_position_embeddings when smaller, with a note)")
-    parser.add_argument("--stages", type=int, default=8,
-                        help="pipeline stages, decoder layers split evenly, at most one a layer (default 8, or one "
-                             "a layer when the model has fewer, with a note)")
-    parser.add_argument("--micro-batch", type=int, default=1,
-                        help="sequences per pipeline micro-batch, a divisor of --batch (default 1)")
-    parser.add_argument("--activation-dtype", choices=("bf16", "fp32"), default="bf16",
-                        help="dtype of the depth sources and boundary tensors (default bf16)")
-    return parser
+    return parser_for(PlanMemoryArgs, description=__doc__)
 
 
 def parse_args(argv=None) -> PlanMemoryArgs:

@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..training import logs
 from ..training.tool_args import DiagnosticsPlotArgs
+from ..utils.flags import parser_for
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=logs.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dirs", nargs="+", type=Path,
-                        help="run folders of scripts/train.py (with diagnostics.jsonl)")
-    parser.add_argument("--out", type=Path, default=Path("depth_diagnostics.png"), help="PNG to write")
-    return parser
+    return parser_for(DiagnosticsPlotArgs, description=logs.__doc__)
 
 
 def main(argv=None) -> None:

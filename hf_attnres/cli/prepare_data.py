@@ -29,9 +29,10 @@ from .combos import refuse_conflicts
 
 
 def build_parser():
-    from ..training.args import build_prepare_parser
+    from ..training.args import PrepareArgs
+    from ..utils.flags import parser_for
 
-    return build_prepare_parser(__doc__)
+    return parser_for(PrepareArgs, __doc__)
 
 
 def main(argv=None) -> dict:

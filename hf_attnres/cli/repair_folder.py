@@ -20,21 +20,16 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
-from pathlib import Path
 
 from ..folders.repair import RepairArgs
+from ..utils.flags import parser_for
 from . import command_main
 
 EXIT_NEEDS_REPAIR, EXIT_BAD_INPUT = 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnres repair-folder", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", type=Path, help="the saved model folder (config.json, weights, generated code)")
-    parser.add_argument("--check", action="store_true", help="report whether the folder needs repair (exit 1 if it "
-                        "does), writing nothing")
-    return parser
+    return parser_for(RepairArgs, prog="attnres repair-folder", description=__doc__)
 
 
 def main(argv=None) -> int:

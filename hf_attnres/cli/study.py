@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from pathlib import Path
 
 from ..study.runner import StudyError, run_single, run_study
 from ..study.study_args import StudyArgs
+from ..utils.flags import parser_for
 from . import command_main
 from .combos import refuse_conflicts
 
@@ -34,24 +34,7 @@ DEFAULT_GRID = StudyArgs.grid
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--grid", type=Path, default=DEFAULT_GRID, help="grid file (default configs/study/cpu.json)")
-    p.add_argument("--output-dir", type=Path, default=None,
-                   help="run records and logs (default runs/study-<grid name>)")
-    p.add_argument("--report-dir", type=Path, default=None, help="RESULTS.md, runs.csv, PNGs (default: --output-dir)")
-    p.add_argument("--jobs", type=int, default=1, help="runs trained at the same time (default 1)")
-    p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each run (default 1)")
-    p.add_argument("--report-only", action="store_true", help="train nothing: aggregate the finished runs")
-    p.add_argument("--dry-run", action="store_true", help="list the runs (done / to train) and exit")
-    p.add_argument("--note", default="", help="a line for the report's header (e.g. the machine's load)")
-    g = p.add_argument_group("one run: one arm at one learning rate and seed (e.g. to add a seed, or to check a run)")
-    g.add_argument("--only", metavar="ARM", default=None,
-                   help="train only this arm of the grid (standard, block, full or a named arm of its 'arms'); "
-                        "with --lr and --seed. Its record and model land where the grid's own run would")
-    g.add_argument("--lr", type=float, default=None, help="its peak learning rate (with --only)")
-    g.add_argument("--seed", type=int, default=None, help="its seed: init and data order (with --only)")
-    g.add_argument("--hidden", type=int, default=None, help="its hidden size (with --only; default: the grid's)")
-    return p
+    return parser_for(StudyArgs, description=__doc__)
 
 
 def main(argv=None) -> int:

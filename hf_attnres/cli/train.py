@@ -24,9 +24,10 @@ from .combos import refuse_conflicts
 
 
 def build_parser():
-    from ..training.args import build_parser as train_parser
+    from ..training.args import TrainArgs
+    from ..utils.flags import parser_for
 
-    return train_parser(__doc__)
+    return parser_for(TrainArgs, __doc__)
 
 
 def main(argv=None) -> dict:

@@ -24,35 +24,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..pipeline.args import InterleavedArgs
-from ..training.recipe import add_recipe_args
-from ..utils.flags import seed as seed_flag
+from ..utils.flags import parser_for
 from . import command_main
 from .combos import refuse_conflicts
-from .train_pipeline import add_checkpoint_args, add_model_and_data_args
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_and_data_args(parser, block_size=3, layers=8)
-    train = parser.add_argument_group("training")
-    train.add_argument("--virtual-stages", type=int, default=2, help="chunks per process V (P = the processes)")
-    train.add_argument("--no-caching", action="store_true", help="send every depth source at every transition")
-    train.add_argument("--micro-batch-size", type=int, default=2)
-    train.add_argument("--grad-accum", type=int, default=2, help="micro-batches per step (fill the pipe)")
-    train.add_argument("--steps", type=int, default=4)
-    add_recipe_args(train, lr=1e-3, warmup_steps=0)  # the training recipe's flags (hf_attnres/training/recipe.py)
-    train.add_argument("--seed", type=seed_flag, default=0)
-    train.add_argument("--max-nonfinite-steps", type=int, default=3,
-                       help="a step with a NaN/inf loss or gradient makes no update and is logged; this many in a row "
-                            "stop the run with exit code 3 and no saved model (default 3)")
-    out = parser.add_argument_group("output")
-    out.add_argument("--output-dir", type=Path, default=Path("runs/interleaved"))
-    add_checkpoint_args(out, "checkpoint every N steps (and at the end)")
-    out.add_argument("--no-save", action="store_true", help="skip writing the trained model")
-    return parser
+    return parser_for(InterleavedArgs, __doc__)
 
 
 def main(argv=None):

@@ -28,70 +28,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..pipeline.args import PipelineArgs
-from ..training.recipe import add_recipe_args
-from ..utils.flags import seed as seed_flag
-from ..utils.trust import add_trust_flag
+from ..utils.flags import parser_for
 from . import command_main
 from .combos import refuse_conflicts
 
 
-def add_model_and_data_args(parser: argparse.ArgumentParser, block_size: int, layers: int) -> None:
-    """The model and data flags both pipeline trainers take (`train-pipeline`, `train-interleaved`)."""
-    model = parser.add_argument_group("model")
-    model.add_argument("--model", type=Path, help="a save_pretrained folder; default: a tiny random model")
-    add_trust_flag(model)  # --model DIR's own tokenizer code: off unless asked
-    model.add_argument("--mode", choices=["standard", "block", "full"], default="block",
-                       help="tiny model's AttnRes mode")
-    model.add_argument("--block-size", type=int, default=block_size,
-                       help="tiny model's layers per block (block mode)")
-    model.add_argument("--layers", type=int, default=layers, help="tiny model's decoder layers")
-    data = parser.add_argument_group("data")
-    data.add_argument("--data", type=Path, help="folder written by scripts/prepare_data.py; default: synthetic tokens")
-    data.add_argument("--seq-len", type=int, default=32, help="tokens per synthetic sequence (--data: its own length)")
-
-
-def add_checkpoint_args(out, save_every_help: str) -> None:
-    """Checkpoints and resume, as both pipeline trainers take them (`hf_attnres.training.checkpoints`)."""
-    out.add_argument("--save-every", type=int, default=0, help=save_every_help)
-    out.add_argument("--keep-checkpoints", type=int, default=2, help="newest checkpoints kept (default 2)")
-    out.add_argument("--resume", default="auto", help="auto (latest checkpoint of --output-dir), never, or a folder; "
-                     "a resume must match the checkpoint's run settings")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_and_data_args(parser, block_size=2, layers=5)
-    train = parser.add_argument_group("training")
-    train.add_argument("--num-stages", type=int, default=None, help="pipeline stages (default: all processes)")
-    train.add_argument("--partition-method", default="type:DecoderLayerPipe",
-                       help="DeepSpeed partitioning: 'type:DecoderLayerPipe' (balance decoder layers), 'uniform', "
-                            "'parameters'")
-    train.add_argument("--micro-batch-size", type=int, default=2)
-    train.add_argument("--grad-accum", type=int, default=2, help="micro-batches per step per replica (fill the pipe)")
-    train.add_argument("--steps", type=int, default=4)
-    train.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
-                       help="adamw: the training recipe (hf_attnres/training/recipe.py); sgd: plain, for tests")
-    add_recipe_args(train, lr=1e-3, warmup_steps=0)  # the recipe's flags, as `attnres train` has them
-    train.add_argument("--zero-stage", type=int, choices=[0, 1], default=1)
-    train.add_argument("--bf16", action="store_true", help="bf16 weights/activations (DeepSpeed bf16 optimizer)")
-    train.add_argument("--activation-checkpoint-interval", type=int, default=0, help="decoder layers per checkpoint")
-    train.add_argument("--seed", type=seed_flag, default=0)
-    train.add_argument("--max-nonfinite-steps", type=int, default=3,
-                       help="a step with a NaN/inf loss or gradient makes no update and is logged; this many in a row "
-                            "stop the run with exit code 3 and no saved model (default 3)")
-    train.add_argument("--cpu-shm-comm", action="store_true",
-                       help="CPU only: let DeepSpeed build its shared-memory allreduce op (faster data-parallel "
-                            "allreduce; a one-off C++ build of minutes)")
-    out = parser.add_argument_group("output")
-    out.add_argument("--output-dir", type=Path, default=Path("runs/pipeline"))
-    out.add_argument("--report-comms", action="store_true", help="count bytes per stage boundary -> comms.json")
-    add_checkpoint_args(out, "checkpoint every N steps and at the end (checkpoints/step-N/: DeepSpeed's files); "
-                        "default 0: no checkpoints")
-    out.add_argument("--no-save", action="store_true", help="skip writing the trained model")
-    return parser
+    return parser_for(PipelineArgs, __doc__)
 
 
 def main(argv=None) -> None:

@@ -6,14 +6,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..conversion.export import DTYPES
+from ..conversion.runtimes import TARGETS
+from ..utils.flags import flag
+
 
 @dataclass
 class ExportArgs:
-    model_dir: Path
-    out_dir: Path
-    to: str
-    dtype: str = "auto"
-    verify: bool = False
-    force: bool = False
-    max_shard_size: str = "5GB"
-    no_progress: bool = False
+    model_dir: Path = flag(positional=True, type=Path, help="model folder (config.json + *.safetensors + tokenizer)")
+    out_dir: Path = flag(positional=True, type=Path, help="folder to create (must not exist, unless --force)")
+    to: str = flag(choices=TARGETS, help="the layout to write")
+    dtype: str = flag(
+        "auto", choices=tuple(DTYPES), help="cast floating-point tensors (default auto: keep each tensor's dtype)")
+    verify: bool = flag(
+        False, action="store_true",
+        help="re-read the export bit for bit and load it back with "
+        "from_pretrained, comparing every parameter, before it is put in place")
+    force: bool = flag(False, action="store_true", help="replace OUT_DIR if it exists")
+    max_shard_size: str = flag("5GB", help="largest output shard (default 5GB)")
+    no_progress: bool = flag(False, action="store_true", help="no progress bars")

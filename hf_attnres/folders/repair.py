@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.versions import TRANSFORMERS_RANGE, in_range
+from ..utils.flags import flag
 from .atomic_io import move_into_place, recover_interrupted, temporary_folder, write_text_atomic
 from .checkpoint_files import CONFIG_NAME, read_json_file
 from .remote_code import GENERATED_MARK, auto_map, generated_files, generated_with
@@ -41,8 +42,12 @@ _MARK_BYTES = len(GENERATED_MARK.encode())
 class RepairArgs:
     """`attnres repair-folder`'s flags, one field each (hf_attnres/cli/repair_folder.py parses them)."""
 
-    folder: Path
-    check: bool = False
+    folder: Path = flag(
+        positional=True, type=Path, help="the saved model folder (config.json, weights, generated code)")
+    check: bool = flag(
+        False, action="store_true",
+        help="report whether the folder needs repair (exit 1 if it "
+        "does), writing nothing")
 
 
 class RepairError(ValueError):

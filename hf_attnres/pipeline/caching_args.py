@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..utils.flags import flag
 from ..utils.refusals import below
 
 
 @dataclass
 class CachingArgs:
-    stages: int = 4
-    virtual: int = 2
-    layers_per_chunk: int = 1
-    block_size: int = 2
-    cache_own_blocks: bool = False
+    stages: int = flag(4, type=int, help="physical stages P")
+    virtual: int = flag(2, type=int, help="virtual stages per physical stage V")
+    layers_per_chunk: int = flag(1, type=int)
+    block_size: int = flag(2, type=int, help="decoder layers per block S")
+    cache_own_blocks: bool = flag(False, action="store_true", help="also keep blocks a rank completed itself")
 
     def problems(self) -> list[str]:
         """The refusal line of each count below 1."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..utils.flags import flag
+from ..utils.flags import seed as seed_flag
 from ..utils.refusals import combined
 
 # The grids live in the checkout's configs/study/ (an installed package: pass --grid, or run from a checkout)
@@ -34,18 +36,28 @@ def one_run_problem(only: str | None, one: dict, clash: dict) -> str | None:
 
 @dataclass
 class StudyArgs:
-    grid: Path = default_grid("cpu.json")
-    output_dir: Path | None = None
-    report_dir: Path | None = None
-    jobs: int = 1
-    threads: int = 1
-    report_only: bool = False
-    dry_run: bool = False
-    note: str = ""
-    only: str | None = None
-    lr: float | None = None
-    seed: int | None = None
-    hidden: int | None = None
+    grid: Path = flag(default_grid("cpu.json"), type=Path, help="grid file (default configs/study/cpu.json)")
+    output_dir: Path | None = flag(None, type=Path, help="run records and logs (default runs/study-<grid name>)")
+    report_dir: Path | None = flag(None, type=Path, help="RESULTS.md, runs.csv, PNGs (default: --output-dir)")
+    jobs: int = flag(1, type=int, help="runs trained at the same time (default 1)")
+    threads: int = flag(1, type=int, help="OMP_NUM_THREADS of each run (default 1)")
+    report_only: bool = flag(False, action="store_true", help="train nothing: aggregate the finished runs")
+    dry_run: bool = flag(False, action="store_true", help="list the runs (done / to train) and exit")
+    note: str = flag("", help="a line for the report's header (e.g. the machine's load)")
+    only: str | None = flag(
+        None, group="one run: one arm at one learning rate and seed (e.g. to add a seed, or to check a run)",
+        metavar="ARM",
+        help="train only this arm of the grid (standard, block, full or a named arm of its 'arms'); "
+        "with --lr and --seed. Its record and model land where the grid's own run would")
+    lr: float | None = flag(
+        None, group="one run: one arm at one learning rate and seed (e.g. to add a seed, or to check a run)",
+        type=float, help="its peak learning rate (with --only)")
+    seed: int | None = flag(
+        None, group="one run: one arm at one learning rate and seed (e.g. to add a seed, or to check a run)", type=int,
+        help="its seed: init and data order (with --only)")
+    hidden: int | None = flag(
+        None, group="one run: one arm at one learning rate and seed (e.g. to add a seed, or to check a run)", type=int,
+        help="its hidden size (with --only; default: the grid's)")
 
     def conflicts(self, given: set[str]) -> list[str | None]:
         """A dry run trains and reports nothing; a report-only run trains nothing (`given`: the flags on the command
@@ -64,17 +76,29 @@ class StudyArgs:
 
 @dataclass
 class ContinuedStudyArgs:
-    grid: Path = default_grid("continued-cpu.json")
-    output_dir: Path | None = None
-    report_dir: Path | None = None
-    threads: int = 1
-    report_only: bool = False
-    dry_run: bool = False
-    note: str = ""
-    force: bool = False
-    only: str | None = None
-    lr: float | None = None
-    seed: int | None = None
+    grid: Path = flag(
+        default_grid("continued-cpu.json"), type=Path,
+        help="continued grid file (default configs/study/continued-cpu.json)")
+    output_dir: Path | None = flag(None, type=Path, help="run records (default runs/study-<grid name>)")
+    report_dir: Path | None = flag(None, type=Path, help="summary.md, .json, PNG (default: --output-dir)")
+    threads: int = flag(1, type=int, help="torch threads of the runs (default 1)")
+    report_only: bool = flag(
+        False, action="store_true", help="train nothing: report the finished runs (lm-eval: the last comparison made)")
+    dry_run: bool = flag(False, action="store_true", help="list the runs (done / to train) and exit")
+    note: str = flag("", help="a line for the report's header (e.g. the machine's load)")
+    force: bool = flag(
+        False, action="store_true",
+        help="train an edited grid into an --output-dir that holds another grid's runs (refused without: "
+        "the differing fields are named; runs of the old settings are then redone)")
+    only: str | None = flag(
+        None, group="one run: one arm at one learning rate and seed", metavar="ARM",
+        help="train only this arm (standard, block, full, frozen)")
+    lr: float | None = flag(
+        None, group="one run: one arm at one learning rate and seed", type=float,
+        help="its peak learning rate (with --only)")
+    seed: int | None = flag(
+        None, group="one run: one arm at one learning rate and seed", type=seed_flag,
+        help="its seed: data order (with --only)")
 
     def one_run_problem(self) -> str | None:
         return one_run_problem(self.only, {"--lr": self.lr, "--seed": self.seed},

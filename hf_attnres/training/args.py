@@ -7,13 +7,13 @@ import dataclasses
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..families.kimi_linear.configuration_kimi_linear_attnres import ATTN_RES_MODES
+from ..utils.flags import flag, trust_flag
 from ..utils.flags import seed as seed_flag
 from ..utils.refusals import below, combined, needs
-from ..utils.trust import add_trust_flag
 from . import SetupError  # noqa: F401  (defined once for the package; importers take it from here too)
 from .corpora import DEFAULT_CACHE, OFFLINE_CORPORA, check_input_file
 from .fsdp2 import check_fsdp_launch
@@ -61,44 +61,112 @@ class TrainArgs:
     settings (RUN_SETTINGS) are None until `fill_settings` gives them the recorded or default value, so a resume can
     tell a flag given from one left out. Mutable: the resume and the default output folder fill fields in."""
 
-    trust_remote_code: bool = False
-    data: Path | None = None
-    attn_res: str | None = None
-    block_size: int | None = None
-    model_size: str | None = None
-    family: str | None = None
-    config: Path | None = None
-    init_from: Path | None = None
-    seq_len: int | None = None
-    max_steps: int | None = None
-    micro_batch_size: int | None = None
-    grad_accum: int | None = None
-    lr: float | None = None
-    res_proj_lr: float | None = None
-    res_proj_weight_decay: float | None = None
-    min_lr_ratio: float | None = None
-    warmup_steps: int | None = None
-    weight_decay: float | None = None
-    grad_clip: float | None = None
-    attn_res_lr_multiplier: float | None = None
-    grad_clip_groups: str | None = None
-    mixed_precision: str | None = None
-    gradient_checkpointing: bool = False
-    seed: int | None = None
-    max_nonfinite_steps: int = 3
-    deepspeed: Path | None = None
-    local_rank: int | None = None
-    output_dir: Path | None = None
-    checkpoints: str | None = None
-    save_every: int | None = None
-    keep_checkpoints: int | None = None
-    resume: str = "auto"
-    log_every: int = 10
-    eval_every: int = 200
-    eval_batches: int = 10
-    diagnostics_every: int = 100
-    no_tensorboard: bool = False
-    no_final_model: bool = False
+    trust_remote_code: bool = trust_flag("data and model")
+    data: Path | None = flag(
+        None, group="data and model", type=Path, help="folder written by scripts/prepare_data.py (default data/packed)")
+    attn_res: str | None = flag(
+        None, group="data and model", choices=ATTN_RES_MODES,
+        help="residual: standard (baseline), block or full AttnRes (default: block, or the --config's mode)")
+    block_size: int | None = flag(
+        None, group="data and model", type=int, help="decoder layers per block in block mode (default: the preset's)")
+    model_size: str | None = flag(
+        None, group="data and model", choices=list(PRESETS), help="size preset (default small)")
+    family: str | None = flag(
+        None, group="data and model", choices=FAMILIES,
+        help="from scratch: the decoder family the preset is built in (default llama; k3-small is "
+        "kimi_linear's only); --init-from and --config name their own")
+    config: Path | None = flag(
+        None, group="data and model", type=Path, help="model config JSON (replaces --model-size)")
+    init_from: Path | None = flag(
+        None, group="data and model", type=Path, metavar="DIR",
+        help="fine-tune: model and tokenizer from DIR (anything from_pretrained reads, of any family: "
+        "final/, Moonshot's layout, an upcycled checkpoint, or a family's own standard one such as "
+        "a plain Llama, trained with its standard residual), fresh optimizer and schedule; its "
+        "AttnRes mode is kept unless --attn-res/--block-size change it (not with --config/"
+        "--model-size/--family)")
+    seq_len: int | None = flag(
+        None, group="data and model", type=int, help="train on the first N tokens of each sequence (default: all)")
+    max_steps: int | None = flag(None, group="optimization", type=int, help="optimizer steps (default 2000)")
+    micro_batch_size: int | None = flag(
+        None, group="optimization", type=int, help="sequences per process per forward (default 8)")
+    grad_accum: int | None = flag(
+        None, group="optimization", type=int, help="micro-batches per optimizer step (default 1)")
+    lr: float | None = flag(
+        None, group="optimization", type=float,
+        help="peak learning rate (default 3e-4); every parameter group's, --res-proj-lr and --lr x "
+        "--attn-res-lr-multiplier included, must lie in [1e-12, 1]")
+    res_proj_lr: float | None = flag(
+        None, group="optimization", type=float,
+        help="peak learning rate of the AttnRes pseudo-queries (*_res_proj); default: --lr")
+    res_proj_weight_decay: float | None = flag(
+        None, group="optimization", type=float,
+        help="AdamW weight decay of the pseudo-queries (default 0, the paper's recipe: decay pulls them "
+        "towards the uniform mix)")
+    min_lr_ratio: float | None = flag(
+        None, group="optimization", type=float, help="cosine floor as a fraction of the peak (default 0.1)")
+    warmup_steps: int | None = flag(None, group="optimization", type=int, help="linear warmup steps (default 100)")
+    weight_decay: float | None = flag(
+        None, group="optimization", type=float, help="AdamW weight decay on matrices (default 0.1)")
+    attn_res_lr_multiplier: float | None = flag(
+        None, group="optimization", type=float, metavar="M",
+        help="the depth parameters' peak LR as a multiple of --lr: the AttnRes pseudo-queries (*_res_proj; "
+        "--res-proj-lr still sets theirs outright) and the keys' norm gains (*_res_norm) (default 1)")
+    grad_clip: float | None = flag(
+        None, group="optimization", type=float, help="gradient norm clip, 0 = off (default 1.0)")
+    grad_clip_groups: str | None = flag(
+        None, group="optimization", choices=CLIP_GROUPS,
+        help="global: one L2 norm over every parameter; per-group: backbone, pseudo-queries and key norms "
+        "each clipped by its own norm, so the queries' gradient never shrinks the backbone's update "
+        "(not with --deepspeed or FSDP2) (default global; docs/TRAINING.md)")
+    mixed_precision: str | None = flag(
+        None, group="optimization", choices=("auto", "no", "bf16"),
+        help="auto: bf16 on a GPU that supports it, fp32 elsewhere (default auto)")
+    gradient_checkpointing: bool = flag(
+        False, group="optimization", action="store_true", help="recompute layer activations in backward")
+    seed: int | None = flag(None, group="optimization", type=seed_flag, help="model init and data order (default 0)")
+    max_nonfinite_steps: int = flag(
+        3, group="optimization", type=int,
+        help="a step with a NaN/inf loss or gradient norm makes no update and is logged; this many in a row "
+        "stop the run with exit code 3 and no final model (default 3)")
+    deepspeed: Path | None = flag(
+        None, group="parallelism", type=Path,
+        help="DeepSpeed JSON config (configs/deepspeed/zero*.json); launch with torchrun or deepspeed")
+    local_rank: int | None = flag(
+        None, names=('--local_rank', '--local-rank',), group="parallelism", type=int, help=argparse.SUPPRESS)
+    output_dir: Path | None = flag(
+        None, group="checkpoints and logs", type=Path, help="run folder (default runs/<model-size>-<attn-res>)")
+    checkpoints: str | None = flag(
+        None, group="checkpoints and logs", choices=CHECKPOINT_MODES,
+        help="resumable: checkpoints/step-N/ (the weights plus the optimizer state, about 3x final/'s "
+        "size each) so a stopped run continues with --resume; final-only: final/ alone. Default: "
+        "final-only with --init-from (a fine-tune's result is its weights) unless --save-every or "
+        "--keep-checkpoints is given or the run resumes; resumable from scratch. The run prints "
+        "what it writes, where, and how big")
+    save_every: int | None = flag(
+        None, group="checkpoints and logs", type=int,
+        help="checkpoint every N steps, 0 = only at the end (default 500; asks for --checkpoints "
+        "resumable)")
+    keep_checkpoints: int | None = flag(
+        None, group="checkpoints and logs", type=int,
+        help="checkpoints kept (default 2; asks for --checkpoints resumable)")
+    resume: str = flag(
+        "auto", group="checkpoints and logs",
+        help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder "
+        "(checkpoints/step-00000100; checkpoints/step-100 also works). A resume continues exactly the "
+        "recorded run: flags left out take the recorded values, a flag that would change the run (data, "
+        "model, --lr, --max-steps, ...: RUN_SETTINGS in hf_attnres/training/args.py) is refused by name")
+    log_every: int = flag(10, group="checkpoints and logs", type=int, help="log train loss every N steps (default 10)")
+    eval_every: int = flag(
+        200, group="checkpoints and logs", type=int, help="validation loss every N steps, 0 = off (default 200)")
+    eval_batches: int = flag(
+        10, group="checkpoints and logs", type=int, help="validation global batches per eval (default 10)")
+    diagnostics_every: int = flag(
+        100, group="checkpoints and logs", type=int,
+        help="depth diagnostics (layer RMS, grad norms, AttnRes weights) every N steps, 0 = off "
+        "(default 100)")
+    no_tensorboard: bool = flag(False, group="checkpoints and logs", action="store_true", help="JSONL log only")
+    no_final_model: bool = flag(
+        False, group="checkpoints and logs", action="store_true", help="skip saving the final HF-format model")
 
     def conflicts(self, given: set[str]) -> list[str | None]:
         """Flags another flag makes meaningless, refused by name before any work (`given`: the flags on the command
@@ -205,94 +273,6 @@ class TrainArgs:
         return problems
 
 
-def build_parser(description: str = "") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    g = p.add_argument_group("data and model")
-    add_trust_flag(g)  # --init-from DIR's own code (an auto_map): off unless asked
-    g.add_argument("--data", type=Path, default=None,
-                   help="folder written by scripts/prepare_data.py (default data/packed)")
-    g.add_argument("--attn-res", choices=ATTN_RES_MODES, default=None,
-                   help="residual: standard (baseline), block or full AttnRes (default: block, or the --config's mode)")
-    g.add_argument("--block-size", type=int, default=None,
-                   help="decoder layers per block in block mode (default: the preset's)")
-    g.add_argument("--model-size", choices=list(PRESETS), default=None, help="size preset (default small)")
-    g.add_argument("--family", choices=FAMILIES, default=None,
-                   help="from scratch: the decoder family the preset is built in (default llama; k3-small is "
-                        "kimi_linear's only); --init-from and --config name their own")
-    g.add_argument("--config", type=Path, default=None, help="model config JSON (replaces --model-size)")
-    g.add_argument("--init-from", type=Path, default=None, metavar="DIR",
-                   help="fine-tune: model and tokenizer from DIR (anything from_pretrained reads, of any family: "
-                        "final/, Moonshot's layout, an upcycled checkpoint, or a family's own standard one such as "
-                        "a plain Llama, trained with its standard residual), fresh optimizer and schedule; its "
-                        "AttnRes mode is kept unless --attn-res/--block-size change it (not with --config/"
-                        "--model-size/--family)")
-    g.add_argument("--seq-len", type=int, default=None,
-                   help="train on the first N tokens of each sequence (default: all)")
-    g = p.add_argument_group("optimization")
-    g.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default 2000)")
-    g.add_argument("--micro-batch-size", type=int, default=None, help="sequences per process per forward (default 8)")
-    g.add_argument("--grad-accum", type=int, default=None, help="micro-batches per optimizer step (default 1)")
-    g.add_argument("--lr", type=float, default=None,
-                   help="peak learning rate (default 3e-4); every parameter group's, --res-proj-lr and --lr x "
-                        "--attn-res-lr-multiplier included, must lie in [1e-12, 1]")
-    g.add_argument("--res-proj-lr", type=float, default=None,
-                   help="peak learning rate of the AttnRes pseudo-queries (*_res_proj); default: --lr")
-    g.add_argument("--res-proj-weight-decay", type=float, default=None,
-                   help="AdamW weight decay of the pseudo-queries (default 0, the paper's recipe: decay pulls them "
-                        "towards the uniform mix)")
-    g.add_argument("--min-lr-ratio", type=float, default=None,
-                   help="cosine floor as a fraction of the peak (default 0.1)")
-    g.add_argument("--warmup-steps", type=int, default=None, help="linear warmup steps (default 100)")
-    g.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay on matrices (default 0.1)")
-    g.add_argument("--attn-res-lr-multiplier", type=float, default=None, metavar="M",
-                   help="the depth parameters' peak LR as a multiple of --lr: the AttnRes pseudo-queries (*_res_proj; "
-                        "--res-proj-lr still sets theirs outright) and the keys' norm gains (*_res_norm) (default 1)")
-    g.add_argument("--grad-clip", type=float, default=None, help="gradient norm clip, 0 = off (default 1.0)")
-    g.add_argument("--grad-clip-groups", choices=CLIP_GROUPS, default=None,
-                   help="global: one L2 norm over every parameter; per-group: backbone, pseudo-queries and key norms "
-                        "each clipped by its own norm, so the queries' gradient never shrinks the backbone's update "
-                        "(not with --deepspeed or FSDP2) (default global; docs/TRAINING.md)")
-    g.add_argument("--mixed-precision", choices=("auto", "no", "bf16"), default=None,
-                   help="auto: bf16 on a GPU that supports it, fp32 elsewhere (default auto)")
-    g.add_argument("--gradient-checkpointing", action="store_true", help="recompute layer activations in backward")
-    g.add_argument("--seed", type=seed_flag, default=None, help="model init and data order (default 0)")
-    g.add_argument("--max-nonfinite-steps", type=int, default=3,
-                   help="a step with a NaN/inf loss or gradient norm makes no update and is logged; this many in a row "
-                        "stop the run with exit code 3 and no final model (default 3)")
-    g = p.add_argument_group("parallelism")
-    g.add_argument("--deepspeed", type=Path, default=None,
-                   help="DeepSpeed JSON config (configs/deepspeed/zero*.json); launch with torchrun or deepspeed")
-    # The deepspeed launcher appends --local_rank=N (torchrun and accelerate use the LOCAL_RANK variable instead)
-    g.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
-    g = p.add_argument_group("checkpoints and logs")
-    g.add_argument("--output-dir", type=Path, default=None, help="run folder (default runs/<model-size>-<attn-res>)")
-    g.add_argument("--checkpoints", choices=CHECKPOINT_MODES, default=None,
-                   help="resumable: checkpoints/step-N/ (the weights plus the optimizer state, about 3x final/'s "
-                        "size each) so a stopped run continues with --resume; final-only: final/ alone. Default: "
-                        "final-only with --init-from (a fine-tune's result is its weights) unless --save-every or "
-                        "--keep-checkpoints is given or the run resumes; resumable from scratch. The run prints "
-                        "what it writes, where, and how big")
-    g.add_argument("--save-every", type=int, default=None,
-                   help="checkpoint every N steps, 0 = only at the end (default 500; asks for --checkpoints "
-                        "resumable)")
-    g.add_argument("--keep-checkpoints", type=int, default=None,
-                   help="checkpoints kept (default 2; asks for --checkpoints resumable)")
-    g.add_argument("--resume", default="auto",
-                   help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder "
-                   "(checkpoints/step-00000100; checkpoints/step-100 also works). A resume continues exactly the "
-                   "recorded run: flags left out take the recorded values, a flag that would change the run (data, "
-                   "model, --lr, --max-steps, ...: RUN_SETTINGS in hf_attnres/training/args.py) is refused by name")
-    g.add_argument("--log-every", type=int, default=10, help="log train loss every N steps (default 10)")
-    g.add_argument("--eval-every", type=int, default=200, help="validation loss every N steps, 0 = off (default 200)")
-    g.add_argument("--eval-batches", type=int, default=10, help="validation global batches per eval (default 10)")
-    g.add_argument("--diagnostics-every", type=int, default=100,
-                   help="depth diagnostics (layer RMS, grad norms, AttnRes weights) every N steps, 0 = off "
-                        "(default 100)")
-    g.add_argument("--no-tensorboard", action="store_true", help="JSONL log only")
-    g.add_argument("--no-final-model", action="store_true", help="skip saving the final HF-format model")
-    return p
-
-
 def world_size() -> int:
     """Processes of this launch (torchrun / accelerate / deepspeed all set WORLD_SIZE)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
@@ -344,27 +324,36 @@ MAX_BPE_VOCAB = 2**20
 
 @dataclass
 class PrepareArgs:
-    """`attnres prepare-data`'s flags, one field per flag (`build_prepare_parser` parses them; a test holds the two
-    equal); the main job builds one directly."""
+    """`attnres prepare-data`'s flags, one field per flag (`hf_attnres.cli.prepare_data` builds its parser
+    from them); the main job builds one directly."""
 
-    trust_remote_code: bool = False
-    files: list[Path] | None = None
-    hub: str | None = None
-    chat: list[Path] | None = None
-    chat_template: Path | None = None
-    hub_config: str | None = None
-    hub_split: str = "train"
-    text_column: str = "text"
-    corpora: list[str] = field(default_factory=lambda: list(OFFLINE_CORPORA))
-    tokenizer: str = "gpt2"
-    vocab_size: int = 8192
-    seq_len: int = 512
-    validation_fraction: float = 0.01
-    seed: int = 0
-    output_dir: Path = Path("data/packed")
-    force: bool = False
-    cache_dir: Path = DEFAULT_CACHE
-    num_proc: int | None = None
+    trust_remote_code: bool = trust_flag()
+    files: list[Path] | None = flag(
+        None, exclusive='source', nargs="+", type=Path, help="local .txt / .jsonl / .json files")
+    hub: str | None = flag(None, exclusive='source', metavar="NAME", help="Hugging Face Hub dataset name (online only)")
+    chat: list[Path] | None = flag(
+        None, exclusive='source', nargs="+", type=Path, metavar="F",
+        help="instruction data: .jsonl files of chat (messages) or prompt/completion records")
+    chat_template: Path | None = flag(
+        None, type=Path, help="Jinja chat template file for --chat (default: the tokenizer's, else attnres' default)")
+    hub_config: str | None = flag(None, help="Hub dataset config name")
+    hub_split: str = flag("train", help="Hub split to read (default: train)")
+    text_column: str = flag("text", help="column holding the text (default: text)")
+    corpora: list[str] = flag(
+        factory=lambda: list(OFFLINE_CORPORA), nargs="+", choices=list(OFFLINE_CORPORA),
+        help="offline corpora to include (default: all)")
+    tokenizer: str = flag("gpt2", help="'gpt2' (default), 'bpe' (train one) or a tokenizer folder")
+    vocab_size: int = flag(8192, type=int, help="vocabulary of a trained BPE (default 8192)")
+    seq_len: int = flag(512, type=int, help="tokens per packed sequence (default 512)")
+    validation_fraction: float = flag(0.01, type=float, help="documents held out (default 0.01)")
+    seed: int = flag(0, type=seed_flag, help="seed of the train/validation split")
+    output_dir: Path = flag(Path("data/packed"), type=Path, help="output folder (default data/packed)")
+    force: bool = flag(
+        False, action="store_true",
+        help="replace --output-dir if it exists (never a folder "
+        "holding the input files)")
+    cache_dir: Path = flag(DEFAULT_CACHE, type=Path, help=f"PyPI download cache (default {DEFAULT_CACHE})")
+    num_proc: int | None = flag(None, type=int, help="processes for tokenization (default: 1)")
 
     def conflicts(self, given: set[str]) -> list[str | None]:
         """Flags another flag makes meaningless, refused by name before any work (`given`: the flags on the command
@@ -381,39 +370,6 @@ class PrepareArgs:
             if source is not None else
             needs(given, ("text_column",), "--files or --hub", "the offline corpora have no columns"),
         ]
-
-
-def build_prepare_parser(description: str = "") -> argparse.ArgumentParser:
-    """The prepare-data command line."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_trust_flag(parser)  # --tokenizer DIR's own code (an auto_map): off unless asked
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--files", nargs="+", type=Path, help="local .txt / .jsonl / .json files")
-    source.add_argument("--hub", metavar="NAME", help="Hugging Face Hub dataset name (online only)")
-    source.add_argument("--chat", nargs="+", type=Path, metavar="F",
-                        help="instruction data: .jsonl files of chat (messages) or prompt/completion records")
-    parser.add_argument("--chat-template", type=Path, default=None,
-                        help="Jinja chat template file for --chat (default: the tokenizer's, else attnres' default)")
-    parser.add_argument("--hub-config", default=None, help="Hub dataset config name")
-    parser.add_argument("--hub-split", default="train", help="Hub split to read (default: train)")
-    parser.add_argument("--text-column", default="text", help="column holding the text (default: text)")
-    parser.add_argument(
-        "--corpora", nargs="+", default=list(OFFLINE_CORPORA), choices=list(OFFLINE_CORPORA),
-        help="offline corpora to include (default: all)",
-    )
-    parser.add_argument("--tokenizer", default="gpt2", help="'gpt2' (default), 'bpe' (train one) or a tokenizer folder")
-    parser.add_argument("--vocab-size", type=int, default=8192, help="vocabulary of a trained BPE (default 8192)")
-    parser.add_argument("--seq-len", type=int, default=512, help="tokens per packed sequence (default 512)")
-    parser.add_argument("--validation-fraction", type=float, default=0.01, help="documents held out (default 0.01)")
-    parser.add_argument("--seed", type=seed_flag, default=0, help="seed of the train/validation split")
-    parser.add_argument("--output-dir", type=Path, default=Path("data/packed"),
-                        help="output folder (default data/packed)")
-    parser.add_argument("--force", action="store_true", help="replace --output-dir if it exists (never a folder "
-                        "holding the input files)")
-    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
-                        help=f"PyPI download cache (default {DEFAULT_CACHE})")
-    parser.add_argument("--num-proc", type=int, default=None, help="processes for tokenization (default: 1)")
-    return parser
 
 
 def check_prepare_args(args: PrepareArgs) -> None:

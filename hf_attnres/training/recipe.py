@@ -159,25 +159,6 @@ class Recipe:
                     data_order=DATA_ORDER)
 
 
-def add_recipe_args(group, lr: float, warmup_steps: int) -> None:
-    """The recipe's flags for the pipeline commands, with `attnres train`'s meaning (their own LR and warmup
-    defaults: their default runs are a few steps of a tiny model)."""
-    group.add_argument("--lr", type=float, default=lr, help=f"peak learning rate (default {lr})")
-    group.add_argument("--res-proj-lr", type=float, default=None,
-                       help="peak learning rate of the AttnRes pseudo-queries (*_res_proj); default: --lr")
-    group.add_argument("--res-proj-weight-decay", type=float, default=DEFAULTS["res_proj_weight_decay"],
-                       help="weight decay of the pseudo-queries (default 0)")
-    group.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"],
-                       help=f"AdamW weight decay on matrices; norms, biases, embeddings and pseudo-queries get none "
-                            f"(default {DEFAULTS['weight_decay']})")
-    group.add_argument("--warmup-steps", type=int, default=warmup_steps,
-                       help=f"linear warmup steps (default {warmup_steps})")
-    group.add_argument("--min-lr-ratio", type=float, default=DEFAULTS["min_lr_ratio"],
-                       help=f"cosine floor as a fraction of the peak (default {DEFAULTS['min_lr_ratio']})")
-    group.add_argument("--grad-clip", type=float, default=DEFAULTS["grad_clip"],
-                       help=f"global gradient norm clip, 0 = off (default {DEFAULTS['grad_clip']})")
-
-
 # The largest peak learning rate any parameter group may get: above it AdamW's first updates (about lr per element,
 # whatever the gradient's scale) move every weight by more than the weights' own size
 MAX_LR = 1.0
@@ -229,6 +210,6 @@ def check_recipe_args(args, steps: int) -> None:
         raise SystemExit(f"error: --warmup-steps {args.warmup_steps} exceeds --steps {steps}")
 
 
-__all__ = ["Recipe", "add_recipe_args", "check_recipe_args", "clip_by_group", "depth_group", "group_grad_norms",
+__all__ = ["Recipe", "check_recipe_args", "clip_by_group", "depth_group", "group_grad_norms",
            "rate_problems", "MAX_LR", "MIN_LR",
            "CLIP_GROUPS", "DEFAULTS", "DEPTH_GROUPS", "RES_NORM_SUFFIX", "RES_PROJ_SUFFIX", "BETAS", "EPS"]

@@ -108,7 +108,9 @@ def load_kwargs(folder, trust_remote_code: bool) -> dict:
     return trust_kwargs(trust_remote_code)
 
 
+TRUST_HELP = ("run code that a model folder carries (an auto_map naming its own modules); off by default: only this "
+              "package's and transformers' own classes load")
+
+
 def add_trust_flag(parser) -> None:
-    parser.add_argument(TRUST_FLAG, action="store_true",
-                        help="run code that a model folder carries (an auto_map naming its own modules); off by "
-                             "default: only this package's and transformers' own classes load")
+    parser.add_argument(TRUST_FLAG, action="store_true", help=TRUST_HELP)

@@ -1,10 +1,11 @@
 """Nothing below hf_attnres/cli takes an argparse Namespace: the commands parse their flags into a dataclass in
 hf_attnres/cli and pass that (or the few fields needed) down. Checked on the source (ast): no module outside
-hf_attnres/cli
-names `Namespace` from argparse (import, `argparse.Namespace`, an annotation). Each typed command's parser and
-dataclass hold the same flags with the same defaults, so a flag added to one alone fails here."""
+hf_attnres/cli names `Namespace` from argparse (import, `argparse.Namespace`, an annotation). Each command's parser is
+built from its dataclass's `flag` fields: checked by what it does (its defaults parse into the dataclass, `--help`
+lists each field, a required argument left out is refused)."""
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import importlib
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import hf_attnres
+from hf_attnres.utils.flags import field_default, flag, flag_spec, option_strings, parser_for
 
 PACKAGE = Path(hf_attnres.__file__).parent
 
@@ -67,32 +69,113 @@ TYPED = {  # command module (hf_attnres/cli) -> its dataclass
     "repair_folder": "hf_attnres.folders.repair:RepairArgs",
     "bench_inkling2": "hf_attnres.bench.args:BenchInkling2Args",
 }
-RESOLVED = {"bench_model", "bench_kernels"}  # their parsers resolve the defaults against the device: names only
 
 
-def required(action) -> bool:
-    """An argument that must be given (its dataclass field has no default): a positional one, or a required option."""
-    return action.required or not action.option_strings and action.nargs not in ("?", "*")
+def typed_of(command: str):
+    module, name = TYPED[command].split(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def default_of(field: dataclasses.Field):
-    if field.default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return field.default
+def parser_of(command: str):
+    return importlib.import_module(f"hf_attnres.cli.{command}").build_parser()
+
+
+def fields_of(command: str) -> list[dataclasses.Field]:
+    return [field for field in dataclasses.fields(typed_of(command)) if flag_spec(field) is not None]
+
+
+def minimal_argv(command: str) -> list[str]:
+    """The command's required arguments, each given a value its type and choices accept."""
+    argv = []
+    for field in fields_of(command):
+        spec = flag_spec(field)
+        if field_default(field) is not dataclasses.MISSING or "default" in spec["kwargs"]:
+            continue
+        choices = spec["kwargs"].get("choices")
+        value = str(next(iter(choices))) if choices else "x"
+        argv += [value] if spec["positional"] else [option_strings(field)[0], value]
+    return argv
 
 
 @pytest.mark.parametrize("command", TYPED)
-def test_every_flag_is_a_field_with_its_default(command):
-    module, name = TYPED[command].split(":")
-    typed = getattr(importlib.import_module(module), name)
-    fields = {field.name: default_of(field) for field in dataclasses.fields(typed)}
-    parser = importlib.import_module(f"hf_attnres.cli.{command}").build_parser()
-    flags = {action.dest: dataclasses.MISSING if required(action) else action.default
-             for action in parser._actions if action.dest != "help"}
-    if command in RESOLVED:
-        assert set(flags) == set(fields)
-    else:
-        assert flags == fields
+def test_every_field_is_a_flag(command):
+    """A command's dataclass holds its flags and nothing else: every field is declared a flag."""
+    assert [f.name for f in dataclasses.fields(typed_of(command))] == [f.name for f in fields_of(command)]
+
+
+@pytest.mark.parametrize("command", TYPED)
+def test_the_defaults_parse_into_the_dataclass(command):
+    """With its required arguments alone, every command parses into its dataclass, each field left out holding its
+    declared default (a flag's own raw default where the command resolves the field later)."""
+    typed = typed_of(command)
+    args = typed(**vars(parser_of(command).parse_args(minimal_argv(command))))
+    for field in fields_of(command):
+        spec = flag_spec(field)
+        expected = spec["kwargs"]["default"] if "default" in spec["kwargs"] else field_default(field)
+        if expected is not dataclasses.MISSING:
+            assert getattr(args, field.name) == expected, field.name
+
+
+@pytest.mark.parametrize("command", TYPED)
+def test_help_lists_every_field(command):
+    """`--help` names every flag (positional arguments by their name or metavar), except one declared hidden."""
+    text = parser_of(command).format_help()
+    for field in fields_of(command):
+        spec = flag_spec(field)
+        if spec["kwargs"].get("help") == argparse.SUPPRESS:
+            assert option_strings(field)[0] not in text
+            continue
+        shown = spec["kwargs"].get("metavar", field.name) if spec["positional"] else option_strings(field)[0]
+        assert shown in text, field.name
+
+
+@pytest.mark.parametrize("command", [c for c in TYPED if minimal_argv(c)])
+def test_a_required_argument_left_out_is_refused(command, capsys):
+    with pytest.raises(SystemExit) as stop:
+        parser_of(command).parse_args([])
+    assert stop.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_exclusive_flags_are_refused_together(capsys):
+    """prepare-data's sources (--files, --hub, --chat) are one exclusive group, declared on its fields."""
+    with pytest.raises(SystemExit) as stop:
+        parser_of("prepare_data").parse_args(["--files", "a.txt", "--hub", "name"])
+    assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_parser_for_builds_what_the_fields_declare():
+    @dataclasses.dataclass
+    class Example:
+        path: Path = flag(positional=True, type=Path, help="a path")
+        count: int = flag(3, type=int, group="numbers", help="how many")
+        tags: list[str] = flag(factory=list, action="append", help="a tag")
+        quiet: bool = flag(False, action="store_true", exclusive="noise", help="say less")
+        loud: bool = flag(False, action="store_true", exclusive="noise", help="say more")
+        rank: int | None = flag(None, names=("--local_rank", "--local-rank"), type=int, help=argparse.SUPPRESS)
+
+    parser = parser_for(Example, "an example")
+    assert Example(**vars(parser.parse_args(["p"]))) == Example(Path("p"), 3, [], False, False, None)
+    parsed = Example(**vars(parser.parse_args(["p", "--count", "5", "--tags", "a", "--tags", "b", "--local_rank=1"])))
+    assert (parsed.count, parsed.tags, parsed.rank) == (5, ["a", "b"], 1)
+    assert [g.title for g in parser._action_groups][-1] == "numbers"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["p", "--quiet", "--loud"])
+    with pytest.raises(SystemExit):
+        parser.parse_args([])
+
+
+def test_no_command_module_adds_arguments_by_hand():
+    """Flags are declared once, on the dataclass fields: no module of the package outside utils/flags.py (the
+    builder) calls add_argument, except the development scripts' parsers, which have no dataclass."""
+    calls = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        found = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                 and node.attr == "add_argument"]
+        if found:
+            calls[str(path.relative_to(PACKAGE))] = found
+    assert set(calls) <= {"utils/flags.py", "utils/trust.py", "utils/modular.py", "utils/families_doc.py"}, calls
 
 
 def test_every_command_line_in_cli_is_typed():
