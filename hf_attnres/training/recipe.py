@@ -208,6 +208,8 @@ def check_recipe_args(args, steps: int) -> None:
         raise SystemExit(f"error: --min-lr-ratio must be in [0, 1], got {args.min_lr_ratio}")
     if args.warmup_steps > steps:
         raise SystemExit(f"error: --warmup-steps {args.warmup_steps} exceeds --steps {steps}")
+    for problem in rate_problems(args):
+        raise SystemExit(f"error: {problem}")
 
 
 __all__ = ["Recipe", "check_recipe_args", "clip_by_group", "depth_group", "group_grad_norms",

@@ -138,3 +138,24 @@ def test_missing_data_reported_beside_flag_problems(train, tmp_path):
     out = tmp_path / "run"
     expect_refused(lambda: train(train_args(tmp_path / "nodata", out, max_steps=2, lr=0)),
                    ["2 problems", "nodata", "--lr"], absent=[out], errors=SetupError)
+
+
+@pytest.mark.parametrize("flags, named", [
+    (dict(lr=1e-3, attn_res_lr_multiplier=1e30), "--attn-res-lr-multiplier"),
+    (dict(lr=2.0, attn_res_lr_multiplier=None), "--lr"),
+    (dict(lr=1e-3, attn_res_lr_multiplier=None, weight_decay=1e4), "--weight-decay"),
+])
+def test_pipeline_recipe_check_bounds_each_groups_rate(flags, named):
+    """The pipeline trainers' recipe check (check_recipe_args) refuses an absurd group rate as `train` does."""
+    from types import SimpleNamespace
+
+    from hf_attnres.training.recipe import check_recipe_args
+
+    settings = dict(weight_decay=0.0, res_proj_weight_decay=0.0, grad_clip=1.0, warmup_steps=0, res_proj_lr=None,
+                    min_lr_ratio=0.1)
+    settings.update(flags)
+    with pytest.raises(SystemExit) as refused:
+        check_recipe_args(SimpleNamespace(**settings), steps=10)
+    assert str(refused.value).startswith(f"error: {named}")
+    sane = dict(settings, lr=1e-3, attn_res_lr_multiplier=10.0, weight_decay=0.1)
+    check_recipe_args(SimpleNamespace(**sane), steps=10)
