@@ -89,14 +89,14 @@ COVERED = {
     "attnres continued-study --output-dir docs/results/continued-cpu --only": ("tests/study/test_continued_study.py",
                                                                           "--only"),
     "attnres continued-study": ("tests/study/test_continued_study.py", "test_grid_runs_resumes_and_reports"),
-    "attnres convert moonshot_ckpt/": ("tests/conversion/test_convert.py", "verify"),
-    "attnres convert kimi_linear_ckpt/": ("tests/conversion/test_convert.py", "upcycle"),
+    "attnres convert moonshot_ckpt/": ("tests/conversion/kimi_linear/test_convert.py", "verify"),
+    "attnres convert kimi_linear_ckpt/": ("tests/conversion/kimi_linear/test_convert.py", "upcycle"),
     "python scripts/plan_memory.py": ("tests/training/test_memory_plan.py", "test_script_prints_every_section"),
     "python scripts/convert_checkpoint.py Kimi-K3/": (
         "a real Kimi K3 checkpoint (hundreds of GB); tests/families/kimi_linear/k3/ convert a K3-format fixture"),
     'python -c "from hf_attnres import KimiLinearAttnResForCausalLM as M; import torch; M.from_pretrained(\'Kimi-K3/\'':
         "a real Kimi K3 checkpoint and GPUs",
-    "attnres export": ("tests/conversion/test_export.py", "--to"),
+    "attnres export": ("tests/conversion/kimi_linear/test_export.py", "--to"),
     "attnres convert SmolLM2-135M-Instruct.Q4_1.gguf": ("tests/conversion/test_upcycle_smollm2.py", '"--upcycle"'),
     "scripts/setup_llama_cpp.sh --install": ("tests/serving/test_llama_cpp.py", "setup_llama_cpp"),
     "LLAMA=": ("tests/serving/test_llama_cpp.py", "convert_hf_to_gguf"),

@@ -35,8 +35,8 @@ def main(argv=None) -> dict | int:
     args = ExportArgs(**vars(build_parser().parse_args(argv)))
     from ..conversion.commands import interrupted
     from ..conversion.errors import ConversionError
-    from ..conversion.export import export_checkpoint
-    from ..conversion.runtimes import ExportRefused
+    from ..conversion.kimi_linear.export import export_checkpoint
+    from ..conversion.kimi_linear.runtimes import ExportRefused
     from ..utils.safe_paths import signals_interrupt
 
     try:

@@ -12,12 +12,12 @@ from ..utils.safe_paths import interrupt_signal, settle_interrupted, signals_int
 from ..utils.tiny import tiny_config
 from . import hub
 from .args import ConvertArgs, PushArgs
-from .convert import convert_checkpoint
 from .errors import ConversionError
 from .family_convert import FamilyConversion, convert_family, written_weights
-from .fixtures import random_model, write_moonshot_checkpoint
 from .guards import KIMI, Request, check_request
 from .hub import build_hub_folder, check_repo_id
+from .kimi_linear.convert import convert_checkpoint
+from .kimi_linear.fixtures import random_model, write_moonshot_checkpoint
 
 DEMO_INPUT, DEMO_OUTPUT = Path("outputs/tiny-moonshot"), Path("outputs/tiny-moonshot-hf")
 DEMO_MODEL = Path("outputs/tiny-attnres")

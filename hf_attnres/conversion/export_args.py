@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conversion.export import DTYPES
-from ..conversion.runtimes import TARGETS
 from ..utils.flags import flag
+from .kimi_linear.export import DTYPES
+from .kimi_linear.runtimes import TARGETS
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """`attnres convert IN OUT [--upcycle block|full]` for a checkpoint of any supported family but Kimi Linear (which
-streams tensor by tensor, `hf_attnres.conversion.convert`): a model folder or a GGUF file that transformers reads, its
-family resolved once by `guards.check_request` and handed down.
+streams tensor by tensor, `hf_attnres.conversion.kimi_linear.convert`): a model folder or a GGUF file that transformers
+reads, its family resolved once by `guards.check_request` and handed down.
 
 Without --upcycle the output is the family's own plain folder (model_type `llama`, ..., dequantized weights, the
 tokenizer beside it, no remote code): the matched baseline of an upcycled model, from one command. With --upcycle it

@@ -32,9 +32,9 @@ from ..utils.finite_weights import NonFiniteWeightsError
 from ..utils.tokenizer_files import TOKENIZER_FILES, has_tokenizer
 from ..utils.trust import load_kwargs
 from .atomic import move_into_place, output_folder
-from .config import drop_moonshot_fields
 from .errors import ConversionError
 from .guards import check_output
+from .kimi_linear.config import drop_moonshot_fields
 
 # A folder push-to-hub built holds this record of what it was built from and what it wrote (sha256 of each): a later
 # run with the same inputs reuses it while its files are as written (the upload after a --dry-run), anything else

@@ -92,14 +92,14 @@ def pipeline_boundaries(c: KimiLinearAttnResConfig, stages: int, micro_batch: in
 def load_plan_config(spec: str):
     """(config, name) of a preset or a config.json (or a folder holding one) in any layout the converter reads.
     ValueError (ConversionError is one) names the file and the problem."""
-    from ..conversion.config import parse_config
+    from ..conversion.kimi_linear.config import parse_config
 
     if spec in PRESETS:
         if spec == "k3":
-            from ..conversion.k3_preset import k3_config_dict
+            from ..conversion.kimi_linear.k3_preset import k3_config_dict
 
             return parse_config(k3_config_dict()), "Kimi K3 (published config)"
-        from ..conversion.k3_fixtures import tiny_k3_config
+        from ..conversion.kimi_linear.k3_fixtures import tiny_k3_config
         from ..utils.tiny import tiny_config
 
         return (tiny_config(family="kimi_linear") if spec == "tiny" else tiny_k3_config()), spec

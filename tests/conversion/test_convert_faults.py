@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from hf_attnres.cli import convert as convert_cli
 from hf_attnres.cli import push_to_hub as push_cli
-from hf_attnres.conversion import writer
+from hf_attnres.conversion.kimi_linear import writer
 from hf_attnres.folders.atomic_io import PAUSE_ENV
 from hf_attnres.utils.safe_paths import literal_path
 from tests.helpers.bad_input_fixtures import (

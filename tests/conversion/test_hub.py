@@ -12,8 +12,8 @@ import torch
 from huggingface_hub import ModelCard
 
 from hf_attnres.conversion import ConversionError
-from hf_attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
 from hf_attnres.conversion.hub import build_hub_folder, read_eval_results
+from hf_attnres.conversion.kimi_linear.fixtures import random_model, write_moonshot_checkpoint
 from hf_attnres.utils.tiny import tiny_config
 from tests.families.tiny import FAMILIES, random_ids, source_model
 from tests.helpers.model_factory import perturb_attn_res

@@ -171,8 +171,8 @@ def test_convert_refusals_name_the_reason_and_write_nothing(tmp_path, capsys):
 
 
 def test_export_for_serving_refuses_other_families_by_name(tmp_path):
-    from hf_attnres.conversion.export import export_checkpoint
-    from hf_attnres.conversion.runtimes import ExportRefused
+    from hf_attnres.conversion.kimi_linear.export import export_checkpoint
+    from hf_attnres.conversion.kimi_linear.runtimes import ExportRefused
 
     hf_attnres.upcycle(source_model("llama"), "block", 2).save_pretrained(tmp_path / "llama-block")
     with pytest.raises(ExportRefused, match="model_type 'llama_attnres': export for serving writes Kimi K3's layout"):

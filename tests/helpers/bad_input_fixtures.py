@@ -174,7 +174,7 @@ def sharded_model(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def moonshot_checkpoint(tmp_path_factory):
-    from hf_attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
+    from hf_attnres.conversion.kimi_linear.fixtures import random_model, write_moonshot_checkpoint
     from hf_attnres.utils.tiny import tiny_config
 
     folder = tmp_path_factory.mktemp("bad_inputs") / "kimi"

@@ -117,8 +117,8 @@ def test_init_from_our_folder_trains_on_assistant_tokens(train, model_dir, chat_
 def test_init_from_moonshot_layout_and_upcycled_kimi_linear(train, model_dir, chat_data, tmp_path):
     from transformers import KimiLinearConfig, KimiLinearForCausalLM
 
-    from hf_attnres.conversion.convert import convert_checkpoint
-    from hf_attnres.conversion.fixtures import write_moonshot_checkpoint
+    from hf_attnres.conversion.kimi_linear.convert import convert_checkpoint
+    from hf_attnres.conversion.kimi_linear.fixtures import write_moonshot_checkpoint
 
     model = KimiLinearAttnResForCausalLM.from_pretrained(model_dir)
     moonshot = write_moonshot_checkpoint(tmp_path / "moonshot", model)

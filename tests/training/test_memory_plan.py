@@ -10,7 +10,7 @@ import torch
 
 from hf_attnres import KimiLinearAttnResForCausalLM
 from hf_attnres.cli import plan_memory as cli
-from hf_attnres.conversion.k3_fixtures import tiny_k3_config
+from hf_attnres.conversion.kimi_linear.k3_fixtures import tiny_k3_config
 from hf_attnres.training.memory_plan import (
     count_parameters,
     depth_bank_bytes,
@@ -60,8 +60,8 @@ def test_counts_match_instantiated_models(config):
 
 
 def test_k3_preset_reads_through_the_strict_k3_reader():
-    from hf_attnres.conversion.config import parse_config
-    from hf_attnres.conversion.k3_preset import k3_config_dict
+    from hf_attnres.conversion.kimi_linear.config import parse_config
+    from hf_attnres.conversion.kimi_linear.k3_preset import k3_config_dict
 
     config = parse_config(k3_config_dict())
     assert config.layer_types.count("full_attention") == 24 and config.layer_types[-1] == "full_attention"
@@ -82,7 +82,7 @@ def test_script_prints_every_section(capsys):
 
 
 def test_script_reads_a_config_file_and_folder(tmp_path, capsys):
-    from hf_attnres.conversion.k3_fixtures import k3_config_dict
+    from hf_attnres.conversion.kimi_linear.k3_fixtures import k3_config_dict
 
     (tmp_path / "config.json").write_text(json.dumps(k3_config_dict(tiny_k3_config())))
     assert cli.main([str(tmp_path)]) == 0 and cli.main([str(tmp_path / "config.json")]) == 0

@@ -7,13 +7,13 @@ from pathlib import Path
 
 from huggingface_hub.errors import StrictDataclassError
 
-from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
-from ..families.kimi_linear.k3.config import check_k3_dict
-from ..families.kimi_linear.k3.layout import k3_linear_attn_config
-from ..families.kimi_linear.k3.mxfp4 import check_quantization_config
-from ..folders.checkpoint_files import CheckpointFileError, read_json_file
-from .errors import ConversionError
-from .guards import check_layer_count
+from ...families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
+from ...families.kimi_linear.k3.config import check_k3_dict
+from ...families.kimi_linear.k3.layout import k3_linear_attn_config
+from ...families.kimi_linear.k3.mxfp4 import check_quantization_config
+from ...folders.checkpoint_files import CheckpointFileError, read_json_file
+from ..errors import ConversionError
+from ..guards import check_layer_count
 
 MOONSHOT_MODEL_TYPE = "kimi_linear"
 MOONSHOT_ARCHITECTURE = "KimiLinearForCausalLM"

@@ -7,17 +7,17 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..families.kimi_linear.conversion_mapping import convert_tensors
-from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
-from ..families.upcycle import new_attn_res_tensor
-from ..folders.checkpoint_files import INDEX_NAME
-from ..folders.remote_code import auto_map, write_code_files
-from ..folders.saved_model import RECORD_FILE, write_weights_record
-from .args import DEFAULT_MAX_SHARD_SIZE
-from .atomic import move_into_place, output_folder
+from ...families.kimi_linear.conversion_mapping import convert_tensors
+from ...families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+from ...families.upcycle import new_attn_res_tensor
+from ...folders.checkpoint_files import INDEX_NAME
+from ...folders.remote_code import auto_map, write_code_files
+from ...folders.saved_model import RECORD_FILE, write_weights_record
+from ..args import DEFAULT_MAX_SHARD_SIZE
+from ..atomic import move_into_place, output_folder
+from ..errors import ConversionError
+from ..guards import check_max_shard_size, check_output
 from .config import hf_config_dict, moonshot_config_dict, parse_config, read_config_dict, write_config
-from .errors import ConversionError
-from .guards import check_max_shard_size, check_output
 from .plan import ConversionPlan, Unit, plan_conversion
 from .reader import CheckpointReader
 from .writer import ShardedWriter

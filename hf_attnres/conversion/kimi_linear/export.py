@@ -20,9 +20,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
-from ..families.kimi_linear.k3.config import FIXED_FIELDS, K3_WRAPPER_TYPE
-from .atomic import move_into_place, output_folder
+from ...families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
+from ...families.kimi_linear.k3.config import FIXED_FIELDS, K3_WRAPPER_TYPE
+from ..atomic import move_into_place, output_folder
+from ..errors import ConversionError
+from ..guards import check_max_shard_size, check_output
 from .config import (
     MOONSHOT_ARCHITECTURE,
     hf_config_dict,
@@ -32,8 +34,6 @@ from .config import (
     write_config,
 )
 from .convert import DEFAULT_MAX_SHARD_SIZE, bitwise_equal, convert_unit
-from .errors import ConversionError
-from .guards import check_max_shard_size, check_output
 from .k3_preset import K3_TEXT_CONFIG
 from .plan import ConversionPlan, plan_conversion
 from .runtimes import ExportRefused, check_representable
@@ -98,8 +98,8 @@ def export_checkpoint(
 def refuse_other_families(input: Path) -> None:
     """The serving runtimes (vLLM, SGLang, llama.cpp, TensorRT-LLM, MLX) read AttnRes only in Kimi K3's layout: a
     model of another family (Llama, Qwen, ... with AttnRes, or without) is refused by its model_type."""
-    from ..folders.model_family import GGUF_SUFFIX
-    from .guards import KIMI, resolve_family
+    from ...folders.model_family import GGUF_SUFFIX
+    from ..guards import KIMI, resolve_family
 
     if input.suffix != GGUF_SUFFIX:  # a GGUF file is never in K3's layout: refused without parsing it
         try:
@@ -218,7 +218,7 @@ def verify_export(plan: ConversionPlan, folder: Path, to: str, dtype, progress: 
 
 
 def _load_back_problems(plan: ConversionPlan, folder: Path, dtype, progress: bool) -> list[str]:
-    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+    from ...families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
     model = KimiLinearAttnResForCausalLM.from_pretrained(folder, dtype=dtype or "auto")
     state = model.state_dict()

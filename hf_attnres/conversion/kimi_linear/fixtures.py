@@ -6,15 +6,15 @@ from pathlib import Path
 
 import torch
 
-from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
-from ..families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
+from ...families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
+from ...families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
 from .config import moonshot_config_dict
 from .writer import ShardedWriter
 
 
 def random_model(config: KimiLinearAttnResConfig, seed: int = 0):
     """A model with every weight random, pseudo-queries included (zero queries would hide mixing bugs)."""
-    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+    from ...families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
     torch.manual_seed(seed)
     model = KimiLinearAttnResForCausalLM(config).eval()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from ..families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
-from ..families.kimi_linear.k3.config import K3_WRAPPER_TYPE
-from ..families.kimi_linear.k3.mxfp4 import GROUP_SIZE, QUANT_FORMAT, QUANT_METHOD, dequantize
+from ...families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, convert_tensors
+from ...families.kimi_linear.k3.config import K3_WRAPPER_TYPE
+from ...families.kimi_linear.k3.mxfp4 import GROUP_SIZE, QUANT_FORMAT, QUANT_METHOD, dequantize
 from .config import moonshot_config_dict
 from .writer import ShardedWriter
 
@@ -105,11 +105,11 @@ def write_k3_checkpoint(folder: str | Path, model, max_shard_size: int | str = "
 def tiny_k3_config(num_layers: int = 4, block_size: int = 2, **overrides):
     """A few-layer config with every K3 piece on (one KDA layer, the rest MLA: KDA's CPU fallback is slow).
     Widths are multiples of MXFP4's group of 32 where experts read them."""
-    from ..utils.tiny import K3_PIECES, shape_fields, tiny_config
+    from ...utils.tiny import K3_PIECES, shape_fields, tiny_config
 
     fields = dict(
-        shape_fields(K3_PIECES), routed_expert_hidden_size=32, moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
-        n_shared_experts=2,
+        shape_fields(K3_PIECES), routed_expert_hidden_size=32, moe_intermediate_size=32, num_local_experts=4,
+        num_experts_per_tok=2, n_shared_experts=2,
         layer_types=["linear_attention"] + ["full_attention"] * (num_layers - 1),
     )
     fields.update(overrides)

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..families.kimi_linear.k3.mxfp4 import PACKED_SUFFIX, SCALE_SUFFIX, check_packed, dequantize, unpacked_shape
-from .errors import ConversionError
+from ...families.kimi_linear.k3.mxfp4 import PACKED_SUFFIX, SCALE_SUFFIX, check_packed, dequantize, unpacked_shape
+from ..errors import ConversionError
 from .reader import CheckpointReader, TensorInfo
 
 _U8 = "U8"

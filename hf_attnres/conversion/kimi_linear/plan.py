@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
-from ..families.kimi_linear.conversion_mapping import convert_tensors
-from ..families.upcycle import UpcycleError, is_attn_res_tensor, upcycled_family_config
+from ...families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
+from ...families.kimi_linear.conversion_mapping import convert_tensors
+from ...families.upcycle import UpcycleError, is_attn_res_tensor, upcycled_family_config
+from ..errors import ConversionError
 from .config import parse_config, read_config_dict
-from .errors import ConversionError
 from .k3_source import K3SourceReader
 from .reader import SUPPORTED_DTYPES, CheckpointReader
 
@@ -36,7 +36,7 @@ def unit_of(name: str) -> str:
 
 def expected_tensors(config: KimiLinearAttnResConfig, layout: str) -> dict[str, torch.Tensor]:
     """The meta tensors of a checkpoint of `config` in `layout`, in the model's order."""
-    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+    from ...families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
 
     with torch.device("meta"):
         state = dict(KimiLinearAttnResForCausalLM(config).state_dict())

@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, canonical_name
-from ..folders.checkpoint_files import CheckpointFileError, weight_files
-from ..utils.finite_weights import NonFiniteWeightsError, check_tensor
-from .errors import ConversionError
+from ...families.kimi_linear.conversion_mapping import LANGUAGE_MODEL_PREFIX, canonical_name
+from ...folders.checkpoint_files import CheckpointFileError, weight_files
+from ...utils.finite_weights import NonFiniteWeightsError, check_tensor
+from ..errors import ConversionError
 
 SUPPORTED_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 

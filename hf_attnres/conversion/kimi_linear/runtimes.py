@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import ConversionError
+from ..errors import ConversionError
 
 TARGETS = ("k3", "kimi-linear")
 ALL_RUNTIMES = "vLLM, SGLang, llama.cpp, TensorRT-LLM and MLX"

@@ -8,7 +8,7 @@ import torch
 from huggingface_hub import split_torch_state_dict_into_shards
 from safetensors.torch import save_file
 
-from ..folders.checkpoint_files import INDEX_NAME
+from ...folders.checkpoint_files import INDEX_NAME
 
 
 class ShardedWriter:

@@ -11,9 +11,9 @@ from safetensors.torch import save_file
 
 import hf_attnres
 from hf_attnres.conversion import ConversionError, convert_checkpoint, convert_tensors, verify_conversion
-from hf_attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
-from hf_attnres.conversion.plan import plan_conversion
-from hf_attnres.conversion.reader import CheckpointReader
+from hf_attnres.conversion.kimi_linear.fixtures import random_model, write_moonshot_checkpoint
+from hf_attnres.conversion.kimi_linear.plan import plan_conversion
+from hf_attnres.conversion.kimi_linear.reader import CheckpointReader
 from hf_attnres.utils.tiny import tiny_config
 from tests.helpers.remote_loading import auto_map, load_in_clean_process, write_tokenizer
 
@@ -94,7 +94,7 @@ def test_moonshot_layout_matches_kimi_linear_facts():
 
 
 def test_moonshot_config_is_one_indexed():
-    from hf_attnres.conversion.config import moonshot_config_dict, parse_config
+    from hf_attnres.conversion.kimi_linear.config import moonshot_config_dict, parse_config
 
     config = make_config("block")
     moonshot = moonshot_config_dict(config)
@@ -248,7 +248,7 @@ def test_existing_output_needs_force(block_folder, tmp_path):
 
 
 def test_interrupted_conversion_leaves_nothing(block_folder, tmp_path, monkeypatch):
-    from hf_attnres.conversion import writer
+    from hf_attnres.conversion.kimi_linear import writer
 
     folder = block_folder
     calls = []

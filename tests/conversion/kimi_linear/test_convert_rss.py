@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hf_attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
-from hf_attnres.conversion.plan import plan_conversion, unit_of
+from hf_attnres.conversion.kimi_linear.fixtures import random_model, write_moonshot_checkpoint
+from hf_attnres.conversion.kimi_linear.plan import plan_conversion, unit_of
 from hf_attnres.utils.tiny import tiny_config
 
 MiB = 2**20
@@ -29,7 +29,7 @@ MEASURE = textwrap.dedent(
     """
     import json, sys, tempfile
     import hf_attnres.conversion as conversion
-    from hf_attnres.conversion.fixtures import random_model, write_moonshot_checkpoint
+    from hf_attnres.conversion.kimi_linear.fixtures import random_model, write_moonshot_checkpoint
     from hf_attnres.utils.tiny import tiny_config
 
     def status(field):

@@ -11,9 +11,9 @@ from safetensors import safe_open
 import hf_attnres  # noqa: F401  registers the Auto classes (kimi_k3 included)
 from hf_attnres import KimiLinearAttnResForCausalLM
 from hf_attnres.cli.export import main as export
-from hf_attnres.conversion.export import export_checkpoint
-from hf_attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
-from hf_attnres.conversion.runtimes import ExportRefused, check_representable
+from hf_attnres.conversion.kimi_linear.export import export_checkpoint
+from hf_attnres.conversion.kimi_linear.k3_fixtures import tiny_k3_config, write_k3_checkpoint
+from hf_attnres.conversion.kimi_linear.runtimes import ExportRefused, check_representable
 from hf_attnres.utils.tiny import K3_SMALL_PRESET
 from tests.helpers.toolchain_fixtures import tiny_tokenizer
 

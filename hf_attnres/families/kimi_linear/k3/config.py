@@ -23,7 +23,7 @@ FIXED_FIELDS = {
 # `linear_attn_config` keys: Kimi Linear's (read by transformers) and K3's two KDA gate fields (ours, renamed)
 LINEAR_ATTN_KEYS = {"kda_layers", "full_attn_layers", "head_dim", "num_heads", "short_conv_kernel_size"}
 LINEAR_ATTN_K3_KEYS = {"use_full_rank_gate": "linear_use_full_rank_gate", "gate_lower_bound": "linear_gate_lower_bound"}
-# Moonshot's layout fields our config translates (conversion/config.py) and generic PreTrainedConfig keys
+# Moonshot's layout fields our config translates (conversion/kimi_linear/config.py) and generic PreTrainedConfig keys
 MOONSHOT_KEYS = {"linear_attn_config", "first_k_dense_replace", "moe_layer_freq", "auto_map", "head_dim",
                  "qk_head_dim", "_name_or_path", "torch_dtype", "output_attentions", "quantization_config"}
 # Fields whose presence makes a config a K3 one (Kimi Linear has none of them)

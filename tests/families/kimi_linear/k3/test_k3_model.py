@@ -13,8 +13,8 @@ from safetensors.torch import save_file
 import tests.helpers.k3_reference as k3_reference
 from hf_attnres import KimiLinearAttnResConfig, KimiLinearAttnResForCausalLM
 from hf_attnres.conversion import ConversionError, convert_checkpoint
-from hf_attnres.conversion.fixtures import random_model
-from hf_attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
+from hf_attnres.conversion.kimi_linear.fixtures import random_model
+from hf_attnres.conversion.kimi_linear.k3_fixtures import tiny_k3_config, write_k3_checkpoint
 from tests.helpers.reference_loop import reference_logits
 
 P = "language_model.model.layers"

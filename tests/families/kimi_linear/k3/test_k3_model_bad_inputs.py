@@ -15,8 +15,8 @@ from safetensors.torch import save_file
 
 import hf_attnres
 from hf_attnres import KimiLinearAttnResForCausalLM
-from hf_attnres.conversion.fixtures import random_model
-from hf_attnres.conversion.k3_fixtures import tiny_k3_config, write_k3_checkpoint
+from hf_attnres.conversion.kimi_linear.fixtures import random_model
+from hf_attnres.conversion.kimi_linear.k3_fixtures import tiny_k3_config, write_k3_checkpoint
 from tests.helpers.bad_input_fixtures import (
     INDEX_DAMAGE,
     MODEL_FOLDER_DAMAGE,

@@ -9,7 +9,7 @@ from torch.nn import functional as F
 from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearAttention, KimiLinearDeltaAttention
 
 import tests.helpers.k3_reference as k3_reference
-from hf_attnres.conversion.k3_fixtures import quantize, tiny_k3_config
+from hf_attnres.conversion.kimi_linear.k3_fixtures import quantize, tiny_k3_config
 from hf_attnres.families.kimi_linear.k3 import mxfp4
 from hf_attnres.families.kimi_linear.k3.activation import K3Experts, SiTUMLP, situ_glu
 from hf_attnres.families.kimi_linear.k3.attention import BoundedForgetGate, GatedMLA, K3DeltaAttention
