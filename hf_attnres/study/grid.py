@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
 
-from ..families.kimi_linear.configuration_kimi_linear_attnres import ATTN_RES_MODES
+from ..core.config import ATTN_RES_MODES
 from ..folders.json_limits import JSONDepthError, loads_limited
 from ..utils.flags import SEED_MAX
 

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..families.kimi_linear.configuration_kimi_linear_attnres import ATTN_RES_MODES
+from ..core.config import ATTN_RES_MODES
 from ..utils.flags import flag, trust_flag
 from ..utils.flags import seed as seed_flag
 from ..utils.refusals import below, combined, needs
