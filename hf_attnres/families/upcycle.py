@@ -9,6 +9,12 @@ upcycled model *is* the source model with each reading norm's epsilon multiplied
 that to rounding), and differs from the source only by that epsilon (docs/CONVERSION.md "Upcycling: why the
 function is kept": the stated tolerance, and why no exactly preserving variant is offered). `attnres convert
 --upcycle` reaches this same function from a folder or a GGUF file (`hf_attnres.conversion.family_convert`).
+
+Mode "gated" (`hf_attnres.core.gated_read`): Block AttnRes's depth sources, each point reading the standard stream
+plus a zero-initialised per-channel gate times the AttnRes mix. The gate at zero reads the standard stream itself, so
+the function is the source's (to the rounding of summing the sources in another order, no epsilon changed), and the
+gate's gradient at init is the mix, not zero: it learns from step 1 where Block's queries and key norms start with
+an exactly zero gradient for the key norms. Saved as attn_res_mode "block" with attn_res_gated_read True.
 """
 from __future__ import annotations
 
@@ -17,7 +23,9 @@ import operator
 
 import torch
 
-UPCYCLE_MODES = ("block", "full")
+UPCYCLE_MODES = ("block", "full", "gated")
+# the depth layout of each upcycle mode (the config's attn_res_mode) and whether its points read through a gate
+_LAYOUTS = {"block": ("block", False), "full": ("full", False), "gated": ("block", True)}
 # Paper and K3 both use about 8 blocks (K3: 12 of 93 layers per block)
 DEFAULT_NUM_BLOCKS = 8
 
@@ -27,7 +35,7 @@ class UpcycleError(ValueError):
 
 
 def is_attn_res_tensor(name: str) -> bool:
-    return name.endswith(("_res_norm.weight", "_res_proj.weight"))
+    return name.endswith(("_res_norm.weight", "_res_proj.weight", "_res_gate.weight"))
 
 
 def new_attn_res_tensor(meta: torch.Tensor, name: str) -> torch.Tensor:
@@ -47,7 +55,8 @@ PYTHON_NAMES = ("mode", "block_size")
 
 
 def resolve_block_size(mode: str, block_size: int | None, num_layers: int, names=CLI_NAMES) -> int:
-    """The block size of the upcycled model (0 in full mode): 1 to `num_layers` decoder layers per block (a larger
+    """The block size of the upcycled model (0 in full mode; gated: Block's layout, so its block size): 1 to
+    `num_layers` decoder layers per block (a larger
     block is the same single block, so it is refused rather than written as a number the model never uses).
     UpcycleError naming the argument as the caller spells it (`names`: the mode's, the block size's)."""
     mode_name, size_name = names
@@ -94,7 +103,10 @@ def upcycled_family_config(config, mode: str, block_size: int | None = None, fam
     config_class, model_class = family_classes(family)
     block_size = resolve_block_size(mode, block_size, config.num_hidden_layers, names)
     fields = {key: value for key, value in config.to_dict().items() if key not in _FILE_FIELDS}
-    fields.update(attn_res_mode=mode, attn_res_block_size=block_size)
+    layout, gated = _LAYOUTS[mode]
+    fields.update(attn_res_mode=layout, attn_res_block_size=block_size)
+    if gated:  # other modes keep the config exactly as before: no new field written
+        fields.update(attn_res_gated_read=True)
     target = config_class.from_dict(fields)
     target.architectures = [model_class.__name__]
     return target, model_class
@@ -247,8 +259,9 @@ def check_source_model(model, purpose: str = "upcycling", where=None) -> None:
 
 @torch.no_grad()
 def upcycle(model, mode: str = "block", block_size: int | None = None, family: str | None = None):
-    """The Block or Full AttnRes model of a loaded standard-residual causal LM of a supported family (any of
-    `hf_attnres.families.registry.SUPPORTED`, docs/FAMILIES.md), of the same family, dtype and device.
+    """The Block, Full or gated-read AttnRes model (`mode`, one of UPCYCLE_MODES) of a loaded standard-residual causal
+    LM of a supported family (any of `hf_attnres.families.registry.SUPPORTED`, docs/FAMILIES.md), of the same family,
+    dtype and device.
 
     Every weight of `model` is copied; the new pseudo-queries are zero and the key norms one, so the logits equal the
     source's up to the RMSNorm epsilon (module docstring). `block_size`: decoder layers per block, 1 to the model's
