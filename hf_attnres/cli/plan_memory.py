@@ -6,7 +6,8 @@ and partial sum a forward holds) for a batch and context, and the bytes crossing
 micro-batch (every depth source present there crosses it).
 
 CONFIG is a config.json (or a folder holding one) in any layout this project reads (ours, Moonshot's, Kimi K3's
-multimodal wrapper), or a preset: k3 (Kimi K3's published text config, the default), tiny, tiny-k3.
+multimodal wrapper), or a preset: k3 (Kimi K3's published text config, the default), tiny-k3, tiny-<family> (any
+family's tiny model, e.g. tiny-llama, tiny-kimi_linear), tiny (Llama's).
 
 Examples:
   attnres plan-memory                                  # Kimi K3, batch 1, 32k context, 8 stages

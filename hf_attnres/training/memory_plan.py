@@ -11,16 +11,57 @@ are sorted into the same parts by name.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.depth_layout import DepthLayout
 from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from ..families.kimi_linear.model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
-from ..families.registry import family_classes, family_of_model_type
+from ..families.registry import SUPPORTED, family_classes, family_of_model_type
 from ..folders.checkpoint_files import read_json_file
+from ..utils.tiny import DEFAULT_FAMILY
 
 GiB = 2**30
-PRESETS = ("k3", "tiny", "tiny-k3")
+
+
+@dataclass(frozen=True)
+class PlanPreset:
+    """A config `attnres plan-memory` names without a file: the family it is built in, how the plan names it, and
+    `build(parse_config)`, which returns the config (`parse_config` reads a config.json dict in any layout)."""
+
+    family: str
+    title: str
+    build: Callable
+
+
+def _tiny(family: str) -> PlanPreset:
+    from ..utils.tiny import tiny_config
+
+    return PlanPreset(family, f"tiny-{family}", lambda parse: tiny_config(family=family))
+
+
+def _k3(parse):
+    from ..conversion.kimi_linear.k3_preset import k3_config_dict
+
+    return parse(k3_config_dict())
+
+
+def _tiny_k3(parse):
+    from ..conversion.kimi_linear.k3_fixtures import tiny_k3_config
+
+    return tiny_k3_config()
+
+
+# "tiny" is the default family's (Llama) tiny model, as `hf_attnres.utils.tiny.tiny_config` builds it; "tiny-<family>"
+# any family's; "k3" and "tiny-k3" Kimi K3's text architecture (a Kimi Linear config)
+PLAN_PRESETS: dict[str, PlanPreset] = {
+    "k3": PlanPreset("kimi_linear", "Kimi K3 (published config)", _k3),
+    "tiny": PlanPreset(DEFAULT_FAMILY, "tiny", _tiny(DEFAULT_FAMILY).build),
+    "tiny-k3": PlanPreset("kimi_linear", "tiny-k3", _tiny_k3),
+    **{f"tiny-{family}": _tiny(family) for family in SUPPORTED},
+}
+PRESETS = tuple(PLAN_PRESETS)
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 # MXFP4: 4 bits a weight plus one 8-bit scale per 32 weights
 MXFP4_BYTES = 0.5 + 1 / 32
@@ -94,15 +135,9 @@ def load_plan_config(spec: str):
     ValueError (ConversionError is one) names the file and the problem."""
     from ..conversion.kimi_linear.config import parse_config
 
-    if spec in PRESETS:
-        if spec == "k3":
-            from ..conversion.kimi_linear.k3_preset import k3_config_dict
-
-            return parse_config(k3_config_dict()), "Kimi K3 (published config)"
-        from ..conversion.kimi_linear.k3_fixtures import tiny_k3_config
-        from ..utils.tiny import tiny_config
-
-        return (tiny_config(family="kimi_linear") if spec == "tiny" else tiny_k3_config()), spec
+    if spec in PLAN_PRESETS:
+        preset = PLAN_PRESETS[spec]
+        return preset.build(parse_config), preset.title
     config_dict, path = read_config_dict(spec)
     try:
         family = family_of_model_type(config_dict.get("model_type"))
@@ -128,7 +163,7 @@ def read_config_dict(spec: str) -> tuple[dict, Path]:
     path = Path(spec)
     path = path / "config.json" if path.is_dir() else path
     if not path.is_file():
-        raise ValueError(f"{spec}: neither a config.json, a folder holding one, nor a preset {PRESETS}")
+        raise ValueError(f"{spec}: neither a config.json, a folder holding one, nor a preset ({', '.join(PRESETS)})")
     return read_json_file(path, "config.json"), path  # CheckpointFileError (a ValueError) names the file
 
 

@@ -192,3 +192,15 @@ def test_default_context_stays_within_the_models_positions(tmp_path, capsys):
     config.save_pretrained(tmp_path / "long")
     assert cli.default_context(str(tmp_path / "long")) == (32768, None)
     assert cli.default_context("tiny") == (32768, None)
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "kimi_linear"])
+def test_every_familys_tiny_preset_plans_in_that_family(family, capsys):
+    from hf_attnres.families.registry import family_of_model_type
+    from hf_attnres.training.memory_plan import PLAN_PRESETS, load_plan_config
+
+    config, name = load_plan_config(f"tiny-{family}")
+    assert family_of_model_type(config.model_type) == family == PLAN_PRESETS[f"tiny-{family}"].family
+    assert plan_counts(config).total > 0
+    assert cli.main([f"tiny-{family}", "--context", "64", "--stages", "2"]) == 0 and name in capsys.readouterr().out
+    assert family_of_model_type(load_plan_config("tiny")[0].model_type) != "kimi_linear"  # no family named: Llama
