@@ -28,9 +28,11 @@ ATTN_RES_FIELDS = {
     "attn_res_key_norm": ("bool", True),
     "attn_res_query_init_std": ("float", 0.0),
     "attn_res_key_norm_init": ("float", 1.0),
+    "attn_res_gated_read": ("bool", False),
 }
 _SWITCHES = {"attn_res_two_phase": True, "attn_res_fuse_norm": False, "attn_res_recompute": False,
-             "attn_res_static_mixing": False, "attn_res_key_norm": False}  # name: may be None
+             "attn_res_static_mixing": False, "attn_res_key_norm": False,
+             "attn_res_gated_read": False}  # name: may be None
 
 
 class AttnResConfigChecks:
@@ -49,6 +51,22 @@ class AttnResConfigChecks:
         if self.attn_res_backend not in ATTN_RES_BACKENDS:
             raise ValueError(f"attn_res_backend must be one of {ATTN_RES_BACKENDS}, got {self.attn_res_backend!r}")
         self.check_attn_res_ablations()
+        self.check_attn_res_gated_read()
+
+    def check_attn_res_gated_read(self):
+        """The gated read (`hf_attnres.core.gated_read`) reads the depth sources of a block or full layout through
+        the softmax mix and its own gate: not with the ablations' mixes, not through the two-phase schedule."""
+        if not self.attn_res_gated_read:
+            return
+        if self.attn_res_mode == "standard":
+            raise ValueError("attn_res_gated_read=True reads the depth sources: it needs attn_res_mode 'block' or "
+                             "'full', got 'standard'")
+        if self.attn_res_static_mixing or self.attn_res_score != "softmax" or not self.attn_res_key_norm:
+            raise ValueError("attn_res_gated_read=True gates the softmax mix: it does not combine with the ablations "
+                             "(attn_res_static_mixing, attn_res_score, attn_res_key_norm)")
+        if self.attn_res_two_phase:
+            raise ValueError("attn_res_gated_read=True reads every point's sources in full: attn_res_two_phase must "
+                             "be None or False")
 
     def check_attn_res_ablations(self):
         if self.attn_res_score not in ATTN_RES_SCORES:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from hf_attnres.core.depth_layout import DepthLayout
+from hf_attnres.core.gated_read import add_gate, gated_read
 from hf_attnres.core.offload import onloaded
 from hf_attnres.kernels.mix.depth_mix import AttnResDepthMix
 from hf_attnres.kernels.mix.variants import attn_res_variant
@@ -28,11 +29,14 @@ class MixSettings:
     fuse_norm: bool
     backend: str
     recompute: bool
+    gated: bool = False  # the gated read (hf_attnres.core.gated_read); `ablation` is then True too
 
     @classmethod
     def of(cls, config) -> "MixSettings":
-        return cls(config.attn_res_mode, config.attn_res_ablation, config.attn_res_fuse_norm,
-                   config.resolved_backend(), config.attn_res_recompute)
+        # the gated read takes the ablations' branch of `mix`, so the default mix tests one flag, not two
+        gated = config.attn_res_gated_read
+        return cls(config.attn_res_mode, config.attn_res_ablation or gated, config.attn_res_fuse_norm,
+                   config.resolved_backend(), config.attn_res_recompute, gated)
 
 
 class PseudoQuery(nn.Linear):
@@ -87,6 +91,8 @@ class AttnResMixing:
         setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
         if "attn_res_mix" not in self._modules:  # the owner's points share one (stateless) kernelizable mix
             self.attn_res_mix = AttnResDepthMix()
+        if config.attn_res_gated_read:
+            add_gate(self, point, config)
 
     def res_query(self, point: str) -> torch.Tensor:
         """The pseudo-query vector [hidden] of `point`. When an adapter library has wrapped the `PseudoQuery` (PEFT
@@ -128,6 +134,8 @@ class AttnResMixing:
         modules read from `_modules` (nn.Module.__getattr__ is a failing dict lookup first)."""
         settings = settings or MixSettings.of(self.config)
         if settings.ablation:  # the paper's ablations: a plain PyTorch reference op, no fused kernel
+            if settings.gated:  # not an ablation: the stream plus the gated mix (hf_attnres.core.gated_read)
+                return gated_read(self, point, sources, weights, out_norm)
             return mix_ablation(self, point, sources, weights, out_norm)
         if len(sources) == 1:
             return self.single_source_mix(point, sources[0], weights, out_norm, settings)

@@ -14,6 +14,8 @@ def perturb_attn_res(model, scale=1.0, seed=1):
                 param.copy_(torch.randn(param.shape, generator=generator) * scale)
             elif "_res_norm" in name:
                 param.copy_(1 + 0.3 * torch.randn(param.shape, generator=generator))
+            elif "_res_gate" in name:  # the gated read's gate (zero: the read is the plain stream)
+                param.copy_(0.5 * torch.randn(param.shape, generator=generator))
     return model
 
 

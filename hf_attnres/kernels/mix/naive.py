@@ -44,6 +44,20 @@ def attn_res_naive(
     return mixed
 
 
+def gated_read_naive(
+    sources: Sequence[torch.Tensor] | torch.Tensor,
+    query: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    gate: torch.Tensor,
+) -> torch.Tensor:
+    """The gated depth read (`hf_attnres.core.gated_read`): the standard residual stream, the sum of the sources,
+    plus `gate` [d] times the AttnRes mix of the sources. A zero gate reads the standard stream exactly."""
+    stacked = sources if isinstance(sources, torch.Tensor) else torch.stack(tuple(sources))
+    mixed = attn_res_naive(stacked, query, norm_weight, eps)
+    return (stacked.float().sum(0) + gate.float() * mixed.float()).to(stacked.dtype)
+
+
 def rms_norm_naive(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """transformers' `KimiLinearRMSNorm.forward`, op for op: the norm a fused backend may apply after the mix."""
     input_dtype = hidden_states.dtype
