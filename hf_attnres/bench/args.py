@@ -2,7 +2,7 @@
 dataclasses, one field per flag, with the rules that refuse a flag another one makes meaningless beside the fields.
 The benchmarks' dataclasses hold the values their parsers in hf_attnres/cli resolve (the device picked, comma lists
 split, per-device defaults filled), so their fields have no defaults: each flag carries the raw default
-(`flag(default=...)`) that the parsers resolve against the device. The Inkling-2 benchmark's flags need no
+(`flag(raw=...)`) that the parsers resolve against the device. The Inkling-2 benchmark's flags need no
 resolving: its dataclass carries their defaults."""
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..families.registry import SUPPORTED
 from ..utils.flags import flag, multiple_of
 from ..utils.flags import seed as seed_flag
 from ..utils.refusals import below, combined
+from ..utils.tiny import DEFAULT_FAMILY
 from .peers import DEFAULT_PEERS_PATH
 
 MODES = ("standard", "block", "full")  # the residuals bench-model compares
@@ -20,46 +22,46 @@ MODES = ("standard", "block", "full")  # the residuals bench-model compares
 
 @dataclass
 class BenchModelArgs:
-    device: str = flag(default="auto", choices=("auto", "cuda", "cpu"), help="auto: cuda when available")
-    dtype: str = flag(default="float32", choices=("float32", "bfloat16"))
-    modes: list[str] = flag(default=",".join(MODES), help="comma-separated AttnRes modes to compare")
-    phases: list[str] = flag(default="train,prefill,decode,long_prefill", help="comma-separated phases")
+    device: str = flag(raw="auto", choices=("auto", "cuda", "cpu"), help="auto: cuda when available")
+    dtype: str = flag(raw="float32", choices=("float32", "bfloat16"))
+    modes: list[str] = flag(raw=",".join(MODES), help="comma-separated AttnRes modes to compare")
+    phases: list[str] = flag(raw="train,prefill,decode,long_prefill", help="comma-separated phases")
     hidden: int = flag(
-        default=256, type=multiple_of(8, "the experts' grouped matmuls need 16-byte aligned rows"),
+        raw=256, type=multiple_of(8, "the experts' grouped matmuls need 16-byte aligned rows"),
         help="hidden size (a multiple of 8)")
-    layers: int = flag(default=6, type=int, help="decoder layers")
-    block_size: int = flag(default=2, type=int, help="layers per block in block mode")
+    layers: int = flag(raw=6, type=int, help="decoder layers")
+    block_size: int = flag(raw=2, type=int, help="layers per block in block mode")
     attention: str = flag(
-        default="hybrid", choices=("hybrid", "mla"),
+        raw="hybrid", choices=("hybrid", "mla"),
         help="hybrid: KDA with MLA every third layer (Kimi Linear); mla: MLA only (on CPU "
         "transformers' KDA reference dominates the time and hides the residual's cost)")
     mlp: str = flag(
-        default="moe", choices=("moe", "dense"),
+        raw="moe", choices=("moe", "dense"),
         help="Kimi Linear's MoE MLP (default) or a dense one in every layer. With MoE the routing is "
         "data-dependent, so the modes' experts see different token counts and their matmuls "
         "cost a few percent more or less: dense measures the residual alone")
-    batch: int = flag(default=2, type=int)
-    seq: int = flag(default=256, type=int, help="tokens per sequence for train and prefill")
-    decode_steps: int = flag(default=16, type=int)
-    long_prompt: int = flag(default=4096, type=int, help="tokens of the long_prefill prompt (batch 1)")
-    chunk: int = flag(default=512, type=int, help="prefill_chunk_size of the chunked long prefill")
-    repeats: int = flag(default=3, type=int, help="timed repetitions (median) after one warm-up")
+    batch: int = flag(raw=2, type=int)
+    seq: int = flag(raw=256, type=int, help="tokens per sequence for train and prefill")
+    decode_steps: int = flag(raw=16, type=int)
+    long_prompt: int = flag(raw=4096, type=int, help="tokens of the long_prefill prompt (batch 1)")
+    chunk: int = flag(raw=512, type=int, help="prefill_chunk_size of the chunked long prefill")
+    repeats: int = flag(raw=3, type=int, help="timed repetitions (median) after one warm-up")
     backend: str = flag(
-        default="auto", choices=("auto", "torch", "triton", "cpp"),
+        raw="auto", choices=("auto", "torch", "triton", "cpp"),
         help="AttnRes kernel backend (auto: Triton on CUDA, the fused C++ kernel on CPU)")
     two_phase: str = flag(
-        default="auto", choices=("auto", "on", "off"),
+        raw="auto", choices=("auto", "on", "off"),
         help="no-grad schedule of block mode: auto (on with Triton), or force it on / off")
     allocator: str = flag(
-        default="system", choices=("system", "retain"),
+        raw="system", choices=("system", "retain"),
         help="CPU memory for the timed runs: the system allocator as it is (glibc hands big freed "
         "blocks back and faults fresh pages in on the next use, a large and layout-dependent "
         "share of CPU time, counted in minor_faults), or retain: glibc told to keep freed memory, "
         "as a caching allocator (jemalloc, tcmalloc) would")
     skip_memory: bool = flag(
-        default=False, action="store_true",
+        raw=False, action="store_true",
         help="time only: skip the peak-memory runs (a fresh process per mode and phase on CPU)")
-    output: str = flag(default="bench_model.json", help="JSON results file (written atomically)")
+    output: str = flag(raw="bench_model.json", help="JSON results file (written atomically)")
 
     def conflicts(self, given: set[str]) -> list[str | None]:
         """Flags of a mode or phase that is not benchmarked (`given`: the flags on the command line)."""
@@ -81,25 +83,25 @@ CPU_IMPLS = "torch_eager,torch_lean,torch_compile,attnres_cpp,fla_naive,far_torc
 
 @dataclass
 class BenchKernelsArgs:
-    device: str = flag(default="auto", choices=("auto", "cuda", "cpu"), help="auto: cuda when available")
+    device: str = flag(raw="auto", choices=("auto", "cuda", "cpu"), help="auto: cuda when available")
     dtype: str = flag(
-        default=None, choices=("bfloat16", "float16", "float32"), help="default: bfloat16 on GPU, float32 on CPU")
-    hidden: list[int] = flag(default=None, help="comma-separated hidden sizes (default: 1024,7168 GPU; 256,1024 CPU)")
-    sources: list[int] = flag(default=None, help="comma-separated source counts (default: 2,5,9)")
+        raw=None, choices=("bfloat16", "float16", "float32"), help="default: bfloat16 on GPU, float32 on CPU")
+    hidden: list[int] = flag(raw=None, help="comma-separated hidden sizes (default: 1024,7168 GPU; 256,1024 CPU)")
+    sources: list[int] = flag(raw=None, help="comma-separated source counts (default: 2,5,9)")
     tokens: list[int] = flag(
-        default=None, help="comma-separated token counts (default: 4096,16384,32768 GPU; 256,1024 CPU)")
+        raw=None, help="comma-separated token counts (default: 4096,16384,32768 GPU; 256,1024 CPU)")
     impls: list[str] = flag(
-        default=None, help=f"comma-separated implementations (default GPU: {GPU_IMPLS}; CPU: {CPU_IMPLS})")
-    repeats: int = flag(default=None, type=int, help="timed repetitions per case (default: 50 GPU, 5 CPU)")
-    clock: str = flag(default="cpu", choices=("cpu", "wall"), help="CPU runs: process CPU time or wall")
+        raw=None, help=f"comma-separated implementations (default GPU: {GPU_IMPLS}; CPU: {CPU_IMPLS})")
+    repeats: int = flag(raw=None, type=int, help="timed repetitions per case (default: 50 GPU, 5 CPU)")
+    clock: str = flag(raw="cpu", choices=("cpu", "wall"), help="CPU runs: process CPU time or wall")
     threads: int | None = flag(
-        default=None, type=int, help="torch CPU threads (default: torch's, i.e. OMP_NUM_THREADS)")
+        raw=None, type=int, help="torch CPU threads (default: torch's, i.e. OMP_NUM_THREADS)")
     peers_path: str = flag(
-        default=DEFAULT_PEERS_PATH,
+        raw=DEFAULT_PEERS_PATH,
         help="folder holding fla-core, flash-attn-res and fast-attnres (scripts/setup_peers.sh's "
         "target; "
         "default %(default)s, or $ATTNRES_PEERS); put on sys.path in this process only")
-    output: str = flag(default="bench_kernels.json", help="JSON results file (written atomically)")
+    output: str = flag(raw="bench_kernels.json", help="JSON results file (written atomically)")
 
     def conflicts(self, given: set[str]) -> list[str | None]:
         """--clock picks the clock of CPU runs (`given`: the flags on the command line)."""
@@ -109,6 +111,7 @@ class BenchKernelsArgs:
 
 @dataclass
 class DemoArgs:
+    family: str = flag(DEFAULT_FAMILY, choices=tuple(SUPPORTED), help=f"the decoder family (default {DEFAULT_FAMILY})")
     mode: str = flag("block", choices=["standard", "block", "full"], help="residual kind")
     block_size: int = flag(2, type=int, help="decoder layers per block (block mode)")
     layers: int = flag(6, type=int, help="decoder layers")

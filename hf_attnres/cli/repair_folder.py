@@ -20,12 +20,23 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
-from ..folders.repair import RepairArgs
-from ..utils.flags import parser_for
+from ..utils.flags import flag, parser_for
 from . import command_main
 
 EXIT_NEEDS_REPAIR, EXIT_BAD_INPUT = 1, 2
+
+
+@dataclass
+class RepairArgs:
+    """`attnres repair-folder`'s flags, one field each (parsed here)."""
+
+    folder: Path = flag(
+        positional=True, type=Path, help="the saved model folder (config.json, weights, generated code)")
+    check: bool = flag(False, action="store_true",
+                       help="report whether the folder needs repair (exit 1 if it does), writing nothing")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,5 +1,5 @@
 """The flags of `attnres convert` and `attnres push-to-hub` as dataclasses, one field per flag (the parsers in
-hf_attnres/cli build them; a test holds fields and flags equal), with the rules that refuse a flag another one makes
+hf_attnres/cli build them; each field declares its flag), with the rules that refuse a flag another one makes
 meaningless beside the fields. Rules that depend on the source's family (`--to moonshot`, `--check`, `--block-size`)
 are the convert's own refusals (`hf_attnres.conversion.guards`): the family is known only once the input is read."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conversion.hub import DEFAULT_LICENSE
 from ..utils.flags import flag, trust_flag
 from ..utils.refusals import combined, needs
+from .hub import DEFAULT_LICENSE
 
 DEFAULT_MAX_SHARD_SIZE = "5GB"
 
@@ -70,7 +70,7 @@ class PushArgs:
         "(default: the first Hub id in the folder's records: training_info.json's init_from, "
         "config.json's _name_or_path, followed through local --init-from folders; none found: the "
         "card and the output say it is unknown)")
-    trust_remote_code: bool = trust_flag()
+    trust_remote_code: bool = trust_flag()  # --tokenizer DIR's own code
     training_data: str | None = flag(None, help="what the model was trained on, for the model card")
     dataset: list[str] = flag(
         factory=list, action="append",

@@ -1,5 +1,5 @@
-"""`attnres export`'s flags as one dataclass, one field per flag (hf_attnres/cli/export.py parses them; a test holds
-fields and flags equal). Export has no flag that another makes meaningless: what a runtime cannot represent is refused
+"""`attnres export`'s flags as one dataclass, one field per flag (hf_attnres/cli/export.py parses them; each field
+declares its flag). Export has no flag that another makes meaningless: what a runtime cannot represent is refused
 by the export itself, by name, before anything is written."""
 from __future__ import annotations
 

@@ -1,17 +1,16 @@
 """The flags of `attnres compare` and `attnres prepare-eval-data` as dataclasses, one field per flag (the parsers in
-hf_attnres/cli build them; a test holds fields and flags equal), with the rules that refuse a flag another one makes
+hf_attnres/cli build them; each field declares its flag), with the rules that refuse a flag another one makes
 meaningless beside the fields."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..evaluation.comparison import QUICK_LIMIT
 from ..training.corpora import DEFAULT_CACHE
 from ..utils.flags import flag, trust_flag
 from ..utils.flags import seed as seed_flag
 from ..utils.refusals import combined
-from .comparison import DEFAULT_MAX_LENGTH
+from .comparison import DEFAULT_MAX_LENGTH, QUICK_LIMIT
 from .data import BENCHMARKS, DEFAULT_EVAL_DATA
 
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.versions import TRANSFORMERS_RANGE, in_range
-from ..utils.flags import flag
 from .atomic_io import move_into_place, recover_interrupted, temporary_folder, write_text_atomic
 from .checkpoint_files import CONFIG_NAME, read_json_file
 from .remote_code import GENERATED_MARK, auto_map, generated_files, generated_with
@@ -36,18 +35,6 @@ from .saved_model import carry
 ATTN_RES_SUFFIX = "_attnres"
 AUTO_MAP = "auto_map"
 _MARK_BYTES = len(GENERATED_MARK.encode())
-
-
-@dataclass
-class RepairArgs:
-    """`attnres repair-folder`'s flags, one field each (hf_attnres/cli/repair_folder.py parses them)."""
-
-    folder: Path = flag(
-        positional=True, type=Path, help="the saved model folder (config.json, weights, generated code)")
-    check: bool = flag(
-        False, action="store_true",
-        help="report whether the folder needs repair (exit 1 if it "
-        "does), writing nothing")
 
 
 class RepairError(ValueError):
@@ -131,7 +118,7 @@ def plan_repair(folder) -> RepairPlan:
                               "contradicts itself; fix one of them)")
     if {**old_map, **wanted} != old_map:
         plan.config = {**config, AUTO_MAP: {**old_map, **wanted}}
-    files = generated_files(model_module)
+    files = generated_files(model_module, plan.config or config)
     for name, text in files.items():
         path = folder / name
         if os.path.lexists(path) and not is_generated(path):

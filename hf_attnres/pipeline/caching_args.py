@@ -1,5 +1,5 @@
 """The flags of the cross-stage caching table (hf_attnres/cli/caching_table.py, over `caching.simulate_interleaved`) as
-one dataclass, one field per flag (a test holds fields and flags equal), with the rule that refuses a count below 1
+one dataclass, one field per flag (each field declares its flag), with the rule that refuses a count below 1
 beside the fields; the defaults are the paper's Fig. 3. No flag makes another meaningless."""
 from __future__ import annotations
 

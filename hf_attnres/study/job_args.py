@@ -1,5 +1,5 @@
-"""`attnres main-job`'s flags as one dataclass, one field per flag (hf_attnres/cli/main_job.py parses them; a test holds
-fields and flags equal), with the rule that refuses a flag another one makes meaningless beside the fields."""
+"""`attnres main-job`'s flags as one dataclass, one field per flag (hf_attnres/cli/main_job.py parses them; each field
+declares its flag), with the rule that refuses a flag another one makes meaningless beside the fields."""
 from __future__ import annotations
 
 from dataclasses import dataclass

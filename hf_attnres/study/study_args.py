@@ -1,5 +1,5 @@
 """The flags of `attnres study` and `attnres continued-study` as dataclasses, one field per flag (hf_attnres/cli parses
-them; a test holds fields and flags equal), with the rules that refuse a flag another one makes meaningless beside the
+them; each field declares its flag), with the rules that refuse a flag another one makes meaningless beside the
 fields: flags given with --dry-run or --report-only (`conflicts`, refused as argparse's `error:` line), and the one-run
 flags (`one_run_problem`: --only needs --lr and --seed, those need --only, and --only writes no report)."""
 from __future__ import annotations

@@ -57,11 +57,12 @@ def fill_settings(args, recorded: dict | None = None) -> None:
 
 @dataclass
 class TrainArgs:
-    """`attnres train`'s flags, one field per flag (`build_parser` parses them; a test holds the two equal). The run
-    settings (RUN_SETTINGS) are None until `fill_settings` gives them the recorded or default value, so a resume can
-    tell a flag given from one left out. Mutable: the resume and the default output folder fill fields in."""
+    """`attnres train`'s flags, one field per flag (hf_attnres/cli/train.py parses them; each field declares its
+    flag). The run settings (RUN_SETTINGS) are None until `fill_settings` gives them the recorded or default value, so
+    a resume can tell a flag given from one left out. Mutable: the resume and the default output folder fill fields
+    in."""
 
-    trust_remote_code: bool = trust_flag("data and model")
+    trust_remote_code: bool = trust_flag("data and model")  # --init-from DIR's own code (an auto_map)
     data: Path | None = flag(
         None, group="data and model", type=Path, help="folder written by scripts/prepare_data.py (default data/packed)")
     attn_res: str | None = flag(
@@ -131,8 +132,9 @@ class TrainArgs:
     deepspeed: Path | None = flag(
         None, group="parallelism", type=Path,
         help="DeepSpeed JSON config (configs/deepspeed/zero*.json); launch with torchrun or deepspeed")
+    # the deepspeed launcher appends --local_rank=N (torchrun and accelerate use the LOCAL_RANK variable instead)
     local_rank: int | None = flag(
-        None, names=('--local_rank', '--local-rank',), group="parallelism", type=int, help=argparse.SUPPRESS)
+        None, names=("--local_rank", "--local-rank"), group="parallelism", type=int, help=argparse.SUPPRESS)
     output_dir: Path | None = flag(
         None, group="checkpoints and logs", type=Path, help="run folder (default runs/<model-size>-<attn-res>)")
     checkpoints: str | None = flag(
@@ -327,12 +329,13 @@ class PrepareArgs:
     """`attnres prepare-data`'s flags, one field per flag (`hf_attnres.cli.prepare_data` builds its parser
     from them); the main job builds one directly."""
 
-    trust_remote_code: bool = trust_flag()
+    trust_remote_code: bool = trust_flag()  # --tokenizer DIR's own code (an auto_map)
+    # the text's source, one of three (none: the offline corpora)
     files: list[Path] | None = flag(
-        None, exclusive='source', nargs="+", type=Path, help="local .txt / .jsonl / .json files")
-    hub: str | None = flag(None, exclusive='source', metavar="NAME", help="Hugging Face Hub dataset name (online only)")
+        None, exclusive="source", nargs="+", type=Path, help="local .txt / .jsonl / .json files")
+    hub: str | None = flag(None, exclusive="source", metavar="NAME", help="Hugging Face Hub dataset name (online only)")
     chat: list[Path] | None = flag(
-        None, exclusive='source', nargs="+", type=Path, metavar="F",
+        None, exclusive="source", nargs="+", type=Path, metavar="F",
         help="instruction data: .jsonl files of chat (messages) or prompt/completion records")
     chat_template: Path | None = flag(
         None, type=Path, help="Jinja chat template file for --chat (default: the tokenizer's, else attnres' default)")

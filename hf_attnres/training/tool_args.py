@@ -1,14 +1,14 @@
-"""The flags of the training package's two small tools as dataclasses, one field per flag (hf_attnres/cli parses them; a
-test holds fields and flags equal): `attnres plan-memory` (over `memory_plan`) and the depth-diagnostics plot (over
+"""The flags of the training package's two small tools as dataclasses, one field per flag (hf_attnres/cli parses them;
+each field declares its flag): `attnres plan-memory` (over `memory_plan`) and the depth-diagnostics plot (over
 `logs`, hf_attnres/cli/plot_diagnostics.py), with the rules that refuse a value beside the fields."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from .memory_plan import PRESETS
 from ..utils.flags import flag
 from ..utils.refusals import below
+from .memory_plan import PRESETS
 
 DEFAULT_CONTEXT = 32768  # tokens per sequence a plan assumes, unless the model's positions are fewer
 

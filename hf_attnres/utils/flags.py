@@ -3,9 +3,11 @@ metavar, group), and `parser_for` builds the argparse parser from the fields, so
 apart. Also the argparse types and checks shared by the commands, so a bad flag is argparse's one `error:` line naming
 it (exit 2) before any work: a seed numpy cannot take, a size the kernels cannot use, an output file that is a folder.
 
-Why not transformers' HfArgumentParser: it cannot express the commands' positional arguments, mutually exclusive
-groups, argument groups in `--help`, `action="append"`, suppressed flags or aliases such as `--local_rank`, and its bool
-fields take an optional value (`--force false`) where the commands take plain switches."""
+Why not transformers' HfArgumentParser: it sets each flag's `type` from the annotation, over a validator given in the
+metadata (the seed range, `multiple_of`); it names every flag twice (`--max_steps, --max-steps` in `--help`); its bool
+flags take an optional value (`--force false`); a list is always `nargs="+"` (no `action="append"`); and it has no
+positional arguments, no mutually exclusive groups and one `--help` section per dataclass, where the commands use all
+three."""
 from __future__ import annotations
 
 import argparse
@@ -51,15 +53,19 @@ def check_output_file(parser: argparse.ArgumentParser, flag: str, path) -> None:
         parser.error(f"{flag} {path}: {parent} is a file, so the results cannot be written there")
 
 
-def flag(default=dataclasses.MISSING, *, factory=dataclasses.MISSING, names: tuple[str, ...] = (),
-         group: str | None = None, exclusive: str | None = None, positional: bool = False, **argparse_kwargs):
+def flag(default=dataclasses.MISSING, *, factory=dataclasses.MISSING, raw=dataclasses.MISSING,
+         names: tuple[str, ...] = (), group: str | None = None, exclusive: str | None = None, positional: bool = False,
+         **argparse_kwargs):
     """A dataclass field that is one flag of its command. `default` (or `factory`, for a list) is the field's default
-    and the flag's; a field with neither is a required flag, or a required positional argument. `names`: the option
+    and the flag's; a field with neither is a required flag, or a required positional argument, unless `raw` gives
+    the flag a default of its own: the text a command resolves before it builds the dataclass (a per-device size, a
+    comma list), so the field itself has none. `names`: the option
     strings when they are not `--field-name` (an alias, an underscore spelling). `group`: the `--help` section it is
     listed under; `exclusive`: a key shared by the flags of which at most one may be given. `positional`: an argument
     without a dash, named by the field. The rest go to argparse's add_argument as they are (help, type, choices,
-    metavar, nargs, action, and `default` for the raw value of a field that has none)."""
-    spec = dict(names=tuple(names), group=group, exclusive=exclusive, positional=positional, kwargs=argparse_kwargs)
+    metavar, nargs, action)."""
+    spec = dict(names=tuple(names), group=group, exclusive=exclusive, positional=positional, raw=raw,
+                kwargs=argparse_kwargs)
     return dataclasses.field(default=default, default_factory=factory, metadata={"flag": spec})
 
 
@@ -105,14 +111,12 @@ def parser_for(typed, description: str | None = "", **parser_kwargs) -> argparse
                 exclusive[spec["exclusive"]] = container.add_mutually_exclusive_group()
             container = exclusive[spec["exclusive"]]
         kwargs = dict(spec["kwargs"])
-        default = field_default(field)
+        default = field_default(field) if spec["raw"] is dataclasses.MISSING else spec["raw"]
         if spec["positional"]:
             if default is not dataclasses.MISSING:
                 kwargs["default"] = default
         elif default is dataclasses.MISSING:
-            # a field without a default: a required flag, unless the flag has a default of its own (the raw text a
-            # command resolves before it builds the dataclass, e.g. a device-dependent size)
-            kwargs.update(dest=field.name, required="default" not in kwargs)
+            kwargs.update(dest=field.name, required=True)
         else:
             kwargs.update(dest=field.name, default=default)
         container.add_argument(*option_strings(field), **kwargs)

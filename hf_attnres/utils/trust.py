@@ -12,8 +12,9 @@ config and model).
 
 API for every command that loads a folder (compare, train --init-from, convert, push-to-hub, export, plan-memory):
 
-    from hf_attnres.utils.trust import load_kwargs, add_trust_flag
-    add_trust_flag(parser)                                          # --trust-remote-code, default off
+    from hf_attnres.utils.flags import trust_flag
+    from hf_attnres.utils.trust import load_kwargs
+    trust_remote_code: bool = trust_flag()                         # a command's field: --trust-remote-code, off
     model = AutoModelForCausalLM.from_pretrained(folder, **load_kwargs(folder, args.trust_remote_code))
     tokenizer = AutoTokenizer.from_pretrained(folder, **load_kwargs(folder, args.trust_remote_code))
 
@@ -110,7 +111,3 @@ def load_kwargs(folder, trust_remote_code: bool) -> dict:
 
 TRUST_HELP = ("run code that a model folder carries (an auto_map naming its own modules); off by default: only this "
               "package's and transformers' own classes load")
-
-
-def add_trust_flag(parser) -> None:
-    parser.add_argument(TRUST_FLAG, action="store_true", help=TRUST_HELP)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import hf_attnres
-from hf_attnres.utils.flags import field_default, flag, flag_spec, option_strings, parser_for
+from hf_attnres.utils.flags import field_default, flag_spec, option_strings
 
 PACKAGE = Path(hf_attnres.__file__).parent
 
@@ -66,7 +66,7 @@ TYPED = {  # command module (hf_attnres/cli) -> its dataclass
     "plot_diagnostics": "hf_attnres.training.tool_args:DiagnosticsPlotArgs",
     "caching_table": "hf_attnres.pipeline.caching_args:CachingArgs",
     "gpu_evidence": "hf_attnres.bench.args:EvidenceArgs",
-    "repair_folder": "hf_attnres.folders.repair:RepairArgs",
+    "repair_folder": "hf_attnres.cli.repair_folder:RepairArgs",
     "bench_inkling2": "hf_attnres.bench.args:BenchInkling2Args",
 }
 
@@ -89,7 +89,7 @@ def minimal_argv(command: str) -> list[str]:
     argv = []
     for field in fields_of(command):
         spec = flag_spec(field)
-        if field_default(field) is not dataclasses.MISSING or "default" in spec["kwargs"]:
+        if field_default(field) is not dataclasses.MISSING or spec["raw"] is not dataclasses.MISSING:
             continue
         choices = spec["kwargs"].get("choices")
         value = str(next(iter(choices))) if choices else "x"
@@ -111,7 +111,7 @@ def test_the_defaults_parse_into_the_dataclass(command):
     args = typed(**vars(parser_of(command).parse_args(minimal_argv(command))))
     for field in fields_of(command):
         spec = flag_spec(field)
-        expected = spec["kwargs"]["default"] if "default" in spec["kwargs"] else field_default(field)
+        expected = field_default(field) if spec["raw"] is dataclasses.MISSING else spec["raw"]
         if expected is not dataclasses.MISSING:
             assert getattr(args, field.name) == expected, field.name
 
@@ -144,30 +144,10 @@ def test_exclusive_flags_are_refused_together(capsys):
     assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
-def test_parser_for_builds_what_the_fields_declare():
-    @dataclasses.dataclass
-    class Example:
-        path: Path = flag(positional=True, type=Path, help="a path")
-        count: int = flag(3, type=int, group="numbers", help="how many")
-        tags: list[str] = flag(factory=list, action="append", help="a tag")
-        quiet: bool = flag(False, action="store_true", exclusive="noise", help="say less")
-        loud: bool = flag(False, action="store_true", exclusive="noise", help="say more")
-        rank: int | None = flag(None, names=("--local_rank", "--local-rank"), type=int, help=argparse.SUPPRESS)
-
-    parser = parser_for(Example, "an example")
-    assert Example(**vars(parser.parse_args(["p"]))) == Example(Path("p"), 3, [], False, False, None)
-    parsed = Example(**vars(parser.parse_args(["p", "--count", "5", "--tags", "a", "--tags", "b", "--local_rank=1"])))
-    assert (parsed.count, parsed.tags, parsed.rank) == (5, ["a", "b"], 1)
-    assert [g.title for g in parser._action_groups][-1] == "numbers"
-    with pytest.raises(SystemExit):
-        parser.parse_args(["p", "--quiet", "--loud"])
-    with pytest.raises(SystemExit):
-        parser.parse_args([])
-
-
 def test_no_command_module_adds_arguments_by_hand():
     """Flags are declared once, on the dataclass fields: no module of the package outside utils/flags.py (the
-    builder) calls add_argument, except the development scripts' parsers, which have no dataclass."""
+    builder) calls add_argument, except the development scripts' parsers (utils/modular.py, utils/families_doc.py),
+    which have no dataclass."""
     calls = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text())
@@ -175,7 +155,7 @@ def test_no_command_module_adds_arguments_by_hand():
                  and node.attr == "add_argument"]
         if found:
             calls[str(path.relative_to(PACKAGE))] = found
-    assert set(calls) <= {"utils/flags.py", "utils/trust.py", "utils/modular.py", "utils/families_doc.py"}, calls
+    assert set(calls) <= {"utils/flags.py", "utils/modular.py", "utils/families_doc.py"}, calls
 
 
 def test_every_command_line_in_cli_is_typed():
