@@ -1,5 +1,6 @@
-"""The first run of attnres, `attnres demo` (scripts/demo.py): a tiny Kimi Linear AttnRes model fit briefly to a toy
-sequence, saved and reloaded, generating, and where each sub-layer looks over depth (printed, optionally plotted)."""
+"""The first run of attnres, `attnres demo` (scripts/demo.py): a tiny AttnRes model of any family (`--family`, Llama
+by default) fit briefly to a toy sequence, saved and reloaded, generating, and where each sub-layer looks over depth
+(printed, optionally plotted)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ import torch
 from tqdm import trange
 
 from ..core.depth_layout import MIX_POINTS, OUTPUT_POINT, DepthLayout
-from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+from ..families.registry import family_classes
 from ..folders.model_folder import load as load_model_folder
 from ..folders.model_folder import save as save_model_folder
 from ..utils.tiny import tiny_config
@@ -92,9 +93,10 @@ def plot_weights(weights, config, path: str) -> None:
 def demo(args: DemoArgs) -> None:
     """Build, fit, save and reload, generate, then print (and with args.plot draw) the depth weights."""
     torch.manual_seed(args.seed)
-    config = tiny_config(args.mode, args.block_size, args.layers, family="kimi_linear")
-    model = KimiLinearAttnResForCausalLM(config)
-    print(f"{args.mode} AttnRes, {args.layers} layers, {config.attn_res_num_blocks} block(s), "
+    config = tiny_config(args.mode, args.block_size, args.layers, family=args.family)
+    model_class = family_classes(args.family)[1]
+    model = model_class(config)
+    print(f"{args.family} {args.mode} AttnRes, {args.layers} layers, {config.attn_res_num_blocks} block(s), "
           f"{sum(p.numel() for p in model.parameters()):,} parameters")
     with torch.no_grad():  # a first forward before the progress bar: a first-time kernel build says so and its
         model(torch.arange(3, 7).unsqueeze(0))  # minutes are not a bar stuck at 0; no RNG drawn
@@ -102,7 +104,7 @@ def demo(args: DemoArgs) -> None:
 
     with tempfile.TemporaryDirectory() as folder:  # the save/load round trip users do with the Hub
         save_model_folder(model, folder)
-        model = load_model_folder(folder, model_class=KimiLinearAttnResForCausalLM).eval()
+        model = load_model_folder(folder, model_class=model_class).eval()
 
     prompt = toy_batch(config.vocab_size, batch=1, length=8)
     generated = model.generate(prompt, max_new_tokens=args.new_tokens, do_sample=False)

@@ -30,3 +30,13 @@ def test_demo_prints_and_plots_the_points_own_names(tmp_path, capsys, mode):
     else:
         assert "L0.attn=" in lines["layer 0 mlp"] and "L1.mlp=" in lines["output"]
     assert plot.is_file() and plot.stat().st_size > 0
+
+
+@pytest.mark.parametrize("family", [None, "qwen3"])
+def test_demo_builds_the_family_asked_for_and_llama_when_none_is(capsys, family):
+    args = DemoArgs(mode="block", block_size=1, layers=2, steps=0, new_tokens=1, plot=None, seed=0)
+    if family is not None:
+        args.family = family
+    demo(args)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"{family or 'llama'} block AttnRes, 2 layers"), first
