@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from ..core.cache_arg import CACHE_ARG, cache_kwargs
 from ..core.mix_point import MixSettings
-from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+from ..families.registry import family_classes, family_of_model_type
 from ..folders.atomic_io import write_json_atomic
 from ..kernels.mix.cpu_fused import load_extension
 from ..utils.tiny import tiny_config
@@ -51,7 +51,8 @@ def build_model(args: BenchModelArgs, mode):
     if args.device == "cpu" and config.resolved_backend() in ("auto", "cpp"):
         load_extension()  # the fused CPU kernel (built or loaded from its cache) before any measured run
     torch.manual_seed(0)  # same shared weights in every mode
-    return KimiLinearAttnResForCausalLM(config).to(device=args.device, dtype=getattr(torch, args.dtype))
+    model_class = family_classes(family_of_model_type(config.model_type))[1]
+    return model_class(config).to(device=args.device, dtype=getattr(torch, args.dtype))
 
 
 def synchronize(device):

@@ -84,10 +84,10 @@ def count_params(config) -> tuple[int, int]:
     """(all parameters, parameters that cost matmul FLOPs per token: all but the input embedding)."""
     import torch
 
-    from ..families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+    from ..families.registry import family_classes, family_of_model_type
 
-    with torch.device("meta"):
-        model = KimiLinearAttnResForCausalLM(config)
+    with torch.device("meta"):  # the causal LM of the config's own family
+        model = family_classes(family_of_model_type(config.model_type))[1](config)
     total = sum(p.numel() for p in model.parameters())
     return total, total - model.get_input_embeddings().weight.numel()
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.depth_layout import DepthLayout
-from ..families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from ..families.kimi_linear.model_size import ParameterCounts, count_parameters, kda_params, mla_params, moe_params  # noqa: F401
 from ..families.registry import SUPPORTED, family_classes, family_of_model_type
 from ..folders.checkpoint_files import read_json_file
@@ -85,7 +84,7 @@ FAMILY_PARTS = (("embed_tokens", "embedding"), ("lm_head", "lm_head"), ("_res_",
 def plan_counts(config) -> ParameterCounts:
     """Parameter counts of a config of any family: Kimi Linear's in closed form, the others' from their model built on
     the meta device (a tied lm_head is the embedding: 0)."""
-    if isinstance(config, KimiLinearAttnResConfig):
+    if family_of_model_type(config.model_type) == "kimi_linear":
         return count_parameters(config)
     import torch
 
@@ -105,19 +104,19 @@ def plan_counts(config) -> ParameterCounts:
     return counts
 
 
-def depth_bank_bytes(c: KimiLinearAttnResConfig, batch: int, tokens: int, dtype_bytes: int = 2) -> int:
-    """The AttnRes sources alive at the output mix (the most at any point of a forward) for `tokens` tokens of each of
-    `batch` sequences: the embedding, the completed blocks and the running partial sum (block mode), every sub-layer
-    output (full mode), or one stream (standard). A forward over T tokens holds this for T; a chunked prefill
-    (`prefill_chunk_size`) for one chunk; a decode step for one token."""
+def depth_bank_bytes(c, batch: int, tokens: int, dtype_bytes: int = 2) -> int:
+    """The AttnRes sources alive at the output mix (the most at any point of a forward; `c`: an AttnRes config of any
+    family) for `tokens` tokens of each of `batch` sequences: the embedding, the completed blocks and the running
+    partial sum (block mode), every sub-layer output (full mode), or one stream (standard). A forward over T tokens
+    holds this for T; a chunked prefill (`prefill_chunk_size`) for one chunk; a decode step for one token."""
     return max_sources(c) * batch * tokens * c.hidden_size * dtype_bytes
 
 
-def max_sources(c: KimiLinearAttnResConfig) -> int:
+def max_sources(c) -> int:
     return DepthLayout.of(c).sources_before_layers()[-1]
 
 
-def pipeline_boundaries(c: KimiLinearAttnResConfig, stages: int, micro_batch: int, seq_len: int,
+def pipeline_boundaries(c, stages: int, micro_batch: int, seq_len: int,
                         dtype_bytes: int = 2) -> list[tuple[int, int, int]]:
     """(decoder layer the boundary precedes, source tensors crossing it, bytes per micro-batch per direction) for
     decoder layers split evenly over `stages` stages: the minimum `hf_attnres.pipeline.comms` measures traffic
