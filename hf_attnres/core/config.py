@@ -9,9 +9,15 @@ package also checks the family's own sizes, signs, finite values, activation and
 import functools
 import math
 
+from hf_attnres.core.versions import REPAIR_COMMAND
+
 ATTN_RES_MODES = ("standard", "block", "full")
 ATTN_RES_BACKENDS = ("auto", "torch", "triton", "cpp")
 ATTN_RES_SCORES = ("softmax", "sigmoid")
+# The config properties naming features whose code this copy was generated without: a saved folder ships a feature's
+# code only where its config uses it (hf_attnres/folders/remote_code.py writes the tuple into the folder's copy), the
+# package has all. A config asking for one is refused: the folder's code would not compute it
+ATTN_RES_GENERATED_WITHOUT = ()
 
 # name: (annotation, default); docs/PYTHON.md documents them. Annotations are strings (as under
 # `from __future__ import annotations`): `@strict` then leaves their types to `check_attn_res_types`, which names the
@@ -52,6 +58,10 @@ class AttnResConfigChecks:
             raise ValueError(f"attn_res_backend must be one of {ATTN_RES_BACKENDS}, got {self.attn_res_backend!r}")
         self.check_attn_res_ablations()
         self.check_attn_res_gated_read()
+        for feature in ATTN_RES_GENERATED_WITHOUT:
+            if getattr(self, feature):
+                raise ValueError(f"{feature} is set (config.json), but this folder's code was generated for a config "
+                                 f"without it: regenerate the code with `{REPAIR_COMMAND}`")
 
     def check_attn_res_gated_read(self):
         """The gated read (`hf_attnres.core.gated_read`) reads the depth sources of a block or full layout through
@@ -227,5 +237,5 @@ def check_attn_res_types(config) -> None:
             raise ValueError(f"{field} must be a string, got {value!r} ({type(value).__name__})")
 
 
-__all__ = ["AttnResConfigMixin", "AttnResConfigChecks", "ATTN_RES_FIELDS", "ATTN_RES_MODES", "ATTN_RES_BACKENDS",
-           "ATTN_RES_SCORES", "check_attn_res_types"]
+__all__ = ["AttnResConfigMixin", "AttnResConfigChecks", "ATTN_RES_FIELDS", "ATTN_RES_GENERATED_WITHOUT",
+           "ATTN_RES_MODES", "ATTN_RES_BACKENDS", "ATTN_RES_SCORES", "check_attn_res_types"]

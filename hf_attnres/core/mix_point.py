@@ -3,19 +3,17 @@
 Kimi K3's tensors, on the module that owns the point: `{point}_res_norm` (the keys' RMSNorm gain) and
 `{point}_res_proj` (the pseudo-query). The paper's ablations (config switches `attn_res_static_mixing`,
 `attn_res_score`, `attn_res_key_norm`) own other tensors and mix through the plain PyTorch reference op
-(`hf_attnres.kernels.mix.variants`); with every switch at its default the model, its tensor names and its fast paths are
-untouched.
+(`hf_attnres.core.ablations`, which registers them here); with every switch at its default the model, its tensor
+names and its fast paths are untouched.
 """
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from hf_attnres.core.depth_layout import DepthLayout
 from hf_attnres.core.gated_read import add_gate, gated_read
 from hf_attnres.core.offload import onloaded
 from hf_attnres.kernels.mix.depth_mix import AttnResDepthMix
-from hf_attnres.kernels.mix.variants import attn_res_variant
 
 
 @dataclass(frozen=True)
@@ -83,10 +81,14 @@ class AttnResMixing:
     when it is another formula (Gemma's `(1 + weight)`), applied after the mix as its own module."""
 
     fusable_norm: type | None = None
+    # The paper's ablations (hf_attnres.core.ablations, which sets them at its import): `ablation_point(owner, point,
+    # config)` adds an ablated point's tensors, `ablation_mix(owner, point, sources, weights, out_norm)` mixes them.
+    # None where that module is not loaded: a saved folder generated for a config that ablates nothing
+    ablation_point = ablation_mix = None
 
     def add_mix_point(self, point: str, config) -> None:
-        if config.attn_res_ablation:  # the paper's ablations own other tensors (below)
-            return add_ablation_point(self, point, config)
+        if config.attn_res_ablation:  # the paper's ablations own other tensors
+            return self.ablation_point(self, point, config)
         setattr(self, f"{point}_res_norm", DepthKeyNorm(config.hidden_size, eps=config.rms_norm_eps))
         setattr(self, f"{point}_res_proj", PseudoQuery(config.hidden_size))
         if "attn_res_mix" not in self._modules:  # the owner's points share one (stateless) kernelizable mix
@@ -136,7 +138,7 @@ class AttnResMixing:
         if settings.ablation:  # the paper's ablations: a plain PyTorch reference op, no fused kernel
             if settings.gated:  # not an ablation: the stream plus the gated mix (hf_attnres.core.gated_read)
                 return gated_read(self, point, sources, weights, out_norm)
-            return mix_ablation(self, point, sources, weights, out_norm)
+            return self.ablation_mix(self, point, sources, weights, out_norm)
         if len(sources) == 1:
             return self.single_source_mix(point, sources[0], weights, out_norm, settings)
         # only the family's own RMSNorm is fused: a replaced norm module keeps its forward
@@ -165,66 +167,13 @@ class AttnResMixing:
         return mixed if out_norm is None or fused else out_norm(mixed)
 
 
-# --- the paper's ablations -----------------------------------------------------------------------------------------
-
 class DepthLogits(nn.Module):
-    """Static mixing: one learned logit per depth source of a mix point (`weight` [n]). Zero at init: uniform mix."""
+    """Static mixing (a paper ablation, hf_attnres.core.ablations): one learned logit per depth source of a mix point
+    (`weight` [n]). Zero at init: uniform mix. Here, beside the other tensors, for `_init_weights`."""
 
     def __init__(self, num_sources: int):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(num_sources))
 
 
-def add_ablation_point(owner: nn.Module, point: str, config) -> None:
-    """The tensors of an ablated mix point, under K3's naming: `{point}_res_logits` (static mixing) or
-    `{point}_res_proj` (the pseudo-query) with `{point}_res_norm` unless the key norm is ablated."""
-    if config.attn_res_static_mixing:
-        index = getattr(owner, "layer_idx", config.num_hidden_layers)
-        setattr(owner, f"{point}_res_logits", DepthLogits(DepthLayout.of(config).num_sources(index, point)))
-        return
-    if config.attn_res_key_norm:
-        setattr(owner, f"{point}_res_norm", DepthKeyNorm(config.hidden_size, eps=config.rms_norm_eps))
-    setattr(owner, f"{point}_res_proj", PseudoQuery(config.hidden_size))
-
-
-def single_source(source, logits, query, norm, weights, out_norm):
-    """The mix over one source is the source. While autograd records, it is multiplied by a softmax over one score
-    of the point's own tensors: exactly 1.0, derivative exactly 0, so every parameter takes part in the graph
-    (DDP without find_unused_parameters), as in `AttnResMixing.single_source_mix`."""
-    if torch.is_grad_enabled():
-        score = logits.weight.float().sum() if logits is not None else query.float().sum()
-        if norm is not None:
-            score = score + norm.weight.float().sum()
-        source = source * score.reshape(1).softmax(0).to(source.dtype)
-    if weights is not None:
-        weights.append(source.new_ones(*source.shape[:-1], 1, dtype=torch.float32))
-    return source if out_norm is None else out_norm(source)
-
-
-def mix_ablation(owner: nn.Module, point: str, sources, weights: list | None, out_norm=None) -> torch.Tensor:
-    """`AttnResMixing.mix` for an ablated config: the reference op, then `out_norm` (not fused: there is no kernel)."""
-    config = owner.config
-    if config.resolved_backend() == "triton":
-        raise ValueError("backend 'triton': the fused kernels do not implement the ablations "
-                         "(attn_res_static_mixing / attn_res_score / attn_res_key_norm); use auto or torch")
-    logits = getattr(owner, f"{point}_res_logits", None)
-    norm = getattr(owner, f"{point}_res_norm", None)
-    query = None if logits is not None else owner.res_query(point)
-    if len(sources) == 1:  # one source: the identity, in every variant (as K3 and the default mix skip it)
-        return single_source(sources[0], logits, query, norm, weights, out_norm)
-    mixed = attn_res_variant(
-        sources, query=query, norm_weight=None if norm is None else norm.weight,
-        eps=config.rms_norm_eps, logits=None if logits is None else logits.weight, score=config.attn_res_score,
-        return_weights=weights is not None,
-    )
-    if weights is not None:
-        mixed, probs = mixed
-        weights.append(probs)
-    return mixed if out_norm is None else out_norm(mixed)
-
-
-__all__ = [
-    "MixSettings", "PseudoQuery",
-    "DepthKeyNorm", "DepthLogits", "AttnResMixing", "add_ablation_point", "mix_ablation",
-    "single_source",
-]
+__all__ = ["MixSettings", "PseudoQuery", "DepthKeyNorm", "DepthLogits", "AttnResMixing"]

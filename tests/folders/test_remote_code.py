@@ -96,6 +96,38 @@ def test_a_llama_block_folder_is_four_files_under_its_bound(tmp_path):
 FOLDER_BYTES = 92_000
 
 
+def test_a_folder_ships_the_ablations_only_where_its_config_uses_them(tmp_path):
+    """An ablated Llama Block folder carries the ablations' code and gives the package's logits without it; a plain
+    one does not carry it, and refuses in one line, before any weight is read, a config.json edited to ablate."""
+    import json
+
+    from tests.data.unchanged.record import build, config_fields
+    from tests.data.unchanged.record import ids as recorded_ids
+    from tests.helpers.remote_loading import block_packages
+
+    ids = recorded_ids()
+    models = {"plain": build("llama", config_fields("llama", "block")),
+              "ablated": build("llama", config_fields("llama", "block") | dict(attn_res_static_mixing=True))}
+    for name, model in models.items():
+        model.save_pretrained(tmp_path / name)
+    plain, ablated = ((tmp_path / name / f"{CORE_FILE}.py").stat().st_size for name in models)
+    assert ablated > plain
+    results = load_all_in_clean_process([tmp_path / name for name in models], ids, tmp_path / "run", tmp_path / "hf")
+    for (name, model), result in zip(models.items(), results):
+        with torch.no_grad():
+            torch.testing.assert_close(result["logits"], model(ids).logits, msg=name)
+    config_path = tmp_path / "plain" / "config.json"
+    config_path.write_text(json.dumps(json.loads(config_path.read_text()) | {"attn_res_score": "sigmoid"}))
+    child = ("import sys; from transformers import AutoConfig; "
+             "AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=True)")
+    env = {"PYTHONPATH": str(block_packages(tmp_path / "blocked")), "HF_HOME": str(tmp_path / "hf"),
+           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-c", child, str(tmp_path / "plain")], env=env, capture_output=True,
+                            text=True, timeout=300, stdin=subprocess.DEVNULL)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0 and "attn_res_ablation is set (config.json)" in last, result.stderr[-2000:]
+
+
 def test_a_name_two_files_share_is_imported_and_a_collision_is_named(tmp_path, monkeypatch):
     """Synthetic modules in two files: the later file imports the earlier one's names relatively and the files run;
     two modules of one file defining a name differently are refused, naming the file and both modules."""
@@ -104,7 +136,7 @@ def test_a_name_two_files_share_is_imported_and_a_collision_is_named(tmp_path, m
     texts = {"hf_attnres.core.synthetic_a": '"""A."""\nA = 1\n',
              "hf_attnres.core.synthetic_b": '"""B."""\nfrom hf_attnres.core.synthetic_a import A\n\nB = A + 1\n'}
     sources = {name: Source.read(name, text) for name, text in texts.items()}
-    monkeypatch.setattr(remote_code, "plan_groups", lambda module, sources: {
+    monkeypatch.setattr(remote_code, "plan_groups", lambda module, sources, features: {
         KERNELS_FILE: ["hf_attnres.core.synthetic_a"], CORE_FILE: ["hf_attnres.core.synthetic_b"]})
     monkeypatch.setattr(remote_code, "family_modules", lambda module: ())
     files = remote_code.generate("hf_attnres.families.x.modeling_x_attnres", sources)
@@ -116,7 +148,7 @@ def test_a_name_two_files_share_is_imported_and_a_collision_is_named(tmp_path, m
         forget_package("topic_package")
     clash = {"hf_attnres.core.synthetic_d": "X = 1\n", "hf_attnres.core.synthetic_e": "X = 2\n"}
     sources.update({name: Source.read(name, text) for name, text in clash.items()})
-    monkeypatch.setattr(remote_code, "plan_groups", lambda module, sources: {CORE_FILE: sorted(clash)})
+    monkeypatch.setattr(remote_code, "plan_groups", lambda module, sources, features: {CORE_FILE: sorted(clash)})
     with pytest.raises(GenerationError, match=rf"^{CORE_FILE}\.py: top-level name 'X'"):
         remote_code.generate("hf_attnres.families.x.modeling_x_attnres", sources)
 

@@ -191,7 +191,7 @@ def test_the_recorded_folders_of_an_older_version_repair_and_give_their_logits_w
         plan = repair_folder(folder)
         assert plan.needed and plan.family == family
         assert weight_hashes(folder) == before and (folder / "model.safetensors").stat().st_ino == inode
-        code = generated_files(family_classes(family)[1].__module__)
+        code = generated_files(family_classes(family)[1].__module__, json.loads((folder / "config.json").read_text()))
         assert {p.name for p in folder.glob("*.py")} == set(code)
         assert all((folder / name).read_text() == text for name, text in code.items())
         assert "AutoModel" in json.loads((folder / "config.json").read_text())["auto_map"]
