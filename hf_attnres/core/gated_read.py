@@ -12,8 +12,9 @@ norm; the reading norm sees the source model's input (to the rounding of summing
 a scaled one, so no epsilon changes (the Block / Full upcycle reads `h / n`, exact only to `n^2 * eps`).
 Why it learns at step 1: dL/dgate = dL/dx * m, and m is not zero (at a zero query it is `h / n`, the mean of the
 sources); the gate is per channel because the reading RMSNorm removes a common scale, so a scalar gate times
-`h / n` would get a gradient of (nearly) zero. The query and the key norm sit behind the gate: their gradient is
-exactly zero at step 0 and non-zero once the gate has moved (step 2), as a zero-initialised LoRA B lets A learn.
+`h / n` would get a gradient of (nearly) zero. The query sits behind the gate: its gradient is exactly zero at
+step 0 and non-zero once the gate has moved (step 2), as a zero-initialised LoRA B lets A learn; the key norm's, as
+in Block, once the query is off zero.
 The formula is AttnRes_PEFT's gated adapter (a zero-initialised gate times a depth-attention read, added to the
 standard stream; docs/MODELS.md cites it) placed at AttnRes's mix points over its depth sources.
 
@@ -54,10 +55,11 @@ def gated_read(owner: nn.Module, point: str, sources, weights: list | None, out_
         if weights is not None:
             mixed, probs = mixed
             weights.append(probs)
-        stream = sources[0]
+        # in fp32, as the mix is computed: a bf16 model's read rounds once, not at every source added
+        stream = sources[0].float()
         for source in sources[1:]:
-            stream = stream + source
-        hidden = stream + gate.weight.to(stream.dtype) * mixed
+            stream = stream + source.float()
+        hidden = (stream + gate.weight.float() * mixed.float()).to(sources[0].dtype)
     return hidden if out_norm is None else out_norm(hidden)
 
 
