@@ -1,4 +1,4 @@
-"""Train a model of any family (Kimi Linear by default, or --family / --config / --init-from's) with standard
+"""Train a model of any family (Llama by default, or --family / --config / --init-from's) with standard
 residuals or Attention Residuals (block / full) on a prepared dataset.
 
 One process (CPU or GPU):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..families.upcycle import UPCYCLE_MODES
 from ..utils.flags import flag, trust_flag
 from ..utils.refusals import combined, needs
 from .hub import DEFAULT_LICENSE
@@ -24,7 +25,7 @@ class ConvertArgs:
         None, positional=True, nargs="?", type=Path, help="folder to create (must not exist, unless --force)")
     to: str = flag("hf", choices=("hf", "moonshot"), help="output layout (default: hf)")
     upcycle: str | None = flag(
-        None, choices=("block", "full"),
+        None, choices=UPCYCLE_MODES,
         help="turn a standard-residual checkpoint into "
         "Block or Full AttnRes, pseudo-queries zero (the start of AttnRes fine-tuning)")
     block_size: int | None = flag(
