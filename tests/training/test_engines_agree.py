@@ -31,13 +31,13 @@ from tests.helpers.train_fixtures import REPO, train_args, train_losses
 pytestmark = pytest.mark.slow
 STEPS = 4
 RECIPE = dict(lr=3e-3, res_proj_lr=1e-2, warmup_steps=1, min_lr_ratio=0.1, weight_decay=0.1, grad_clip=1.0, seed=0)
-TRAIN = dict(model_size="tiny", max_steps=STEPS, eval_every=0, diagnostics_every=0, save_every=0,
+TRAIN = dict(model_size="tiny", family="kimi_linear", max_steps=STEPS, eval_every=0, diagnostics_every=0, save_every=0,
              no_final_model=True, **RECIPE)
 TOLERANCE = dict(rel=1e-5, abs=0)
 # Global batch 4 sequences everywhere: micro-batch x accumulation x data-parallel processes
 ZERO_FLAGS = {1: dict(micro_batch_size=2), 2: dict(micro_batch_size=1, grad_accum=2), 3: dict(micro_batch_size=2)}
 DOCUMENTED_FSDP2 = ["accelerate", "launch", "--config_file", "configs/accelerate/fsdp2_cpu.yaml", "scripts/train.py",
-                    "--model-size", "tiny", "--micro-batch-size", "2"]
+                    "--model-size", "tiny", "--family", "kimi_linear", "--micro-batch-size", "2"]
 
 
 def cli(flags: dict) -> list[str]:
@@ -104,7 +104,7 @@ def engines(data, train, tmp_path_factory):
     # FSDP2 exactly as docs/TRAINING.md launches it (+ a free port, the tiny data and this test's recipe flags)
     launch = [sys.executable, "-m", "accelerate.commands.launch", *DOCUMENTED_FSDP2[2:4],
               "--main_process_port", str(free_port()), *DOCUMENTED_FSDP2[4:]]
-    extra = {k: v for k, v in TRAIN.items() if k != "model_size"}
+    extra = {k: v for k, v in TRAIN.items() if k not in ("model_size", "family")}
     run([*launch, *train_args(data, out["fsdp2"], model_size=None, micro_batch_size=None, **extra)], env)
     return {name: (losses(name, folder), recorded_recipe(name, folder)) for name, folder in out.items()}
 
