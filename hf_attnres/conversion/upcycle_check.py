@@ -52,7 +52,13 @@ def eps_scaled_copy(source, upcycled):
 
 @torch.no_grad()
 def tolerance(source, upcycled, input_ids, attention_mask=None) -> float:
-    """The logit tolerance stated from the epsilon argument (module docstring), on these inputs."""
+    """The logit tolerance stated from the epsilon argument (module docstring), on these inputs. A gated-read upcycle
+    (`hf_attnres.core.gated_read`) reads the standard stream itself, summed from its n sources in another order: its
+    delta_p is that rounding, n * eps(dtype), propagated the same way."""
+    if getattr(upcycled.config, "attn_res_gated_read", False):
+        unit = torch.finfo(next(upcycled.parameters()).dtype).eps
+        logits = source(input_ids, attention_mask=attention_mask).logits
+        return 4 * sum(n * unit for _, n in reading_norms(upcycled)) * float(logits.abs().max())
     deltas, handles = [], []
     for name, n in reading_norms(upcycled):
         module = source.get_submodule(name)

@@ -144,6 +144,25 @@ def test_convert_upcycles_a_family_folder_as_the_python_call_does(tmp_path, caps
         assert torch.equal(loaded(ids).logits, hf_attnres.upcycle(source, "block", 2)(ids).logits)
 
 
+@pytest.mark.parametrize("family", ["qwen3", "gemma3_text"])
+def test_convert_upcycles_to_the_gated_read_and_checks_it_to_rounding(family, tmp_path, capsys):
+    """`--upcycle gated` writes the Python call's model; `--check` judges it against the rounding of the gated read
+    (it reads the standard stream itself), not Block's epsilon bound, which a tiny model's activations make
+    inconclusive."""
+    source = source_model(family)
+    source.save_pretrained(tmp_path / "in")
+    code = convert_main([str(tmp_path / "in"), str(tmp_path / "out"), "--upcycle", "gated", "--block-size", "2",
+                         "--check", "--no-progress"])
+    assert code == 0, capsys.readouterr().err  # --check passed: within a conclusive tolerance
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    assert loaded.config.attn_res_gated_read and loaded.config.attn_res_mode == "block"
+    ids = random_ids()
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, hf_attnres.upcycle(source, "gated", 2)(ids).logits)
+    report = compare(source, loaded, ids)
+    assert report["max_abs_diff"] <= report["tolerance"] <= 1e-3 * report["max_abs_logit"], report
+
+
 def test_convert_refusals_name_the_reason_and_write_nothing(tmp_path, capsys):
     source_model("llama").save_pretrained(tmp_path / "llama")
     GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
