@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..folders.checkpoint_files import CheckpointFileError, check_model_folder
 from ..utils.safe_paths import interrupt_signal, settle_interrupted, signals_interrupt
-from ..utils.tiny import tiny_config
+from ..utils.tiny import DEFAULT_FAMILY, tiny_config
 from . import hub
 from .args import ConvertArgs, PushArgs
 from .errors import ConversionError
@@ -90,8 +90,13 @@ def push_to_hub(args: PushArgs) -> int:
     without --repo-id or with --dry-run only build it; without --model package a tiny demo model."""
     if args.model is None:
         args = replace(args, model=DEMO_MODEL, force=True)
-        random_model(tiny_config("block", 2, family="kimi_linear")).save_pretrained(args.model)
-        print(f"wrote a tiny demo model to {args.model}")
+        import torch
+
+        from ..families.registry import family_classes
+
+        torch.manual_seed(0)  # the default family's tiny Block AttnRes model, as `tiny_config` builds it
+        family_classes(DEFAULT_FAMILY)[1](tiny_config("block", 2, family=DEFAULT_FAMILY)).save_pretrained(args.model)
+        print(f"wrote a tiny demo {DEFAULT_FAMILY} model to {args.model}")
     try:  # every input checked before the build (the model folder, the repository id)
         check_model_folder(args.model, "--model")
         if args.repo_id is not None:
