@@ -23,7 +23,7 @@ import warnings
 import torch
 
 from ..kernels.mix.layers import kernelize_model, register_kernels
-from . import ablations  # noqa: F401  (the paper's ablations register themselves on the mix points)
+from . import ablations, gated_point  # noqa: F401  (the features that hook themselves onto the model classes)
 from .buildable import decoder_parameters, refuse_unbuildable
 from .config import ATTN_RES_BACKENDS, AttnResConfigChecks, AttnResConfigMixin
 from .config_checks import check_family_fields, check_init_kwargs

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hf_attnres.core.gated_read import add_gate, gated_read
 from hf_attnres.core.offload import onloaded
 from hf_attnres.kernels.mix.depth_mix import AttnResDepthMix
 
@@ -85,6 +84,10 @@ class AttnResMixing:
     # config)` adds an ablated point's tensors, `ablation_mix(owner, point, sources, weights, out_norm)` mixes them.
     # None where that module is not loaded: a saved folder generated for a config that ablates nothing
     ablation_point = ablation_mix = None
+    # The gated read (hf_attnres.core.gated_read, hooked here by hf_attnres.core.gated_point at its import):
+    # `gate_point(owner, point, config)` adds a point's gate, `gated_mix(owner, point, sources, weights, out_norm)`
+    # reads through it. None where it is not loaded: a saved folder generated for a config without the gated read
+    gate_point = gated_mix = None
 
     def add_mix_point(self, point: str, config) -> None:
         if config.attn_res_ablation:  # the paper's ablations own other tensors
@@ -94,7 +97,7 @@ class AttnResMixing:
         if "attn_res_mix" not in self._modules:  # the owner's points share one (stateless) kernelizable mix
             self.attn_res_mix = AttnResDepthMix()
         if config.attn_res_gated_read:
-            add_gate(self, point, config)
+            self.gate_point(self, point, config)
 
     def res_query(self, point: str) -> torch.Tensor:
         """The pseudo-query vector [hidden] of `point`. When an adapter library has wrapped the `PseudoQuery` (PEFT
@@ -137,7 +140,7 @@ class AttnResMixing:
         settings = settings or MixSettings.of(self.config)
         if settings.ablation:  # the paper's ablations: a plain PyTorch reference op, no fused kernel
             if settings.gated:  # not an ablation: the stream plus the gated mix (hf_attnres.core.gated_read)
-                return gated_read(self, point, sources, weights, out_norm)
+                return self.gated_mix(self, point, sources, weights, out_norm)
             return self.ablation_mix(self, point, sources, weights, out_norm)
         if len(sources) == 1:
             return self.single_source_mix(point, sources[0], weights, out_norm, settings)

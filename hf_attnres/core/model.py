@@ -22,7 +22,6 @@ from transformers.utils.output_capturing import capture_outputs, selected_hidden
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from hf_attnres.core.cache_arg import CACHE_ARG, cache_kwargs, given_cache, takes_old_cache_name
 from hf_attnres.core.chunked_prefill import chunked_causal_lm_forward
-from hf_attnres.core.gated_read import DepthGate
 from hf_attnres.core.input_checks import check_chunk_size, check_dtypes, check_values, widened
 from hf_attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
 
@@ -301,6 +300,9 @@ class AttnResPreTrainedMixin:
     # the AttnRes models read token ids only, whatever the family's PreTrainedModel lists (Gemma 3's lists images: it
     # is shared with the multimodal model)
     input_modalities = ("text",)
+    # the AttnRes tensors that start at zero, without a random draw (a feature's module adds its own at its import:
+    # hf_attnres.core.gated_point)
+    zero_init = (PseudoQuery, DepthLogits)
 
     def post_init(self):
         super().post_init()
@@ -320,7 +322,7 @@ class AttnResPreTrainedMixin:
             # standard run's)
             init.normal_(module.weight, std=self.config.attn_res_query_init_std)
             return
-        if isinstance(module, (PseudoQuery, DepthLogits, DepthGate)):
+        if isinstance(module, self.zero_init):
             init.zeros_(module.weight)  # no random draw first (see PseudoQuery.reset_parameters)
             return
         if isinstance(module, DepthKeyNorm):

@@ -56,7 +56,7 @@ CONFIG = f"{CORE}.config"
 # holding the feature (each registers itself on the classes at its import; no model module imports it). A folder
 # generated without one has the property's name in the config module's `ATTN_RES_GENERATED_WITHOUT`, so its config
 # refuses a config.json edited to use it
-FEATURES = {"attn_res_ablation": (f"{CORE}.ablations",)}
+FEATURES = {"attn_res_ablation": (f"{CORE}.ablations",), "attn_res_gated_read": (f"{CORE}.gated_point",)}
 ALL_FEATURES = frozenset(FEATURES)
 # What each file holds, the first line of its docstring (the family's files: filled in with its name)
 TOPICS = {
@@ -469,7 +469,12 @@ def features_of(config: dict | None) -> frozenset:
 
     fields = SimpleNamespace(**{name: default for name, (_, default) in ATTN_RES_FIELDS.items()})
     vars(fields).update({name: value for name, value in config.items() if name in ATTN_RES_FIELDS})
-    return frozenset(feature for feature in FEATURES if getattr(AttnResConfigChecks, feature).fget(fields))
+
+    def uses(feature: str) -> bool:  # a config field, or a property the config class derives from its fields
+        derived = getattr(AttnResConfigChecks, feature, None)
+        return bool(derived.fget(fields) if isinstance(derived, property) else getattr(fields, feature))
+
+    return frozenset(feature for feature in FEATURES if uses(feature))
 
 
 def generate(modeling_module: str, sources: dict | None = None, features: frozenset = ALL_FEATURES) -> dict[str, str]:

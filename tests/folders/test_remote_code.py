@@ -96,9 +96,14 @@ def test_a_llama_block_folder_is_four_files_under_its_bound(tmp_path):
 FOLDER_BYTES = 92_000
 
 
-def test_a_folder_ships_the_ablations_only_where_its_config_uses_them(tmp_path):
-    """An ablated Llama Block folder carries the ablations' code and gives the package's logits without it; a plain
-    one does not carry it, and refuses in one line, before any weight is read, a config.json edited to ablate."""
+@pytest.mark.parametrize("feature, fields", [
+    ("attn_res_ablation", dict(attn_res_static_mixing=True, attn_res_score="sigmoid")),
+    ("attn_res_gated_read", dict(attn_res_gated_read=True)),
+])
+def test_a_folder_ships_a_feature_only_where_its_config_uses_it(tmp_path, feature, fields):
+    """A Llama Block folder using a feature (the paper's ablations, the gated read) carries its code and gives the
+    package's logits without the package; a plain one does not carry it, and refuses in one line, before any weight
+    is read, a config.json edited to use it."""
     import json
 
     from tests.data.unchanged.record import build, config_fields
@@ -107,17 +112,17 @@ def test_a_folder_ships_the_ablations_only_where_its_config_uses_them(tmp_path):
 
     ids = recorded_ids()
     models = {"plain": build("llama", config_fields("llama", "block")),
-              "ablated": build("llama", config_fields("llama", "block") | dict(attn_res_static_mixing=True))}
+              "featured": build("llama", config_fields("llama", "block") | fields)}
     for name, model in models.items():
         model.save_pretrained(tmp_path / name)
-    plain, ablated = ((tmp_path / name / f"{CORE_FILE}.py").stat().st_size for name in models)
-    assert ablated > plain
+    plain, featured = ((tmp_path / name / f"{CORE_FILE}.py").stat().st_size for name in models)
+    assert featured > plain
     results = load_all_in_clean_process([tmp_path / name for name in models], ids, tmp_path / "run", tmp_path / "hf")
     for (name, model), result in zip(models.items(), results):
         with torch.no_grad():
             torch.testing.assert_close(result["logits"], model(ids).logits, msg=name)
     config_path = tmp_path / "plain" / "config.json"
-    config_path.write_text(json.dumps(json.loads(config_path.read_text()) | {"attn_res_score": "sigmoid"}))
+    config_path.write_text(json.dumps(json.loads(config_path.read_text()) | fields))
     child = ("import sys; from transformers import AutoConfig; "
              "AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=True)")
     env = {"PYTHONPATH": str(block_packages(tmp_path / "blocked")), "HF_HOME": str(tmp_path / "hf"),
@@ -125,7 +130,7 @@ def test_a_folder_ships_the_ablations_only_where_its_config_uses_them(tmp_path):
     result = subprocess.run([sys.executable, "-c", child, str(tmp_path / "plain")], env=env, capture_output=True,
                             text=True, timeout=300, stdin=subprocess.DEVNULL)
     last = result.stderr.strip().splitlines()[-1]
-    assert result.returncode != 0 and "attn_res_ablation is set (config.json)" in last, result.stderr[-2000:]
+    assert result.returncode != 0 and f"{feature} is set (config.json)" in last, result.stderr[-2000:]
 
 
 def test_a_name_two_files_share_is_imported_and_a_collision_is_named(tmp_path, monkeypatch):
