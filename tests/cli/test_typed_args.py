@@ -9,6 +9,7 @@ import argparse
 import ast
 import dataclasses
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,44 @@ def test_help_lists_every_field(command):
             continue
         shown = spec["kwargs"].get("metavar", field.name) if spec["positional"] else option_strings(field)[0]
         assert shown in text, field.name
+
+
+NUMBER_DEFAULT = re.compile(r"default:? (-?\d[\d.e+-]*)(?=[\s);,:]|$)")
+
+
+def effective_default(command: str, action: argparse.Action):
+    """The value a flag left out ends up with: its parser default, or for train's run settings (None until a resume
+    or the defaults fill them) the default that `fill_settings` gives."""
+    if command == "train" and action.default is None:
+        from hf_attnres.training.args import CHECKPOINT_DEFAULTS, RUN_SETTINGS
+
+        return {**RUN_SETTINGS, **CHECKPOINT_DEFAULTS}.get(action.dest)
+    return action.default
+
+
+@pytest.mark.parametrize("command", TYPED)
+def test_a_number_help_names_as_the_default_is_the_default(command):
+    """A help line that states a numeric default ("(default 2000)") states the one the flag has: the value is written
+    in the field, the sentence beside it, and a changed default with a stale sentence fails here."""
+    parser = parser_of(command)
+    formatter = parser._get_formatter()
+    stale = []
+    for action in parser._actions:
+        if not action.help or action.help == argparse.SUPPRESS:
+            continue
+        default = effective_default(command, action)
+        if default is None:  # resolved at run time (per device, per model): the help says how, not one number
+            continue
+        for stated in NUMBER_DEFAULT.findall(formatter._expand_help(action)):
+            if not isinstance(default, (int, float)) or isinstance(default, bool) or float(stated) != default:
+                stale.append(f"{action.option_strings or action.dest}: help says {stated}, default {default!r}")
+    assert stale == []
+
+
+def test_the_default_check_reads_the_help():
+    assert NUMBER_DEFAULT.findall("optimizer steps (default 2000)") == ["2000"]
+    assert NUMBER_DEFAULT.findall("peak learning rate (default 3e-4); floor (default: 0.1)") == ["3e-4", "0.1"]
+    assert NUMBER_DEFAULT.findall("(default: the preset's)") == []
 
 
 @pytest.mark.parametrize("command", [c for c in TYPED if minimal_argv(c)])

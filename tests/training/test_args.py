@@ -1,10 +1,11 @@
-"""`attnres train`'s flags are one dataclass, TrainArgs (tests/cli/test_typed_args.py holds its fields equal to the
-parser's flags): the parsed flags build it, its conflict rules and checks name the flag."""
+"""`attnres train`'s flags are one dataclass, TrainArgs (its fields declare the flags; hf_attnres/cli/train.py builds
+the parser from them): the parsed flags build it, its conflict rules and checks name the flag."""
 from __future__ import annotations
 
 import pytest
 
-from hf_attnres.training.args import TrainArgs, build_parser
+from hf_attnres.cli.train import build_parser
+from hf_attnres.training.args import TrainArgs
 
 
 def test_parsed_flags_build_the_dataclass():
