@@ -1,8 +1,10 @@
 """The commands: `attnres <command> [args]`, or each as `attnres-<command>`. The `scripts/` and `eval/` files are thin
 wrappers over these, so the README's `python scripts/train.py ...` lines keep working.
 
-Every command module defines `build_parser() -> argparse.ArgumentParser` and `main(argv=None) -> int`: argparse, then
-one library call. Modules are imported only when their command runs, so `attnres --help` needs no extra installed.
+Every command module defines `build_parser() -> argparse.ArgumentParser` (built by `utils.flags.parser_for` from the
+command's dataclass, whose fields declare the flags) and `main(argv=None) -> int`: the flags parsed into that
+dataclass, then one library call. Modules are imported only when their command runs, so `attnres --help` needs no
+extra installed.
 """
 from __future__ import annotations
 
