@@ -64,6 +64,10 @@ SCALING_SWEPT = (*SCALING_ARMS, "lrs")  # ... with "lr": "swept": each arm's LR 
 ARM_CONFIG_FIELDS = ("attn_res_query_init_std", "attn_res_key_norm_init")
 ARM_TRAIN_FIELDS = ("res_proj_lr_scale", "res_proj_weight_decay", "warmup_steps", "attn_res_lr_multiplier")
 BUILTIN_ARMS = ("standard", "block", "full")
+# an arm's mode: the config's modes, or "gated", Block's layout read through the gated read
+# (hf_attnres.core.gated_read: attn_res_mode "block" with attn_res_gated_read); both take a block size
+ARM_MODES = (*ATTN_RES_MODES, "gated")
+BLOCK_LAYOUT_MODES = ("block", "gated")
 MODEL_DEFAULTS = dict(layers=8, hidden=64, block_size=2, attention="mla", mlp="dense", heads=4)
 TRAIN_DEFAULTS = dict(max_steps=300, micro_batch_size=16, grad_accum=1, seq_len=None, lr=3e-3, warmup_steps=30,
                       eval_points=4, eval_batches=16, log_every=10, extra_args=[], launcher=[], metric="whole-split")
@@ -296,13 +300,13 @@ def _arms(given, model: dict, fail) -> dict:
         arms[name] = arm
     for name, arm in arms.items():
         where = f"arms.{name}"
-        if arm.get("mode") not in ATTN_RES_MODES:
-            fail(f"{where}.mode must be one of {ATTN_RES_MODES}, got {arm.get('mode')!r}")
-        size = arm.get("block_size", model["block_size"]) if arm["mode"] == "block" else 0
-        if arm["mode"] == "block":
+        if arm.get("mode") not in ARM_MODES:
+            fail(f"{where}.mode must be one of {ARM_MODES}, got {arm.get('mode')!r}")
+        size = arm.get("block_size", model["block_size"]) if arm["mode"] in BLOCK_LAYOUT_MODES else 0
+        if arm["mode"] in BLOCK_LAYOUT_MODES:
             _positive(size, f"{where}.block_size", fail)
         elif "block_size" in arm:
-            fail(f"{where}.block_size applies to mode 'block' only")
+            fail(f"{where}.block_size applies to modes {BLOCK_LAYOUT_MODES} only")
         ablation = arm.get("ablation")
         if ablation is not None and (ablation not in ABLATIONS or arm["mode"] == "standard"):
             fail(f"{where}.ablation must be one of {list(ABLATIONS)} on mode block or full, got {ablation!r}")
@@ -419,6 +423,8 @@ def study_config(model: dict, mode: str, block_size: int, layers: int, hidden: i
     else:
         fields.update(intermediate_size=2 * h, moe_intermediate_size=max(8, h // 2))
     fields.update(overrides)
+    if mode == "gated":  # an arm's mode, not the config's: Block's layout with the gated read
+        mode, fields["attn_res_gated_read"] = "block", True
     return tiny_config(mode, block_size, layers, **fields, family="kimi_linear")
 
 

@@ -18,6 +18,8 @@ import torch
 
 RES_PROJ_SUFFIX = "_res_proj.weight"
 RES_NORM_SUFFIX = "_res_norm.weight"
+# the gated read's gates (hf_attnres.core.gated_read): trained and clipped with the pseudo-queries (both scale the read)
+RES_GATE_SUFFIX = "_res_gate.weight"
 BETAS, EPS = (0.9, 0.95), 1e-8
 OPTIMIZERS = ("adamw", "sgd")
 DATA_ORDER = ("BatchPlan (hf_attnres.training.data): seeded permutation per epoch, global batch = micro-batch x "
@@ -32,9 +34,9 @@ DEPTH_GROUPS = ("backbone", "queries", "key_norms")
 
 
 def depth_group(name: str) -> str:
-    """"queries" (`*_res_proj`, AttnRes pseudo-queries), "key_norms" (`*_res_norm`, the keys' RMSNorm gains) or
-    "backbone" (everything else: what a standard model has)."""
-    if name.endswith(RES_PROJ_SUFFIX):
+    """"queries" (`*_res_proj`, AttnRes pseudo-queries, and `*_res_gate`, the gated read's gates), "key_norms"
+    (`*_res_norm`, the keys' RMSNorm gains) or "backbone" (everything else: what a standard model has)."""
+    if name.endswith((RES_PROJ_SUFFIX, RES_GATE_SUFFIX)):
         return "queries"
     return "key_norms" if name.endswith(RES_NORM_SUFFIX) else "backbone"
 
@@ -112,7 +114,7 @@ class Recipe:
         for name, param in named_parameters:
             if not param.requires_grad:
                 continue
-            if name.endswith(RES_PROJ_SUFFIX):
+            if name.endswith((RES_PROJ_SUFFIX, RES_GATE_SUFFIX)):
                 queries.append(param)
             elif name.endswith(RES_NORM_SUFFIX) and self.attn_res_lr_multiplier != 1:
                 key_norms.append(param)
@@ -150,8 +152,8 @@ class Recipe:
         return dict(asdict(self), **fixed, schedule="linear warmup, cosine to min_lr_ratio (per optimizer update)",
                     groups={"decay": "matrices (dim >= 2) except embeddings and pseudo-queries",
                             "no_decay": "norm gains (incl. *_res_norm), biases, other vectors, embeddings",
-                            "res_proj": "AttnRes pseudo-queries *_res_proj (lr: res_proj_lr or lr x "
-                                        "attn_res_lr_multiplier)",
+                            "res_proj": "AttnRes pseudo-queries *_res_proj and gated-read gates *_res_gate (lr: "
+                                        "res_proj_lr or lr x attn_res_lr_multiplier)",
                             "res_norm": "the keys' norm gains *_res_norm when attn_res_lr_multiplier != 1 (lr x "
                                         "attn_res_lr_multiplier)"},
                     grad_clip_rule=("global L2 norm over all parameters (0: off)" if self.grad_clip_groups == "global"

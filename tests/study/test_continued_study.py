@@ -106,6 +106,39 @@ def test_one_run_and_its_model(tmp_path, source, capsys):
     assert len(diagnostics[-1]["layer_grad_norm"]) == 4 and len(diagnostics[-1]["depth_weights"]) == 2 * 4 + 1
 
 
+def test_a_gated_arm_trains_its_gates_from_step_one(tmp_path, source):
+    """The gated read as an arm (mode "gated"): upcycled at the grid's block size, exact at step 0, and after one
+    run its gates are off zero and the kept tensors rebuild the trained model."""
+    arms = {"frozen": {"mode": "block"}, "gated": {"mode": "gated", "train": {"attn_res_lr_multiplier": 10}}}
+    path, out = grid(tmp_path, source, arms=arms), tmp_path / "out"
+    cg = load_continued(path)
+    model = continued_train.arm_model(cg, "gated", cg.grid.arms["gated"]["block_size"])
+    assert model.config.attn_res_gated_read and model.config.attn_res_block_size == 2
+    assert continued_study.main(["--grid", str(path), "--output-dir", str(out), "--only", "gated", "--lr", "0.01",
+                                 "--seed", "0"]) == 0
+    run = out / "runs" / "gated-lr0.01-L4-h32-seed0"
+    restored = restore_model(cg, cg.grid.arm_key("gated", 0.01, 0), run)
+    gates = [p for name, p in restored.named_parameters() if name.endswith("_res_gate.weight")]
+    assert len(gates) == 2 * 4 + 1 and all(g.abs().max() > 0 for g in gates)
+    loss = continued_train.heldout(cg, restored, tmp_path / "data", "check")["loss"]
+    assert loss == pytest.approx(json.loads((run / "result.json").read_text())["heldout_loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["continued-gpu", "continued-cpu-pair"])
+def test_the_committed_continued_grids_hold_a_gated_arm(name, tmp_path):
+    """The GPU grid and the CPU pair validate with their gated arms (read, not run), at the Block arms' block size;
+    the source is a folder with SmolLM2-135M's sizes (its config only: nothing is loaded)."""
+    from pathlib import Path
+
+    (tmp_path / "config.json").write_text(json.dumps(dict(model_type="llama", num_hidden_layers=30, hidden_size=576,
+                                                          num_attention_heads=9, max_position_embeddings=8192)))
+    cg = load_continued(Path(__file__).resolve().parents[2] / "configs" / "study" / f"{name}.json",
+                        resolve_source=lambda _: tmp_path)
+    gated = {arm: a for arm, a in cg.grid.arms.items() if a["mode"] == "gated"}
+    assert gated and all(arm in cg.grid.groups["tuned"]["arms"] for arm in gated)
+    assert {a["block_size"] for a in gated.values()} == {cg.grid.model["block_size"]}
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(continued={"frozen_arms": ["standard"]}), "continued.frozen_arms"),
     (dict(continued={"device": "tpu"}), "continued.device"),
@@ -113,6 +146,8 @@ def test_one_run_and_its_model(tmp_path, source, capsys):
     (dict(model={"layers": 2}), "'model' is read from the source"),
     (dict(source="no/such/folder"), "source 'no/such/folder'"),
     (dict(lm_eval={"limit": 0}), "lm_eval.limit"),
+    (dict(arms={"frozen": {"mode": "block"}, "g": {"mode": "gate"}}), "arms.g.mode must be one of"),
+    (dict(arms={"frozen": {"mode": "block"}, "g": {"mode": "gated", "block_size": 0}}), "arms.g.block_size"),
     (dict(groups={"lr_sweep": {"arms": ["block"], "lrs": {"full": [1e-3, 3e-3]}, "seeds": [0]}}),
      "groups.lr_sweep.lrs"),
 ])

@@ -228,6 +228,17 @@ def test_arm_switches_reach_the_command_and_the_model():
         run_spec(edited, grid.arm_key("full", 0.001, 0))
 
 
+def test_a_gated_arm_is_blocks_layout_with_the_gated_read():
+    """Mode "gated" is an arm's mode (the config's is block, with attn_res_gated_read): its model has a gate per
+    mix point and the arm's block size."""
+    grid = grid_from_dict({**GRID, "arms": {**GRID["arms"], "gated": {"mode": "gated", "block_size": 1}}})
+    config = model_config(grid, grid.arm_key("gated", 0.001, 0), 300)
+    assert config.attn_res_mode == "block" and config.attn_res_block_size == 1 and config.attn_res_gated_read
+    model = KimiLinearAttnResForCausalLM(config)
+    assert len([n for n, _ in model.named_parameters() if n.endswith("_res_gate.weight")]) == 2 * 3 + 1
+    assert not model_config(grid, grid.arm_key("block-S1", 0.001, 0), 300).attn_res_gated_read
+
+
 def test_init_arms_change_only_the_initial_tensors():
     torch.manual_seed(0)
     default = KimiLinearAttnResForCausalLM(tiny_config("full", 0, 2, family="kimi_linear"))
@@ -255,7 +266,8 @@ def test_query_weight_decay_is_its_own_group():
 @pytest.mark.parametrize("change, message", [
     ({"arms": {"full": {"mode": "full"}}}, "built in"),
     ({"arms": {"x": {"mode": "nope"}}}, "arms.x.mode"),
-    ({"arms": {"x": {"mode": "full", "block_size": 2}}}, "block_size applies to mode 'block'"),
+    ({"arms": {"x": {"mode": "full", "block_size": 2}}}, r"block_size applies to modes \('block', 'gated'\)"),
+    ({"arms": {"x": {"mode": "gated", "block_size": 0}}}, "arms.x.block_size"),
     ({"arms": {"x": {"mode": "full", "config": {"hidden_size": 8}}}}, "config / train may set only"),
     ({"arms": {"x": {"mode": "full", "train": {"lr": 1.0}}}}, "config / train may set only"),
     ({"arms": {"x": {"mode": "standard", "ablation": "static"}}}, "ablation must be"),

@@ -46,6 +46,16 @@ def test_res_proj_lr_wins_over_the_multiplier_for_the_queries():
     assert groups["res_proj"]["lr"] == 5e-2 and groups["res_norm"]["lr"] == pytest.approx(1e-3)
 
 
+def test_the_gated_reads_gates_train_and_clip_with_the_queries():
+    """A gate scales its point's depth read: it takes the queries' LR (the multiplier's) and their clipping group."""
+    gate = ("model.layers.0.mlp_res_gate.weight", torch.nn.Parameter(torch.zeros(4)))
+    assert depth_group(gate[0]) == "queries"
+    groups = {g["name"]: g for g in Recipe(lr=1e-4, max_steps=1, attn_res_lr_multiplier=10).param_groups(
+        [*_named(), gate])}
+    assert any(p is gate[1] for p in groups["res_proj"]["params"]) and groups["res_proj"]["lr"] == pytest.approx(1e-3)
+    assert not any(p is gate[1] for g in groups.values() if g["name"] != "res_proj" for p in g["params"])
+
+
 def test_without_a_multiplier_the_groups_are_unchanged():
     """Key norms stay among the undecayed vectors: a checkpoint's optimizer state keeps its three groups."""
     groups = Recipe(lr=1e-4, max_steps=1).param_groups(_named())

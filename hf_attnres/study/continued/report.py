@@ -35,7 +35,7 @@ def arm_label(cg: ContinuedGrid, arm: str) -> str:
     a = cg.grid.arms[arm]
     size = cg.grid.arm_key(arm, 1.0, 0).block_size
     kind = {"standard": "original, standard residual", "block": f"upcycled Block AttnRes S={size}",
-            "full": "upcycled Full AttnRes"}[a["mode"]]
+            "full": "upcycled Full AttnRes", "gated": f"upcycled gated read S={size}"}[a["mode"]]
     return f"{arm} ({kind}{', backbone frozen' if arm in cg.continued['frozen_arms'] else ''})"
 
 
