@@ -22,11 +22,14 @@ NEW_TOKENS = 6
 
 
 def family_model(family: str, mode: str):
+    # "gated": the upcycle mode of that name, Block's layout with the gated read (hf_attnres.core.gated_read)
+    mode, fields = ("block", dict(attn_res_gated_read=True)) if mode == "gated" else (mode, {})
     if family == "kimi_linear":  # KDA and MLA layers, MoE (its tiny layout: hf_attnres.utils.tiny)
         torch.manual_seed(0)
-        model = KimiLinearAttnResForCausalLM(tiny_config(mode, 2, 4, vocab_size=96, family="kimi_linear")).eval()
+        model = KimiLinearAttnResForCausalLM(tiny_config(mode, 2, 4, vocab_size=96, family="kimi_linear",
+                                                         **fields)).eval()
     else:
-        model = attn_res_model(family, mode, 2)
+        model = attn_res_model(family, mode, 2, **fields)
     return perturb_attn_res(model)
 
 
@@ -36,7 +39,7 @@ def greedy(model, ids, use_cache: bool) -> torch.Tensor:
                               pad_token_id=0)
 
 
-@pytest.mark.parametrize("mode", ["block", "full"])
+@pytest.mark.parametrize("mode", ["block", "full", "gated"])
 @pytest.mark.parametrize("family", [*sorted(FAMILIES), "kimi_linear"])
 def test_cached_generation_equals_recomputation(family, mode):
     model, ids = family_model(family, mode), random_ids()
