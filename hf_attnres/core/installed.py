@@ -10,7 +10,9 @@ this):
   `ATTNRES_ALLOW_LARGE_MODEL=1` insists);
 - the check of every forward's input values (ids in the vocabulary, a 0/1 padding mask, the labels: one host sync)
   and of the Triton backend's device; a folder's code checks the ids and mask once per `generate`;
-- the two-phase inference schedule of block mode (`hf_attnres.core.inference`).
+- the two-phase inference schedule of block mode (`hf_attnres.core.inference`);
+- the forward's long-context prefill in chunks (`prefill_chunk_size`, `hf_attnres.core.chunked_prefill`); a folder's
+  code refuses the argument in one line (transformers' `generate` chunks a prompt itself).
 
 Each is a class attribute the model modules read (None there by default), so a folder's own copy of the classes,
 loaded as remote code, runs without them.
@@ -25,6 +27,7 @@ import torch
 from ..kernels.mix.layers import kernelize_model, register_kernels
 from . import ablations, gated_point  # noqa: F401  (the features that hook themselves onto the model classes)
 from .buildable import decoder_parameters, refuse_unbuildable
+from .chunked_prefill import chunked_causal_lm_forward
 from .config import ATTN_RES_BACKENDS, AttnResConfigChecks, AttnResConfigMixin
 from .config_checks import check_family_fields, check_init_kwargs
 from .inference import two_phase_schedule
@@ -89,6 +92,7 @@ def install() -> None:
     AttnResConfigMixin.init_kwargs_checks = staticmethod(check_init_kwargs)
     AttnResModelMixin.forward_check = staticmethod(check_forward_inputs)
     AttnResForCausalLMMixin.labels_check = staticmethod(check_labels)
+    AttnResForCausalLMMixin.chunked_prefill = staticmethod(chunked_causal_lm_forward)
     AttnResModelMixin.depth_schedule = staticmethod(two_phase_schedule)
     AttnResPreTrainedMixin.build_check = staticmethod(check_buildable)
     AttnResPreTrainedMixin.kernel_binder = staticmethod(kernelize_model)

@@ -21,7 +21,6 @@ from transformers.utils.output_capturing import capture_outputs, selected_hidden
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from hf_attnres.core.cache_arg import CACHE_ARG, cache_kwargs, given_cache, takes_old_cache_name
-from hf_attnres.core.chunked_prefill import chunked_causal_lm_forward
 from hf_attnres.core.input_checks import check_chunk_size, check_dtypes, check_values, widened
 from hf_attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
 
@@ -206,6 +205,10 @@ class AttnResForCausalLMMixin:
     # `labels_check(labels, reference, vocab_size)`: the installed package's check of the labels' values (one host
     # sync per forward, hf_attnres.core.installed); None in a folder's own copy, whose loss reads them as they are
     labels_check = None
+    # `chunked_prefill(model, input_ids=, inputs_embeds=, attention_mask=, cache=, chunk_size=, logits_to_keep=,
+    # **kwargs) -> (logits, cache)`: the installed package's long-context prefill in chunks (hf_attnres.core.
+    # chunked_prefill), a way to run the model in bounded memory, not its arithmetic; None in a folder's own copy
+    chunked_prefill = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -235,7 +238,8 @@ class AttnResForCausalLMMixin:
         **kwargs: Unpack[TransformersKwargs],
     ) -> ModelOutput:
         """`prefill_chunk_size`: run a longer prompt in chunks of this many tokens, carrying the cache (long-context
-        prefill: the depth bank holds chunk-sized tensors). Same logits and cache; no loss, per-layer outputs.
+        prefill: the depth bank holds chunk-sized tensors), where the installed package is. Same logits and cache; no
+        loss, per-layer outputs.
         `cache`: `past_key_values` before transformers 5.24 (either name is taken, `hf_attnres.core.cache_arg`)."""
         cache = given_cache(cache, past_key_values)
         reference = input_ids if input_ids is not None else inputs_embeds
@@ -244,7 +248,10 @@ class AttnResForCausalLMMixin:
         check_chunk_size(prefill_chunk_size)
         labels = widened(labels, keep=(torch.int64,))  # the loss takes torch.long targets
         if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
-            logits, cache = chunked_causal_lm_forward(
+            if self.chunked_prefill is None:
+                raise ValueError("prefill_chunk_size: a chunked forward needs the hf-attnres package (pip install "
+                                 "hf-attnres); without it, generate(..., prefill_chunk_size=N) chunks the prompt")
+            logits, cache = self.chunked_prefill(
                 self, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                 cache=cache, chunk_size=prefill_chunk_size, logits_to_keep=logits_to_keep, labels=labels, **kwargs,
             )

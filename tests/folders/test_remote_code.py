@@ -96,6 +96,35 @@ def test_a_llama_block_folder_is_four_files_under_its_bound(tmp_path):
 FOLDER_BYTES = 92_000
 
 
+def run_without_package(tmp_path, child: str, *args) -> subprocess.CompletedProcess:
+    """`python -c child *args` where hf_attnres and triton cannot be imported, offline."""
+    from tests.helpers.remote_loading import block_packages
+
+    env = {"PYTHONPATH": str(block_packages(tmp_path / "blocked")), "HF_HOME": str(tmp_path / "hf"),
+           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-c", child, *map(str, args)], env=env, capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+
+
+def test_a_folder_refuses_a_chunked_forward_in_one_line_and_generates_with_chunks_without_the_package(tmp_path):
+    """Chunked prefill in the forward is the installed package's: a folder's own code names the argument and the way
+    it has (transformers' `generate` chunks a prompt itself), and that way gives the unchunked tokens."""
+    from tests.data.unchanged.record import build, config_fields
+    from tests.data.unchanged.record import ids as recorded_ids
+
+    build("llama", config_fields("llama", "block")).save_pretrained(tmp_path / "folder")
+    torch.save(recorded_ids(), tmp_path / "ids.pt")
+    child = ("import sys, torch; from transformers import AutoModelForCausalLM; "
+             "m = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval(); "
+             "ids = torch.load(sys.argv[2]); options = dict(max_new_tokens=3, do_sample=False); "
+             "assert torch.equal(m.generate(ids, prefill_chunk_size=2, **options), m.generate(ids, **options)); "
+             "m(ids, prefill_chunk_size=2)")
+    result = run_without_package(tmp_path, child, tmp_path / "folder", tmp_path / "ids.pt")
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError: prefill_chunk_size: a chunked forward needs the hf-attnres package"), \
+        result.stderr[-2000:]
+
+
 @pytest.mark.parametrize("feature, fields", [
     ("attn_res_ablation", dict(attn_res_static_mixing=True, attn_res_score="sigmoid")),
     ("attn_res_gated_read", dict(attn_res_gated_read=True)),
@@ -108,7 +137,6 @@ def test_a_folder_ships_a_feature_only_where_its_config_uses_it(tmp_path, featur
 
     from tests.data.unchanged.record import build, config_fields
     from tests.data.unchanged.record import ids as recorded_ids
-    from tests.helpers.remote_loading import block_packages
 
     ids = recorded_ids()
     models = {"plain": build("llama", config_fields("llama", "block")),
@@ -125,10 +153,7 @@ def test_a_folder_ships_a_feature_only_where_its_config_uses_it(tmp_path, featur
     config_path.write_text(json.dumps(json.loads(config_path.read_text()) | fields))
     child = ("import sys; from transformers import AutoConfig; "
              "AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=True)")
-    env = {"PYTHONPATH": str(block_packages(tmp_path / "blocked")), "HF_HOME": str(tmp_path / "hf"),
-           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-c", child, str(tmp_path / "plain")], env=env, capture_output=True,
-                            text=True, timeout=300, stdin=subprocess.DEVNULL)
+    result = run_without_package(tmp_path, child, tmp_path / "plain")
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode != 0 and f"{feature} is set (config.json)" in last, result.stderr[-2000:]
 
