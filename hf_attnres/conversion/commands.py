@@ -79,7 +79,9 @@ def convert_kimi(request: Request, args: ConvertArgs) -> str:
 
 def family_line(args: ConvertArgs, done: FamilyConversion) -> str:
     """The one-line summary of another family's conversion."""
-    layout = f"attn_res_mode={done.mode}" + (f", attn_res_block_size={done.block_size}" if done.mode == "block" else "")
+    # the upcycle mode "gated" is Block's layout with the gated read (hf_attnres.core.gated_read)
+    mode, gated = ("block", ", attn_res_gated_read=True") if done.mode == "gated" else (done.mode, "")
+    layout = f"attn_res_mode={mode}" + (f", attn_res_block_size={done.block_size}" if mode == "block" else "") + gated
     return (f"{args.input} ({done.source_type}) -> {args.output} ({done.target_type}"
             f"{', ' + layout if done.mode != 'standard' else ', plain'}): {done.tensors} tensors, "
             f"{done.bytes / 2**20:.1f} MiB{', verified' if args.verify else ''}{', checked' if args.check else ''}")

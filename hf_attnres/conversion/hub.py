@@ -407,6 +407,8 @@ def architecture_rows(model, family: str) -> list[tuple]:
     else:
         attn_res = {"full": "Full AttnRes (every sub-layer output is a source)",
                     "standard": "none (standard residual)"}[mode]
+    if getattr(config, "attn_res_gated_read", False):
+        attn_res += "; each sub-layer reads the standard stream plus a gated AttnRes mix (the gated read)"
     attn_res_params = sum(p.numel() for n, p in model.named_parameters() if "_res_" in n)
     layers = [("Decoder layers", f"{config.num_hidden_layers} ({kinds.count('linear_attention')} KDA, "
                                  f"{kinds.count('full_attention')} MLA)"),

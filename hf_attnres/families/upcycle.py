@@ -26,6 +26,8 @@ import torch
 UPCYCLE_MODES = ("block", "full", "gated")
 # the depth layout of each upcycle mode (the config's attn_res_mode) and whether its points read through a gate
 _LAYOUTS = {"block": ("block", False), "full": ("full", False), "gated": ("block", True)}
+# the modes that take a block size (Block's layout)
+BLOCK_SIZE_MODES = tuple(mode for mode, (layout, _) in _LAYOUTS.items() if layout == "block")
 # Paper and K3 both use about 8 blocks (K3: 12 of 93 layers per block)
 DEFAULT_NUM_BLOCKS = 8
 
@@ -62,9 +64,10 @@ def resolve_block_size(mode: str, block_size: int | None, num_layers: int, names
     mode_name, size_name = names
     if mode not in UPCYCLE_MODES:
         raise UpcycleError(f"{mode_name} must be one of {UPCYCLE_MODES}, got {mode!r}")
-    if mode == "full":
+    if mode not in BLOCK_SIZE_MODES:
         if block_size is not None:
-            raise UpcycleError(f"{size_name} applies to {mode_name} block only (Full AttnRes has no blocks)")
+            raise UpcycleError(f"{size_name} applies to {mode_name} {' or '.join(BLOCK_SIZE_MODES)} only (Full "
+                               "AttnRes has no blocks)")
         return 0
     block_size = default_block_size(num_layers) if block_size is None else _as_int(block_size)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
@@ -319,8 +322,8 @@ def rebuild(model, config, model_class):
     return target
 
 
-__all__ = ["upcycle", "UpcycleError", "UpcycleTypeError", "UPCYCLE_MODES", "CLI_NAMES", "PYTHON_NAMES",
-           "resolve_block_size", "upcycled_family_config", "plain_family_config", "plain_family_model",
+__all__ = ["upcycle", "UpcycleError", "UpcycleTypeError", "UPCYCLE_MODES", "BLOCK_SIZE_MODES", "CLI_NAMES",
+           "PYTHON_NAMES", "resolve_block_size", "upcycled_family_config", "plain_family_config", "plain_family_model",
            "plain_family_class", "rebuild", "check_source_model", "check_model", "check_not_quantized", "check_weights",
            "check_mode", "check_source_mode", "check_standard_stream", "checked_family", "is_attn_res_tensor",
            "new_attn_res_tensor", "default_block_size"]

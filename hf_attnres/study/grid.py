@@ -40,6 +40,7 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 
 from ..core.config import ATTN_RES_MODES
+from ..families.upcycle import BLOCK_SIZE_MODES
 from ..folders.json_limits import JSONDepthError, loads_limited
 from ..utils.flags import SEED_MAX
 
@@ -65,9 +66,8 @@ ARM_CONFIG_FIELDS = ("attn_res_query_init_std", "attn_res_key_norm_init")
 ARM_TRAIN_FIELDS = ("res_proj_lr_scale", "res_proj_weight_decay", "warmup_steps", "attn_res_lr_multiplier")
 BUILTIN_ARMS = ("standard", "block", "full")
 # an arm's mode: the config's modes, or "gated", Block's layout read through the gated read
-# (hf_attnres.core.gated_read: attn_res_mode "block" with attn_res_gated_read); both take a block size
+# (hf_attnres.core.gated_read: attn_res_mode "block" with attn_res_gated_read); the upcycle's block-size modes take one
 ARM_MODES = (*ATTN_RES_MODES, "gated")
-BLOCK_LAYOUT_MODES = ("block", "gated")
 MODEL_DEFAULTS = dict(layers=8, hidden=64, block_size=2, attention="mla", mlp="dense", heads=4)
 TRAIN_DEFAULTS = dict(max_steps=300, micro_batch_size=16, grad_accum=1, seq_len=None, lr=3e-3, warmup_steps=30,
                       eval_points=4, eval_batches=16, log_every=10, extra_args=[], launcher=[], metric="whole-split")
@@ -302,11 +302,11 @@ def _arms(given, model: dict, fail) -> dict:
         where = f"arms.{name}"
         if arm.get("mode") not in ARM_MODES:
             fail(f"{where}.mode must be one of {ARM_MODES}, got {arm.get('mode')!r}")
-        size = arm.get("block_size", model["block_size"]) if arm["mode"] in BLOCK_LAYOUT_MODES else 0
-        if arm["mode"] in BLOCK_LAYOUT_MODES:
+        size = arm.get("block_size", model["block_size"]) if arm["mode"] in BLOCK_SIZE_MODES else 0
+        if arm["mode"] in BLOCK_SIZE_MODES:
             _positive(size, f"{where}.block_size", fail)
         elif "block_size" in arm:
-            fail(f"{where}.block_size applies to modes {BLOCK_LAYOUT_MODES} only")
+            fail(f"{where}.block_size applies to modes {BLOCK_SIZE_MODES} only")
         ablation = arm.get("ablation")
         if ablation is not None and (ablation not in ABLATIONS or arm["mode"] == "standard"):
             fail(f"{where}.ablation must be one of {list(ABLATIONS)} on mode block or full, got {ablation!r}")

@@ -71,7 +71,7 @@ def test_an_unsupported_family_is_refused_with_the_reason():
     ("block", "2", "block_size must be an integer >= 1"),
     ("block", 5, "block_size 5 is more than the model's 4 decoder layers"),
     ("block", 1000, "block_size 1000 is more than the model's 4 decoder layers"),
-    ("full", 2, "block_size applies to mode block only"),
+    ("full", 2, "block_size applies to mode block or gated only"),
 ])
 def test_bad_modes_and_block_sizes_are_refused_by_their_python_names(mode, block_size, named):
     with pytest.raises(UpcycleError, match=named) as refused:
@@ -161,6 +161,27 @@ def test_convert_upcycles_to_the_gated_read_and_checks_it_to_rounding(family, tm
         assert torch.equal(loaded(ids).logits, hf_attnres.upcycle(source, "gated", 2)(ids).logits)
     report = compare(source, loaded, ids)
     assert report["max_abs_diff"] <= report["tolerance"] <= 1e-3 * report["max_abs_logit"], report
+
+
+def test_convert_upcycles_a_kimi_linear_checkpoint_to_the_gated_read(tmp_path):
+    """Kimi Linear's own converter takes the gated mode and its block size too: the gates written zero, the
+    function the source's to rounding."""
+    from hf_attnres.conversion import convert_checkpoint
+    from hf_attnres.families.kimi_linear.modeling_kimi_linear_attnres import KimiLinearAttnResForCausalLM
+    from hf_attnres.utils.tiny import tiny_config
+
+    torch.manual_seed(0)
+    source = KimiLinearAttnResForCausalLM(tiny_config("standard", 0, 4, vocab_size=96, family="kimi_linear")).eval()
+    source.save_pretrained(tmp_path / "in")
+    convert_checkpoint(tmp_path / "in", tmp_path / "out", upcycle="gated", block_size=2, verify=True, progress=False)
+    loaded = KimiLinearAttnResForCausalLM.from_pretrained(tmp_path / "out").eval()
+    assert (loaded.config.attn_res_mode, loaded.config.attn_res_block_size) == ("block", 2)
+    gates = [t for name, t in loaded.state_dict().items() if name.endswith("_res_gate.weight")]
+    assert len(gates) == 2 * 4 + 1 and not any(g.any() for g in gates)
+    ids = random_ids()
+    with torch.no_grad():
+        expected = source(ids).logits
+        torch.testing.assert_close(loaded(ids).logits, expected, rtol=0, atol=1e-5 * float(expected.abs().max()))
 
 
 def test_convert_refusals_name_the_reason_and_write_nothing(tmp_path, capsys):

@@ -11,7 +11,7 @@ import torch
 
 from ...families.kimi_linear.configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 from ...families.kimi_linear.conversion_mapping import convert_tensors
-from ...families.upcycle import UpcycleError, is_attn_res_tensor, upcycled_family_config
+from ...families.upcycle import BLOCK_SIZE_MODES, UpcycleError, is_attn_res_tensor, upcycled_family_config
 from ..errors import ConversionError
 from .config import parse_config, read_config_dict
 from .k3_source import K3SourceReader
@@ -74,8 +74,9 @@ def plan_conversion(
     """Raise one ConversionError listing every problem (names, shapes, dtypes, config) or return the plan."""
     if to not in LAYOUTS:
         raise ConversionError(f"--to must be one of {LAYOUTS}, got {to!r}")
-    if block_size is not None and upcycle != "block":
-        raise ConversionError("--block-size applies with --upcycle block only (it sets the new block size)")
+    if block_size is not None and upcycle not in BLOCK_SIZE_MODES:
+        raise ConversionError(f"--block-size applies with --upcycle {' or '.join(BLOCK_SIZE_MODES)} only (it sets "
+                              "the new block size)")
     input = Path(input)
     source_config = parse_config(read_config_dict(input))
     reader = K3SourceReader(input, source_config)  # a Kimi Linear folder reads as plain; K3's MXFP4 experts dequantized

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from ...families.upcycle import is_attn_res_tensor, upcycle
+from ...families.upcycle import BLOCK_SIZE_MODES, is_attn_res_tensor, upcycle
 from ...folders.atomic_io import atomic_write, write_json_atomic
-from ..grid import BLOCK_LAYOUT_MODES, RunKey
+from ..grid import RunKey
 from ..runner import RESULT_FILE, run_spec
 from .config import ContinuedGrid
 
@@ -32,7 +32,7 @@ def arm_model(cg: ContinuedGrid, mode: str, block_size: int, frozen: bool = Fals
 
     model = AutoModelForCausalLM.from_pretrained(cg.folder, dtype=torch.float32)
     if mode != "standard":
-        model = upcycle(model, mode, block_size=block_size if mode in BLOCK_LAYOUT_MODES else None)
+        model = upcycle(model, mode, block_size=block_size if mode in BLOCK_SIZE_MODES else None)
     if frozen:
         for name, parameter in model.named_parameters():
             parameter.requires_grad_(is_attn_res_tensor(name))
