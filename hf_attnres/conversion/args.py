@@ -27,10 +27,11 @@ class ConvertArgs:
     upcycle: str | None = flag(
         None, choices=UPCYCLE_MODES,
         help="turn a standard-residual checkpoint into "
-             "Block or Full AttnRes, pseudo-queries zero (the start of AttnRes fine-tuning)")
+             "Block or Full AttnRes, pseudo-queries zero (the start of AttnRes fine-tuning), or gated: Block's "
+             "sources read as the standard stream plus a zero-initialised gate times the mix (exact, learns at step 1)")
     block_size: int | None = flag(
         None, type=int,
-        help="decoder layers per block with --upcycle block, 1 to the "
+        help="decoder layers per block with --upcycle block or gated, 1 to the "
              "model's layer count (default: about 8 blocks, as in the paper and Kimi K3)")
     verify: bool = flag(
         False, action="store_true",

@@ -1,4 +1,4 @@
-"""`attnres convert IN OUT [--upcycle block|full]` for a checkpoint of any supported family but Kimi Linear (which
+"""`attnres convert IN OUT [--upcycle block|full|gated]` for a checkpoint of any supported family but Kimi Linear (which
 streams tensor by tensor, `hf_attnres.conversion.kimi_linear.convert`): a model folder or a GGUF file that transformers
 reads, its family resolved once by `guards.check_request` and handed down.
 
