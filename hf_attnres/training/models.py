@@ -1,7 +1,6 @@
-"""The model a training run starts from: a size preset (built on `hf_attnres.utils.tiny.tiny_config`'s hybrid layout)
-or a
-JSON config, with the AttnRes mode and block size from the command line, so a matched baseline is one flag away; or
-an existing model to fine-tune (`--init-from DIR`).
+"""The model a training run starts from: a size preset (built by `hf_attnres.utils.tiny.tiny_config` in the preset's
+family) or a JSON config, with the AttnRes mode and block size from the command line, so a matched baseline is one
+flag away; or an existing model to fine-tune (`--init-from DIR`).
 
 `--init-from DIR`: DIR is anything `from_pretrained` reads: train.py's final/ or a checkpoint's model, our HF-native
 format, Moonshot's layout, or a Kimi Linear checkpoint upcycled with `scripts/convert_checkpoint.py --upcycle`. The
