@@ -85,7 +85,8 @@ def test_a_family_ships_four_files_by_topic_each_opening_with_its_docstring(fami
 
 def test_a_llama_block_folder_is_four_files_under_its_bound(tmp_path):
     """The measured Llama Block folder: four files, the model's code only. The bound is its measured size with
-    room, so shipping a tool's code again (the split files were 148 KB) fails here."""
+    room, so shipping a tool's code again (the split files were 148 KB) or a feature its config does not use (the
+    ablations add 6.8 KB, the gated read 7.5 KB) fails here."""
     from tests.data.unchanged.record import build, config_fields
 
     build("llama", config_fields("llama", "block")).save_pretrained(tmp_path)
@@ -93,7 +94,7 @@ def test_a_llama_block_folder_is_four_files_under_its_bound(tmp_path):
     assert len(sizes) == 4 and sum(sizes.values()) <= FOLDER_BYTES, sizes
 
 
-FOLDER_BYTES = 92_000
+FOLDER_BYTES = 88_000
 
 
 def run_without_package(tmp_path, child: str, *args) -> subprocess.CompletedProcess:
