@@ -294,7 +294,7 @@ class FlatFile:
                     f"require_supported_transformers(TRANSFORMERS_RANGE, {RANGE_CHECKED})"]
         if module == CONFIG and self.without:
             out += ["", "", "# the features this folder's config does not use, whose code it does not ship",
-                    f"ATTN_RES_GENERATED_WITHOUT = {self.without!r}"]
+                    f"ATTN_RES_GENERATED_WITHOUT = {_tuple_text(self.without)}"]
         text = _collapse_blank_lines("\n".join(out).strip("\n") + "\n") if any(line.strip() for line in out[1:]) else ""
         return text, imports, future  # "": a package's `__init__` that only re-exports
 
@@ -326,6 +326,11 @@ class FlatFile:
                     if first[0] != module and first[1] != definition:  # a module may redefine its own names
                         raise GenerationError(f"{self.name}.py: top-level name {name!r} is defined differently by "
                                               f"{first[0]} and {module}; rename one (the code is generated flat)")
+
+
+def _tuple_text(names) -> str:
+    """A tuple of strings as the project writes one (double quotes)."""
+    return "(" + ", ".join(f'"{name}"' for name in names) + ("," if len(names) == 1 else "") + ")"
 
 
 def check_no_package_import(file_name: str, generated: str) -> None:

@@ -97,6 +97,19 @@ def test_a_llama_block_folder_is_four_files_under_its_bound(tmp_path):
 FOLDER_BYTES = 88_000
 
 
+@pytest.mark.parametrize("config, used", [
+    (None, {"attn_res_ablation", "attn_res_gated_read"}),  # no config.json: every feature's code
+    ({}, set()),
+    ({"attn_res_key_norm": False}, {"attn_res_ablation"}),
+    ({"attn_res_score": "sigmoid", "hidden_size": 8}, {"attn_res_ablation"}),
+    ({"attn_res_gated_read": True, "attn_res_score": "softmax"}, {"attn_res_gated_read"}),
+])
+def test_a_folders_features_are_read_from_its_config(config, used):
+    from hf_attnres.folders.remote_code import features_of
+
+    assert features_of(config) == used
+
+
 def run_without_package(tmp_path, child: str, *args) -> subprocess.CompletedProcess:
     """`python -c child *args` where hf_attnres and triton cannot be imported, offline."""
     from tests.helpers.remote_loading import block_packages
