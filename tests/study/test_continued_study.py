@@ -10,6 +10,7 @@ import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from hf_attnres.cli import continued_study
+from hf_attnres.study.continued import study as continued_study_module
 from hf_attnres.study.continued import train as continued_train
 from hf_attnres.study.continued.config import load_continued
 from hf_attnres.study.continued.train import TRAINABLE_FILE, restore_model
@@ -110,7 +111,9 @@ def test_a_gated_arm_trains_its_gates_from_step_one(tmp_path, source):
     """The gated read as an arm (mode "gated"): upcycled at the grid's block size, exact at step 0, and after one
     run its gates are off zero and the kept tensors rebuild the trained model."""
     arms = {"frozen": {"mode": "block"}, "gated": {"mode": "gated", "train": {"attn_res_lr_multiplier": 10}}}
-    path, out = grid(tmp_path, source, arms=arms), tmp_path / "out"
+    groups = {"lr_sweep": {"arms": ["standard", "gated"], "lrs": {"standard": [1e-3, 3e-3], "gated": [1e-2, 3e-2]},
+                           "seeds": [0]}}
+    path, out = grid(tmp_path, source, arms=arms, groups=groups), tmp_path / "out"
     cg = load_continued(path)
     model = continued_train.arm_model(cg, "gated", cg.grid.arms["gated"]["block_size"])
     assert model.config.attn_res_gated_read and model.config.attn_res_block_size == 2
@@ -122,6 +125,12 @@ def test_a_gated_arm_trains_its_gates_from_step_one(tmp_path, source):
     assert len(gates) == 2 * 4 + 1 and all(g.abs().max() > 0 for g in gates)
     loss = continued_train.heldout(cg, restored, tmp_path / "data", "check")["loss"]
     assert loss == pytest.approx(json.loads((run / "result.json").read_text())["heldout_loss"], rel=1e-5)
+    # its step-0 line: the pretrained model's loss, the upcycling check within its (rounding) tolerance
+    zero = continued_study_module.zero_lines(cg, out)
+    assert sorted(zero) == ["gated-S2", "standard"]
+    assert zero["gated-S2"]["loss"] == pytest.approx(zero["standard"]["loss"], rel=1e-5)
+    check = zero["gated-S2"]["upcycle_check"]
+    assert check["max_abs_diff"] <= check["tolerance"] <= 1e-3 * check["max_abs_logit"]
 
 
 @pytest.mark.parametrize("name", ["continued-gpu", "continued-cpu-pair"])

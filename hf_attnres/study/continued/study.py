@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ...families.upcycle import BLOCK_SIZE_MODES
 from ...folders.atomic_io import write_json_atomic
 from ..runner import RESULT_FILE, StudyError, exit_code, run_grid, single_key
 from ..runner import ensure_data as runner_ensure_data
@@ -88,7 +89,7 @@ def zero_modes(cg: ContinuedGrid) -> dict:
     groups = cg.grid.groups
     arms = dict.fromkeys(groups.get("lr_sweep", {}).get("arms", []) + groups.get("tuned", {}).get("arms", []))
     starts = {(k.mode, k.block_size) for k in (cg.grid.arm_key(a, 1.0, 0) for a in arms)}
-    return {(f"block-S{size}" if mode == "block" else mode): (mode, size) for mode, size in sorted(starts)}
+    return {(f"{mode}-S{size}" if mode in BLOCK_SIZE_MODES else mode): (mode, size) for mode, size in sorted(starts)}
 
 
 def zero_lines(cg: ContinuedGrid, out: Path, threads: int = 1) -> dict:
