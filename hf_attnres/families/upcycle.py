@@ -108,7 +108,7 @@ def upcycled_family_config(config, mode: str, block_size: int | None = None, fam
     fields = {key: value for key, value in config.to_dict().items() if key not in _FILE_FIELDS}
     layout, gated = _LAYOUTS[mode]
     fields.update(attn_res_mode=layout, attn_res_block_size=block_size)
-    if gated:  # other modes keep the config exactly as before: no new field written
+    if gated:  # the other modes leave the switch at its default (off)
         fields.update(attn_res_gated_read=True)
     target = config_class.from_dict(fields)
     target.architectures = [model_class.__name__]
@@ -267,7 +267,8 @@ def upcycle(model, mode: str = "block", block_size: int | None = None, family: s
     dtype and device.
 
     Every weight of `model` is copied; the new pseudo-queries are zero and the key norms one, so the logits equal the
-    source's up to the RMSNorm epsilon (module docstring). `block_size`: decoder layers per block, 1 to the model's
+    source's up to the RMSNorm epsilon (module docstring); in mode "gated" the new gates are zero too, and the logits
+    equal the source's to rounding. `block_size`: decoder layers per block, 1 to the model's
     layer count (default: about 8 blocks, as the paper and Kimi K3). `family`: the source's family when the caller
     resolved and checked it (the converter), else read from the config. Refused before anything is built, in one
     line: UpcycleTypeError (a TypeError) for an object that is not a causal LM (a bare `LlamaModel`), UpcycleError (a
@@ -300,7 +301,7 @@ def plain_family_class(model_type: str):
 
 def rebuild(model, config, model_class):
     """`model`'s weights in a `model_class` of `config`, its dtype, device, mode and generation config; a tensor the
-    new model has and `model` lacks must be an AttnRes one (set to its start: zero queries, unit key norms)."""
+    new model has and `model` lacks is an AttnRes one (set to its start: zero queries and gates, unit key gains)."""
     from transformers.initialization import no_init_weights
 
     parameter = next(model.parameters())
