@@ -301,7 +301,7 @@ def plain_family_class(model_type: str):
 
 def rebuild(model, config, model_class):
     """`model`'s weights in a `model_class` of `config`, its dtype, device, mode and generation config; a tensor the
-    new model has and `model` lacks is an AttnRes one (set to its start: zero queries and gates, unit key gains)."""
+    new model has and `model` lacks must be an AttnRes one (set to its start: zero queries and gates, unit gains)."""
     from transformers.initialization import no_init_weights
 
     parameter = next(model.parameters())
