@@ -65,11 +65,11 @@ def save_pipeline_checkpoint(pipe, config, folder: str | Path, stage: int, num_s
         index = {"metadata": {"total_size": sum(part["bytes"] for part in parts)},
                  "weight_map": dict(sorted(weight_map.items()))}
         write_json_atomic(folder / SAFE_WEIGHTS_INDEX_NAME, index)
-        write_code_files(folder, type(skeleton).__module__)
         if tokenizer is not None:
             save_tokenizer(tokenizer, folder)
         mark_remote_code(config, type(skeleton).__module__)
         atomic_write(folder / "config.json", lambda p: config.to_json_file(p))
+        write_code_files(folder, type(skeleton).__module__)  # after config.json: the code ships what it uses
     dist.barrier()
     if dist.get_rank() == 0:  # every shard is on disk now: record what the weights are (checked by from_pretrained)
         write_weights_record(folder, config)
