@@ -81,27 +81,6 @@ class DepthLayout:
             return -(-self.num_layers // self.block_size)
         return self.num_layers if self.mode == "full" else 1
 
-    @property
-    def bank_capacity(self) -> int:
-        """The most completed sources a block-mode bank holds: the embedding and every block sum."""
-        return self.num_blocks + 1
-
-    def block_of(self, layer_idx: int) -> int:
-        """The block of layer `layer_idx` (the output mix belongs to the last block)."""
-        return min(layer_idx, self.num_layers - 1) // self.block_size
-
-    def block_layers(self, block: int) -> range:
-        first = block * self.block_size
-        return range(first, min(first + self.block_size, self.num_layers))
-
-    def block_mix_points(self, block: int) -> list[tuple[int, str]]:
-        """(layer index, point) of every mix point in `block`, in order; the last block ends with the output mix."""
-        layers = self.block_layers(block)
-        points = [(i, point) for i in layers for point in MIX_POINTS]
-        if layers.stop == self.num_layers:
-            points.append((self.num_layers, OUTPUT_POINT))
-        return points
-
     # --- names ------------------------------------------------------------------------------------------------------
     def source_names(self, layer_idx: int, point: str) -> list[str]:
         """Readable names of the sources the mix `point` of layer `layer_idx` reads, in order (plots, diagnostics):

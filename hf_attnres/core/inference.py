@@ -16,7 +16,7 @@ import torch
 
 from ..kernels.mix import use_triton
 from ..kernels.two_phase import DepthBank, phase1, phase2
-from .depth_layout import DepthLayout
+from .depth_layout import MIX_POINTS, OUTPUT_POINT, DepthLayout
 from .offload import onloaded
 
 
@@ -38,10 +38,19 @@ class TwoPhaseSchedule:
         self.bank_out = self.bank_lse = None
         self.depth_bank = None  # PyTorch path: the completed blocks, grown in place (hf_attnres/core/depth_layout.py)
 
+    def block_of(self, index: int) -> int:
+        """The block of layer `index` (the output mix, index = num_layers, belongs to the last block)."""
+        return min(index, self.num_layers - 1) // self.layout.block_size
+
     def mix_points(self, block: int):
-        """(index, owning module, point) of every mix point of `block`: the layers', then the output mix at the end."""
-        owner = lambda i: self.model.layers[i] if i < self.num_layers else self.model  # noqa: E731
-        return [(i, owner(i), name) for i, name in self.layout.block_mix_points(block)]
+        """(index, owning module, point) of every mix point of `block`, in order: the layers', then the output mix at
+        the end of the last block."""
+        first = block * self.layout.block_size
+        layers = range(first, min(first + self.layout.block_size, self.num_layers))
+        points = [(i, self.model.layers[i], point) for i in layers for point in MIX_POINTS]
+        if layers.stop == self.num_layers:
+            points.append((self.num_layers, self.model, OUTPUT_POINT))
+        return points
 
     def run_phase1(self, block: int, bank: tuple[torch.Tensor, ...]) -> None:
         points = self.mix_points(block)
@@ -53,7 +62,8 @@ class TwoPhaseSchedule:
         eps = getattr(points[0][1], f"{points[0][2]}_res_norm").variance_epsilon
         if not use_triton(self.backend, bank[0]):
             if self.depth_bank is None:
-                self.depth_bank = DepthBank(self.layout.bank_capacity, eps)
+                # the most completed sources the bank holds: the embedding and every block sum
+                self.depth_bank = DepthBank(self.layout.num_blocks + 1, eps)
             self.depth_bank.extend(bank)
             bank = self.depth_bank
         self.bank_out, self.bank_lse = phase1(bank, queries, norms, eps, backend=self.backend)
@@ -62,7 +72,7 @@ class TwoPhaseSchedule:
     def mix(self, owner, point: str, sources: tuple[torch.Tensor, ...], out_norm=None) -> torch.Tensor:
         """The mix of `owner`'s `point` over `sources` (and `out_norm` = (weight, eps) applied after it, fused)."""
         index = getattr(owner, "layer_idx", self.num_layers)
-        block = self.layout.block_of(index)
+        block = self.block_of(index)
         opens = point == "self_attention" and self.layout.opens_source(index)
         bank, partial = (sources, None) if opens else (sources[:-1], sources[-1])
         if block != self.block:
