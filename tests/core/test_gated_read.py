@@ -65,6 +65,33 @@ def test_the_gated_upcycle_computes_the_source_function(family):
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5 * float(expected.abs().max()))
 
 
+@pytest.mark.parametrize(("mode", "block_size"), [("full", 0), ("block", 1), ("block", 3)])
+def test_a_zero_gate_reads_the_standard_stream_in_every_layout(mode, block_size):
+    """The read at a zero gate is the sum of the sources whatever the layout (Full's sources, one block per layer, one
+    block of every layer): the model with random queries and key norms computes its standard-mode twin's function."""
+    model = perturb_attn_res(attn_res_model("llama", mode, block_size, attn_res_gated_read=True))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("_res_gate.weight"):
+                parameter.zero_()
+    standard = attn_res_model("llama", "standard")
+    standard.load_state_dict(model.state_dict(), strict=False)
+    ids = random_ids()
+    with torch.no_grad():
+        expected = standard(ids).logits
+        torch.testing.assert_close(model(ids).logits, expected, rtol=0, atol=1e-5 * float(expected.abs().max()))
+
+
+def test_a_bf16_upcycle_reads_the_stream_to_bf16_rounding():
+    source = source_model("qwen2").to(torch.bfloat16)
+    model = hf_attnres.upcycle(source, "gated", 2)
+    ids = random_ids()
+    with torch.no_grad():
+        expected = source(ids).logits.float()
+        got = model(ids).logits.float()
+    assert float((got - expected).abs().max()) <= 0.02 * float(expected.abs().max())
+
+
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_the_gates_learn_at_step_one_where_blocks_key_norms_do_not(family):
     """At init every gate's gradient is non-zero (dL/dgate = dL/dx * mix, and the mix is the sources' mean), while a
