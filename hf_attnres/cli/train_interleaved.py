@@ -5,8 +5,8 @@ Each process is one physical stage holding --virtual-stages chunks of decoder la
 chunks travel the depth sources; with caching (the default) a rank keeps, per micro-batch, the completed sources that
 reached its earlier chunks, so each transition sends only the blocks the receiver lacks plus the partial sum, and the
 gradient of a kept block goes back once. --model is a save_pretrained folder of any AttnRes family (a family's plain
-checkpoint trains in standard mode). With no arguments (under a 2-process launcher) it trains a tiny random Kimi Linear
-block AttnRes model on synthetic tokens.
+checkpoint is refused: upcycle it first). With no arguments (under a 2-process launcher) it trains a tiny random block
+AttnRes model of --family (default Llama) on synthetic tokens.
 
 CPU (gloo):
   torchrun --nproc_per_node 2 -m hf_attnres.cli.train_interleaved

@@ -6,8 +6,9 @@ travel back. Each step runs DeepSpeed's `train_batch` over --grad-accum micro-ba
 
 Launch with torchrun or the deepspeed launcher; the number of processes must be a multiple of --num-stages (the
 quotient is the data-parallel degree). --model is a save_pretrained folder of any AttnRes family (an upcycled Llama,
-Qwen, Mistral, Gemma 3, Phi-3 or Kimi Linear; a family's plain checkpoint trains in standard mode). With no arguments
-(under a 2-process launcher) it trains a tiny random Kimi Linear block AttnRes model on synthetic tokens.
+Qwen, Mistral, Gemma 3, Phi-3 or Kimi Linear; a family's plain checkpoint is refused: upcycle it first). With no
+arguments (under a 2-process launcher) it trains a tiny random block AttnRes model of --family (default Llama) on
+synthetic tokens.
 
 CPU (gloo; DS_ACCELERATOR=cpu is set for you when no GPU is visible):
   torchrun --nproc_per_node 2 -m hf_attnres.cli.train_pipeline

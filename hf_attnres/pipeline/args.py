@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..families.registry import SUPPORTED
 from ..training.recipe import DEFAULTS as RECIPE_DEFAULTS
 from ..training.recipe import Recipe
 from ..utils.flags import flag, trust_flag
@@ -20,6 +21,8 @@ class PipelineModelArgs:
     model: Path | None = flag(
         None, group="model", type=Path, help="a save_pretrained folder; default: a tiny random model")
     trust_remote_code: bool = trust_flag("model")  # --model DIR's own tokenizer code: off unless asked
+    family: str = flag("llama", group="model", choices=sorted(SUPPORTED),
+                       help="tiny model's decoder family (default llama)")
     mode: str = flag("block", group="model", choices=["standard", "block", "full"], help="tiny model's AttnRes mode")
     block_size: int = flag(2, group="model", type=int, help="tiny model's layers per block (block mode)")
     layers: int = flag(5, group="model", type=int, help="tiny model's decoder layers")
@@ -74,7 +77,7 @@ class PipelineModelArgs:
     def signature(self, config, world: int) -> dict:
         """What a checkpoint records of its run (a resume must match it): the model, data, batch plan, recipe and
         the trainer's layout over the `world` processes."""
-        return dict(attn_res=config.attn_res_mode, block_size=config.attn_res_block_size,
+        return dict(family=config.model_type, attn_res=config.attn_res_mode, block_size=config.attn_res_block_size,
                     layers=config.num_hidden_layers, model=str(self.model), data=str(self.data),
                     micro_batch_size=self.micro_batch_size, grad_accum=self.grad_accum, seq_len=self.seq_len,
                     seed=self.seed, recipe=Recipe.from_args(self, max_steps=self.steps).record(),
@@ -87,7 +90,7 @@ class PipelineModelArgs:
         """The tiny model's flags against --model, --seq-len against --data (`given`: the flags on the command line;
         a flag counts as given whatever its value)."""
         if self.model is not None:
-            shape = combined(given, ("mode", "block_size", "layers"), f"--model {self.model}",
+            shape = combined(given, ("family", "mode", "block_size", "layers"), f"--model {self.model}",
                              "the folder's config decides the model (these flags shape the tiny random model only)")
         elif self.mode != "block":
             shape = combined(given, ("block_size",), f"--mode {self.mode}", "blocks exist in block mode only")

@@ -111,7 +111,7 @@ def load_config(args: PipelineModelArgs, data_vocab: int | None):
         else:
             extra = {"vocab_size": data_vocab} if data_vocab else {}
             config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers, **extra,
-                family="kimi_linear")
+                                 family=args.family)
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None
     if data_vocab and data_vocab > config.vocab_size:

@@ -15,7 +15,7 @@ from tests.helpers.interleaved_worker import COPY, TRUNCATE, train_worker
 from tests.helpers.other_family import assert_plain_folder_refused
 from tests.helpers.ports import free_port
 
-TINY = ["--layers", "4", "--block-size", "3", "--seq-len", "8", "--grad-accum", "2"]
+TINY = ["--family", "kimi_linear", "--layers", "4", "--block-size", "3", "--seq-len", "8", "--grad-accum", "2"]
 
 
 def read_log(folder):
@@ -155,7 +155,7 @@ def test_a_new_or_older_start_never_prunes_the_folders_newer_run(tmp_path, resum
 
     older = str(tmp_path / "checkpoints" / "step-00000002")
     args = InterleavedArgs(output_dir=tmp_path, resume="never" if resume == "never" else older)
-    config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers, family="kimi_linear")
+    config = tiny_config(mode=args.mode, block_size=args.block_size, num_layers=args.layers, family=args.family)
     record = {"signature": args.signature(config, 2)}
     for step in (2, 4):  # checkpoints of this very run: only the newer state stands in the way
         folder = tmp_path / "checkpoints" / f"step-{step:08d}"
