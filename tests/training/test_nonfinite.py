@@ -168,15 +168,22 @@ def test_deepspeed_skips_poisoned_steps(data, tmp_path):
 
 @pytest.mark.slow
 def test_pipeline_stops_with_exit_code_3(tmp_path):
-    """2 pipeline stages, ZeRO-0 (our guarded step, agreed across stages), a huge learning rate."""
+    """2 pipeline stages, ZeRO-0 (our guarded step, agreed across stages), a model whose logits overflow to inf (a
+    huge lm_head; a huge learning rate is refused before the launch): every step's loss is non-finite."""
+    from tests.helpers.model_factory import tiny_model
+
+    overflowing = tiny_model("block", 2, 5)
+    with torch.no_grad():
+        overflowing.lm_head.weight.mul_(1e38)
+    overflowing.save_pretrained(tmp_path / "overflowing")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), DS_ACCELERATOR="cpu")
     out = tmp_path / "pipe"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", f"--master_port={free_port()}",
-               str(REPO / "scripts" / "train_pipeline.py"), "--lr", "1e6", "--steps", "8", "--zero-stage", "0",
-               "--output-dir", str(out)]
+               str(REPO / "scripts" / "train_pipeline.py"), "--model", str(tmp_path / "overflowing"), "--steps", "8",
+               "--zero-stage", "0", "--output-dir", str(out)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env)
     assert result.returncode != 0 and "exitcode  : 3" in result.stderr, result.stderr[-4000:]
     assert "3 non-finite steps in a row" in result.stderr
     records = read_jsonl(out / "log.jsonl")
-    assert [r["step"] for r in records if r.get("skipped/nonfinite")] == [2, 3, 4] and len(records) == 4
+    assert [r["step"] for r in records if r.get("skipped/nonfinite")] == [1, 2, 3] and len(records) == 3
     assert not (out / "model").exists()
