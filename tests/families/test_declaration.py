@@ -57,7 +57,8 @@ def probe(tmp_path, monkeypatch):
 def test_the_generated_files_pass_the_linter_rules_the_families_keep(probe):
     _, _, texts = probe
     modeling = texts["modeling_probe_attnres.py"]
-    assert "from transformers.models.gemma3.modeling_gemma3 import (\n    Gemma3TextScaledWordEmbedding,\n)" in modeling
+    # one name that fits the line stays on one line, as ruff's isort writes it
+    assert "from transformers.models.gemma3.modeling_gemma3 import Gemma3TextScaledWordEmbedding\n" in modeling
     assert modeling.index("models.gemma3") < modeling.index("models.llama")  # isort's order
     assert all(len(line) <= modular.LINE_LENGTH for text in texts.values() for line in text.splitlines())
 
