@@ -362,10 +362,21 @@ def test_a_signal_stops_the_steps_process_group_records_it_and_exits_130(tmp_pat
     assert not survivors, f"the step's processes {survivors} outlived the run"
 
 
-def start_runner(out, **popen):
+def as_from_a_terminal(also=None):
+    """A child's signals as a terminal's foreground job has them: SIGINT at its default. A shell that starts a job in
+    the background (CI's runner may) sets SIGINT ignored, the child inherits that, and the run rightly keeps a signal
+    ignored at its start; `also`: more set-up in the child."""
+    def setup():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if also is not None:
+            also()
+    return setup
+
+
+def start_runner(out, preexec_fn=None):
     """RUNNER in a process of its own, once its step's two processes are up: (the run, the pids file)."""
     run = subprocess.Popen([PY, "-c", RUNNER, str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, **popen)
+                           text=True, preexec_fn=as_from_a_terminal(preexec_fn))
     pids = out / "slow" / "pids"
     deadline = time.time() + 240
     while not pids.exists() and run.poll() is None and time.time() < deadline:
@@ -387,7 +398,8 @@ def test_a_signal_ignored_at_the_start_stays_ignored(tmp_path):
 def test_ctrl_c_while_the_script_starts_is_one_quiet_exit_130(tmp_path):
     out = tmp_path / "out"
     run = subprocess.Popen(["bash", str(REPO / "scripts" / "gpu_evidence.sh"), str(out), "--only", "cuda_lane"],
-                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=as_from_a_terminal())
     cmdline = f"/proc/{run.pid}/cmdline"
     deadline = time.time() + 60
     while run.poll() is None and time.time() < deadline and b"gpu_evidence" not in open(cmdline, "rb").read():

@@ -53,9 +53,10 @@ def check_record(data, root, run, mode, family=None):
     (record,) = read_jsonl(root / run / "diagnostics.jsonl")
     train_set, _, tokenizer = load_prepared(data)
     set_seed(0)
+    family = family or "kimi_linear"  # what train_args trains a preset in unless told
     config = build_config("tiny", None, mode, None, tokenizer, family)
     model = model_class_of(config)(config)
-    assert family is None or model.config.model_type == f"{family}_attnres"
+    assert model.config.model_type == f"{family}_attnres"
     # the families' embeddings zero the pad row (padding_idx) at init: train.py re-draws it before step 1
     reinit_zero_embedding_rows(model, data_token_ids(train_set), seed=0, log=lambda _: None)
     ids = train_set[BatchPlan(len(train_set), 4, 1, 1, seed=0).indices(0, 0, 0)]["input_ids"]

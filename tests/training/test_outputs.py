@@ -83,9 +83,10 @@ def test_training_bar_is_closed_before_the_final_evaluation(data, train, tmp_pat
 
     seen = {}
     whole = loop.evaluate_whole
+    earlier = set(tqdm._instances)  # bars another test left open are not this run's
 
     def watched(engine, val_set, args):
-        seen["open bars"] = [bar.desc for bar in list(tqdm._instances) if not bar.disable]
+        seen["open bars"] = [bar.desc for bar in list(tqdm._instances) if not bar.disable and bar not in earlier]
         return whole(engine, val_set, args)
 
     monkeypatch.setattr(loop, "evaluate_whole", watched)
