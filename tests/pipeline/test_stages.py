@@ -31,18 +31,23 @@ def run_pipe_layers(model, ids):
     return layers, CausalLMLoss(model.config.vocab_size)(x, ids), widths
 
 
-@pytest.mark.parametrize("mode, block_size", [("block", 2), ("block", 3), ("full", 0), ("standard", 0)])
-def test_pipe_layers_equal_the_model(mode, block_size):
-    model = tiny_model(mode=mode, block_size=block_size or 2, num_layers=5).train()
-    ids = random_ids(batch=2, seq=12)
+def pipe_layers_against_the_model(model, ids):
+    """The pipe layers of `model` after one forward and backward of both on `ids`: their loss equals the model's
+    exactly, and the depth sources between them are the layout's."""
     reference = model(input_ids=ids, labels=ids, use_cache=False).loss
     reference.backward()
     layers, loss, widths = run_pipe_layers(model, ids)
     loss.backward()
-
     torch.testing.assert_close(loss, reference, rtol=0, atol=0)
     # embedding output, then after each decoder layer
     assert widths == DepthLayout.of(model.config).sources_before_layers()
+    return layers
+
+
+@pytest.mark.parametrize("mode, block_size", [("block", 2), ("block", 3), ("full", 0), ("standard", 0)])
+def test_pipe_layers_equal_the_model(mode, block_size):
+    model = tiny_model(mode=mode, block_size=block_size or 2, num_layers=5).train()
+    layers = pipe_layers_against_the_model(model, random_ids(batch=2, seq=12))
     params = dict(model.named_parameters())
     for layer in layers:
         for name, param in layer.named_parameters():
@@ -85,14 +90,7 @@ def test_every_familys_pipe_layers_equal_the_model(family, mode):
     tied embeddings and soft-capping, sliding windows shorter than the sequence), are the model: loss and every
     gradient (a tied matrix's: the sum of its two copies', as DeepSpeed sums them)."""
     model = attn_res_model(family, mode).train()
-    ids = family_ids(batch=2, seq=9)
-    reference = model(input_ids=ids, labels=ids, use_cache=False).loss
-    reference.backward()
-    layers, loss, widths = run_pipe_layers(model, ids)
-    loss.backward()
-
-    torch.testing.assert_close(loss, reference, rtol=0, atol=0)
-    assert widths == DepthLayout.of(model.config).sources_before_layers()
+    layers = pipe_layers_against_the_model(model, family_ids(batch=2, seq=9))
     tied = model.config.tie_word_embeddings
     names = {layer.model_name(name) for layer in layers for name in layer.state_dict()}
     assert names == set(model.state_dict()) - ({"lm_head.weight"} if tied else set())
