@@ -149,7 +149,8 @@ def test_a_plain_family_checkpoint_is_refused_in_one_line(tmp_path, monkeypatch)
     assert_plain_folder_refused(main, tmp_path, monkeypatch)
 
 
-# each argv in turn; a refusal (SystemExit) is printed as one REFUSED line (with the rank) and the next run goes on;
+# each argv in turn; a refusal (SystemExit) is appended as one line to the rank's own file in the folder sys.argv[2]
+# (the ranks share one stdout, where their writes interleave mid-line) and the next run goes on;
 # a ["truncate", path] entry halves the file on rank 0, between runs (the process group is the runs' own)
 RESUME_LAUNCH = ("import json, os, sys\nimport torch.distributed as dist\n"
                  "from hf_attnres.cli.train_pipeline import main\n"
@@ -159,7 +160,8 @@ RESUME_LAUNCH = ("import json, os, sys\nimport torch.distributed as dist\n"
                  "            os.truncate(argv[1], os.path.getsize(argv[1]) // 2)\n"
                  "        dist.barrier()\n        continue\n"
                  "    try:\n        main(argv)\n    except SystemExit as error:\n"
-                 "        print('REFUSED', os.environ['RANK'], error, flush=True)\n")
+                 "        with open(os.path.join(sys.argv[2], 'refused-' + os.environ['RANK']), 'a') as out:\n"
+                 "            out.write(str(error).replace(chr(10), ' ') + chr(10))\n")
 
 
 def test_resume_continues_bit_for_bit_and_other_settings_are_refused(tmp_path):
@@ -185,7 +187,7 @@ def test_resume_continues_bit_for_bit_and_other_settings_are_refused(tmp_path):
     # the other, and its last bits differ from the eager path's
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "ATTNRES_BACKEND": "torch"}
     cmd = ["torchrun", "--standalone", "--nproc_per_node", "2", "--no-python", sys.executable, "-c", RESUME_LAUNCH,
-           json.dumps(argvs)]
+           json.dumps(argvs), str(tmp_path)]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
 
@@ -199,14 +201,14 @@ def test_resume_continues_bit_for_bit_and_other_settings_are_refused(tmp_path):
     for name in shards:
         mine, ref = load_file(split / "model" / name), load_file(straight / "model" / name)
         assert mine.keys() == ref.keys() and all(torch.equal(mine[k], ref[k]) for k in ref), name
-    refused = [line for line in result.stdout.splitlines() if line.startswith("REFUSED")]
-    assert len(refused) == 6, result.stdout[-3000:]
-    assert all("recipe.max_steps': (4, 6)" in line for line in refused[:2]), result.stdout[-3000:]
-    # each damaged file: the same line on both ranks, naming it; nothing else went wrong on either rank
-    for pair, damaged_file in ((refused[2:4], step4 / "rng_state_0.pt"), (refused[4:], layer_file)):
-        lines = {line.split(" ", 2)[1]: line.split(" ", 2)[2] for line in pair}
-        assert lines.keys() == {"0", "1"} and lines["0"] == lines["1"], pair
-        assert lines["0"].startswith(f"error: {damaged_file}: "), lines
+    refused = {rank: (tmp_path / f"refused-{rank}").read_text().splitlines() for rank in "01"}
+    assert [len(lines) for lines in refused.values()] == [3, 3], refused
+    # the settings refusal, then each damaged file: the same line on both ranks, naming it; nothing else went wrong
+    assert refused["0"] == refused["1"], refused
+    settings, rng_damaged, layer_damaged = refused["0"]
+    assert "recipe.max_steps': (4, 6)" in settings, settings
+    assert rng_damaged.startswith(f"error: {step4 / 'rng_state_0.pt'}: "), rng_damaged
+    assert layer_damaged.startswith(f"error: {layer_file}: "), layer_damaged
     assert "Traceback" not in result.stderr and "Connection closed" not in result.stderr, result.stderr[-3000:]
     assert not (damaged / "model").exists()
     assert sorted(p.name for p in (straight / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]
