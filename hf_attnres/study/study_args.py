@@ -104,3 +104,21 @@ class ContinuedStudyArgs:
         return one_run_problem(self.only, {"--lr": self.lr, "--seed": self.seed},
                                {"--report-only": self.report_only, "--dry-run": self.dry_run,
                                 "--report-dir": self.report_dir is not None})
+
+
+CURVE_GRIDS = ("curve-40k.json", "curve-160k.json", "curve-640k.json")
+GPU_GRID_TOKENS = 300 * 16 * 512  # configs/study/continued-gpu.json's budget per run (a test holds them equal)
+
+
+@dataclass
+class ContinuedCurveArgs:
+    grids: list[Path] = flag(
+        factory=lambda: [default_grid(name) for name in CURVE_GRIDS], positional=True, nargs="*", type=Path,
+        help="the budget's continued grids, any order (default configs/study/curve-{40k,160k,640k}.json)")
+    runs_root: Path = flag(
+        Path("runs"), type=Path,
+        help="where each grid's runs are: <runs-root>/<grid name>/runs/ (continued-study's --output-dir; default runs)")
+    report_dir: Path = flag(Path("runs/curve"), type=Path, help="curve.md, curve.json, curve.png (default runs/curve)")
+    past: int = flag(
+        GPU_GRID_TOKENS, type=int,
+        help="say whether this many tokens per run lies past the crossing (default 2,457,600: the GPU grid's)")
