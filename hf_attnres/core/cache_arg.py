@@ -8,7 +8,10 @@ models here take the cache under either name, and pass it on and return it under
 """
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
-# Read from the output class rather than the version string: the field is what `generate` reads back between steps
+# transformers 5.24 renamed the cache argument, and the output field `generate` reads back between steps, from
+# `past_key_values` to `cache`: a model taking one name only gets an empty cache at every decoding step under the
+# other versions, and wrong tokens without an error. So the models take either name and pass on the installed one's.
+# Read from the output class rather than the version string: the field is what `generate` reads back
 CACHE_ARG = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
 # Linear-attention (KDA) layers took it as `cache_params` before the rename
 LINEAR_CACHE_ARG = "cache" if CACHE_ARG == "cache" else "cache_params"

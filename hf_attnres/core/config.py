@@ -9,7 +9,7 @@ package also checks the family's own sizes, signs, finite values, activation and
 import functools
 import math
 
-from hf_attnres.core.versions import REPAIR_COMMAND
+from hf_attnres.core.version_guard import REPAIR_COMMAND
 
 ATTN_RES_MODES = ("standard", "block", "full")
 ATTN_RES_BACKENDS = ("auto", "torch", "triton", "cpp")
@@ -44,6 +44,11 @@ _SWITCHES = {"attn_res_two_phase": True, "attn_res_fuse_norm": False, "attn_res_
 class AttnResConfigChecks:
     """The family-independent checks and derived values of the AttnRes fields."""
 
+    # the checks of a config-switched feature's fields, by the property switching it on: each feature's checks module
+    # registers its own at import (hf_attnres.core.ablation_checks, gated_read_checks), so a folder's copy holds
+    # those of the features its config uses
+    feature_checks = {}
+
     def check_attn_res_layout(self):
         if self.attn_res_mode not in ATTN_RES_MODES:
             raise ValueError(f"attn_res_mode must be one of {ATTN_RES_MODES}, got {self.attn_res_mode!r}")
@@ -56,48 +61,14 @@ class AttnResConfigChecks:
             raise ValueError(f"attn_res_block_size must be >= 0, got {self.attn_res_block_size}")
         if self.attn_res_backend not in ATTN_RES_BACKENDS:
             raise ValueError(f"attn_res_backend must be one of {ATTN_RES_BACKENDS}, got {self.attn_res_backend!r}")
-        self.check_attn_res_ablations()
-        self.check_attn_res_gated_read()
+        if self.attn_res_score not in ATTN_RES_SCORES:
+            raise ValueError(f"attn_res_score must be one of {ATTN_RES_SCORES}, got {self.attn_res_score!r}")
+        for check in self.feature_checks.values():
+            check(self)
         for feature in ATTN_RES_GENERATED_WITHOUT:
             if getattr(self, feature):
                 raise ValueError(f"{feature} is set (config.json), but this folder's code was generated for a config "
                                  f"without it: regenerate the code with `{REPAIR_COMMAND}`")
-
-    def check_attn_res_gated_read(self):
-        """The gated read (`hf_attnres.core.gated_read`) reads the depth sources of a block or full layout through
-        the softmax mix and its own gate: not with the ablations' mixes, not through the two-phase schedule."""
-        if not self.attn_res_gated_read:
-            return
-        if self.attn_res_mode == "standard":
-            raise ValueError("attn_res_gated_read=True reads the depth sources: it needs attn_res_mode 'block' or "
-                             "'full', got 'standard'")
-        if self.attn_res_static_mixing or self.attn_res_score != "softmax" or not self.attn_res_key_norm:
-            raise ValueError("attn_res_gated_read=True gates the softmax mix: it does not combine with the ablations "
-                             "(attn_res_static_mixing, attn_res_score, attn_res_key_norm)")
-        if self.attn_res_two_phase:
-            raise ValueError("attn_res_gated_read=True reads every point's sources in full: attn_res_two_phase must "
-                             "be None or False")
-
-    def check_attn_res_ablations(self):
-        if self.attn_res_score not in ATTN_RES_SCORES:
-            raise ValueError(f"attn_res_score must be one of {ATTN_RES_SCORES}, got {self.attn_res_score!r}")
-        for field in ("attn_res_static_mixing", "attn_res_key_norm"):
-            if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"{field} must be True or False, got {getattr(self, field)!r}")
-        if not self.attn_res_ablation:
-            return
-        if self.attn_res_mode == "standard":
-            raise ValueError("attn_res_static_mixing / attn_res_score / attn_res_key_norm ablate the depth mix: "
-                             "they need attn_res_mode 'block' or 'full', got 'standard'")
-        if self.attn_res_static_mixing and not self.attn_res_key_norm:
-            raise ValueError("attn_res_key_norm=False has no effect with attn_res_static_mixing=True "
-                             "(no keys are scored)")
-        if self.attn_res_backend == "triton":
-            raise ValueError("attn_res_backend 'triton' has no fused kernel for the ablations (attn_res_static_mixing, "
-                             "attn_res_score, attn_res_key_norm): use 'auto' or 'torch' (the PyTorch reference)")
-        if self.attn_res_two_phase:
-            raise ValueError("attn_res_two_phase=True batches pseudo-query softmaxes: it does not apply to the "
-                             "ablations (attn_res_static_mixing, attn_res_score, attn_res_key_norm)")
 
     @property
     def attn_res_ablation(self) -> bool:

@@ -21,6 +21,10 @@ from hf_attnres.core.mix_point import AttnResMixing
 
 
 class AttnResDecoderLayerMixin(AttnResMixing):
+    """A PreNorm layer (`h + attn(norm1(h))` then `h + mlp(norm2(h))`) reading its input from the depth sources: the
+    sources are mixed before each sub-layer, where the residual stream was read, and the layer returns the sources it
+    adds or updates (`DepthLayout`). Standard mode is the family's own layer, exactly."""
+
     # the RMSNorms that read the attention and the MLP mix (the family's pre-norms)
     attn_res_input_norms = ("input_layernorm", "post_attention_layernorm")
     # the modules applied to the attention and the MLP output before it joins the depth sources (Gemma 3's post-norms,

@@ -51,7 +51,9 @@ def attention_types(config) -> list[str]:
 
 
 class AttnResDecoderModel(AttnResModelMixin):
-    """The base model of a rotary PreNorm family (first base, before the family's AttnRes PreTrainedModel)."""
+    """The base model of a rotary PreNorm family (first base, before the family's AttnRes PreTrainedModel): the
+    family's own modules, run the family's way except the residual (`run_depth`). In standard mode the forward is the
+    family's own, operation for operation, so the logits are equal bit for bit."""
 
     output_class = AttnResDecoderOutputWithPast
     decoder_layer_class = norm_class = rotary_class = None

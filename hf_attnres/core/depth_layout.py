@@ -1,17 +1,6 @@
 """The depth layout of an AttnRes model of any family: which depth sources exist at each mix point. The one home of
 that rule: the model, the two-phase schedule, pipeline stages, the memory planner, diagnostics, the ablations and the
-demo all ask it, so it is spelled once.
-
-Sources, in order, as the model carries them (`AttnResModelMixin.run_depth`):
-- standard: one source, the residual stream (PreNorm).
-- block:    the embedding, one sum per completed block of `block_size` layers, then the running partial sum of the
-            current block. A block's first attention output *opens* a new partial sum (the previous partial sum, or
-            at layer 0 the embedding, stays as a source); every other sub-layer output joins the partial sum.
-- full:     the embedding and every sub-layer output, each its own source (each attention output opens a source,
-            and so does each MLP output).
-
-Mix points: before each layer's attention ("self_attention") and MLP ("mlp"), and before the final norm
-("output_attn", index = num_layers). `DepthLayout` is pure arithmetic on three numbers of the config.
+demo all ask it, so it is spelled once (the tools' own queries: hf_attnres.core.depth_queries).
 """
 from dataclasses import dataclass
 
@@ -21,6 +10,18 @@ OUTPUT_POINT = "output_attn"
 
 @dataclass(frozen=True)
 class DepthLayout:
+    """Which depth sources exist where: pure arithmetic on three numbers of the config. Sources, in order, as the model
+    carries them (`AttnResModelMixin.run_depth`):
+
+    - standard: one source, the residual stream (PreNorm).
+    - block: the embedding, one sum per completed block of `block_size` layers, then the running partial sum of the
+      current block. A block's first attention output *opens* a new partial sum (the previous partial sum, or at
+      layer 0 the embedding, stays as a source); every other sub-layer output joins the partial sum.
+    - full: the embedding and every sub-layer output, each its own source.
+
+    Mix points: before each layer's attention ("self_attention") and MLP ("mlp"), and before the final norm
+    ("output_attn", index = num_layers)."""
+
     mode: str  # "standard", "block" or "full"
     num_layers: int
     block_size: int = 0  # layers per block (block mode)
@@ -64,15 +65,6 @@ class DepthLayout:
             return before + 1  # this layer's attention output is a source of its own at the MLP mix
         return before
 
-    def mix_point_sources(self, layer_idx: int) -> dict[str, int]:
-        return {point: self.num_sources(layer_idx, point) for point in MIX_POINTS}
-
-    def single_source_points(self, layer_idx: int) -> list[str]:
-        """Mix points of layer `layer_idx` over one source: the identity (softmax over one score is exactly 1)."""
-        if self.mode == "standard":
-            return []
-        return [point for point, n in self.mix_point_sources(layer_idx).items() if n == 1]
-
     # --- blocks -----------------------------------------------------------------------------------------------------
     @property
     def num_blocks(self) -> int:
@@ -80,21 +72,6 @@ class DepthLayout:
         if self.mode == "block":
             return -(-self.num_layers // self.block_size)
         return self.num_layers if self.mode == "full" else 1
-
-    # --- names ------------------------------------------------------------------------------------------------------
-    def source_names(self, layer_idx: int, point: str) -> list[str]:
-        """Readable names of the sources the mix `point` of layer `layer_idx` reads, in order (plots, diagnostics):
-        block: "emb", "blk0", ..., "partial"; full: "emb", "L0.attn", "L0.mlp", ...; standard: "stream"."""
-        n = self.num_sources(layer_idx, point)
-        if self.mode == "standard":
-            return ["stream"]
-        if self.mode == "full":
-            names = ["emb"] + [f"L{i}.{part}" for i in range(self.num_layers) for part in ("attn", "mlp")]
-            return names[:n]
-        opening = point == "self_attention" and self.opens_source(layer_idx)
-        completed = n - 1 if opening else n - 2  # the sources besides the embedding (and the partial sum)
-        names = ["emb"] + [f"blk{b}" for b in range(completed)]
-        return names if opening else [*names, "partial"]
 
 
 __all__ = ["DepthLayout", "MIX_POINTS", "OUTPUT_POINT"]

@@ -10,6 +10,7 @@ this):
   `ATTNRES_ALLOW_LARGE_MODEL=1` insists);
 - the check of every forward's input values (ids in the vocabulary, a 0/1 padding mask, the labels: one host sync)
   and of the Triton backend's device; a folder's code checks the ids and mask once per `generate`;
+- the depth layout's queries that only tools ask (`hf_attnres.core.depth_queries`);
 - the two-phase inference schedule of block mode (`hf_attnres.core.inference`);
 - the forward's long-context prefill in chunks (`prefill_chunk_size`, `hf_attnres.core.chunked_prefill`); a folder's
   code refuses the argument in one line (transformers' `generate` chunks a prompt itself).
@@ -25,11 +26,14 @@ import warnings
 import torch
 
 from ..kernels.mix.layers import kernelize_model, register_kernels
-from . import ablations, gated_point  # noqa: F401  (the features that hook themselves onto the model classes)
+
+# the config-switched features: they hook themselves onto the model and config classes at import
+from . import ablation_checks, ablations, gated_point, gated_read_checks  # noqa: F401
 from .buildable import decoder_parameters, refuse_unbuildable
 from .chunked_prefill import chunked_causal_lm_forward
 from .config import ATTN_RES_BACKENDS, AttnResConfigChecks, AttnResConfigMixin
 from .config_checks import check_family_fields, check_init_kwargs
+from .depth_queries import install as install_depth_queries
 from .inference import two_phase_schedule
 from .input_checks import check_values, widened
 from .model import AttnResForCausalLMMixin, AttnResModelMixin, AttnResPreTrainedMixin
@@ -87,6 +91,7 @@ def check_labels(labels, reference, vocab_size: int) -> None:
 def install() -> None:
     """Hand the package's features to the model classes (idempotent)."""
     register_kernels()
+    install_depth_queries()
     AttnResConfigChecks.backend_override = staticmethod(backend_override)
     AttnResConfigMixin.field_checks = staticmethod(check_family_fields)
     AttnResConfigMixin.init_kwargs_checks = staticmethod(check_init_kwargs)

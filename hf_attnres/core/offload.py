@@ -12,7 +12,10 @@ _NOTHING = contextlib.nullcontext()
 
 
 def onloaded(*modules):
-    """A context in which the offloaded tensors of `modules` (None entries skipped) are on their execution device."""
+    """A context in which the offloaded tensors of `modules` (None entries skipped) are on their execution device.
+    accelerate's offload hooks load a module's weights when its *forward* runs; the mix reads its norm gain,
+    pseudo-query and the following RMSNorm's gain directly, so it loads them with `align_module_device` around the
+    read. Without offload hooks this is a no-op."""
     # accelerate stores the hook as a plain attribute (in __dict__); reading it there skips nn.Module.__getattr__'s
     # failing lookup, ~5 us a module, paid three times at every mix point of every decode step
     hooked = [m for m in modules if m is not None and m.__dict__.get("_hf_hook") is not None]

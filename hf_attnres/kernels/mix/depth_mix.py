@@ -22,9 +22,12 @@ LAYER_NAME = "AttnResDepthMix"
 class AttnResDepthMix(nn.Module):
     """`forward(sources, query, norm_weight, eps, return_weights, out_norm_weight, out_norm_eps, backend, recompute)`:
     the mix of `sources` by softmax attention over depth, then the RMSNorm of gain `out_norm_weight` when given
-    (`naive.attn_res_naive` defines the arithmetic). `query`: the point's [1, hidden] Linear weight or a [hidden]
-    vector. `backend` and `recompute` name what a mapped kernel may use; the lean path computes the same mix on any
-    device."""
+    (`lean_forward` spells the arithmetic). `query`: the point's [1, hidden] Linear weight or a [hidden] vector.
+    `backend` and `recompute` name what a mapped kernel may use; the lean path computes the same mix on any device.
+
+    The module holds no tensors (a mix point's stay on the module owning the point, passed in). A kernel mapped to the
+    layer name for the model's device (`kernels.register_kernel_mapping`, then `kernels.kernelize(model)`) replaces
+    this forward; where none is mapped, this one runs."""
 
     def forward(self, sources, query, norm_weight, eps, return_weights=False, out_norm_weight=None, out_norm_eps=1e-6,
                 backend="auto", recompute=False):

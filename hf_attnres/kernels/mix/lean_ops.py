@@ -39,7 +39,7 @@ def weighted_sum(sources: Sequence[torch.Tensor], probs: torch.Tensor) -> torch.
 
 
 def rms_norm_forward(mixed: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' KimiLinearRMSNorm of the mix (model dtype): (unscaled normalised mix in its dtype, rstd fp32)."""
+    """The Llama-formula RMSNorm of the mix (model dtype): (unscaled normalised mix in its dtype, rstd fp32)."""
     values = mixed.float()
     rstd = torch.rsqrt(values.pow(2).mean(-1, keepdim=True) + eps)
     return (values * rstd).to(mixed.dtype), rstd
@@ -52,7 +52,16 @@ SMALL_SOURCE_NUMEL = 8192
 
 
 def lean_forward(query, norm_weight, out_norm_weight, eps, out_norm_eps, sources):
-    """(out, probs [n, ...], rstd [n, ...], scores [n, ...]): the forward and the statistics its backward needs."""
+    """(out, probs [n, ...], rstd [n, ...], scores [n, ...]): the forward and the statistics its backward needs.
+
+        w   = norm_weight * query                       (in the parameters' dtype)
+        r_j = rsqrt(mean(v_j^2) + eps)                  per token and source, fp32
+        s_j = r_j * (v_j . w)                           the RMS-normalised key against w, no normalised copy of v_j
+        p   = softmax_j(s)                              fp32
+        out = sum_j p_j v_j                             accumulated in fp32, cast to the sources' dtype
+
+    Each source is read where it lies (never stacked into one [n, ..., d] copy, never upcast as a whole bank), except
+    at decode sizes (`SMALL_SOURCE_NUMEL`)."""
     w = (norm_weight * query).float()
     if sources[0].numel() <= SMALL_SOURCE_NUMEL:
         values = torch.stack(sources).float()  # [n, ..., d], small: a temporary, never saved
