@@ -6,9 +6,9 @@ transformers' modular converter generates `modeling_*.py` from `modular_*.py`.
 
 The generator reads the modular files as text (their syntax trees) and imports nothing of this package that needs
 the families, so it runs before a new family's files exist (`import hf_attnres` registers every declared family, and
-would need them): what it shares with the generator of a saved folder's code (the line length, the import lines, the
-atomic writer: `hf_attnres/folders/codegen.py`, `atomic_io.py`) it loads by path when run as a script. The text is a
-function of the modular file alone (`generate`), so a test regenerates it in memory and compares.
+would need them): its formatter and writer, shared with the generator of a saved folder's code
+(`hf_attnres/folders/codegen.py`), it loads by path when run as a script. The text is a function of the modular file
+alone (`generate`), so a test regenerates it in memory and compares.
 
 The declaration is `FAMILY = Family(...)` (`hf_attnres.families.declaration`), its classes named as imported. Its
 data fields become class attributes the core runs (`input_norms` -> the layer's `attn_res_input_norms`, and so on),
@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
-import json
 import sys
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,9 +30,10 @@ FAMILIES_DIR = Path(__file__).resolve().parent.parent / "families"
 FOLDERS_DIR = FAMILIES_DIR.parent / "folders"
 
 
-def _by_path(name: str):
-    """The module `hf_attnres/folders/<name>.py` (one that imports nothing of the package), loaded by its path."""
-    spec = importlib.util.spec_from_file_location(f"_attnres_generator_{name}", FOLDERS_DIR / f"{name}.py")
+def _codegen():
+    """`hf_attnres/folders/codegen.py` (it imports nothing of the package but its sibling `atomic_io`), loaded by its
+    path."""
+    spec = importlib.util.spec_from_file_location("_attnres_generator_codegen", FOLDERS_DIR / "codegen.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # a dataclass reads its module's namespace
     spec.loader.exec_module(module)
@@ -42,9 +41,9 @@ def _by_path(name: str):
 
 
 if __package__:  # imported as hf_attnres.utils.modular: the package is there
-    from ..folders import atomic_io, codegen
+    from ..folders import codegen
 else:  # run as a script, before `import hf_attnres` can work
-    atomic_io, codegen = _by_path("atomic_io"), _by_path("codegen")
+    codegen = _codegen()
 LINE_LENGTH = codegen.LINE_LENGTH
 COMMAND = "python hf_attnres/utils/modular.py"
 CLASS_FIELDS = ("config", "decoder_layer", "pretrained_model", "causal_lm", "norm", "rotary", "attention", "embedding")
@@ -110,92 +109,41 @@ def class_bodies(path: Path) -> dict[str, tuple[str | None, str]]:
     return bodies
 
 
-def fit(line: str) -> str:
-    """`a, b, c = X, Y, Z` in the line length, wrapped in parentheses where it is longer."""
-    if len(line) <= LINE_LENGTH:
-        return line
-    target, _, value = line.partition(" = ")
-    return f"{target} = (\n        {value}\n    )"
-
-
-def docstring(text: str) -> str:
-    """A class's one-paragraph docstring, wrapped in the line length; a docstring from a modular file as written."""
-    if "\n" in text:
-        return f'    """{text}"""'
-    return textwrap.fill(f'"""{text}"""', LINE_LENGTH, initial_indent="    ", subsequent_indent="    ")
-
-
-def literal(value) -> str:
-    """A str, tuple of str or dict of str as Python source, in double quotes (the package's style)."""
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
-    items = ", ".join(literal(item) for item in value)
-    return f"({items},)" if len(value) == 1 else f"({items})"
-
-
-def attribute(name: str, value) -> str:
-    """`    name = value` in the line length: a long dict one entry a line."""
-    line = f"    {name} = {literal(value)}"
-    if len(line) <= LINE_LENGTH or not isinstance(value, dict):
-        return fit(line)
-    entries = [f"        {literal(k)}: {literal(v)}," for k, v in value.items()]
-    return "\n".join([f"    {name} = {{", *entries, "    }"])
-
-
 def listed(modules: tuple[str, ...]) -> str:
     return " / ".join(f"`{module}`" for module in modules)
-
-
-def class_text(header: str, doc: str, attributes: list[str], extra: tuple[str | None, str] | None) -> str:
-    if extra is not None and extra[0] is not None:
-        doc = extra[0]
-    parts = [header, docstring(doc)] if doc else [header]
-    if attributes:
-        parts += ([""] if doc else []) + attributes
-    if extra is not None and extra[1]:
-        parts += ["", extra[1]] if len(parts) > 1 else [extra[1]]
-    if len(parts) == 1:
-        parts.append("    pass")
-    return "\n".join(parts)
 
 
 def generated_note(folder: str) -> str:
     """The first line of a generated file: a comment above its docstring, so a saved folder's copy of the file (which
     has no modular file to edit) leaves it out with the package's other file-level comments (remote_code.py)."""
-    return f"# Generated from modular_{folder}_attnres.py by `{COMMAND}`: edit that file, not this one."
+    return codegen.generated_note(COMMAND, source=f"modular_{folder}_attnres.py")
 
 
 def configuration_text(family: SimpleNamespace, folder: str, bodies: dict) -> str:
     name, config = family.config_name, family.config
-    doc = (f"r\"\"\"`{config}` ({family.about})\n    plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, "
+    doc = (f"`{config}` ({family.about})\n    plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, "
            "`attn_res_backend`, ... (`ATTN_RES_FIELDS`),\n    validated at construction. "
            f"`attn_res_mode=\"standard\"` is {family.title} itself.")
     refused = family.refused_config_flags
     if refused:
         reasons = " ".join(f"`{flag}` is refused: {reason}." for flag, reason in refused.items())
-        doc += "\n\n" + textwrap.fill(reasons, LINE_LENGTH, initial_indent="    ", subsequent_indent="    ") + "\n    "
-    extra = bodies.get(name)
-    if extra is not None and extra[0] is not None:
-        doc = 'r"""' + extra[0]
-    body = ["", "", "@strict", f"class {name}(AttnResConfigMixin, {config}):", f'    {doc}"""', "",
-            f'    model_type = "{family.attn_res_model_type}"', f'    attn_res_family = "{family.model_type}"']
+        doc += "\n\n" + codegen.wrap(reasons, codegen.INDENT) + "\n" + codegen.INDENT
+    attributes = [f'    model_type = "{family.attn_res_model_type}"', f'    attn_res_family = "{family.model_type}"']
     if refused:
-        body.append(attribute("attn_res_refused_flags", refused))
-    if extra is not None and extra[1]:
-        body += ["", extra[1]]
-    return "\n".join([
-        generated_note(folder),
-        f'"""{family.title} with Attention Residuals: `{config}` plus the AttnRes fields (`AttnResConfigMixin`)."""',
+        attributes.append(codegen.assignment("attn_res_refused_flags", refused))
+    about = f"{family.title} with Attention Residuals: `{config}` plus the AttnRes fields (`AttnResConfigMixin`)."
+    return codegen.file_header(generated_note(folder), about) + "\n".join([
         "from huggingface_hub.dataclasses import strict",
         f"from transformers import {config}",
         "",
         "from hf_attnres.core.config import AttnResConfigMixin",
-        *body,
         "",
         "",
-        f'__all__ = ["{name}"]',
+        codegen.class_text(f"@strict\nclass {name}(AttnResConfigMixin, {config}):", doc, attributes, bodies.get(name),
+                           prefix="r"),
+        "",
+        "",
+        codegen.exports([name]),
         "",
     ])
 
@@ -215,10 +163,10 @@ def modeling_text(family: SimpleNamespace, folder: str, bodies: dict, extras: li
         if family.fusable_norm else []
     differs = []
     if family.input_norms:
-        policy.append(attribute("attn_res_input_norms", family.input_norms))
+        policy.append(codegen.assignment("attn_res_input_norms", family.input_norms))
         differs.append(f"{listed(family.input_norms)} read the mixes")
     if family.output_modules:
-        policy.append(attribute("attn_res_output_modules", family.output_modules))
+        policy.append(codegen.assignment("attn_res_output_modules", family.output_modules))
         differs.append(f"{listed(family.output_modules)} end each sub-layer's output")
     layer_doc = (f"{title}'s decoder layer reading its input from the depth sources (`hf_attnres.core.decoder_layer`)"
                  + (": " + ", and ".join(differs) if differs else "") + ".")
@@ -228,37 +176,29 @@ def modeling_text(family: SimpleNamespace, folder: str, bodies: dict, extras: li
     if family.embedding is not None:
         model_attributes.append(f"    embedding_class = {family.embedding}")
     if family.embedding_scale is not None:
-        model_attributes.append(attribute("embedding_scale", family.embedding_scale))
+        model_attributes.append(codegen.assignment("embedding_scale", family.embedding_scale))
     record = []
     if family.attention is not None:
         record = ['    # hidden states are collected by the model itself: what a layer "outputs" depends on the '
                   'AttnRes mode', f'    _can_record_outputs = {{"attentions": {family.attention}}}']
     classes = [
-        class_text(f"class {layer}(AttnResDecoderLayerMixin, {family.decoder_layer}):", layer_doc, policy,
-                   bodies.get(layer)),
-        class_text(f"class {pretrained}(AttnResPreTrainedMixin, {family.pretrained_model}):", "",
-                   [f"    config: {config}", f"    config_class = {config}", f'    _no_split_modules = ["{layer}"]',
-                    *record], bodies.get(pretrained)),
-        class_text(f"class {model}(AttnResDecoderModel, {pretrained}):", "",
-                   [fit(f"    decoder_layer_class, norm_class, rotary_class = {layer}, {norm}, "
-                        f"{family.rotary}"), *model_attributes],
-                   bodies.get(model)),
-        class_text(f"class {causal_lm}(AttnResDecoderForCausalLM, {pretrained}, {family.causal_lm}):", "",
-                   [f"    model_class = {model}"], bodies.get(causal_lm)),
+        codegen.class_text(f"class {layer}(AttnResDecoderLayerMixin, {family.decoder_layer}):", layer_doc, policy,
+                           bodies.get(layer)),
+        codegen.class_text(f"class {pretrained}(AttnResPreTrainedMixin, {family.pretrained_model}):", "",
+                           [f"    config: {config}", f"    config_class = {config}",
+                            f'    _no_split_modules = ["{layer}"]', *record], bodies.get(pretrained)),
+        codegen.class_text(f"class {model}(AttnResDecoderModel, {pretrained}):", "",
+                           [codegen.fit(f"    decoder_layer_class, norm_class, rotary_class = {layer}, {norm}, "
+                                        f"{family.rotary}"), *model_attributes],
+                           bodies.get(model)),
+        codegen.class_text(f"class {causal_lm}(AttnResDecoderForCausalLM, {pretrained}, {family.causal_lm}):", "",
+                           [f"    model_class = {model}"], bodies.get(causal_lm)),
     ]
-    names = ", ".join(f'"{c}"' for c in (layer, pretrained, model, causal_lm))
-    exported = f"__all__ = [{names}]"
-    if len(exported) > LINE_LENGTH:
-        exported = f'__all__ = ["{layer}", "{pretrained}", "{model}",\n           "{causal_lm}"]'
-    return "\n".join([
-        generated_note(folder),
-        f'"""{title} with Attention Residuals: {title}, except the residual.',
-        "",
-        textwrap.fill(f"Every module ({title}'s attention, MLP, RMSNorm, rotary embedding, cache, masks) is "
-                      "transformers' own; the decoder layer mixes the depth sources before its two sub-layers and "
-                      "the model mixes them before the final norm (`AttnResDecoderLayerMixin`, "
-                      "`AttnResDecoderModel`).", LINE_LENGTH),
-        '"""',
+    about = f"{title} with Attention Residuals: {title}, except the residual.\n\n" + codegen.wrap(
+        f"Every module ({title}'s attention, MLP, RMSNorm, rotary embedding, cache, masks) is transformers' own; the "
+        "decoder layer mixes the depth sources before its two sub-layers and the model mixes them before the final "
+        "norm (`AttnResDecoderLayerMixin`, `AttnResDecoderModel`).")
+    return codegen.file_header(generated_note(folder), about) + "\n".join([
         *import_lines,
         "",
         "from hf_attnres.core.decoder_layer import AttnResDecoderLayerMixin",
@@ -271,7 +211,7 @@ def modeling_text(family: SimpleNamespace, folder: str, bodies: dict, extras: li
         "\n\n\n".join(classes),
         "",
         "",
-        exported,
+        codegen.exports([layer, pretrained, model, causal_lm]),
         "",
     ])
 
@@ -318,8 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if stale else 0
     for folder in modular_files():
         for name, text in generate(folder).items():
-            if FAMILIES_DIR / folder / name in stale:
-                atomic_io.write_text_atomic(FAMILIES_DIR / folder / name, text)
+            if codegen.write_generated(FAMILIES_DIR / folder / name, text):
                 print(f"wrote {FAMILIES_DIR / folder / name}")
     return 0
 

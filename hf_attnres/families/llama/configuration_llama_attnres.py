@@ -10,7 +10,8 @@ from hf_attnres.core.config import AttnResConfigMixin
 class LlamaAttnResConfig(AttnResConfigMixin, LlamaConfig):
     r"""`LlamaConfig` (Llama 2/3, SmolLM2, TinyLlama)
     plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, `attn_res_backend`, ... (`ATTN_RES_FIELDS`),
-    validated at construction. `attn_res_mode="standard"` is Llama itself."""
+    validated at construction. `attn_res_mode="standard"` is Llama itself.
+    """
 
     model_type = "llama_attnres"
     attn_res_family = "llama"

@@ -10,7 +10,8 @@ from hf_attnres.core.config import AttnResConfigMixin
 class MistralAttnResConfig(AttnResConfigMixin, MistralConfig):
     r"""`MistralConfig` (Mistral 7B (sliding-window attention where the config sets it))
     plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, `attn_res_backend`, ... (`ATTN_RES_FIELDS`),
-    validated at construction. `attn_res_mode="standard"` is Mistral itself."""
+    validated at construction. `attn_res_mode="standard"` is Mistral itself.
+    """
 
     model_type = "mistral_attnres"
     attn_res_family = "mistral"

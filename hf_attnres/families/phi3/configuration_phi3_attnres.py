@@ -10,7 +10,8 @@ from hf_attnres.core.config import AttnResConfigMixin
 class Phi3AttnResConfig(AttnResConfigMixin, Phi3Config):
     r"""`Phi3Config` (Phi-3 and Phi-3.5 mini / medium (`Phi3ForCausalLM` checkpoints))
     plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, `attn_res_backend`, ... (`ATTN_RES_FIELDS`),
-    validated at construction. `attn_res_mode="standard"` is Phi-3 itself."""
+    validated at construction. `attn_res_mode="standard"` is Phi-3 itself.
+    """
 
     model_type = "phi3_attnres"
     attn_res_family = "phi3"

@@ -10,7 +10,8 @@ from hf_attnres.core.config import AttnResConfigMixin
 class Qwen2AttnResConfig(AttnResConfigMixin, Qwen2Config):
     r"""`Qwen2Config` (Qwen2 and Qwen2.5 (sliding-window layers where the config sets them))
     plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, `attn_res_backend`, ... (`ATTN_RES_FIELDS`),
-    validated at construction. `attn_res_mode="standard"` is Qwen2 itself."""
+    validated at construction. `attn_res_mode="standard"` is Qwen2 itself.
+    """
 
     model_type = "qwen2_attnres"
     attn_res_family = "qwen2"

@@ -10,7 +10,8 @@ from hf_attnres.core.config import AttnResConfigMixin
 class Qwen3AttnResConfig(AttnResConfigMixin, Qwen3Config):
     r"""`Qwen3Config` (Qwen3 dense models (q/k norms inside attention))
     plus the AttnRes fields `attn_res_mode`, `attn_res_block_size`, `attn_res_backend`, ... (`ATTN_RES_FIELDS`),
-    validated at construction. `attn_res_mode="standard"` is Qwen3 itself."""
+    validated at construction. `attn_res_mode="standard"` is Qwen3 itself.
+    """
 
     model_type = "qwen3_attnres"
     attn_res_family = "qwen3"
