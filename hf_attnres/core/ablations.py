@@ -10,8 +10,17 @@ import torch
 from torch import nn
 
 from hf_attnres.core.depth_layout import DepthLayout
-from hf_attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, PseudoQuery
+from hf_attnres.core.mix_point import AttnResMixing, DepthKeyNorm, PseudoQuery
+from hf_attnres.core.model import AttnResPreTrainedMixin
 from hf_attnres.kernels.mix.variants import attn_res_variant
+
+
+class DepthLogits(nn.Module):
+    """Static mixing: one learned logit per depth source of a mix point (`weight` [n]). Zero at init: uniform mix."""
+
+    def __init__(self, num_sources: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(num_sources))
 
 
 def add_ablation_point(owner: nn.Module, point: str, config) -> None:
@@ -64,5 +73,6 @@ def mix_ablation(owner: nn.Module, point: str, sources, weights: list | None, ou
 
 AttnResMixing.ablation_point = staticmethod(add_ablation_point)
 AttnResMixing.ablation_mix = staticmethod(mix_ablation)
+AttnResPreTrainedMixin.zero_init = (*AttnResPreTrainedMixin.zero_init, DepthLogits)
 
-__all__ = ["add_ablation_point", "mix_ablation", "single_source"]
+__all__ = ["DepthLogits", "add_ablation_point", "mix_ablation", "single_source"]

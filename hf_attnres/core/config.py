@@ -14,12 +14,11 @@ from hf_attnres.core.version_guard import REPAIR_COMMAND
 ATTN_RES_MODES = ("standard", "block", "full")
 ATTN_RES_BACKENDS = ("auto", "torch", "triton", "cpp")
 ATTN_RES_SCORES = ("softmax", "sigmoid")
-# The config properties naming features whose code this copy was generated without: a saved folder ships a feature's
-# code only where its config uses it (hf_attnres/folders/remote_code.py writes the tuple into the folder's copy), the
-# package has all. A config asking for one is refused: the folder's code would not compute it
+# The config properties naming the features whose code a saved folder's copy was generated without (it ships a
+# feature's code only where its config uses it): a config asking for one is refused, the code would not compute it
 ATTN_RES_GENERATED_WITHOUT = ()
 
-# name: (annotation, default); docs/PYTHON.md documents them. Annotations are strings (as under
+# name: (annotation, default), documented in the package's docs. Annotations are strings (as under
 # `from __future__ import annotations`): `@strict` then leaves their types to `check_attn_res_types`, which names the
 # field in a ValueError (strict's own error is not one)
 ATTN_RES_FIELDS = {
@@ -44,9 +43,8 @@ _SWITCHES = {"attn_res_two_phase": True, "attn_res_fuse_norm": False, "attn_res_
 class AttnResConfigChecks:
     """The family-independent checks and derived values of the AttnRes fields."""
 
-    # the checks of a config-switched feature's fields, by the property switching it on: each feature's checks module
-    # registers its own at import (hf_attnres.core.ablation_checks, gated_read_checks), so a folder's copy holds
-    # those of the features its config uses
+    # the checks of a config-switched feature's fields, by the property switching it on, each registered by the
+    # feature's code at its import
     feature_checks = {}
 
     def check_attn_res_layout(self):
@@ -77,13 +75,13 @@ class AttnResConfigChecks:
 
     @property
     def attn_res_num_blocks(self) -> int:
-        """Number of depth blocks: N in the paper (the embedding is one more source); `hf_attnres.core.depth_layout`."""
+        """Number of depth blocks: N in the paper (the embedding is one more source); `DepthLayout.num_blocks`."""
         from hf_attnres.core.depth_layout import DepthLayout
 
         return DepthLayout.of(self).num_blocks
 
-    # `backend_override(field)`: the installed package's switch over the backend (its environment variable,
-    # hf_attnres.core.installed), set at its import; None in a folder's own copy, where the config field decides
+    # `backend_override(field)`: the installed package's switch over the backend, set at its import; None in a
+    # folder's copy, where the config field decides
     backend_override = None
 
     def resolved_backend(self) -> str:
@@ -100,10 +98,9 @@ class AttnResConfigMixin(AttnResConfigChecks):
     attn_res_family = None  # the family's own model_type (e.g. "llama"): what an upcycled checkpoint came from
     attn_res_refused_flags = {}  # read only: a class attribute, not a config field
     extra_activations = ()
-    # Set by the installed package at its import (hf_attnres.core.installed), None in a folder's own copy, whose
-    # config checks its AttnRes fields only: `field_checks(config)`, the checks of the family's own sizes, signs,
-    # finite values, activation and dtype name (hf_attnres.core.config_checks), and `init_kwargs_checks(kwargs)`, of
-    # the constructor arguments transformers reads without checking (`torch_dtype`)
+    # The installed package's, set at its import (None in a folder's copy, which checks the AttnRes fields only):
+    # `field_checks(config)` checks the family's own fields, `init_kwargs_checks(kwargs)` the constructor arguments
+    # transformers reads without checking (`torch_dtype`)
     field_checks = init_kwargs_checks = None
 
     def __init_subclass__(cls, **kwargs):

@@ -39,7 +39,7 @@ class AttnResDecoderLayerMixin(AttnResMixing):
         """The layer's place in the depth layout and its mix points (after the family's modules are built)."""
         self.config = config
         self.layer_idx = layer_idx
-        # where this layer's outputs go among the depth sources (hf_attnres/core/depth_layout.py)
+        # where this layer's outputs go among the depth sources
         self.depth_layout = DepthLayout.of(config)
         self.opens_source = self.depth_layout.opens_source(layer_idx)
         self.num_new_sources = self.depth_layout.new_sources_per_layer

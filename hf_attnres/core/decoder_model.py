@@ -108,8 +108,8 @@ class AttnResDecoderModel(AttnResModelMixin):
 
 
 class AttnResDecoderForCausalLM(AttnResForCausalLMMixin):
-    """The causal LM of a rotary PreNorm family (`hf_attnres.core.model.AttnResForCausalLMMixin`), with Gemma's final
-    logit soft-capping where the config has it. `model_class`: the family's AttnRes base model."""
+    """The causal LM of a rotary PreNorm family (`AttnResForCausalLMMixin`), with Gemma's final logit soft-capping
+    where the config has it. `model_class`: the family's AttnRes base model."""
 
     output_class = AttnResDecoderCausalLMOutputWithPast
 

@@ -26,7 +26,7 @@ class MixSettings:
     fuse_norm: bool
     backend: str
     recompute: bool
-    gated: bool = False  # the gated read (hf_attnres.core.gated_read); `ablation` is then True too
+    gated: bool = False  # the gated read; `ablation` is then True too
 
     @classmethod
     def of(cls, config) -> "MixSettings":
@@ -80,14 +80,10 @@ class AttnResMixing:
     when it is another formula (Gemma's `(1 + weight)`), applied after the mix as its own module."""
 
     fusable_norm: type | None = None
-    # The paper's ablations (hf_attnres.core.ablations, which sets them at its import): `ablation_point(owner, point,
-    # config)` adds an ablated point's tensors, `ablation_mix(owner, point, sources, weights, out_norm)` mixes them.
-    # None where that module is not loaded: a saved folder generated for a config that ablates nothing
-    ablation_point = ablation_mix = None
-    # The gated read (hf_attnres.core.gated_read, hooked here by hf_attnres.core.gated_point at its import):
-    # `gate_point(owner, point, config)` adds a point's gate, `gated_mix(owner, point, sources, weights, out_norm)`
-    # reads through it. None where it is not loaded: a saved folder generated for a config without the gated read
-    gate_point = gated_mix = None
+    # The config-switched features, set by their code at its import (None in a folder whose config uses none):
+    # `ablation_point(owner, point, config)` / `gate_point(...)` add an ablated point's tensors / a point's gate;
+    # `ablation_mix(owner, point, sources, weights, out_norm)` / `gated_mix(...)` mix through them
+    ablation_point = ablation_mix = gate_point = gated_mix = None
 
     def add_mix_point(self, point: str, config) -> None:
         if config.attn_res_ablation:  # the paper's ablations own other tensors
@@ -132,14 +128,14 @@ class AttnResMixing:
         settings: MixSettings | None = None,
     ) -> torch.Tensor:
         """The mix, then `out_norm` (the RMSNorm that reads it) when given: fused into the op where possible.
-        `schedule`: the installed package's two-phase schedule serving a no-grad forward, or None. `settings`: the
+        `schedule`: the installed package's two-phase schedule of a no-grad forward, or None. `settings`: the
         config's switches, resolved once per forward by the model (`MixSettings.of(config)` here when not given).
         The mix itself is the owner's `attn_res_mix` module, which a mapped kernel replaces (`kernels.kernelize`).
         Written for the one-token decode step, where this Python is most of the cost: no config reads, the point's
         modules read from `_modules` (nn.Module.__getattr__ is a failing dict lookup first)."""
         settings = settings or MixSettings.of(self.config)
         if settings.ablation:  # the paper's ablations: a plain PyTorch reference op, no fused kernel
-            if settings.gated:  # not an ablation: the stream plus the gated mix (hf_attnres.core.gated_read)
+            if settings.gated:  # not an ablation: the stream plus the gated mix
                 return self.gated_mix(self, point, sources, weights, out_norm)
             return self.ablation_mix(self, point, sources, weights, out_norm)
         if len(sources) == 1:
@@ -148,7 +144,7 @@ class AttnResMixing:
         fused = settings.fuse_norm and out_norm is not None and type(out_norm) is self.fusable_norm
         modules = self._modules
         norm, proj = modules[point + "_res_norm"], modules[point + "_res_proj"]
-        # tensors read directly, not through a forward: loaded here under big-model offload (hf_attnres/core/offload.py)
+        # tensors read directly, not through a forward: loaded here under big-model offload (`onloaded`)
         with onloaded(norm, proj, out_norm if fused else None):
             if schedule is not None:
                 fused_norm = (out_norm.weight, out_norm.variance_epsilon) if fused else None
@@ -170,13 +166,5 @@ class AttnResMixing:
         return mixed if out_norm is None or fused else out_norm(mixed)
 
 
-class DepthLogits(nn.Module):
-    """Static mixing (a paper ablation, hf_attnres.core.ablations): one learned logit per depth source of a mix point
-    (`weight` [n]). Zero at init: uniform mix. Here, beside the other tensors, for `_init_weights`."""
 
-    def __init__(self, num_sources: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(num_sources))
-
-
-__all__ = ["MixSettings", "PseudoQuery", "DepthKeyNorm", "DepthLogits", "AttnResMixing"]
+__all__ = ["MixSettings", "PseudoQuery", "DepthKeyNorm", "AttnResMixing"]

@@ -22,7 +22,7 @@ from transformers.utils.output_capturing import capture_outputs, selected_hidden
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from hf_attnres.core.cache_arg import CACHE_ARG, cache_kwargs, given_cache, takes_old_cache_name
 from hf_attnres.core.input_checks import check_chunk_size, check_dtypes, check_values, widened
-from hf_attnres.core.mix_point import AttnResMixing, DepthKeyNorm, DepthLogits, MixSettings, PseudoQuery
+from hf_attnres.core.mix_point import AttnResMixing, DepthKeyNorm, MixSettings, PseudoQuery
 
 
 def annotated_forward(cls) -> None:
@@ -46,10 +46,9 @@ class AttnResModelMixin(AttnResMixing):
     layers need (masks, rotary embeddings) in `layer_kwargs`."""
 
     output_class = None
-    # Set by the installed package at its import (hf_attnres.core.installed), None in a folder's own copy:
-    # `forward_check(model, input_ids, attention_mask, reference)`, its checks of the values of every forward's inputs
-    # (one host sync), and `depth_schedule(model, hidden_states, output_attn_res_weights)`, the two-phase schedule of
-    # a no-grad block-mode forward (hf_attnres.core.inference) or None for the plain loop
+    # The installed package's, set at its import (None in a folder's copy): `forward_check(model, input_ids,
+    # attention_mask, reference)` checks every forward's input values (one host sync), `depth_schedule(model,
+    # hidden_states, output_attn_res_weights)` gives the two-phase schedule of a no-grad forward, or None
     forward_check = depth_schedule = None
 
     def __init_subclass__(cls, **kwargs):
@@ -72,7 +71,7 @@ class AttnResModelMixin(AttnResMixing):
         past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ModelOutput:
-        """`cache` (`past_key_values` before transformers 5.24: either name is taken, `hf_attnres.core.cache_arg`)."""
+        """`cache` (`past_key_values` before transformers 5.24: either name is taken, `given_cache`)."""
         cache = given_cache(cache, past_key_values)
         inputs_embeds, cache, position_ids, output_hidden_states = self.prepare_inputs(
             input_ids, inputs_embeds, attention_mask, cache, position_ids, use_cache, output_hidden_states
@@ -202,13 +201,10 @@ class AttnResForCausalLMMixin:
 
     model_class = output_class = None
     model_outputs = (CACHE_ARG, "hidden_states", "attentions", "attn_res_weights")
-    # `labels_check(labels, reference, vocab_size)`: the installed package's check of the labels' values (one host
-    # sync per forward, hf_attnres.core.installed); None in a folder's own copy, whose loss reads them as they are
-    labels_check = None
-    # `chunked_prefill(model, input_ids=, inputs_embeds=, attention_mask=, cache=, chunk_size=, logits_to_keep=,
-    # **kwargs) -> (logits, cache)`: the installed package's long-context prefill in chunks (hf_attnres.core.
-    # chunked_prefill), a way to run the model in bounded memory, not its arithmetic; None in a folder's own copy
-    chunked_prefill = None
+    # The installed package's, set at its import (None in a folder's copy): `labels_check(labels, reference,
+    # vocab_size)`, its check of the labels' values (one host sync per forward), and `chunked_prefill(model, **inputs,
+    # chunk_size=) -> (logits, cache)`, its prefill in chunks, a way to run in bounded memory, not the arithmetic
+    labels_check = chunked_prefill = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -240,7 +236,7 @@ class AttnResForCausalLMMixin:
         """`prefill_chunk_size`: run a longer prompt in chunks of this many tokens, carrying the cache (long-context
         prefill: the depth bank holds chunk-sized tensors), where the installed package is. Same logits and cache; no
         loss, per-layer outputs.
-        `cache`: `past_key_values` before transformers 5.24 (either name is taken, `hf_attnres.core.cache_arg`)."""
+        `cache`: `past_key_values` before transformers 5.24 (either name is taken, `given_cache`)."""
         cache = given_cache(cache, past_key_values)
         reference = input_ids if input_ids is not None else inputs_embeds
         if self.labels_check is not None:
@@ -288,28 +284,20 @@ class AttnResForCausalLMMixin:
 
 
 class AttnResPreTrainedMixin:
-    """The AttnRes tensors' initialization, and a save that writes the code a folder needs to load without this
-    package. First base of a family's PreTrainedModel
-    (`class <Family>AttnResPreTrainedModel(AttnResPreTrainedMixin, ...)`).
+    """The AttnRes tensors' initialization, and a save that writes the code a folder needs to load without the
+    hf-attnres package. First base of a family's PreTrainedModel
+    (`class <Family>AttnResPreTrainedModel(AttnResPreTrainedMixin, ...)`)."""
 
-    The model reads and writes no file itself: the folder checks and the weights record belong to the tools
-    (`hf_attnres.save` / `hf_attnres.load`)."""
-
-    # writes a saved folder's generated code files: `code_writer(folder, model module)`, set by the package's
-    # registration (hf_attnres/__init__.py); None in a folder's own copy, loaded as remote code, where transformers
-    # copies the files the class came from
-    code_writer = None
-    # Set by the installed package at its import (hf_attnres.core.installed), None in a folder's own copy:
-    # `build_check(config, parameters=None)`, its refusal of a config larger than the machine's memory (before any
-    # allocation; a family that counts its parameters exactly passes the count), and
-    # `kernel_binder(model)`, which binds its fused depth mix to the model's `AttnResDepthMix` modules
-    build_check = kernel_binder = None
+    # The installed package's, set at its import (None in a folder's copy, whose files transformers copies itself):
+    # `code_writer(folder, model module)` writes a saved folder's code files, `build_check(config, parameters=None)`
+    # refuses a config larger than the machine's memory before any allocation, `kernel_binder(model)` binds its fused
+    # depth mix to the model's `AttnResDepthMix` modules
+    code_writer = build_check = kernel_binder = None
     # the AttnRes models read token ids only, whatever the family's PreTrainedModel lists (Gemma 3's lists images: it
     # is shared with the multimodal model)
     input_modalities = ("text",)
-    # the AttnRes tensors that start at zero, without a random draw (a feature's module adds its own at its import:
-    # hf_attnres.core.gated_point)
-    zero_init = (PseudoQuery, DepthLogits)
+    # the AttnRes tensors that start at zero, without a random draw (a feature's code adds its own at its import)
+    zero_init = (PseudoQuery,)
 
     def post_init(self):
         super().post_init()

@@ -24,8 +24,8 @@ def onloaded(*modules):
 
 @contextlib.contextmanager
 def _onloaded(modules):
-    # offload hooks mean accelerate is installed; the `if` tells transformers' remote-code loader (saved folders, see
-    # remote_code.py) that the model does not need accelerate otherwise
+    # offload hooks mean accelerate is installed; the `if` tells transformers' remote-code loader that the model
+    # does not need accelerate otherwise
     if is_accelerate_available():
         from accelerate.utils import align_module_device
 

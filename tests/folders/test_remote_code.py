@@ -23,6 +23,7 @@ from hf_attnres.folders.remote_code import (
     check_no_package_import,
     dependency_order,
     generate,
+    plan_groups,
     write_code_files,
 )
 from tests.helpers.generated_package import forget_package, write_package
@@ -43,9 +44,9 @@ def generated():
     return {family: generate(module) for family, module in MODELING.items()}
 
 
-def inlined(text: str) -> list[str]:
-    """The package modules a generated file says (in its docstring) it was generated from."""
-    return [line[2:] for line in ast.get_docstring(ast.parse(text)).splitlines() if line.startswith("- hf_attnres.")]
+def inlined(family: str, file_name: str) -> list[str]:
+    """The package modules a family's generated file (every feature's code) is made of."""
+    return plan_groups(MODELING[family]).get(file_name.removesuffix(".py"), [])
 
 
 def relative_imports(text: str, top_level_only: bool) -> set[str]:
@@ -76,7 +77,7 @@ def test_a_family_ships_four_files_by_topic_each_opening_with_its_docstring(fami
         assert second.startswith('"""') and ast.get_docstring(ast.parse(text)), name  # the docstring comes first
         compile(text, name, "exec")
         assert relative_imports(text, top_level_only=False) <= {n.removesuffix(".py") for n in files}, name
-    placed = [module for text in files.values() for module in inlined(text)]
+    placed = [module for name in files for module in inlined(family, name)]
     assert len(placed) == len(set(placed)), placed  # each module in one file
     # a config loads the configuration file only: the kernels and the model only inside the functions needing them
     assert loaded_at_import(files, configuration) == {configuration}
@@ -199,23 +200,23 @@ def test_a_name_two_files_share_is_imported_and_a_collision_is_named(tmp_path, m
 
 # The family's own classes only: the shared AttnRes model is in the core file
 @pytest.mark.parametrize("family", sorted(SUPPORTED))
-def test_a_familys_modeling_file_holds_only_its_own_classes(family, generated):
-    files = generated[family]
-    modeling = inlined(files[f"{leaf(MODELING[family])}.py"])
+def test_a_familys_modeling_file_holds_only_its_own_classes(family):
+    modeling = inlined(family, f"{leaf(MODELING[family])}.py")
     assert not [m for m in modeling if m.startswith("hf_attnres.core.")], modeling  # the core is shared, never inlined
-    assert "hf_attnres.core.model" in inlined(files[f"{CORE_FILE}.py"])
+    assert "hf_attnres.core.model" in inlined(family, f"{CORE_FILE}.py")
 
 
 def test_kimi_linear_files_hold_the_pytorch_mix_and_not_the_fused_kernels(generated):
     """The fused kernels (Triton, C++) are the installed package's, mapped to the depth mix with `kernels`: a folder
     holds the PyTorch mix only."""
     files = generated["kimi_linear"]
-    kernels = inlined(files[f"{KERNELS_FILE}.py"])
+    kernels = inlined("kimi_linear", f"{KERNELS_FILE}.py")
     assert {"hf_attnres.kernels.mix.depth_mix", "hf_attnres.kernels.mix.lean_ops"} <= set(kernels), kernels
-    everything = [module for text in files.values() for module in inlined(text)]
+    everything = [module for name in files for module in inlined("kimi_linear", name)]
     fused = [m for m in everything if m.rpartition(".")[2] in ("triton", "kernels", "cpu_fused", "layers")]
     assert not fused, fused
-    assert "hf_attnres.families.kimi_linear.conversion_mapping" in inlined(files["modeling_kimi_linear_attnres.py"])
+    modeling = inlined("kimi_linear", "modeling_kimi_linear_attnres.py")
+    assert "hf_attnres.families.kimi_linear.conversion_mapping" in modeling
     assert "hf_attnres.folders.remote_code" not in everything  # the generator itself ships nowhere
 
 
@@ -475,7 +476,7 @@ def test_the_kernels_file_carries_no_fused_kernel(generated):
         text = files[f"{KERNELS_FILE}.py"]
         for module in ("hf_attnres.kernels.mix.cpu_fused", "hf_attnres.kernels.mix.extension_cache",
                        "hf_attnres.kernels.mix.triton", "hf_attnres.kernels.mix.layers"):
-            assert module not in inlined(text), (family, module)
+            assert module not in inlined(family, f"{KERNELS_FILE}.py"), (family, module)
         names = identifiers(text)
         assert "AttnResDepthMix" in names and "use_kernel_forward_from_hub" in names, family
         assert not {"register_cpu_kernel", "attn_res_cpu", "load_extension", "FusedMix", "triton"} & names, family
