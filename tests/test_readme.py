@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.collection import TEST_ID, missing_tests
+
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 # the pages whose command lines are inventoried below: the README and the topic pages it sends a newcomer to
@@ -50,7 +52,8 @@ def readme_commands() -> list[str]:
             for command in block_commands(block)]
 
 
-# command prefix -> the test that runs it (its pytest node id, parameters left out), or the reason it is not run
+# command prefix -> the test that runs it (its pytest node id, parameters left out: TEST_ID), or the reason it
+# is not run
 COVERED = {
     "bash scripts/main_job.sh": "tests/study/test_main_job_fresh_clone.py::test_main_job_from_a_fresh_clone",
     "pip install torch": "CI's own install (scripts/run_tests.sh installs torch==2.13.0 first)",
@@ -148,22 +151,9 @@ COVERED = {
     # the upload: --dry-run
     "attnres push-to-hub --model": "tests/conversion/test_hub.py::test_script_dry_run_and_refusals",
 }
-TEST_ID = re.compile(r"tests/[\w/]+\.py::\w+")  # a COVERED value naming a test; any other value is a reason
-
-
 def coverage_of(command: str):
     matches = [prefix for prefix in COVERED if command.startswith(prefix)]
     return COVERED[max(matches, key=len)] if matches else None
-
-
-@functools.cache
-def collected_tests(files: tuple[str, ...]) -> set[str]:
-    """The node ids (parameters left out) pytest collects from `files`: one collection, as CI's run would see them."""
-    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
-                            cwd=REPO, capture_output=True, text=True, timeout=600,
-                            env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    return {line.partition("[")[0] for line in result.stdout.splitlines() if "::" in line}
 
 
 def test_every_readme_command_is_covered():
@@ -172,9 +162,7 @@ def test_every_readme_command_is_covered():
     assert len(commands) > 20 and "bash scripts/main_job.sh" in commands
     uncovered = [command for command in commands if coverage_of(command) is None]
     assert uncovered == [], "no test runs these and no reason is given (tests/test_readme.py COVERED)"
-    named = {where for where in COVERED.values() if TEST_ID.fullmatch(where)}
-    collected = collected_tests(tuple(sorted({test.partition("::")[0] for test in named})))
-    assert sorted(named - collected) == []
+    assert missing_tests(where for where in COVERED.values() if re.fullmatch(TEST_ID, where)) == []
 
 
 def test_the_inventory_names_no_command_the_readme_dropped():

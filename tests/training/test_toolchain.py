@@ -16,7 +16,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_attnres import KimiLinearAttnResForCausalLM
 from tests.families.tiny import FAMILIES
+from tests.helpers.collection import missing_tests
 from tests.helpers.toolchain_fixtures import REPO, TEXTS, tiny_family_folder, tiny_folder
+from tests.test_docs_links import links
 
 
 @pytest.fixture(scope="module")
@@ -162,9 +164,20 @@ def test_device_map_auto_with_cpu_and_disk_offload_gives_the_same_logits(folder,
                                    atol=0 if not two_phase else 1e-5)  # two-phase: equal up to fp32 rounding
 
 
-def test_every_example_is_in_the_readme_and_run_by_a_test():
-    readme = (REPO / "README.md").read_text()
-    tests = "".join(path.read_text() for path in (REPO / "tests").rglob("*.py"))
-    for example in sorted((REPO / "examples").glob("*.py")):
-        assert f"examples/{example.name}" in readme, example.name
-        assert f'"{example.name}"' in tests, example.name
+# each example -> the test that runs it (its pytest node id)
+EXAMPLE_TESTS = {
+    "finetune_accelerate.py": "tests/training/test_toolchain_distributed.py::test_examples_train_under_plain_ddp",
+    "finetune_trainer.py": "tests/training/test_toolchain.py::test_trainer_example_with_gradient_checkpointing",
+    "finetune_trl_sft.py": "tests/training/test_toolchain.py::test_trl_sft_example_trains_assistant_tokens",
+    "finetune_peft_lora.py": "tests/training/test_toolchain.py::test_peft_lora_example_trains_every_target_and_merges",
+}
+
+
+def test_every_example_is_linked_from_the_readme_and_run_by_a_test():
+    """Each file of examples/ is a link of the README and has a test that pytest collects (a renamed or deleted
+    test, or a new example without one, fails here)."""
+    examples = sorted(path.name for path in (REPO / "examples").glob("*.py"))
+    assert sorted(EXAMPLE_TESTS) == examples
+    linked = set(links(REPO / "README.md"))
+    assert [name for name in examples if f"examples/{name}" not in linked] == []
+    assert missing_tests(EXAMPLE_TESTS.values()) == []
