@@ -232,8 +232,10 @@ def generate(folder: str) -> dict[str, str]:
     declared = {getattr(family, name) for name in CLASS_FIELDS}
     # what else the file imports from the family's transformers modeling module
     extras = [name for name, module in family.imports.items() if module == family.module and name not in declared]
-    return {f"configuration_{folder}_attnres.py": configuration_text(family, folder, bodies),
-            f"modeling_{folder}_attnres.py": modeling_text(family, folder, bodies, extras)}
+    # a class body from the modular file comes as written: its blank lines are cut as the folder's generator cuts them
+    texts = {f"configuration_{folder}_attnres.py": configuration_text(family, folder, bodies),
+             f"modeling_{folder}_attnres.py": modeling_text(family, folder, bodies, extras)}
+    return {name: codegen.collapse_blank_lines(text) for name, text in texts.items()}
 
 
 def stale_files() -> list[Path]:
