@@ -1,7 +1,11 @@
 """The family code generator (hf_attnres/utils/modular.py): every generated file is what its declaration generates now
 (a hand edit or a changed generator fails here), a stale or missing file is named and nothing is written under
 --check, and a modular file without a declaration is one line naming the file."""
+import ast
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -121,3 +125,28 @@ def test_an_unknown_flag_is_refused(capsys):
     with pytest.raises(SystemExit) as exit_info:
         modular.main(["--chek"])
     assert exit_info.value.code == 2 and "--chek" in capsys.readouterr().err
+
+
+def test_a_class_body_keeps_at_most_two_blank_lines_in_a_row(families_copy):
+    path = families_copy / "llama" / "modular_llama_attnres.py"
+    path.write_text(path.read_text() + '\n\nclass LlamaAttnResModel:\n    x = 1\n\n\n\n\n    y = 2\n')
+    modeling = modular.generate("llama")["modeling_llama_attnres.py"]
+    assert "    x = 1\n\n\n    y = 2\n" in modeling and "\n\n\n\n" not in modeling
+    compile(modeling, "modeling_llama_attnres.py", "exec")
+
+
+@pytest.mark.parametrize("folder", GENERATED)
+def test_every_generated_file_opens_with_the_shared_note_and_its_docstring(folder):
+    for name, text in modular.generate(folder).items():
+        first, rest = text.split("\n", 1)
+        assert first == modular.codegen.generated_note(modular.COMMAND, source=f"modular_{folder}_attnres.py")
+        assert rest.startswith('"""') and ast.get_docstring(ast.parse(text)), name
+
+
+def test_the_script_loads_the_shared_formatter_by_path_and_finds_the_files_current():
+    """Run as a script (before `import hf_attnres` could work), the generator loads codegen and its writer by path."""
+    script = modular.FAMILIES_DIR.parent / "utils" / "modular.py"
+    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=300,
+                            env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"},
+                            cwd=modular.FAMILIES_DIR.parent.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
