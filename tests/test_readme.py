@@ -1,9 +1,9 @@
 """What a newcomer reads is what the tests run. The README's quickstart Python runs verbatim and keeps the source's
 function; docs/PYTHON.md's model tour runs verbatim; every command line in the bash blocks of the README and of the
-docs pages it links for each topic is either run by a named test (as spelled, or smaller with the same flags) or
-listed here with the reason it cannot run in CI (a new command with neither fails
-`test_every_readme_command_is_covered`). The quickstart's CLI lines name only flags their command has and run in
-order on a tiny Llama.
+docs pages it links for each topic is either run by a named test (as spelled, or smaller with the same flags; its
+node id, which pytest must collect) or listed here with the reason it cannot run in CI (a new command with neither
+fails `test_every_readme_command_is_covered`). Every line running an attnres command (`attnres X`, a scripts/ wrapper,
+under a launcher) parses with that command's own parser. The quickstart's CLI lines run in order on a tiny Llama.
 """
 from __future__ import annotations
 
