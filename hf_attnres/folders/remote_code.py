@@ -75,14 +75,17 @@ WITHOUT = "ATTN_RES_GENERATED_WITHOUT"
 # What each file holds, the first line of its docstring (the family's files: filled in with its name)
 TOPICS = {
     "configuration": "The configuration of {family} with Attention Residuals: the family's config class with the "
-                     "AttnRes fields and\ntheir checks, and the check that the installed transformers is one this "
-                     "folder's code supports.",
+                     "AttnRes fields and\ntheir checks. Importing this file refuses, in one line, a transformers "
+                     "outside the range this folder's\ncode supports, before any weight is read.",
     KERNELS_FILE: "The depth mix's arithmetic in PyTorch: the kernelizable `AttnResDepthMix` module (a kernel mapped "
                   "to its layer\nname with the `kernels` library replaces its forward; the installed hf-attnres "
                   "package maps its fused C++\nand Triton kernels), and the paper's ablations of the mix where the "
                   "folder's config uses them.",
-    CORE_FILE: "The Attention Residuals model code every family shares: the depth layout, the mix points, the decoder "
-               "layer and\nmodel mixins, the causal LM head.",
+    CORE_FILE: "The Attention Residuals model code every family shares. The residual stream becomes depth sources "
+               "(`DepthLayout`\nsays which exist at each mix point); before each sub-layer and the final norm a mix "
+               "point (`AttnResMixing.mix`)\nreads them through a learned softmax over depth. The decoder layer and "
+               "model mixins carry the sources\n(`run_depth`), and the family's classes put these mixins first in "
+               "their bases.",
     "modeling": "The model classes of {family} with Attention Residuals: the family's own transformers modules, the "
                 "residual read\nfrom the depth sources.",
 }

@@ -85,9 +85,9 @@ def test_a_family_ships_four_files_by_topic_each_opening_with_its_docstring(fami
 
 
 def test_a_llama_block_folder_is_four_files_under_its_bound(tmp_path):
-    """The measured Llama Block folder: four files, the model's code only. The bound is its measured size with
-    room, so shipping a tool's code again (the split files were 148 KB) or a feature its config does not use (the
-    ablations add 6.8 KB, the gated read 7.5 KB) fails here."""
+    """The measured Llama Block folder: four files, the model's code only. The bound is its measured size (70.5 KB)
+    with room, so shipping a tool's code again (the split files were 148 KB), the package modules' docstrings (about
+    9 KB) or a feature its config does not use (the ablations add 6.7 KB, the gated read 5.4 KB) fails here."""
     from tests.data.unchanged.record import build, config_fields
 
     build("llama", config_fields("llama", "block")).save_pretrained(tmp_path)
@@ -95,7 +95,7 @@ def test_a_llama_block_folder_is_four_files_under_its_bound(tmp_path):
     assert len(sizes) == 4 and sum(sizes.values()) <= FOLDER_BYTES, sizes
 
 
-FOLDER_BYTES = 87_000
+FOLDER_BYTES = 72_000
 
 
 @pytest.mark.parametrize("config, used", [
