@@ -10,6 +10,7 @@ this):
   `ATTNRES_ALLOW_LARGE_MODEL=1` insists);
 - the check of every forward's input values (ids in the vocabulary, a 0/1 padding mask, the labels: one host sync)
   and of the Triton backend's device; a folder's code checks the ids and mask once per `generate`;
+- the save that writes a folder's generated code files (`save_with_code`);
 - the depth layout's queries that only tools ask (`hf_attnres.core.depth_queries`);
 - the two-phase inference schedule of block mode (`hf_attnres.core.inference`);
 - the forward's long-context prefill in chunks (`prefill_chunk_size`, `hf_attnres.core.chunked_prefill`); a folder's
@@ -88,6 +89,17 @@ def check_labels(labels, reference, vocab_size: int) -> None:
         warnings.warn(f"every label is {IGNORE_INDEX}: no token to predict, so the loss is NaN (0 / 0)", stacklevel=3)
 
 
+def save_with_code(self, save_directory, *args, **kwargs):
+    """transformers' save, plus the generated code files when the class is marked for remote code: the package's
+    `save_pretrained` of every AttnRes model, writing with the `code_writer` its registration sets
+    (hf_attnres/__init__.py). A folder's own copy keeps transformers' save, which copies the files its class came
+    from."""
+    super(AttnResPreTrainedMixin, self).save_pretrained(save_directory, *args, **kwargs)
+    writer = getattr(self, "code_writer", None)
+    if writer is not None and self.is_remote_code() and kwargs.get("is_main_process", True):
+        writer(save_directory, type(self).__module__)
+
+
 def install() -> None:
     """Hand the package's features to the model classes (idempotent)."""
     register_kernels()
@@ -101,6 +113,7 @@ def install() -> None:
     AttnResModelMixin.depth_schedule = staticmethod(two_phase_schedule)
     AttnResPreTrainedMixin.build_check = staticmethod(check_buildable)
     AttnResPreTrainedMixin.kernel_binder = staticmethod(kernelize_model)
+    AttnResPreTrainedMixin.save_pretrained = save_with_code
 
 
 __all__ = ["install", "BACKEND_ENV_VAR", "backend_override", "check_backend", "check_forward_inputs", "check_labels"]

@@ -284,15 +284,13 @@ class AttnResForCausalLMMixin:
 
 
 class AttnResPreTrainedMixin:
-    """The AttnRes tensors' initialization, and a save that writes the code a folder needs to load without the
-    hf-attnres package. First base of a family's PreTrainedModel
+    """The AttnRes tensors' initialization. First base of a family's PreTrainedModel
     (`class <Family>AttnResPreTrainedModel(AttnResPreTrainedMixin, ...)`)."""
 
-    # The installed package's, set at its import (None in a folder's copy, whose files transformers copies itself):
-    # `code_writer(folder, model module)` writes a saved folder's code files, `build_check(config, parameters=None)`
+    # The installed package's, set at its import (None in a folder's copy): `build_check(config, parameters=None)`
     # refuses a config larger than the machine's memory before any allocation, `kernel_binder(model)` binds its fused
     # depth mix to the model's `AttnResDepthMix` modules
-    code_writer = build_check = kernel_binder = None
+    build_check = kernel_binder = None
     # the AttnRes models read token ids only, whatever the family's PreTrainedModel lists (Gemma 3's lists images: it
     # is shared with the multimodal model)
     input_modalities = ("text",)
@@ -303,12 +301,6 @@ class AttnResPreTrainedMixin:
         super().post_init()
         if self.kernel_binder is not None:
             self.kernel_binder(self)
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """transformers' save, plus the generated code files when the class is marked for remote code."""
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if self.code_writer is not None and self.is_remote_code() and kwargs.get("is_main_process", True):
-            self.code_writer(save_directory, type(self).__module__)
 
     @torch.no_grad()
     def _init_weights(self, module):
