@@ -51,7 +51,7 @@ def gated_read_naive(
     eps: float,
     gate: torch.Tensor,
 ) -> torch.Tensor:
-    """The gated depth read (`hf_attnres.core.gated_read`): the standard residual stream, the sum of the sources,
+    """The gated depth read (`gated_read`): the standard residual stream, the sum of the sources,
     plus `gate` [d] times the AttnRes mix of the sources. A zero gate reads the standard stream exactly."""
     stacked = sources if isinstance(sources, torch.Tensor) else torch.stack(tuple(sources))
     mixed = attn_res_naive(stacked, query, norm_weight, eps)
