@@ -13,8 +13,6 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 # other versions, and wrong tokens without an error. So the models take either name and pass on the installed one's.
 # Read from the output class rather than the version string: the field is what `generate` reads back
 CACHE_ARG = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
-# Linear-attention (KDA) layers took it as `cache_params` before the rename
-LINEAR_CACHE_ARG = "cache" if CACHE_ARG == "cache" else "cache_params"
 
 
 def given_cache(cache, past_key_values):
@@ -43,4 +41,4 @@ def cache_kwargs(cache) -> dict:
     return {CACHE_ARG: cache}
 
 
-__all__ = ["CACHE_ARG", "LINEAR_CACHE_ARG", "given_cache", "cache_kwargs", "takes_old_cache_name"]
+__all__ = ["CACHE_ARG", "given_cache", "cache_kwargs", "takes_old_cache_name"]

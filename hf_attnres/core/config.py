@@ -2,13 +2,10 @@
 
 A family's AttnRes config is the family's own config plus these fields:
 `class <Family>AttnResConfig(AttnResConfigMixin, <Family>Config)`. The mixin adds the fields (declared once, in
-`ATTN_RES_FIELDS`) to the subclass before transformers turns it into a dataclass, validates them at construction (one
-ValueError naming the field, before anything compares or allocates) and resolves `attn_res_mode`. The installed
-package also checks the family's own sizes, signs, finite values, activation and dtype name there (`field_checks`).
+`ATTN_RES_FIELDS`) to the subclass before transformers turns it into a dataclass, checks their layout at
+construction and resolves `attn_res_mode`. The installed package also checks the fields' types and the family's own
+sizes, signs, finite values, activation and dtype name there (`field_checks`, hf_attnres.core.config_checks).
 """
-import functools
-import math
-
 from hf_attnres.core.version_guard import REPAIR_COMMAND
 
 ATTN_RES_MODES = ("standard", "block", "full")
@@ -19,8 +16,8 @@ ATTN_RES_SCORES = ("softmax", "sigmoid")
 ATTN_RES_GENERATED_WITHOUT = ()
 
 # name: (annotation, default), documented in the package's docs. Annotations are strings (as under
-# `from __future__ import annotations`): `@strict` then leaves their types to `check_attn_res_types`, which names the
-# field in a ValueError (strict's own error is not one)
+# `from __future__ import annotations`): `@strict` then leaves their types to the installed package's checks
+# (`field_checks`), which name the field in a ValueError (strict's own error is not one)
 ATTN_RES_FIELDS = {
     "attn_res_mode": ("str | None", None),
     "attn_res_block_size": ("int", 0),
@@ -35,9 +32,6 @@ ATTN_RES_FIELDS = {
     "attn_res_key_norm_init": ("float", 1.0),
     "attn_res_gated_read": ("bool", False),
 }
-_SWITCHES = {"attn_res_two_phase": True, "attn_res_fuse_norm": False, "attn_res_recompute": False,
-             "attn_res_static_mixing": False, "attn_res_key_norm": False,
-             "attn_res_gated_read": False}  # name: may be None
 
 
 class AttnResConfigChecks:
@@ -73,13 +67,6 @@ class AttnResConfigChecks:
         """Whether a paper ablation changes the mix (then it runs on the PyTorch reference, not the fused kernels)."""
         return self.attn_res_static_mixing or self.attn_res_score != "softmax" or not self.attn_res_key_norm
 
-    @property
-    def attn_res_num_blocks(self) -> int:
-        """Number of depth blocks: N in the paper (the embedding is one more source); `DepthLayout.num_blocks`."""
-        from hf_attnres.core.depth_layout import DepthLayout
-
-        return DepthLayout.of(self).num_blocks
-
     # `backend_override(field)`: the installed package's switch over the backend, set at its import; None in a
     # folder's copy, where the config field decides
     backend_override = None
@@ -98,10 +85,11 @@ class AttnResConfigMixin(AttnResConfigChecks):
     attn_res_family = None  # the family's own model_type (e.g. "llama"): what an upcycled checkpoint came from
     attn_res_refused_flags = {}  # read only: a class attribute, not a config field
     extra_activations = ()
-    # The installed package's, set at its import (None in a folder's copy, which checks the AttnRes fields only):
-    # `field_checks(config)` checks the family's own fields, `init_kwargs_checks(kwargs)` the constructor arguments
-    # transformers reads without checking (`torch_dtype`)
-    field_checks = init_kwargs_checks = None
+    # The installed package's, set at its import (None in a folder's copy, which checks the AttnRes layout only):
+    # `field_checks(config, kwargs)` checks the fields' types, the family's own fields and the constructor arguments
+    # transformers reads without checking (`torch_dtype`); `init_wrapper(init)` re-raises `@strict`'s type errors as
+    # ValueErrors naming the field
+    field_checks = init_wrapper = None
 
     def __init_subclass__(cls, **kwargs):
         # declared on the subclass itself, before transformers' PreTrainedConfig.__init_subclass__ makes it a
@@ -112,13 +100,11 @@ class AttnResConfigMixin(AttnResConfigChecks):
         for name in added:
             setattr(cls, name, ATTN_RES_FIELDS[name][1])
         super().__init_subclass__(**kwargs)
-        cls.__init__ = _field_errors_as_value_errors(cls.__init__)
-
+        if cls.init_wrapper is not None:
+            cls.__init__ = cls.init_wrapper(cls.__init__)
 
     def __post_init__(self, **kwargs):
-        check_attn_res_types(self)
-        self.check_field_types()
-        self.check_init_kwargs(kwargs)
+        self.check_field_types(kwargs)
         super().__post_init__(**kwargs)
         if self.attn_res_mode is None:
             self.attn_res_mode = "block" if self.attn_res_block_size > 0 else "standard"
@@ -132,78 +118,15 @@ class AttnResConfigMixin(AttnResConfigChecks):
             if value:
                 raise ValueError(f"{field}={value!r} is not supported with AttnRes: {reason}")
 
-    def check_field_types(self) -> None:
-        """The family's own fields, checked first (2.5, True or "4" as a layer count, NaN as an epsilon, a misspelt
-        activation): a ValueError naming the field, where the installed package is (`field_checks`)."""
+    def check_field_types(self, kwargs: dict) -> None:
+        """The fields and constructor arguments, checked first, where the installed package is (`field_checks`)."""
         if self.field_checks is not None:
-            self.field_checks(self)
-
-    def check_init_kwargs(self, kwargs: dict) -> None:
-        """The constructor arguments transformers reads without checking, where the installed package is."""
-        if self.init_kwargs_checks is not None:
-            self.init_kwargs_checks(kwargs)
+            self.field_checks(self, kwargs)
 
     def check_attn_res(self) -> None:
         """The AttnRes layout (mode, block size, backend, ablations), once the family's config is built."""
         self.check_attn_res_layout()
 
-    @classmethod
-    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
-        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
-        if not config_dict:  # transformers would build the family's default (billions of parameters) from nothing
-            raise OSError(f"{pretrained_model_name_or_path}: no config.json there, so the model's size and AttnRes "
-                          "layout are unknown (a saved model folder holds config.json beside its weights)")
-        return config_dict, kwargs
-
-
-def _field_errors_as_value_errors(init):
-    """The dataclass `__init__`, with `@strict`'s type error on a field ("4" or 2.5 as a layer count, NaN as a
-    vocabulary size), which is no ValueError, raised as one line naming the field."""
-    from huggingface_hub.errors import StrictDataclassFieldValidationError
-
-    if getattr(init, "_attn_res_wrapped", False):
-        return init
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        try:
-            init(self, *args, **kwargs)
-        except StrictDataclassFieldValidationError as error:
-            field = getattr(error, "field", None) or str(error).split("'")[1]
-            value = kwargs.get(field, "?")
-            raise ValueError(f"{field} must be of the type its config declares ({_declared(type(self), field)}), "
-                             f"got {value!r} ({type(value).__name__})") from None
-
-    __init__._attn_res_wrapped = True
-    return __init__
-
-
-def _declared(cls, field: str) -> str:
-    annotation = cls.__dataclass_fields__[field].type if field in getattr(cls, "__dataclass_fields__", {}) else "?"
-    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
-
-
-def check_attn_res_types(config) -> None:
-    """ValueError naming the field for a wrong type, sign or non-finite value of an AttnRes field (2.5 or "2" as a
-    block size, a truthy "no" as a switch, NaN as an init scale), before anything compares or allocates."""
-    size = config.attn_res_block_size
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise ValueError(f"attn_res_block_size must be an integer >= 0, got {size!r}")
-    for field, optional in _SWITCHES.items():
-        value = getattr(config, field)
-        if not isinstance(value, bool) and not (optional and value is None):
-            raise ValueError(f"{field} must be {'True, False or None' if optional else 'True or False'}, "
-                             f"got {value!r} ({type(value).__name__})")
-    for field, strictly in (("attn_res_query_init_std", False), ("attn_res_key_norm_init", True)):
-        value = getattr(config, field)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or value < 0 or (strictly and value == 0):
-            raise ValueError(f"{field} must be a finite number {'> 0' if strictly else '>= 0'}, got {value!r}")
-    for field in ("attn_res_mode", "attn_res_backend", "attn_res_score"):
-        value = getattr(config, field)
-        if value is not None and not isinstance(value, str):
-            raise ValueError(f"{field} must be a string, got {value!r} ({type(value).__name__})")
-
 
 __all__ = ["AttnResConfigMixin", "AttnResConfigChecks", "ATTN_RES_FIELDS", "ATTN_RES_GENERATED_WITHOUT",
-           "ATTN_RES_MODES", "ATTN_RES_BACKENDS", "ATTN_RES_SCORES", "check_attn_res_types"]
+           "ATTN_RES_MODES", "ATTN_RES_BACKENDS", "ATTN_RES_SCORES"]

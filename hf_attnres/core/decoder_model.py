@@ -108,17 +108,10 @@ class AttnResDecoderModel(AttnResModelMixin):
 
 
 class AttnResDecoderForCausalLM(AttnResForCausalLMMixin):
-    """The causal LM of a rotary PreNorm family (`AttnResForCausalLMMixin`), with Gemma's final logit soft-capping
-    where the config has it. `model_class`: the family's AttnRes base model."""
+    """The causal LM of a rotary PreNorm family (`AttnResForCausalLMMixin`). `model_class`: the family's AttnRes base
+    model."""
 
     output_class = AttnResDecoderCausalLMOutputWithPast
-
-    def postprocess_logits(self, logits: torch.Tensor) -> torch.Tensor:
-        """Gemma's final logit soft-capping, where the config has it (as the family's own ForCausalLM applies it)."""
-        cap = getattr(self.config, "final_logit_softcapping", None)
-        if cap is None:
-            return logits
-        return torch.tanh(logits / cap) * cap
 
 
 __all__ = ["AttnResDecoderModel", "AttnResDecoderForCausalLM", "AttnResDecoderOutputWithPast",

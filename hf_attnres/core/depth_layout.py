@@ -65,13 +65,5 @@ class DepthLayout:
             return before + 1  # this layer's attention output is a source of its own at the MLP mix
         return before
 
-    # --- blocks -----------------------------------------------------------------------------------------------------
-    @property
-    def num_blocks(self) -> int:
-        """Depth blocks: N in the paper (the embedding is one more source). Full mode: one per layer."""
-        if self.mode == "block":
-            return -(-self.num_layers // self.block_size)
-        return self.num_layers if self.mode == "full" else 1
-
 
 __all__ = ["DepthLayout", "MIX_POINTS", "OUTPUT_POINT"]

@@ -1,9 +1,11 @@
 """The depth layout's queries only the package's tools ask: the readable names of a mix point's sources (plots,
-diagnostics, conversion) and a layer's single-source points (pipeline stages). Handed to `DepthLayout` at the
+diagnostics, conversion), a layer's single-source points (pipeline stages) and the number of depth blocks (the
+two-phase schedule's bank, reports; `config.attn_res_num_blocks`). Handed to `DepthLayout` and the config classes at the
 package's import (`install`, from hf_attnres.core.installed): the model's forward needs none of them, so a saved
 folder's copy of `DepthLayout` does not carry them."""
 from __future__ import annotations
 
+from hf_attnres.core.config import AttnResConfigChecks
 from hf_attnres.core.depth_layout import MIX_POINTS, DepthLayout
 
 
@@ -34,8 +36,22 @@ def source_names(layout: DepthLayout, layer_idx: int, point: str) -> list[str]:
     return names if opening else [*names, "partial"]
 
 
+def num_blocks(layout: DepthLayout) -> int:
+    """Depth blocks: N in the paper (the embedding is one more source). Full mode: one per layer."""
+    if layout.mode == "block":
+        return -(-layout.num_layers // layout.block_size)
+    return layout.num_layers if layout.mode == "full" else 1
+
+
+def attn_res_num_blocks(config) -> int:
+    """Number of depth blocks of a config's layout (`DepthLayout.num_blocks`)."""
+    return num_blocks(DepthLayout.of(config))
+
+
 def install() -> None:
-    """The queries as `DepthLayout` methods (idempotent)."""
+    """The queries as `DepthLayout` methods and properties, and the config's block count (idempotent)."""
+    DepthLayout.num_blocks = property(num_blocks)
+    AttnResConfigChecks.attn_res_num_blocks = property(attn_res_num_blocks)
     DepthLayout.mix_point_sources = mix_point_sources
     DepthLayout.single_source_points = single_source_points
     DepthLayout.source_names = source_names

@@ -1,18 +1,14 @@
-"""Checks of the model's inputs that go beyond shapes (dtypes, value ranges): each raises a ValueError naming
-the argument before any kernel runs. The value checks cost one host synchronisation, shared by all of them: a folder's
-code runs them once per `generate` call, the installed package at every forward (hf_attnres.core.installed)."""
+"""The installed package's checks of a model's inputs (hf_attnres.core.installed hands them to the classes): shapes,
+dtypes and value ranges, each a ValueError naming the argument before any kernel runs. A saved folder's code takes
+input as transformers' own models do (their errors, torch's), and asks for exactly one of ids and embeddings. The value
+checks cost one host synchronisation, shared by all of them: the package runs them at every forward and once per
+`generate` call (before the prompt's first step).
+"""
 from __future__ import annotations
 
 import torch
 
-# the integer dtypes the embedding takes as they are; ids of any other integer dtype are widened to torch.long
-EMBEDDING_DTYPES = (torch.int32, torch.int64)
-
-
-def widened(ids: torch.Tensor | None, keep=EMBEDDING_DTYPES) -> torch.Tensor | None:
-    """Integer token ids as torch.long unless their dtype is in `keep`: int8 / uint8 / int16 / unsigned ids compare
-    with the vocabulary size without wrapping (a small dtype cannot hold it) and index the embedding."""
-    return ids if ids is None or ids.dtype in keep else ids.long()
+from .model import widened
 
 
 def check_chunk_size(value) -> None:
@@ -22,6 +18,31 @@ def check_chunk_size(value) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"prefill_chunk_size must be a whole number of tokens >= 1 (or None), got {value!r}")
+
+
+def check_shapes(input_ids, inputs_embeds, hidden_size: int) -> None:
+    """[batch, seq_len] ids or [batch, seq_len, hidden_size] embeddings, neither empty."""
+    reference = input_ids if input_ids is not None else inputs_embeds
+    if input_ids is not None and input_ids.dim() != 2:
+        raise ValueError(f"input_ids must have shape [batch, seq_len], got {tuple(input_ids.shape)}")
+    if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != hidden_size):
+        raise ValueError(f"inputs_embeds must have shape [batch, seq_len, {hidden_size}], "
+                         f"got {tuple(inputs_embeds.shape)}")
+    if reference.shape[0] == 0 or reference.shape[1] == 0:
+        raise ValueError(f"empty input: batch and sequence length must be >= 1, got shape {tuple(reference.shape)}")
+
+
+def check_mask_shape(attention_mask, reference) -> None:
+    """A 2-D padding mask [batch, past + seq_len] (or a prepared 4-D mask)."""
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
+        batch, seq_len = reference.shape[:2]
+        if attention_mask.shape[0] != batch or attention_mask.shape[1] < seq_len:
+            raise ValueError(
+                f"attention_mask must have shape [batch={batch}, past + seq_len >= {seq_len}], "
+                f"got {tuple(attention_mask.shape)}"
+            )
+    elif isinstance(attention_mask, torch.Tensor) and attention_mask.dim() != 4:
+        raise ValueError(f"attention_mask must be 2-D [batch, seq] (or a 4-D mask), got {attention_mask.dim()}-D")
 
 
 def check_dtypes(input_ids, inputs_embeds, parameter_dtype: torch.dtype) -> None:

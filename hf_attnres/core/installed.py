@@ -5,11 +5,13 @@ this):
 - the fused depth mix: the package's kernel layer mapped to `AttnResDepthMix` with the `kernels` library, and bound
   to every model the package's classes build (`hf_attnres.kernels.mix.layers`);
 - the `ATTNRES_BACKEND` environment variable, which overrides a config's `attn_res_backend` for every model;
-- the checks of a family config's own fields at construction (`hf_attnres.core.config_checks`);
+- the checks of a config's field types and of a family config's own fields at construction, and the refusal of a
+  folder without config.json (`hf_attnres.core.config_checks`);
 - the refusal of a config larger than the memory of the device it is built on (`hf_attnres.core.buildable`;
   `ATTNRES_ALLOW_LARGE_MODEL=1` insists);
-- the check of every forward's input values (ids in the vocabulary, a 0/1 padding mask, the labels: one host sync)
-  and of the Triton backend's device; a folder's code checks the ids and mask once per `generate`;
+- the checks of every forward's inputs (`hf_attnres.core.input_checks`: shapes, dtypes, ids in the vocabulary, a 0/1
+  padding mask, the labels, the prefill chunk size; the values cost one host sync) and of the Triton backend's device,
+  and of `generate`'s prefill chunk size; a folder's code takes input as transformers' models do;
 - the save that writes a folder's generated code files (`save_with_code`);
 - the depth layout's queries that only tools ask (`hf_attnres.core.depth_queries`);
 - the two-phase inference schedule of block mode (`hf_attnres.core.inference`);
@@ -33,11 +35,11 @@ from . import ablation_checks, ablations, gated_point, gated_read_checks  # noqa
 from .buildable import decoder_parameters, refuse_unbuildable
 from .chunked_prefill import chunked_causal_lm_forward
 from .config import ATTN_RES_BACKENDS, AttnResConfigChecks, AttnResConfigMixin
-from .config_checks import check_family_fields, check_init_kwargs
+from .config_checks import check_config_fields, config_dict_or_refusal, field_errors_as_value_errors
 from .depth_queries import install as install_depth_queries
 from .inference import two_phase_schedule
-from .input_checks import check_values, widened
-from .model import AttnResForCausalLMMixin, AttnResModelMixin, AttnResPreTrainedMixin
+from .input_checks import check_chunk_size, check_dtypes, check_mask_shape, check_shapes, check_values
+from .model import AttnResForCausalLMMixin, AttnResModelMixin, AttnResPreTrainedMixin, widened
 
 BACKEND_ENV_VAR = "ATTNRES_BACKEND"
 IGNORE_INDEX = -100  # transformers' loss skips these label positions
@@ -58,9 +60,16 @@ def check_backend(backend: str, device) -> None:
                          "Triton kernels need a CUDA GPU; use 'auto' or 'torch'")
 
 
-def check_forward_inputs(model, input_ids, attention_mask, reference) -> None:
-    check_backend(model.config.resolved_backend(), reference.device)
-    check_values(input_ids, attention_mask, model.config.vocab_size)
+def check_forward_inputs(model, input_ids, inputs_embeds, attention_mask) -> None:
+    """Clear errors for bad input, before it becomes an index error deep inside a kernel. The values cost a host sync
+    and are left to the eager forward."""
+    reference = input_ids if input_ids is not None else inputs_embeds
+    check_dtypes(input_ids, inputs_embeds, model.embed_tokens.weight.dtype)
+    check_shapes(input_ids, inputs_embeds, model.config.hidden_size)
+    if not torch.compiler.is_compiling():
+        check_backend(model.config.resolved_backend(), reference.device)
+        check_values(input_ids, attention_mask, model.config.vocab_size)
+    check_mask_shape(attention_mask, reference)
 
 
 def check_buildable(config, parameters: int | None = None) -> None:
@@ -69,10 +78,15 @@ def check_buildable(config, parameters: int | None = None) -> None:
     refuse_unbuildable(config, decoder_parameters(config) if bound else parameters, at_least=bound)
 
 
-def check_labels(labels, reference, vocab_size: int) -> None:
-    """Labels: integers of the input's [batch, seq_len] shape, each a token id or -100 (ignored)."""
-    if labels is None or torch.compiler.is_compiling():
-        return
+def check_labels(model, labels, reference, prefill_chunk_size=None) -> None:
+    """Labels: integers of the input's [batch, seq_len] shape, each a token id or -100 (ignored); then the prefill
+    chunk size."""
+    if labels is not None and not torch.compiler.is_compiling():
+        check_label_values(labels, reference, model.config.vocab_size)
+    check_chunk_size(prefill_chunk_size)
+
+
+def check_label_values(labels, reference, vocab_size: int) -> None:
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise ValueError(f"labels must hold integer token ids (torch.long), got dtype {labels.dtype}")
     labels = widened(labels, keep=(torch.int64,))
@@ -86,7 +100,22 @@ def check_labels(labels, reference, vocab_size: int) -> None:
         raise ValueError(f"labels must lie in [0, vocab_size={vocab_size}) or be {IGNORE_INDEX} (ignored), got "
                          f"values {labels[bad].unique()[:5].tolist()}")
     if all_ignored:
-        warnings.warn(f"every label is {IGNORE_INDEX}: no token to predict, so the loss is NaN (0 / 0)", stacklevel=3)
+        warnings.warn(f"every label is {IGNORE_INDEX}: no token to predict, so the loss is NaN (0 / 0)", stacklevel=4)
+
+
+def checked_generate(self, *args, **kwargs):
+    """transformers' `generate`, its prefill chunk size checked first (generate splits the prompt itself)."""
+    generation_config = kwargs.get("generation_config") or getattr(self, "generation_config", None)
+    check_chunk_size(kwargs.get("prefill_chunk_size", getattr(generation_config, "prefill_chunk_size", None)))
+    return super(AttnResForCausalLMMixin, self).generate(*args, **kwargs)
+
+
+def with_wrapped_init(cls) -> None:
+    """`cls` and its subclasses built so far, their `__init__` re-raising `@strict`'s type errors as ValueErrors."""
+    if "__init__" in cls.__dict__:
+        cls.__init__ = field_errors_as_value_errors(cls.__init__)
+    for subclass in cls.__subclasses__():
+        with_wrapped_init(subclass)
 
 
 def save_with_code(self, save_directory, *args, **kwargs):
@@ -105,11 +134,15 @@ def install() -> None:
     register_kernels()
     install_depth_queries()
     AttnResConfigChecks.backend_override = staticmethod(backend_override)
-    AttnResConfigMixin.field_checks = staticmethod(check_family_fields)
-    AttnResConfigMixin.init_kwargs_checks = staticmethod(check_init_kwargs)
+    AttnResConfigMixin.field_checks = staticmethod(check_config_fields)
+    AttnResConfigMixin.init_wrapper = staticmethod(field_errors_as_value_errors)
+    AttnResConfigMixin.get_config_dict = classmethod(config_dict_or_refusal)
+    for subclass in AttnResConfigMixin.__subclasses__():
+        with_wrapped_init(subclass)
     AttnResModelMixin.forward_check = staticmethod(check_forward_inputs)
     AttnResForCausalLMMixin.labels_check = staticmethod(check_labels)
     AttnResForCausalLMMixin.chunked_prefill = staticmethod(chunked_causal_lm_forward)
+    AttnResForCausalLMMixin.generate = checked_generate
     AttnResModelMixin.depth_schedule = staticmethod(two_phase_schedule)
     AttnResPreTrainedMixin.build_check = staticmethod(check_buildable)
     AttnResPreTrainedMixin.kernel_binder = staticmethod(kernelize_model)

@@ -5,8 +5,6 @@ A family's model is `class <Family>AttnResModel(AttnResModelMixin, <Family>AttnR
 its layers need (masks, rotary embeddings) the family's own way and hands the layers' keyword arguments to
 `run_depth`.
 """
-import functools
-
 import torch
 from torch import nn
 from transformers import PreTrainedModel
@@ -21,23 +19,19 @@ from transformers.utils.output_capturing import capture_outputs, selected_hidden
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
 from hf_attnres.core.cache_arg import CACHE_ARG, cache_kwargs, given_cache, takes_old_cache_name
-from hf_attnres.core.input_checks import check_chunk_size, check_dtypes, check_values, widened
 from hf_attnres.core.mix_point import AttnResMixing, DepthKeyNorm, MixSettings, PseudoQuery
 
+# the integer dtypes the embedding takes as they are; ids of any other integer dtype are widened to torch.long
+EMBEDDING_DTYPES = (torch.int32, torch.int64)
 
-def annotated_forward(cls) -> None:
-    """Where a class names its `output_class`, its forward is the mixin's, annotated with that class: transformers reads
-    a forward's return annotation for the outputs a model declares (Kimi Linear's `router_logits`)."""
-    if "output_class" not in cls.__dict__ or "forward" in cls.__dict__:
-        return
-    forward = next(base.__dict__["forward"] for base in cls.__mro__ if "forward" in base.__dict__)
 
-    @functools.wraps(forward)  # the signature stays the mixin's (`inspect.signature` follows `__wrapped__`)
-    def annotated(*args, **kwargs):
-        return forward(*args, **kwargs)
-
-    annotated.__annotations__ = {**forward.__annotations__, "return": cls.output_class}
-    cls.forward = annotated
+def widened(ids: torch.Tensor | None, keep=EMBEDDING_DTYPES) -> torch.Tensor | None:
+    """Integer token ids as torch.long unless their dtype is in `keep`: int8 / uint8 / int16 / unsigned ids compare
+    with the vocabulary size without wrapping (a small dtype cannot hold it) and index the embedding. Float, complex
+    and bool tensors are no ids: left as they are, for the embedding to refuse rather than truncate."""
+    if ids is None or ids.dtype in keep or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        return ids
+    return ids.long()
 
 
 class AttnResModelMixin(AttnResMixing):
@@ -47,13 +41,9 @@ class AttnResModelMixin(AttnResMixing):
 
     output_class = None
     # The installed package's, set at its import (None in a folder's copy): `forward_check(model, input_ids,
-    # attention_mask, reference)` checks every forward's input values (one host sync), `depth_schedule(model,
+    # inputs_embeds, attention_mask)` checks every forward's input shapes, dtypes and values, `depth_schedule(model,
     # hidden_states, output_attn_res_weights)` gives the two-phase schedule of a no-grad forward, or None
     forward_check = depth_schedule = None
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        annotated_forward(cls)
 
     @takes_old_cache_name
     @merge_with_config_defaults
@@ -101,35 +91,12 @@ class AttnResModelMixin(AttnResMixing):
             self.add_mix_point("output_attn", config)
 
     def check_inputs(self, input_ids, inputs_embeds, attention_mask) -> None:
-        """Clear errors for bad input, before it becomes an index error deep inside a kernel."""
+        """Exactly one of ids and embeddings, as transformers' models ask (given both, the ids would be ignored); the
+        installed package checks the rest (`forward_check`)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        reference = input_ids if input_ids is not None else inputs_embeds
-        check_dtypes(input_ids, inputs_embeds, self.embed_tokens.weight.dtype)
-        if input_ids is not None and input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape [batch, seq_len], got {tuple(input_ids.shape)}")
-        if inputs_embeds is not None and (
-            inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size
-        ):
-            raise ValueError(
-                f"inputs_embeds must have shape [batch, seq_len, {self.config.hidden_size}], "
-                f"got {tuple(inputs_embeds.shape)}"
-            )
-        if reference.shape[0] == 0 or reference.shape[1] == 0:
-            raise ValueError(f"empty input: batch and sequence length must be >= 1, got shape {tuple(reference.shape)}")
-        # the values (ids in the vocabulary, a 0/1 padding mask) cost a host sync: the installed package checks them
-        # every forward, a folder's code once per `generate` (AttnResForCausalLMMixin.generate)
-        if self.forward_check is not None and not torch.compiler.is_compiling():
-            self.forward_check(self, input_ids, attention_mask, reference)
-        if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
-            batch, seq_len = reference.shape[:2]
-            if attention_mask.shape[0] != batch or attention_mask.shape[1] < seq_len:
-                raise ValueError(
-                    f"attention_mask must have shape [batch={batch}, past + seq_len >= {seq_len}], "
-                    f"got {tuple(attention_mask.shape)}"
-                )
-        elif isinstance(attention_mask, torch.Tensor) and attention_mask.dim() != 4:
-            raise ValueError(f"attention_mask must be 2-D [batch, seq] (or a 4-D mask), got {attention_mask.dim()}-D")
+        if self.forward_check is not None:
+            self.forward_check(self, input_ids, inputs_embeds, attention_mask)
 
     def prepare_inputs(self, input_ids, inputs_embeds, attention_mask, cache, position_ids, use_cache,
                        output_hidden_states):
@@ -201,14 +168,10 @@ class AttnResForCausalLMMixin:
 
     model_class = output_class = None
     model_outputs = (CACHE_ARG, "hidden_states", "attentions", "attn_res_weights")
-    # The installed package's, set at its import (None in a folder's copy): `labels_check(labels, reference,
-    # vocab_size)`, its check of the labels' values (one host sync per forward), and `chunked_prefill(model, **inputs,
+    # The installed package's, set at its import (None in a folder's copy): `labels_check(model, labels, reference,
+    # prefill_chunk_size)`, its check of the labels and the chunk size, and `chunked_prefill(model, **inputs,
     # chunk_size=) -> (logits, cache)`, its prefill in chunks, a way to run in bounded memory, not the arithmetic
     labels_check = chunked_prefill = None
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        annotated_forward(cls)
 
     def __init__(self, config):
         PreTrainedModel.__init__(self, config)  # not the family's ForCausalLM.__init__, which builds its own model
@@ -240,8 +203,7 @@ class AttnResForCausalLMMixin:
         cache = given_cache(cache, past_key_values)
         reference = input_ids if input_ids is not None else inputs_embeds
         if self.labels_check is not None:
-            self.labels_check(labels, reference, self.config.vocab_size)
-        check_chunk_size(prefill_chunk_size)
+            self.labels_check(self, labels, reference, prefill_chunk_size)
         labels = widened(labels, keep=(torch.int64,))  # the loss takes torch.long targets
         if prefill_chunk_size is not None and reference is not None and reference.shape[1] > prefill_chunk_size:
             if self.chunked_prefill is None:
@@ -267,16 +229,6 @@ class AttnResForCausalLMMixin:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         carried = {name: getattr(outputs, name) for name in self.model_outputs}
         return self.output_class(loss=loss, logits=logits, **carried)
-
-    def generate(self, *args, **kwargs):
-        """transformers' `generate`, its prefill chunk size checked first (generate splits the prompt itself), and the
-        prompt's values once (ids in the vocabulary, a 0/1 padding mask), not at every decoding step."""
-        generation_config = kwargs.get("generation_config") or getattr(self, "generation_config", None)
-        check_chunk_size(kwargs.get("prefill_chunk_size", getattr(generation_config, "prefill_chunk_size", None)))
-        input_ids = kwargs.get("input_ids", args[0] if args and isinstance(args[0], torch.Tensor) else None)
-        if input_ids is not None and not input_ids.is_floating_point():
-            check_values(input_ids, kwargs.get("attention_mask"), self.config.vocab_size)
-        return super().generate(*args, **kwargs)
 
     def postprocess_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """The family's last step on the logits (Gemma's soft-capping); none by default."""

@@ -168,7 +168,7 @@ def modeling_text(family: SimpleNamespace, folder: str, bodies: dict, extras: li
     if family.output_modules:
         policy.append(codegen.assignment("attn_res_output_modules", family.output_modules))
         differs.append(f"{listed(family.output_modules)} end each sub-layer's output")
-    layer_doc = (f"{title}'s decoder layer reading its input from the depth sources (`hf_attnres.core.decoder_layer`)"
+    layer_doc = (f"{title}'s decoder layer reading its input from the depth sources (`AttnResDecoderLayerMixin`)"
                  + (": " + ", and ".join(differs) if differs else "") + ".")
     model_attributes = [f"    fusable_norm = {norm}"] if family.fusable_norm else []
     if family.rotary_per_layer_type:

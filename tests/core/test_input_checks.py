@@ -53,6 +53,8 @@ def test_a_vocabulary_larger_than_the_dtype_holds_is_compared_without_wrapping()
         assert widened(ids).dtype == torch.long
         assert not bool((widened(ids) >= 300).any())  # in a vocabulary of 300: kept
     assert widened(IDS.int()).dtype == torch.int32  # the embedding takes int32 as it is: no copy
+    for dtype in (torch.float32, torch.bool):  # no ids: left for the embedding to refuse, not truncated
+        assert widened(IDS.to(dtype)).dtype == dtype
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "4", True, float("nan")], ids=repr)
@@ -69,3 +71,21 @@ def test_a_valid_prefill_chunk_size_generates_the_unchunked_tokens(family_model)
     model, _ = family_model
     unchunked = model.generate(IDS, max_new_tokens=3, do_sample=False)
     assert torch.equal(model.generate(IDS, max_new_tokens=3, do_sample=False, prefill_chunk_size=2), unchunked)
+
+
+@pytest.mark.parametrize("inputs, message", [
+    (lambda m: dict(input_ids=IDS, inputs_embeds=m.get_input_embeddings()(IDS)), "exactly one of input_ids"),
+    (lambda m: dict(input_ids=IDS.float()), r"^input_ids must hold integer token ids"),
+    (lambda m: dict(input_ids=IDS[0]), r"^input_ids must have shape \[batch, seq_len\]"),
+    (lambda m: dict(inputs_embeds=m.get_input_embeddings()(IDS)[..., :4]), r"^inputs_embeds must have shape"),
+    (lambda m: dict(inputs_embeds=m.get_input_embeddings()(IDS).double()), r"^inputs_embeds has dtype torch.float64"),
+    (lambda m: dict(input_ids=IDS[:, :0]), r"^empty input"),
+    (lambda m: dict(input_ids=IDS, attention_mask=torch.ones(1, 2, dtype=torch.long)), r"^attention_mask must have"),
+    (lambda m: dict(input_ids=IDS, attention_mask=torch.ones(1, 1, 4, 4, 1)), r"^attention_mask must be 2-D"),
+    (lambda m: dict(input_ids=IDS, attention_mask=torch.full((1, 4), 2)), r"^attention_mask must hold only 0"),
+])
+def test_a_bad_input_is_one_value_error_naming_it(family_model, inputs, message):
+    """The package's checks of every forward's inputs, in every family: shapes, dtypes, the mask's values."""
+    model, _ = family_model
+    with pytest.raises(ValueError, match=message), torch.no_grad():
+        model(**inputs(model))

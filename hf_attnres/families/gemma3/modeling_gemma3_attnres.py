@@ -23,9 +23,9 @@ from .configuration_gemma3_attnres import Gemma3TextAttnResConfig
 
 
 class Gemma3TextAttnResDecoderLayer(AttnResDecoderLayerMixin, Gemma3DecoderLayer):
-    """Gemma 3's decoder layer reading its input from the depth sources (`hf_attnres.core.decoder_layer`):
-    `input_layernorm` / `pre_feedforward_layernorm` read the mixes, and `post_attention_layernorm` /
-    `post_feedforward_layernorm` end each sub-layer's output."""
+    """Gemma 3's decoder layer reading its input from the depth sources (`AttnResDecoderLayerMixin`): `input_layernorm`
+    / `pre_feedforward_layernorm` read the mixes, and `post_attention_layernorm` / `post_feedforward_layernorm` end each
+    sub-layer's output."""
 
     attn_res_input_norms = ("input_layernorm", "pre_feedforward_layernorm")
     attn_res_output_modules = ("post_attention_layernorm", "post_feedforward_layernorm")
@@ -48,6 +48,12 @@ class Gemma3TextAttnResModel(AttnResDecoderModel, Gemma3TextAttnResPreTrainedMod
 
 class Gemma3TextAttnResForCausalLM(AttnResDecoderForCausalLM, Gemma3TextAttnResPreTrainedModel, Gemma3ForCausalLM):
     model_class = Gemma3TextAttnResModel
+
+    def postprocess_logits(self, logits):
+        """Gemma's final logit soft-capping, `cap * tanh(logits / cap)`, where the config has it (as its own
+        ForCausalLM applies it)."""
+        cap = self.config.final_logit_softcapping
+        return logits if cap is None else (logits / cap).tanh() * cap
 
 
 __all__ = ["Gemma3TextAttnResDecoderLayer", "Gemma3TextAttnResPreTrainedModel", "Gemma3TextAttnResModel",

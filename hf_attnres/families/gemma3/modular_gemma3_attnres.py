@@ -29,3 +29,11 @@ FAMILY = Family(
     rotary_per_layer_type=True,  # local (sliding) and global layers have their own rotary bases
     refused_config_flags={"use_bidirectional_attention": "an embedding model (EmbeddingGemma), not a causal decoder"},
 )
+
+
+class Gemma3TextAttnResForCausalLM:
+    def postprocess_logits(self, logits):
+        """Gemma's final logit soft-capping, `cap * tanh(logits / cap)`, where the config has it (as its own
+        ForCausalLM applies it)."""
+        cap = self.config.final_logit_softcapping
+        return logits if cap is None else (logits / cap).tanh() * cap

@@ -14,7 +14,7 @@ from hf_attnres.core.config import (
     ATTN_RES_SCORES,
     AttnResConfigMixin,
 )
-from hf_attnres.core.config_checks import check_activation
+from hf_attnres.core.config_checks import check_activation, check_attn_res_types, check_init_kwargs
 from hf_attnres.families.kimi_linear.config_checks import check_fields, check_nested, check_routing
 from hf_attnres.families.kimi_linear.k3.config import check_k3_dict, check_k3_fields, unwrap
 
@@ -80,16 +80,17 @@ class KimiLinearAttnResConfig(AttnResConfigMixin, KimiLinearConfig):
     linear_use_full_rank_gate: bool = False
     linear_gate_lower_bound: float | None = None
 
-    def check_field_types(self):
+    def check_field_types(self, kwargs: dict) -> None:
         """ValueError naming the field for a wrong type, size, sign, non-finite value or dtype (2.5, True or "2" as a
         count, a truthy "no" as a switch, NaN as an epsilon), over Kimi Linear's fields (`config_checks`), and an
-        activation transformers (or K3's SiTU) has."""
+        activation transformers (or K3's SiTU) has; the AttnRes fields' types first. Then the constructor arguments
+        transformers reads without checking (`torch_dtype`, and `linear_attn_config`, whose keys it reads without
+        naming a typo)."""
+        check_attn_res_types(self)
         check_fields(self)
         check_activation(self.hidden_act, self.extra_activations)
-
-    def check_init_kwargs(self, kwargs: dict) -> None:
-        super().check_init_kwargs(kwargs)
-        check_nested(self, kwargs)  # linear_attn_config: transformers reads the keys it knows and ignores a typo
+        check_init_kwargs(kwargs)
+        check_nested(self, kwargs)
 
     def check_attn_res(self):
         """The AttnRes layout, the per-layer plans it relies on, the MoE routing and K3's fields, once built."""

@@ -13,6 +13,7 @@ Before each sub-layer and before the final norm, a learned pseudo-query mixes th
 """
 # No `from __future__ import annotations`: transformers reads forward annotations at runtime (return types for the
 # outputs a model declares, `Unpack[TransformersKwargs]` for output_attentions support).
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -31,7 +32,7 @@ from transformers.models.kimi_linear.modeling_kimi_linear import (
 from transformers.utils.output_capturing import OutputRecorder
 
 # Imports of this package: a saved folder's files are generated flat from these modules (remote_code.py)
-from hf_attnres.core.cache_arg import LINEAR_CACHE_ARG, cache_kwargs
+from hf_attnres.core.cache_arg import CACHE_ARG, cache_kwargs
 from hf_attnres.core.decoder_layer import AttnResDecoderLayerMixin
 from hf_attnres.core.mix_point import AttnResMixing, PseudoQuery  # noqa: F401  (AttnResMixing: imported from here by pipeline)
 from hf_attnres.core.model import AttnResForCausalLMMixin, AttnResModelMixin, AttnResPreTrainedMixin
@@ -43,6 +44,25 @@ from hf_attnres.families.kimi_linear.model_size import count_parameters
 from .configuration_kimi_linear_attnres import KimiLinearAttnResConfig
 
 install_kda_device_guard()
+
+
+# Linear-attention (KDA) layers took the cache as `cache_params` before transformers 5.24 renamed it (`CACHE_ARG`)
+LINEAR_CACHE_ARG = "cache" if CACHE_ARG == "cache" else "cache_params"
+
+
+def annotated_forward(cls) -> None:
+    """The class's forward is the mixin's, annotated with its `output_class`: transformers reads a forward's return
+    annotation for the outputs a model declares (`router_logits`)."""
+    if "output_class" not in cls.__dict__ or "forward" in cls.__dict__:
+        return
+    forward = next(base.__dict__["forward"] for base in cls.__mro__ if "forward" in base.__dict__)
+
+    @functools.wraps(forward)  # the signature stays the mixin's (`inspect.signature` follows `__wrapped__`)
+    def annotated(*args, **kwargs):
+        return forward(*args, **kwargs)
+
+    annotated.__annotations__ = {**forward.__annotations__, "return": cls.output_class}
+    cls.forward = annotated
 
 
 @dataclass

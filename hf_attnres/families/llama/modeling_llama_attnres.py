@@ -22,7 +22,7 @@ from .configuration_llama_attnres import LlamaAttnResConfig
 
 
 class LlamaAttnResDecoderLayer(AttnResDecoderLayerMixin, LlamaDecoderLayer):
-    """Llama's decoder layer reading its input from the depth sources (`hf_attnres.core.decoder_layer`)."""
+    """Llama's decoder layer reading its input from the depth sources (`AttnResDecoderLayerMixin`)."""
 
     fusable_norm = LlamaRMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
 

@@ -22,7 +22,7 @@ from .configuration_mistral_attnres import MistralAttnResConfig
 
 
 class MistralAttnResDecoderLayer(AttnResDecoderLayerMixin, MistralDecoderLayer):
-    """Mistral's decoder layer reading its input from the depth sources (`hf_attnres.core.decoder_layer`)."""
+    """Mistral's decoder layer reading its input from the depth sources (`AttnResDecoderLayerMixin`)."""
 
     fusable_norm = MistralRMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
 

@@ -22,8 +22,8 @@ from .configuration_phi3_attnres import Phi3AttnResConfig
 
 
 class Phi3AttnResDecoderLayer(AttnResDecoderLayerMixin, Phi3DecoderLayer):
-    """Phi-3's decoder layer reading its input from the depth sources (`hf_attnres.core.decoder_layer`):
-    `resid_attn_dropout` / `resid_mlp_dropout` end each sub-layer's output."""
+    """Phi-3's decoder layer reading its input from the depth sources (`AttnResDecoderLayerMixin`): `resid_attn_dropout`
+    / `resid_mlp_dropout` end each sub-layer's output."""
 
     fusable_norm = Phi3RMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
     attn_res_output_modules = ("resid_attn_dropout", "resid_mlp_dropout")

@@ -22,7 +22,7 @@ from .configuration_qwen2_attnres import Qwen2AttnResConfig
 
 
 class Qwen2AttnResDecoderLayer(AttnResDecoderLayerMixin, Qwen2DecoderLayer):
-    """Qwen2's decoder layer reading its input from the depth sources (`hf_attnres.core.decoder_layer`)."""
+    """Qwen2's decoder layer reading its input from the depth sources (`AttnResDecoderLayerMixin`)."""
 
     fusable_norm = Qwen2RMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
 

@@ -22,7 +22,7 @@ from .configuration_qwen3_attnres import Qwen3AttnResConfig
 
 
 class Qwen3AttnResDecoderLayer(AttnResDecoderLayerMixin, Qwen3DecoderLayer):
-    """Qwen3's decoder layer reading its input from the depth sources (`hf_attnres.core.decoder_layer`)."""
+    """Qwen3's decoder layer reading its input from the depth sources (`AttnResDecoderLayerMixin`)."""
 
     fusable_norm = Qwen3RMSNorm  # Llama's RMSNorm formula: the mix kernels may apply it fused
 
