@@ -9,6 +9,7 @@ its code was not generated with). With every switch at its default nothing here 
 import torch
 from torch import nn
 
+from hf_attnres.core.depth_counts import num_sources
 from hf_attnres.core.depth_layout import DepthLayout
 from hf_attnres.core.mix_point import AttnResMixing, DepthKeyNorm, PseudoQuery
 from hf_attnres.core.model import AttnResPreTrainedMixin
@@ -28,7 +29,7 @@ def add_ablation_point(owner: nn.Module, point: str, config) -> None:
     `{point}_res_proj` (the pseudo-query) with `{point}_res_norm` unless the key norm is ablated."""
     if config.attn_res_static_mixing:
         index = getattr(owner, "layer_idx", config.num_hidden_layers)
-        setattr(owner, f"{point}_res_logits", DepthLogits(DepthLayout.of(config).num_sources(index, point)))
+        setattr(owner, f"{point}_res_logits", DepthLogits(num_sources(DepthLayout.of(config), index, point)))
         return
     if config.attn_res_key_norm:
         setattr(owner, f"{point}_res_norm", DepthKeyNorm(config.hidden_size, eps=config.rms_norm_eps))

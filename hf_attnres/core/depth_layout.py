@@ -45,25 +45,5 @@ class DepthLayout:
         """The sources after layer `layer_idx`: its outputs open new sources, or replace the running partial sum."""
         return (*(sources if self.opens_source(layer_idx) else sources[:-1]), *new_sources)
 
-    # --- counts -----------------------------------------------------------------------------------------------------
-    def sources_before_layers(self) -> list[int]:
-        """Entry i: the number of sources entering layer i; the last entry: those entering the output mix. A pipeline
-        boundary before layer i carries exactly entry i tensors of [batch, seq, hidden]."""
-        counts, n = [], 1  # the embedding is the first source
-        for i in range(self.num_layers):
-            counts.append(n)
-            n += self.new_sources_per_layer if self.opens_source(i) else 0
-        counts.append(n)
-        return counts
-
-    def num_sources(self, layer_idx: int, point: str) -> int:
-        """Sources the mix `point` of layer `layer_idx` reads (the output mix: `layer_idx` = num_layers)."""
-        if point == OUTPUT_POINT:
-            layer_idx = self.num_layers
-        before = self.sources_before_layers()[layer_idx]
-        if point == "mlp" and self.opens_source(layer_idx):
-            return before + 1  # this layer's attention output is a source of its own at the MLP mix
-        return before
-
 
 __all__ = ["DepthLayout", "MIX_POINTS", "OUTPUT_POINT"]

@@ -1,11 +1,13 @@
 """The depth layout's queries only the package's tools ask: the readable names of a mix point's sources (plots,
-diagnostics, conversion), a layer's single-source points (pipeline stages) and the number of depth blocks (the
-two-phase schedule's bank, reports; `config.attn_res_num_blocks`). Handed to `DepthLayout` and the config classes at the
-package's import (`install`, from hf_attnres.core.installed): the model's forward needs none of them, so a saved
-folder's copy of `DepthLayout` does not carry them."""
+diagnostics, conversion), a layer's single-source points (pipeline stages), the source counts
+(hf_attnres.core.depth_counts) and the number of depth blocks (the two-phase schedule's bank, reports;
+`config.attn_res_num_blocks`). Handed to `DepthLayout` and the config classes at the package's import (`install`, from
+hf_attnres.core.installed): the model's forward needs none of them, so a saved folder's copy of `DepthLayout` does not
+carry them."""
 from __future__ import annotations
 
 from hf_attnres.core.config import AttnResConfigChecks
+from hf_attnres.core.depth_counts import num_sources, sources_before_layers
 from hf_attnres.core.depth_layout import MIX_POINTS, DepthLayout
 
 
@@ -51,6 +53,8 @@ def attn_res_num_blocks(config) -> int:
 def install() -> None:
     """The queries as `DepthLayout` methods and properties, and the config's block count (idempotent)."""
     DepthLayout.num_blocks = property(num_blocks)
+    DepthLayout.sources_before_layers = sources_before_layers
+    DepthLayout.num_sources = num_sources
     AttnResConfigChecks.attn_res_num_blocks = property(attn_res_num_blocks)
     DepthLayout.mix_point_sources = mix_point_sources
     DepthLayout.single_source_points = single_source_points
