@@ -12,8 +12,9 @@ fails, naming both modules, on a top-level name that two inlined modules define 
 this package left over.
 
 The folder carries the model's arithmetic only: the model modules import none of the installed package's own
-features (its fused kernels, environment switches, memory check, per-forward value checks and two-phase schedule are
-handed to the classes at its import, hf_attnres.core.installed), so none of them is inlined. The features a config
+features (its fused kernels, environment switches, memory check, input and config field checks, the tools' depth
+queries and two-phase schedule are handed to the classes at its import, hf_attnres.core.installed), so none of them
+is inlined. The features a config
 switches on (`FEATURES`: the paper's ablations, the gated read) are inlined only where the folder's config.json uses
 them, and its configuration refuses a config.json edited to use one it lacks.
 

@@ -167,6 +167,9 @@ class KimiLinearAttnResForCausalLM(
     model_outputs = (*AttnResForCausalLMMixin.model_outputs, "router_logits")
 
 
+annotated_forward(KimiLinearAttnResModel)
+annotated_forward(KimiLinearAttnResForCausalLM)
+
 __all__ = [
     "KimiLinearAttnResPreTrainedModel",
     "KimiLinearAttnResModel",
