@@ -44,11 +44,10 @@ class AttnResConfigChecks:
     def check_attn_res_layout(self):
         if self.attn_res_mode not in ATTN_RES_MODES:
             raise ValueError(f"attn_res_mode must be one of {ATTN_RES_MODES}, got {self.attn_res_mode!r}")
-        if self.attn_res_mode == "block" and self.attn_res_block_size < 1:
-            raise ValueError(
-                "attn_res_block_size must be >= 1 in block mode (decoder layers per block), "
-                f"got {self.attn_res_block_size}"
-            )
+        size = self.attn_res_block_size  # a fraction would place the block boundaries silently wrong
+        if self.attn_res_mode == "block" and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(f"attn_res_block_size must be >= 1 in block mode (a whole number of decoder layers per "
+                             f"block), got {size!r}")
         if self.attn_res_block_size < 0:
             raise ValueError(f"attn_res_block_size must be >= 0, got {self.attn_res_block_size}")
         if self.attn_res_backend not in ATTN_RES_BACKENDS:

@@ -142,8 +142,9 @@ def test_a_folder_refuses_a_chunked_forward_in_one_line_and_generates_with_chunk
 
 def test_a_folder_takes_bad_input_as_transformers_does_without_the_package(tmp_path):
     """A folder's code asks for exactly one of ids and embeddings, as transformers' models do (given both, its
-    embedding step would ignore the ids); an id outside the vocabulary or a float id is torch's own error there (the
-    installed package names them, tests/core/test_input_checks.py)."""
+    embedding step would ignore the ids), and a whole block size (a fraction would misplace the blocks silently); an id
+    outside the vocabulary or a float id is torch's own error there (the installed package names them,
+    tests/core/test_input_checks.py)."""
     from tests.data.unchanged.record import VOCAB, build, config_fields
 
     build("llama", config_fields("llama", "block")).save_pretrained(tmp_path / "folder")
@@ -153,12 +154,15 @@ def test_a_folder_takes_bad_input_as_transformers_does_without_the_package(tmp_p
              "for inputs in (dict(input_ids=ids, inputs_embeds=m.get_input_embeddings()(ids)),\n"
              "               dict(input_ids=ids + int(sys.argv[2])), dict(input_ids=ids.float())):\n"
              "    try:\n        m(**inputs)\n"
-             "    except Exception as error:\n        print(type(error).__name__, str(error).splitlines()[0])")
+             "    except Exception as error:\n        print(type(error).__name__, str(error).splitlines()[0])\n"
+             "try:\n    type(m.config)(attn_res_mode='block', attn_res_block_size=2.5)\n"
+             "except ValueError as error:\n    print(error)")
     result = run_without_package(tmp_path, child, tmp_path / "folder", VOCAB)
     lines = result.stdout.splitlines()
-    assert len(lines) == 3, result.stdout + result.stderr[-2000:]
+    assert len(lines) == 4, result.stdout + result.stderr[-2000:]
     assert lines[0] == "ValueError You must specify exactly one of input_ids or inputs_embeds"
     assert lines[1].startswith("IndexError") and not lines[2].startswith("ValueError"), lines
+    assert lines[3].startswith("attn_res_block_size must be >= 1 in block mode"), lines
 
 
 @pytest.mark.parametrize("feature, fields", [
