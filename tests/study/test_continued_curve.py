@@ -49,7 +49,7 @@ def test_the_gpu_grid_budget_is_the_grid_files():
 def source(tmp_path):
     folder = tmp_path / "tiny-llama"
     LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=64).save_pretrained(folder)
+                num_key_value_heads=2, max_position_embeddings=2048).save_pretrained(folder)
     return folder
 
 
@@ -118,3 +118,25 @@ def test_bad_input_is_one_line(tmp_path, monkeypatch, argv, named):
         main([*argv, "--report-dir", str(tmp_path / "out")])
     assert named in str(stop.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_committed_curve_grids_differ_only_in_budget(source):
+    """The three budgets compare the same arms at the same settings: data, continued settings, each arm's mode,
+    multiplier and LR alike; only the steps (x4 per budget) and the warmup (a tenth of the steps) differ."""
+    grids = [load_continued(default_grid(name), lambda _: source) for name in
+             ("curve-40k.json", "curve-160k.json", "curve-640k.json")]
+    steps = [cg.grid.train["max_steps"] for cg in grids]
+    assert steps == [steps[0], 4 * steps[0], 16 * steps[0]]
+    assert [cg.grid.train["warmup_steps"] for cg in grids] == [s // 10 for s in steps]
+    budget_free = [{k: v for k, v in cg.grid.train.items() if k not in ("max_steps", "warmup_steps", "log_every")}
+                   for cg in grids]
+    assert all(train == budget_free[0] for train in budget_free)
+    assert all(cg.grid.data == grids[0].grid.data and cg.continued == grids[0].continued for cg in grids)
+    first = grids[0].grid
+    tuned = first.groups["tuned"]["arms"]
+    best = {arm: sorted(first.groups["lr_sweep"]["lrs"][arm]) for arm in tuned}
+    for cg in grids[1:]:
+        assert set(cg.grid.groups["tuned"]["arms"]) <= set(tuned)
+        for arm in cg.grid.groups["tuned"]["arms"]:
+            assert cg.grid.arms.get(arm) == first.arms.get(arm), arm
+            assert cg.grid.groups["lr_sweep"]["lrs"][arm][0] in best[arm], arm
