@@ -219,5 +219,23 @@ def from_line(module: str, names) -> str:
 
 
 __all__ = ["GENERATED_MARK", "INDENT", "LINE_LENGTH", "assignment", "class_text", "collapse_blank_lines", "docstring",
-           "exports", "file_header", "fit", "from_line", "generated_note", "import_lines", "indent_block", "literal",
-           "name_key", "string_lines", "wrap", "write_generated"]
+           "exports", "file_header", "fit", "from_line", "generated_note", "guarded_block", "import_from_file_lines",
+           "import_lines", "indent_block", "literal", "name_key", "string_lines", "wrap", "write_generated"]
+
+
+def import_from_file_lines(module: str, names, used: set) -> list[str]:
+    """The import of `names` from another generated file. A name only re-exported (the package module's `__all__`)
+    takes the explicit re-export form `x as x`, one statement each, ordered as isort orders them."""
+    plain = {n for n in names if n in used or " as " in n}
+    statements = []
+    if plain:
+        statements.append((name_key(min(plain, key=name_key)), from_line(module, {(n, None) for n in plain})))
+    statements += [(name_key(n), from_line(module, {(n, n)})) for n in names if n not in plain]
+    return [line for _, line in sorted(statements)]
+
+
+def guarded_block(package: str, text: str) -> str:
+    """`text` run only where `package` imports: in a `try` (so transformers' loader does not demand it) and an `if`."""
+    return (f"# The modules below need {package}: defined only where it imports (the others use them only then)\n"
+            f"try:\n    import {package}\nexcept ImportError:\n    {package} = None\n\n"
+            f"if {package} is not None:\n{indent_block(text)}")

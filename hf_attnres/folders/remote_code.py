@@ -43,12 +43,11 @@ from .codegen import (
     GENERATED_MARK,  # noqa: F401  (the first line of every generated file: repair-folder reads it here)
     collapse_blank_lines,
     file_header,
-    from_line,
     generated_note,
+    guarded_block,
+    import_from_file_lines,
     import_lines,
-    indent_block,
     literal,
-    name_key,
     wrap,
     write_generated,
 )
@@ -246,7 +245,7 @@ class FlatFile:
             else:
                 body.append(text)
         for package, texts in guarded.items():
-            body.append(_guarded(package, "\n\n".join(texts)))
+            body.append(guarded_block(package, "\n\n".join(texts)))
         if self.entry and self.owner[VERSIONS] != self.name:
             cross.setdefault(self.owner[VERSIONS], set()).add(RANGE_CHECKED)
         lines = [self._header(), *(["from __future__ import annotations", ""] if future else [])]
@@ -256,7 +255,7 @@ class FlatFile:
         text = "\n\n".join(body).rstrip() + "\n"
         used = {node.id for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Name)}
         for file_name, names in sorted(cross.items()):
-            lines += _cross_lines(f".{file_name}", names, used)
+            lines += import_from_file_lines(f".{file_name}", names, used)
         # after the imports, two blank lines before a function or class, else one, as isort writes them
         first = ast.parse(text).body[:1]
         gap = "\n\n\n" if first and isinstance(first[0], (ast.FunctionDef, ast.ClassDef)) else "\n\n"
@@ -362,24 +361,6 @@ def check_no_package_import(file_name: str, generated: str) -> None:
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
         if not getattr(node, "level", 0) and any(n.split(".")[0] == PACKAGE for n in names):
             raise GenerationError(f"{file_name}.py line {node.lineno}: an import of {PACKAGE} is left over")
-
-
-def _cross_lines(module: str, names, used: set) -> list[str]:
-    """The import of `names` from another generated file. A name only re-exported (the package module's `__all__`)
-    takes the explicit re-export form `x as x`, one statement each, ordered as isort orders them."""
-    plain = {n for n in names if n in used or " as " in n}
-    statements = []
-    if plain:
-        statements.append((name_key(min(plain, key=name_key)), from_line(module, {(n, None) for n in plain})))
-    statements += [(name_key(n), from_line(module, {(n, n)})) for n in names if n not in plain]
-    return [line for _, line in sorted(statements)]
-
-
-def _guarded(package: str, text: str) -> str:
-    """`text` run only where `package` imports: in a `try` (so transformers' loader does not demand it) and an `if`."""
-    return (f"# The modules below need {package}: defined only where it imports (the others use them only then)\n"
-            f"try:\n    import {package}\nexcept ImportError:\n    {package} = None\n\n"
-            f"if {package} is not None:\n{indent_block(text)}")
 
 
 def family_modules(modeling_module: str) -> tuple[str, str]:

@@ -157,3 +157,20 @@ def test_from_line_wraps_one_name_a_line_past_the_line_length():
     text = codegen.from_line("package.module", names)
     assert fits(text) and len(text.splitlines()) == 10
     assert [a.name for a in ast.parse(text).body[0].names] == sorted(name for name, _ in names)
+
+
+def test_import_from_file_lines_use_the_reexport_form_only_for_names_the_file_does_not_use():
+    lines = codegen.import_from_file_lines(".attnres_core", ["Zeta", "Alpha", "Beta"], used={"Beta", "Zeta"})
+    assert lines == ["from .attnres_core import Alpha as Alpha", "from .attnres_core import Beta, Zeta"]
+    for line in lines:
+        ast.parse(line)
+
+
+def test_guarded_block_runs_its_code_only_where_the_package_imports():
+    text = codegen.guarded_block("no_such_package_here", "VALUE = 1\n")
+    space = {}
+    exec(compile(text, "<generated>", "exec"), space)  # noqa: S102 (our own generated text)
+    assert space["no_such_package_here"] is None and "VALUE" not in space
+    space = {}
+    exec(compile(codegen.guarded_block("json", "VALUE = 1\n"), "<generated>", "exec"), space)  # noqa: S102
+    assert space["VALUE"] == 1
