@@ -43,7 +43,8 @@ def main(argv=None, resolve_source=None) -> int:
     budgets.sort(key=lambda b: b.tokens)
     path = write_curve(budgets, args.report_dir, args.past)
     print(path.read_text(), end="")
-    print(f"wrote {path} (and curve.json, curve.png beside it)")
+    written = [p.name for p in (path.with_name("curve.json"), path.with_name("curve.png")) if p.is_file()]
+    print(f"wrote {path} (and {', '.join(written)} beside it)")
     return 0
 
 

@@ -216,11 +216,15 @@ def report_text(budgets: list[Budget], past: int | None = None, plot_file: str |
     return "\n".join(parts) + "\n"
 
 
-def plot(budgets: list[Budget], path: Path) -> Path | None:
-    """The delta against tokens (log scale): each arm's per-seed deltas as dots, its mean with the over-seed 95% CI."""
+def plot(budgets: list[Budget], path: Path, past: int | None = None) -> Path | None:
+    """The delta against tokens (log scale): each arm's per-seed deltas as dots, its mean with the over-seed 95% CI;
+    the arms measured at two seeds or more (a sweep's single-seed arms are the table's), and `past` as a dashed
+    line (the budget the report asks about)."""
     import matplotlib.pyplot as plt
 
     rows = [r for b in budgets for r in arm_deltas(b)]
+    seeded = {r.label for r in rows if len(r.seeds) >= 2}
+    rows = [r for r in rows if r.label in seeded]
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -238,6 +242,12 @@ def plot(budgets: list[Budget], path: Path) -> Path | None:
             ax.scatter([x] * len(r.deltas), r.deltas, s=10, alpha=0.4, color=line[0].get_color())
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xscale("log")
+    ends = [r.tokens for r in rows] + ([past] if past else [])
+    ax.set_xlim(min(ends) / 2, max(ends) * 2)
+    if past:
+        ax.axvline(past, color="grey", linestyle="--", linewidth=0.8)
+        ax.annotate(f"{_tokens(past)} tokens", (past, 0), textcoords="offset points", xytext=(-4, 6), rotation=90,
+                    ha="right", va="bottom", fontsize=8, color="grey")
     ax.set_xlabel("continued-training tokens per run")
     ax.set_ylabel("held-out loss, arm - standard (nats)")
     ax.set_title("Upcycled SmolLM2-135M: the gap to the standard residual")
@@ -249,7 +259,7 @@ def plot(budgets: list[Budget], path: Path) -> Path | None:
 def write_curve(budgets: list[Budget], report_dir: Path, past: int | None = None) -> Path:
     """curve.md, curve.json and curve.png in `report_dir`; the markdown's path."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    png = plot(budgets, report_dir / PLOT_NAME)
+    png = plot(budgets, report_dir / PLOT_NAME, past)
     text = report_text(budgets, past, png.name if png else None)
     summary = {b.name: dict(tokens=b.tokens, rows=[dict(arm=r.arm, label=r.label, seeds={
         str(s): dict(delta=d, per_sequence_ci=[lo, hi]) for s, (d, lo, hi) in r.seeds.items()}, ci=r.ci)
