@@ -121,4 +121,4 @@ class ContinuedCurveArgs:
     report_dir: Path = flag(Path("runs/curve"), type=Path, help="curve.md, curve.json, curve.png (default runs/curve)")
     past: int = flag(
         GPU_GRID_TOKENS, type=int,
-        help="say whether this many tokens per run lies past the crossing (default 2,457,600: the GPU grid's)")
+        help="say whether this many tokens per run lies past the crossing (default 2457600, the GPU grid's budget)")

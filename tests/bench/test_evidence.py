@@ -363,11 +363,12 @@ def test_a_signal_stops_the_steps_process_group_records_it_and_exits_130(tmp_pat
 
 
 def as_from_a_terminal(also=None):
-    """A child's signals as a terminal's foreground job has them: SIGINT at its default. A shell that starts a job in
-    the background (CI's runner may) sets SIGINT ignored, the child inherits that, and the run rightly keeps a signal
-    ignored at its start; `also`: more set-up in the child."""
+    """A child's signals as a terminal's foreground job has them: SIGINT and SIGHUP at their defaults. A shell that
+    starts a job in the background sets SIGINT ignored, `nohup` sets SIGHUP ignored (CI's runner may do either), the
+    child inherits that, and the run rightly keeps a signal ignored at its start; `also`: more set-up in the child."""
     def setup():
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         if also is not None:
             also()
     return setup

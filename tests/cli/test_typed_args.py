@@ -62,6 +62,7 @@ TYPED = {  # command module (hf_attnres/cli) -> its dataclass
     "push_to_hub": "hf_attnres.conversion.args:PushArgs",
     "study": "hf_attnres.study.study_args:StudyArgs",
     "continued_study": "hf_attnres.study.study_args:ContinuedStudyArgs",
+    "continued_curve": "hf_attnres.study.study_args:ContinuedCurveArgs",
     "export": "hf_attnres.conversion.export_args:ExportArgs",
     "plan_memory": "hf_attnres.training.tool_args:PlanMemoryArgs",
     "plot_diagnostics": "hf_attnres.training.tool_args:DiagnosticsPlotArgs",
