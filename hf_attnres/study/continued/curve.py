@@ -89,16 +89,12 @@ def read_budget(grid_file: Path, runs_root: Path, resolve_source=None) -> Budget
 
 
 def per_sequence_ci(base: list[float], other: list[float], level: float = 0.95) -> tuple[float, float]:
-    """The Student-t CI of the mean per-sequence loss delta (other - base), the sequences paired; (nan, nan) when the
-    records lack per-sequence losses."""
-    from scipy.stats import t
-
-    pairs = [(b, o) for b, o in zip(base or [], other or []) if math.isfinite(b) and math.isfinite(o)]
-    if len(pairs) < 2 or len(base) != len(other):
+    """The Student-t CI of the mean per-sequence loss delta (other - base), the sequences paired (`paired_ci` over
+    sequences instead of seeds); (nan, nan) when the records lack per-sequence losses."""
+    if not base or not other or len(base) != len(other):
         return math.nan, math.nan
-    stat = mean_std([o - b for b, o in pairs])
-    half = t.ppf(0.5 + level / 2, stat.n - 1) * stat.std / math.sqrt(stat.n)
-    return stat.mean - half, stat.mean + half
+    ci = paired_ci([o - b for b, o in zip(base, other) if math.isfinite(b) and math.isfinite(o)], level)
+    return (ci[1], ci[2]) if ci else (math.nan, math.nan)
 
 
 def arm_deltas(budget: Budget) -> list[ArmDelta]:
