@@ -52,6 +52,7 @@ MODEL = ["--device", "cuda", "--dtype", "bfloat16", "--attention", "mla", "--hid
 INTERRUPTED_RC = 130  # what a shell reports for a command stopped by Ctrl-C; SIGTERM and SIGHUP end it the same way
 # Ctrl-C, kill, and a closed terminal (SSH dropped): each stops the step's own session too, which none reaches
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+POLL_S = 0.2  # how often a waiting run asks whether a stop signal arrived
 STOP_GRACE_S = 5.0  # an interrupted step's group gets SIGTERM, then SIGKILL after this many seconds
 
 
@@ -252,7 +253,7 @@ def not_done(folder: Path, step: Step) -> str | None:
 
 
 class Interrupted(BaseException):
-    """One of STOP_SIGNALS reached the run (raised by `stop_on_signals`' handler, wherever the run was)."""
+    """One of STOP_SIGNALS reached the run (raised by the `check()` of `stop_on_signals`, where the run can stop)."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -263,21 +264,31 @@ class Interrupted(BaseException):
 
 @contextmanager
 def stop_on_signals():
-    """Turn STOP_SIGNALS into `Interrupted` for the body; a second signal while the run stops is ignored, so the
-    cleanup (stopping the step's process group, writing its status) always completes. A signal the run was started
-    with ignored (SIGHUP under nohup) stays ignored."""
+    """Record STOP_SIGNALS for the body, which gets `check()`: it raises `Interrupted` once one arrived. The handler
+    only records, because an exception raised from a signal handler lands wherever Python was: in a finalizer, Python
+    prints it and drops it, and a library's catch-all can turn it into another error. So the run asks `check()` where
+    it can stop: `run_steps` between steps, `run_capped` while it waits (every POLL_S). Later signals change nothing,
+    so the stop in progress (the step's process group, its status) completes. A signal the run was started with
+    ignored (SIGHUP under nohup) stays ignored."""
+    received = []
 
     def handler(signum, frame):
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        raise Interrupted(signum)
+        received.append(signum)
+
+    def check():
+        if received:
+            raise Interrupted(received[0])
 
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
     try:
-        yield
+        yield check
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def no_stop() -> None:
+    """`check` outside `stop_on_signals`: nothing stops the run but the exceptions Python raises itself."""
 
 
 def kill_group(pgid: int, sig: int) -> None:
@@ -287,11 +298,13 @@ def kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-def run_steps(out: Path, steps: list[Step], only: list[str] | None = None, log=print) -> dict:
+def run_steps(out: Path, steps: list[Step], only: list[str] | None = None, log=print, check=no_stop) -> dict:
     """Run the steps not yet done in OUT (`not_done`), in order; {step: status}. A step's process group is killed at
-    its cap. On `Interrupted`, the running step's status says so, then the exception goes on to the caller."""
+    its cap. `check` (from `stop_on_signals`) is asked before each step and while one runs; on `Interrupted`, the
+    running step's status says so, then the exception goes on to the caller."""
     results = {}
     for step in steps:
+        check()
         if only and step.name not in only:
             continue
         folder = out / step.name
@@ -317,7 +330,7 @@ def run_steps(out: Path, steps: list[Step], only: list[str] | None = None, log=p
         command = [str(part) for part in step.command(folder)]
         log(f"== {step.name} (cap {step.cap:g} s): {' '.join(command)}")
         try:
-            status = run_capped(command, step.cap, folder / "log.txt", step.env)
+            status = run_capped(command, step.cap, folder / "log.txt", step.env, check)
         except Interrupted as stop:
             stop.step = step.name
             write_json_atomic(folder / STATUS_FILE, dict(stop.details, status="interrupted", why=f"{stop.name} "
@@ -332,6 +345,7 @@ def run_steps(out: Path, steps: list[Step], only: list[str] | None = None, log=p
         log(f"== {step.name}: {status['status']} after {status['seconds']} s" + (f": {detail}" if detail else "")
             + f" (log {folder / 'log.txt'})")
         results[step.name] = status
+    check()  # a stop during the last step's judging is still a stop
     return results
 
 
@@ -356,10 +370,22 @@ def judged(folder: Path, step: Step, status: dict) -> dict:
     return dict(results=checksums(folder, step.results), **(dict(note=verdict.note) if verdict.note else {}))
 
 
-def run_capped(command: list[str], cap: float, log_path: Path, env: dict) -> dict:
+def wait_asking(process: subprocess.Popen, cap: float, check) -> int:
+    """`process.wait(timeout=cap)`, asking `check()` every POLL_S seconds while it waits."""
+    deadline = time.monotonic() + cap
+    while True:
+        check()
+        try:
+            return process.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+
+
+def run_capped(command: list[str], cap: float, log_path: Path, env: dict, check=no_stop) -> dict:
     """Run `command` with its output in `log_path`; its whole process group is killed at `cap` seconds.
-    {"status": "ok" | "failed" | "capped", "rc", "seconds"}. On `Interrupted` the group gets SIGTERM, then SIGKILL
-    after STOP_GRACE_S, and the exception goes on with its `details` set."""
+    {"status": "ok" | "failed" | "capped", "rc", "seconds"}. When `check` raises `Interrupted` the group gets
+    SIGTERM, then SIGKILL after STOP_GRACE_S, and the exception goes on with its `details` set."""
     started = time.time()
     environment = dict(os.environ, HF_HUB_OFFLINE="1", TRITON_INTERPRET="0", **env)
     # the steps run in the repository and may import from it by path (pytest's rootdir, scripts/): the wrapper's
@@ -369,7 +395,7 @@ def run_capped(command: list[str], cap: float, log_path: Path, env: dict) -> dic
         process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=environment,
                                    start_new_session=True)
         try:
-            rc = process.wait(timeout=cap)
+            rc = wait_asking(process, cap, check)
             status = "ok" if rc == 0 else "failed"
         except subprocess.TimeoutExpired:
             kill_group(process.pid, signal.SIGKILL)
@@ -472,13 +498,13 @@ def run_evidence(args: EvidenceArgs, only: list[str], caps: dict, steps: list[St
         return 0
     with ExitStack() as stack:
         try:
-            stack.enter_context(stop_on_signals())
+            check = stack.enter_context(stop_on_signals())
             try:  # one run per OUT: the lock `train` takes on its output folder, held until the run ends
                 stack.enter_context(output_lock(args.out, flag="OUT"))
             except SetupError as error:
                 print(f"error: {error}", file=sys.stderr)
                 return 2
-            results = run_steps(args.out, steps, only)
+            results = run_steps(args.out, steps, only, check=check)
             write_json_atomic(args.out / "evidence.json", {name: read_status(args.out / name) for name in results})
             print(summary(args.out, results))
         except Interrupted as stop:
