@@ -104,6 +104,8 @@ def test_the_report_pairs_each_budgets_seeds(tmp_path, source, capsys):
     assert verdicts == ["no measurable difference"]  # two seeds: a t interval of 0.04 +- 0.127 holds zero
     assert [line.split(" | ")[-1].rstrip(" |") for line in text.splitlines() if line.startswith("| 512 ")] == [
         "no verdict (one seed)"]
+    verdict_lines = [line for line in text.split("### Verdict per budget")[1].split("###")[0].splitlines() if line.startswith("- ")]
+    assert [("128 tokens" in line, "512 tokens" in line) for line in verdict_lines] == [(True, False), (False, True)]
     assert (out / "curve.png").stat().st_size > 0
     assert str(out / "curve.md") in capsys.readouterr().out
 
