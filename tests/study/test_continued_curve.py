@@ -9,7 +9,7 @@ from transformers import LlamaConfig
 
 from hf_attnres.cli.continued_curve import main
 from hf_attnres.study.continued.config import load_continued
-from hf_attnres.study.continued.curve import ArmDelta, crossing, per_sequence_ci
+from hf_attnres.study.continued.curve import ArmDelta, crossing, crossing_line, per_sequence_ci
 from hf_attnres.study.runner import RESULT_FILE, run_spec
 from hf_attnres.study.study_args import GPU_GRID_TOKENS, default_grid
 
@@ -33,6 +33,15 @@ def test_a_closing_gap_crosses_where_its_line_does():
     assert found["tokens"] == pytest.approx(1e6, rel=0.05)
     assert found["slope"] == pytest.approx(-0.02, rel=0.05)
     assert found["low"] < 1e6 < found["high"] and found["high"] < 1e7
+
+
+def test_a_flat_curve_resolves_no_crossing():
+    """Deltas below zero and nearly flat: the line leans towards zero, but the refits disagree on the direction."""
+    found = crossing(rows({10**4: [-0.0011, -0.0005, -0.0002], 10**5: [-0.0001, -0.0010]}))
+    assert found is not None and not math.isfinite(found["high"])
+    line = crossing_line("gated", found, 2_457_600)
+    assert "no crossing resolved" in line and "to never" in line and "2.5M tokens" in line
+    assert "about" not in line  # no point estimate is quoted
 
 
 def test_a_widening_gap_has_no_crossing():
@@ -104,7 +113,8 @@ def test_the_report_pairs_each_budgets_seeds(tmp_path, source, capsys):
     assert verdicts == ["no measurable difference"]  # two seeds: a t interval of 0.04 +- 0.127 holds zero
     assert [line.split(" | ")[-1].rstrip(" |") for line in text.splitlines() if line.startswith("| 512 ")] == [
         "no verdict (one seed)"]
-    verdict_lines = [line for line in text.split("### Verdict per budget")[1].split("###")[0].splitlines() if line.startswith("- ")]
+    section = text.split("### Verdict per budget")[1].split("###")[0]
+    verdict_lines = [line for line in section.splitlines() if line.startswith("- ")]
     assert [("128 tokens" in line, "512 tokens" in line) for line in verdict_lines] == [(True, False), (False, True)]
     assert (out / "curve.png").stat().st_size > 0
     assert str(out / "curve.md") in capsys.readouterr().out

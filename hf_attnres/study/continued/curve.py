@@ -160,7 +160,7 @@ def crossing(rows: list[ArmDelta], samples: int = BOOTSTRAP_SAMPLES, seed: int =
 def _tokens(n: float) -> str:
     if not math.isfinite(n):
         return "never (within the fit)"
-    return f"{n / 1e6:.2g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
+    return f"{n:.2g}" if n >= 1e9 else f"{n / 1e6:.2g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
 
 
 def _ci(low: float, high: float) -> str:
@@ -170,6 +170,13 @@ def _ci(low: float, high: float) -> str:
 def crossing_line(arm: str, found: dict | None, past: int | None) -> str:
     if found is None:
         return f"- {arm}: the curve does not point to a crossing (its deltas do not move towards zero with tokens)."
+    if not math.isfinite(found["high"]):
+        # over 2.5% of the refits do not approach zero: the direction itself is not resolved, so a point estimate
+        # (which a nearly flat line puts at any distance) would claim what the data do not show
+        past_too = f", or to say whether {_tokens(past)} tokens lies past one" if past is not None else ""
+        return (f"- {arm}: no crossing resolved: the fitted line moves towards zero ({found['slope']:+.4f} nats per "
+                f"tenfold tokens), but its 95% bootstrap interval runs from {_tokens(found['low'])} to never: the "
+                f"deltas are too flat or too noisy to place one{past_too}.")
     where = ""
     if past is not None:
         if found["high"] < past:
