@@ -435,15 +435,14 @@ def test_a_stop_signal_that_lands_in_a_finalizer_still_stops_the_run():
 
 
 def test_a_stop_while_a_step_waits_stops_its_process_group_without_waiting_for_the_cap(tmp_path):
-    received = []
-
-    def check():
-        if received:
-            raise evidence.Interrupted(signal.SIGINT)
-
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
-    started = time.monotonic()
-    threading.Timer(1.0, received.append, [signal.SIGINT]).start()  # as the handler records it, mid-wait
-    with pytest.raises(evidence.Interrupted) as stop:
-        evidence.run_capped(sleeper, 300, tmp_path / "log.txt", {}, check)
+    outer = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # at its default, as above
+    try:
+        with evidence.stop_on_signals() as check:
+            started = time.monotonic()
+            threading.Timer(1.0, os.kill, [os.getpid(), signal.SIGTERM]).start()  # mid-wait
+            with pytest.raises(evidence.Interrupted) as stop:
+                evidence.run_capped(sleeper, 300, tmp_path / "log.txt", {}, check)
+    finally:
+        signal.signal(signal.SIGTERM, outer)
     assert time.monotonic() - started < 30 and stop.value.details["rc"] != 0

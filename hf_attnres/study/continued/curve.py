@@ -199,12 +199,11 @@ def report_text(budgets: list[Budget], past: int | None = None, plot_file: str |
         ci = r.ci
         per_seed = "; ".join(f"s{s} {d:+.4f} {_ci(lo, hi)}" for s, (d, lo, hi) in r.seeds.items())
         line = verdict(r.deltas, f"{r.tokens:,} tokens")
-        word = line.split("**")[1].split(" at ")[0] if line.startswith("**") else "no verdict (one seed)"
+        decided = line.startswith("**")  # a verdict, which names its budget; "no verdict" names none
+        word = line.split("**")[1].split(" at ")[0] if decided else "no verdict (one seed)"
         cells.append([f"{r.tokens:,}", r.label, len(r.seeds), per_seed, f"{mean_std(r.deltas).mean:+.4f}",
                       _ci(ci[1], ci[2]) if ci else "-", word])
-        # a verdict names its budget itself; "no verdict" does not, and an arm has a line per budget
-        verdicts.append(f"- {r.label}: {line}" if line.startswith("**")
-                        else f"- {r.label} at {r.tokens:,} tokens: {line}")
+        verdicts.append(f"- {r.label}: {line}" if decided else f"- {r.label} at {r.tokens:,} tokens: {line}")
     by_arm: dict[str, list[ArmDelta]] = {}
     for r in rows:
         by_arm.setdefault(r.label, []).append(r)
