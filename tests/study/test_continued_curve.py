@@ -9,7 +9,7 @@ from transformers import LlamaConfig
 
 from hf_attnres.cli.continued_curve import main
 from hf_attnres.study.continued.config import load_continued
-from hf_attnres.study.continued.curve import ArmDelta, crossing, crossing_line, per_sequence_ci
+from hf_attnres.study.continued.curve import ArmDelta, crossing, crossing_line, per_sequence_ci, trend
 from hf_attnres.study.runner import RESULT_FILE, run_spec
 from hf_attnres.study.study_args import GPU_GRID_TOKENS, default_grid
 
@@ -45,8 +45,20 @@ def test_a_flat_curve_resolves_no_crossing():
 
 
 def test_a_widening_gap_has_no_crossing():
-    assert crossing(rows({10**4: [0.02, 0.03], 10**5: [0.04, 0.05]})) is None
+    widening = rows({10**4: [0.02, 0.03], 10**5: [0.04, 0.05]})
+    assert crossing(widening) is None
     assert crossing(rows({10**4: [0.02, 0.03]})) is None  # one budget: no line
+    line = crossing_line("block", None, None, trend(widening))
+    assert "no crossing ahead" in line and "the gap widens" in line and "+0.0200 nats per tenfold" in line
+
+
+def test_a_growing_lead_is_not_reported_as_a_widening_gap():
+    """Deltas below zero moving further below: no crossing either, but the arm is ahead, and the line says so."""
+    growing = rows({10**4: [-0.001, -0.002], 10**5: [-0.004, -0.005]})
+    assert crossing(growing) is None
+    line = crossing_line("gated", None, None, trend(growing))
+    assert "the lead grows" in line and "lower loss" in line and "widens" not in line and "-0.0030 nats" in line
+    assert trend(rows({10**4: [0.01]})) is None
 
 
 def test_the_gpu_grid_budget_is_the_grid_files():

@@ -124,18 +124,26 @@ def _line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     return my - slope * mx, slope
 
 
+def trend(rows: list[ArmDelta]) -> dict | None:
+    """The least-squares line of one arm's per-seed deltas on log10(tokens): {"intercept", "slope" (nats per
+    decade), "mean" (of every per-seed delta)}; None without two budgets."""
+    points = [(math.log10(r.tokens), d) for r in rows for d in r.deltas]
+    fit = _line(points)
+    if fit is None:
+        return None
+    return dict(intercept=fit[0], slope=fit[1], mean=sum(d for _, d in points) / len(points))
+
+
 def crossing(rows: list[ArmDelta], samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> dict | None:
     """Where the line of the per-seed deltas on log10(tokens) crosses zero, for one arm's rows (two budgets or more):
     {"tokens": the point estimate, "low"/"high": the 2.5/97.5 percentiles over bootstrap refits (each budget's seeds
     resampled with replacement; a refit that never crosses, its slope 0 or of the other sign, counts as beyond either
     end), "slope": nats per decade}. None when the fitted slope does not point towards zero (the gap widens)."""
     by_budget = {r.tokens: r.deltas for r in rows if r.deltas}
-    points = [(math.log10(tokens), d) for tokens, deltas in by_budget.items() for d in deltas]
-    fit = _line(points)
-    if fit is None:
+    found = trend(rows)
+    if found is None:
         return None
-    intercept, slope = fit
-    mean_delta = sum(d for _, d in points) / len(points)
+    intercept, slope, mean_delta = found["intercept"], found["slope"], found["mean"]
     if slope == 0 or (mean_delta > 0) == (slope > 0):  # moving away from zero: no crossing ahead
         return None
     rng = random.Random(seed)
@@ -167,9 +175,17 @@ def _ci(low: float, high: float) -> str:
     return f"[{low:+.4f}, {high:+.4f}]" if math.isfinite(low) else "-"
 
 
-def crossing_line(arm: str, found: dict | None, past: int | None) -> str:
+def crossing_line(arm: str, found: dict | None, past: int | None, line: dict | None = None) -> str:
+    """The report's sentence on one arm's crossing; `line` (its `trend`) says, where there is no crossing, on which
+    side of zero the arm lies: a widening gap and a growing lead are opposite findings."""
     if found is None:
-        return f"- {arm}: the curve does not point to a crossing (its deltas do not move towards zero with tokens)."
+        if line is None or line["slope"] == 0:
+            return f"- {arm}: the curve does not point to a crossing (its deltas do not move towards zero with tokens)."
+        side = ("above zero (a higher loss than the standard arm's), and the fitted line rises: the gap widens"
+                if line["mean"] > 0 else
+                "below zero (a lower loss than the standard arm's), and the fitted line falls: the lead grows")
+        return (f"- {arm}: no crossing ahead: its mean delta lies {side} ({line['slope']:+.4f} nats per tenfold "
+                "tokens; whether each budget's delta is measurable is the verdict above).")
     if not math.isfinite(found["high"]):
         # over 2.5% of the refits do not approach zero: the direction itself is not resolved, so a point estimate
         # (which a nearly flat line puts at any distance) would claim what the data do not show
@@ -207,7 +223,7 @@ def report_text(budgets: list[Budget], past: int | None = None, plot_file: str |
     by_arm: dict[str, list[ArmDelta]] = {}
     for r in rows:
         by_arm.setdefault(r.label, []).append(r)
-    crossings = [crossing_line(label, crossing(rs), past) for label, rs in by_arm.items()
+    crossings = [crossing_line(label, crossing(rs), past, trend(rs)) for label, rs in by_arm.items()
                  if len({r.tokens for r in rs}) >= 2]
     parts = ["## The budget curve: AttnRes arm - standard, held-out loss (lower is better)", "",
              "Runs found: " + "; ".join(missing), "",
