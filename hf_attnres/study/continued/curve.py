@@ -237,9 +237,9 @@ def report_text(budgets: list[Budget], past: int | None = None, plot_file: str |
 
 
 def plot(budgets: list[Budget], path: Path, past: int | None = None) -> Path | None:
-    """The delta against tokens (log scale): each arm's per-seed deltas as dots, its mean with the over-seed 95% CI;
-    the arms measured at two seeds or more (a sweep's single-seed arms are the table's), and `past` as a dashed
-    line (the budget the report asks about)."""
+    """The delta against tokens (log scale): each arm's per-seed deltas as dots, its mean with the over-seed 95% CI
+    (a one-seed budget: hollow, with its per-sequence CI); the arms measured at two seeds or more somewhere (a
+    sweep's single-seed arms are the table's), and `past` as a dashed line (the budget the report asks about)."""
     import matplotlib.pyplot as plt
 
     rows = [r for b in budgets for r in arm_deltas(b)]
@@ -254,12 +254,20 @@ def plot(budgets: list[Budget], path: Path, past: int | None = None) -> Path | N
         shift = 1 + 0.04 * (i - (len(labels) - 1) / 2)  # side by side on the log axis, not on top of each other
         xs = [r.tokens * shift for r in mine]
         means = [mean_std(r.deltas).mean for r in mine]
-        cis = [r.ci for r in mine]
-        low = [m - c[1] if c else 0 for m, c in zip(means, cis)]
-        high = [c[2] - m if c else 0 for m, c in zip(means, cis)]
+        # a budget with one seed has no interval over seeds: its bar is that seed's per-sequence interval, and its
+        # marker is hollow, so a lone point never reads as a precise one
+        cis = [r.ci[1:] if r.ci else next(iter(r.seeds.values()))[1:] for r in mine]
+        low = [m - c[0] if math.isfinite(c[0]) else 0 for m, c in zip(means, cis)]
+        high = [c[1] - m if math.isfinite(c[1]) else 0 for m, c in zip(means, cis)]
         line = ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=4, label=label)
+        color = line[0].get_color()
         for x, r in zip(xs, mine):
-            ax.scatter([x] * len(r.deltas), r.deltas, s=10, alpha=0.4, color=line[0].get_color())
+            ax.scatter([x] * len(r.deltas), r.deltas, s=10, alpha=0.4, color=color)
+        lone = [(x, m) for x, m, r in zip(xs, means, mine) if len(r.seeds) == 1]
+        if lone:
+            ax.scatter(*zip(*lone), s=40, facecolors="white", edgecolors=color, zorder=3)
+            ax.annotate("hollow: one seed, its per-sequence 95% CI", (0.01, 0.01), xycoords="axes fraction",
+                        fontsize=7, color="grey")
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xscale("log")
     ends = [r.tokens for r in rows] + ([past] if past else [])
