@@ -256,7 +256,7 @@ def plot(budgets: list[Budget], path: Path, past: int | None = None) -> Path | N
         means = [mean_std(r.deltas).mean for r in mine]
         # a budget with one seed has no interval over seeds: its bar is that seed's per-sequence interval, and its
         # marker is hollow, so a lone point never reads as a precise one
-        cis = [r.ci[1:] if r.ci else next(iter(r.seeds.values()))[1:] for r in mine]
+        cis = [(ci[1:] if (ci := r.ci) else next(iter(r.seeds.values()))[1:]) for r in mine]
         low = [m - c[0] if math.isfinite(c[0]) else 0 for m, c in zip(means, cis)]
         high = [c[1] - m if math.isfinite(c[1]) else 0 for m, c in zip(means, cis)]
         line = ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=4, label=label)
@@ -289,12 +289,13 @@ def write_curve(budgets: list[Budget], report_dir: Path, past: int | None = None
     report_dir.mkdir(parents=True, exist_ok=True)
     png = plot(budgets, report_dir / PLOT_NAME, past)
     text = report_text(budgets, past, png.name if png else None)
+    rows = {b.name: arm_deltas(b) for b in budgets}
     summary = {b.name: dict(tokens=b.tokens, rows=[dict(arm=r.arm, label=r.label, seeds={
         str(s): dict(delta=d, per_sequence_ci=[lo, hi]) for s, (d, lo, hi) in r.seeds.items()}, ci=r.ci)
-        for r in arm_deltas(b)]) for b in budgets}
-    labels = {r.label for b in budgets for r in arm_deltas(b)}
-    summary["crossings"] = {label: crossing([r for b in budgets for r in arm_deltas(b) if r.label == label])
-                            for label in sorted(labels)}
+        for r in rows[b.name]]) for b in budgets}
+    every = [r for b in budgets for r in rows[b.name]]
+    summary["crossings"] = {label: crossing([r for r in every if r.label == label])
+                            for label in sorted({r.label for r in every})}
     write_json_atomic(report_dir / "curve.json", _finite(summary))
     write_text_atomic(report_dir / "curve.md", text)
     return report_dir / "curve.md"
