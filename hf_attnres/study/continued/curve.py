@@ -206,8 +206,16 @@ def crossing_line(arm: str, found: dict | None, past: int | None, line: dict | N
             f"{_tokens(found['high'])}{where}.")
 
 
-def report_text(budgets: list[Budget], past: int | None = None, plot_file: str | None = None) -> str:
-    rows = [r for b in budgets for r in arm_deltas(b)]
+def _by_label(rows: list[ArmDelta]) -> dict[str, list[ArmDelta]]:
+    by_label: dict[str, list[ArmDelta]] = {}
+    for r in rows:
+        by_label.setdefault(r.label, []).append(r)
+    return by_label
+
+
+def report_text(budgets: list[Budget], rows: list[ArmDelta], found: dict[str, dict | None], past: int | None = None,
+                plot_file: str | None = None) -> str:
+    """The markdown report of `rows` (every budget's `arm_deltas`), with each arm's `crossing` in `found`."""
     missing = [f"{b.name} ({_tokens(b.tokens)} tokens): "
                + ", ".join(f"{arm} {len(runs)} run(s)" for arm, runs in b.runs.items()) for b in budgets]
     cells, verdicts = [], []
@@ -220,10 +228,7 @@ def report_text(budgets: list[Budget], past: int | None = None, plot_file: str |
         cells.append([f"{r.tokens:,}", r.label, len(r.seeds), per_seed, f"{mean_std(r.deltas).mean:+.4f}",
                       _ci(ci[1], ci[2]) if ci else "-", word])
         verdicts.append(f"- {r.label}: {line}" if decided else f"- {r.label} at {r.tokens:,} tokens: {line}")
-    by_arm: dict[str, list[ArmDelta]] = {}
-    for r in rows:
-        by_arm.setdefault(r.label, []).append(r)
-    crossings = [crossing_line(label, crossing(rs), past, trend(rs)) for label, rs in by_arm.items()
+    crossings = [crossing_line(label, found[label], past, trend(rs)) for label, rs in _by_label(rows).items()
                  if len({r.tokens for r in rs}) >= 2]
     parts = ["## The budget curve: AttnRes arm - standard, held-out loss (lower is better)", "",
              "Runs found: " + "; ".join(missing), "",
@@ -236,19 +241,19 @@ def report_text(budgets: list[Budget], past: int | None = None, plot_file: str |
     return "\n".join(parts) + "\n"
 
 
-def plot(budgets: list[Budget], path: Path, past: int | None = None) -> Path | None:
+def plot(rows: list[ArmDelta], path: Path, past: int | None = None) -> Path | None:
     """The delta against tokens (log scale): each arm's per-seed deltas as dots, its mean with the over-seed 95% CI
     (a one-seed budget: hollow, with its per-sequence CI); the arms measured at two seeds or more somewhere (a
     sweep's single-seed arms are the table's), and `past` as a dashed line (the budget the report asks about)."""
     import matplotlib.pyplot as plt
 
-    rows = [r for b in budgets for r in arm_deltas(b)]
     seeded = {r.label for r in rows if len(r.seeds) >= 2}
     rows = [r for r in rows if r.label in seeded]
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     labels = list(dict.fromkeys(r.label for r in rows))
+    any_lone = False
     for i, label in enumerate(labels):
         mine = sorted((r for r in rows if r.label == label), key=lambda r: r.tokens)
         shift = 1 + 0.04 * (i - (len(labels) - 1) / 2)  # side by side on the log axis, not on top of each other
@@ -266,8 +271,10 @@ def plot(budgets: list[Budget], path: Path, past: int | None = None) -> Path | N
         lone = [(x, m) for x, m, r in zip(xs, means, mine) if len(r.seeds) == 1]
         if lone:
             ax.scatter(*zip(*lone), s=40, facecolors="white", edgecolors=color, zorder=3)
-            ax.annotate("hollow: one seed, its per-sequence 95% CI", (0.01, 0.01), xycoords="axes fraction",
-                        fontsize=7, color="grey")
+            any_lone = True
+    if any_lone:
+        ax.annotate("hollow: one seed, its per-sequence 95% CI", (0.01, 0.01), xycoords="axes fraction", fontsize=7,
+                    color="grey")
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xscale("log")
     ends = [r.tokens for r in rows] + ([past] if past else [])
@@ -287,15 +294,16 @@ def plot(budgets: list[Budget], path: Path, past: int | None = None) -> Path | N
 def write_curve(budgets: list[Budget], report_dir: Path, past: int | None = None) -> Path:
     """curve.md, curve.json and curve.png in `report_dir`; the markdown's path."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    png = plot(budgets, report_dir / PLOT_NAME, past)
-    text = report_text(budgets, past, png.name if png else None)
-    rows = {b.name: arm_deltas(b) for b in budgets}
+    per_budget = {b.name: arm_deltas(b) for b in budgets}
+    rows = [r for b in budgets for r in per_budget[b.name]]
+    # the bootstrap runs once per arm: the markdown and the JSON report the same crossing
+    found = {label: crossing(rs) for label, rs in _by_label(rows).items()}
+    png = plot(rows, report_dir / PLOT_NAME, past)
+    text = report_text(budgets, rows, found, past, png.name if png else None)
     summary = {b.name: dict(tokens=b.tokens, rows=[dict(arm=r.arm, label=r.label, seeds={
         str(s): dict(delta=d, per_sequence_ci=[lo, hi]) for s, (d, lo, hi) in r.seeds.items()}, ci=r.ci)
-        for r in rows[b.name]]) for b in budgets}
-    every = [r for b in budgets for r in rows[b.name]]
-    summary["crossings"] = {label: crossing([r for r in every if r.label == label])
-                            for label in sorted({r.label for r in every})}
+        for r in per_budget[b.name]]) for b in budgets}
+    summary["crossings"] = {label: found[label] for label in sorted(found)}
     write_json_atomic(report_dir / "curve.json", _finite(summary))
     write_text_atomic(report_dir / "curve.md", text)
     return report_dir / "curve.md"
